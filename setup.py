@@ -1,0 +1,43 @@
+"""Plain setuptools packaging for t2t_lite.
+
+`problems/` and `hparams/` are top-level folders of the repository but install under the
+t2t_lite namespace (`t2t_lite.problems`, `t2t_lite.hparams_sets`) so that a pip install does
+not drop generic top-level packages named `problems` or `hparams` into site-packages.
+"""
+from setuptools import setup
+
+setup(
+    name="t2t_lite",
+    version="0.1.0",
+    description="tensor2tensor's Transformer on TensorFlow 2 / Keras 3",
+    python_requires=">=3.10",
+    packages=[
+        "t2t_lite",
+        "t2t_lite.layers",
+        "t2t_lite.models",
+        "t2t_lite.data_generators",
+        "t2t_lite.utils",
+        "t2t_lite.problems",
+        "t2t_lite.hparams_sets",
+    ],
+    package_dir={
+        "t2t_lite": "t2t_lite",
+        "t2t_lite.problems": "problems",
+        "t2t_lite.hparams_sets": "hparams",
+    },
+    py_modules=["run"],
+    install_requires=[
+        "tensorflow>=2.16,<2.22",
+        "keras>=3",
+        "tensorflow-text>=2.16,<2.22",
+        "tensorflow-datasets",
+        "sacrebleu>=2",
+        "absl-py",
+        "numpy",
+    ],
+    extras_require={
+        "test": ["pytest", "hypothesis", "tensorboard"],
+        "bench": [],
+    },
+    entry_points={"console_scripts": ["t2t-lite=run:main"]},
+)

@@ -1,0 +1,40 @@
+"""Shared pytest fixtures: where ../shared is, and quiet TensorFlow logs."""
+import os
+import pathlib
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import pytest  # noqa: E402
+
+REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
+SHARED_DIR = pathlib.Path(os.environ.get("T2T_LITE_SHARED", REPO_ROOT.parent / "shared"))
+FIXTURES_DIR = SHARED_DIR / "fixtures" / "t2t"
+DATA_DIR = SHARED_DIR / "data"
+
+
+def _require(path: pathlib.Path) -> pathlib.Path:
+    if path.exists():
+        return path
+    reason = f"{path} is absent (../shared only exists in the t2t_lite workplace)"
+    if os.environ.get("T2T_LITE_REQUIRE_SHARED"):
+        pytest.fail(reason + "; T2T_LITE_REQUIRE_SHARED is set, so this is an error")
+    pytest.skip(reason)
+    return path
+
+
+@pytest.fixture(scope="session")
+def t2t_fixtures() -> pathlib.Path:
+    """Directory of the original tensor2tensor fixtures (../shared/fixtures/t2t)."""
+    return _require(FIXTURES_DIR)
+
+
+@pytest.fixture(scope="session")
+def wmt_toy_dir() -> pathlib.Path:
+    """Directory of the toy WMT En-De corpus (train/dev .en/.de)."""
+    return _require(DATA_DIR / "wmt_toy_ende")
+
+
+@pytest.fixture(scope="session")
+def ptb_sample_dir() -> pathlib.Path:
+    """Root of the Penn Treebank sample in its LDC layout (contains wsj/SS/wsj_SSNN.mrg)."""
+    return _require(DATA_DIR / "ptb_sample")
