@@ -1,0 +1,62 @@
+"""t2t_lite's single entry point: t2t-datagen, t2t-trainer, t2t-decoder, t2t-bleu,
+t2t-avg-all, t2t-exporter and checkpoint import, as modes of one command.
+
+    python run.py                       # embedded default: algorithmic problem, tiny model
+    python run.py --mode=train --problem=translate_ende_wmt32k --hparams_set=transformer_base \
+        --data_dir=... --output_dir=...
+    python run.py --helpfull            # every flag
+
+Each mode's work lives in the module named below; this file only wires flags to it.
+"""
+import importlib
+import os
+import sys
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+from absl import app  # noqa: E402
+
+from t2t_lite import flags as t2t_flags  # noqa: E402
+
+FLAGS = t2t_flags.FLAGS
+
+# mode -> "module:function"; modules are imported only when their mode runs.
+MODE_FUNCTIONS = {
+    "default": "t2t_lite.default_run:main",
+    "datagen": "t2t_lite.data_generators.datagen:main",
+    "train": "t2t_lite.trainer:main",
+    "eval": "t2t_lite.trainer:main",
+    "train_and_eval": "t2t_lite.trainer:main",
+    "decode": "t2t_lite.utils.decoding:main",
+    "bleu": "t2t_lite.utils.bleu_hook:main",
+    "average": "t2t_lite.utils.avg_checkpoints:main",
+    "export": "t2t_lite.utils.export:main",
+    "import_t2t": "t2t_lite.utils.t2t_checkpoint:main",
+}
+
+
+def resolve_mode(flags_obj) -> str:
+    """Returns the mode to run from --mode, else --schedule, else "default"."""
+    if flags_obj.mode:
+        return flags_obj.mode
+    if flags_obj.schedule:
+        return t2t_flags.SCHEDULES[flags_obj.schedule]
+    return "default"
+
+
+def _main(argv):
+    if len(argv) > 1:
+        raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
+    mode = resolve_mode(FLAGS)
+    module_name, function_name = MODE_FUNCTIONS[mode].split(":")
+    module = importlib.import_module(module_name)
+    return getattr(module, function_name)(FLAGS)
+
+
+def main():
+    """Console-script entry point (`t2t-lite`)."""
+    app.run(_main, argv=sys.argv)
+
+
+if __name__ == "__main__":
+    main()

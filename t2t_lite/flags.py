@@ -1,0 +1,88 @@
+"""Command-line flags of run.py, under tensor2tensor's names (t2t-trainer, t2t-datagen,
+t2t-decoder, t2t-bleu, t2t-avg-all, t2t-exporter).
+
+Importing this module defines the flags on absl's global FLAGS once. Each section lists the
+t2t tool the flags come from; defaults are t2t's unless the comment says why not.
+"""
+from absl import flags
+
+MODES = (
+    "default",
+    "datagen",
+    "train",
+    "eval",
+    "train_and_eval",
+    "decode",
+    "bleu",
+    "average",
+    "export",
+    "import_t2t",
+)
+
+# t2t's --schedule values and the mode each maps to.
+SCHEDULES = {
+    "train": "train",
+    "evaluate": "eval",
+    "continuous_eval": "eval",
+    "train_and_evaluate": "train_and_eval",
+    "continuous_train_and_eval": "train_and_eval",
+    "train_eval_and_decode": "train_and_eval",
+}
+
+FLAGS = flags.FLAGS
+
+# --- What to run --------------------------------------------------------------------------
+flags.DEFINE_enum(
+    "mode", None, MODES,
+    "What to do. Unset: --schedule decides when given, else the embedded default "
+    "(generate an algorithmic problem, train transformer_tiny, evaluate, decode).")
+flags.DEFINE_enum(
+    "schedule", None, sorted(SCHEDULES),
+    "t2t-trainer's schedule name; an alias of --mode for the training modes.")
+
+# --- Common (t2t-trainer) -----------------------------------------------------------------
+flags.DEFINE_string("problem", None, "Registered problem name, e.g. translate_ende_wmt32k.")
+flags.DEFINE_string("model", "transformer", "Registered model name.")
+flags.DEFINE_string("hparams_set", None, "Registered hparams set, e.g. transformer_base.")
+flags.DEFINE_string("hparams", "", 'Overrides of the hparams set: "a=1,b=2,c=[1,2]".')
+flags.DEFINE_string("data_dir", None, "Directory of the generated TFRecord shards and vocab.")
+flags.DEFINE_string("tmp_dir", "/tmp/t2t_datagen", "Directory of raw data for datagen.")
+flags.DEFINE_string("output_dir", None, "Directory of checkpoints, summaries and hparams.json.")
+flags.DEFINE_bool("generate_data", False, "Run datagen for --problem before training.")
+flags.DEFINE_integer("train_steps", 250000, "Total number of training steps.")
+flags.DEFINE_integer("eval_steps", 100, "Number of eval batches per evaluation (0 = all).")
+flags.DEFINE_integer("local_eval_frequency", 1000, "Evaluate every this many steps.")
+flags.DEFINE_integer(
+    "save_checkpoints_steps", None,
+    "Save a checkpoint every this many steps (default: local_eval_frequency, as t2t).")
+flags.DEFINE_integer("keep_checkpoint_max", 20, "Number of recent checkpoints to keep.")
+flags.DEFINE_integer("random_seed", None, "Seed for Python, NumPy and TensorFlow.")
+flags.DEFINE_bool("eval_use_test_set", False, "Evaluate on the test split instead of dev.")
+flags.DEFINE_integer("log_step_count_steps", 100, "Print a progress line every this many steps.")
+flags.DEFINE_integer("worker_gpu", 1, "Number of GPUs (replicas) on this host.")
+flags.DEFINE_integer("worker_replicas", 1, "Number of worker hosts (TF_CONFIG describes them).")
+flags.DEFINE_string("warm_start_from", None, "Checkpoint to initialise the model from.")
+flags.DEFINE_bool("deterministic", False, "Enable TensorFlow op determinism (needs --random_seed).")
+
+# --- t2t-datagen ----------------------------------------------------------------------------
+flags.DEFINE_integer("max_cases", 0, "Maximum examples per split for datagen (0 = all).")
+
+# --- t2t-decoder ----------------------------------------------------------------------------
+flags.DEFINE_string("decode_hparams", "", 'Decoding hparams: "beam_size=4,alpha=0.6,...".')
+flags.DEFINE_string("decode_from_file", None, "Decode the lines of this file.")
+flags.DEFINE_string("decode_to_file", None, "Write decodes here.")
+flags.DEFINE_string("decode_reference", None, "Reference translations, for BLEU after decoding.")
+flags.DEFINE_bool("decode_interactive", False, "Decode lines typed on standard input.")
+flags.DEFINE_string("checkpoint_path", None, "Checkpoint to use (default: latest in output_dir).")
+
+# --- t2t-bleu -------------------------------------------------------------------------------
+flags.DEFINE_string("translation", None, "File of translations (one per line).")
+flags.DEFINE_string("reference", None, "File of references (one per line).")
+flags.DEFINE_enum("bleu_variant", "both", ["both", "cased", "uncased"], "Which BLEU to report.")
+
+# --- t2t-avg-all / avg_checkpoints ----------------------------------------------------------
+flags.DEFINE_integer("n", 8, "Number of last checkpoints to average.")
+flags.DEFINE_string("avg_output_dir", None, "Where to write the averaged checkpoint.")
+
+# --- t2t-exporter ---------------------------------------------------------------------------
+flags.DEFINE_string("export_dir", None, "SavedModel directory (default: output_dir/export).")
