@@ -14,9 +14,9 @@ import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-from absl import app  # noqa: E402
+from absl import app
 
-from t2t_lite import flags as t2t_flags  # noqa: E402
+from t2t_lite import flags as t2t_flags
 
 FLAGS = t2t_flags.FLAGS
 

@@ -34,8 +34,11 @@ class HParamsError(ValueError):
 
 
 def _type_name(param_type: type | None, is_list: bool) -> str:
+    """Returns "an int", "a float", "a list of int", ... for error messages."""
     name = _TYPE_NAMES.get(param_type, getattr(param_type, "__name__", str(param_type)))
-    return f"list of {name}" if is_list else name
+    if is_list:
+        return f"a list of {name}"
+    return f"an {name}" if name[0] in "aeiou" else f"a {name}"
 
 
 def _parse_scalar(name: str, text: str, param_type: type, is_list: bool) -> Any:
@@ -55,7 +58,7 @@ def _parse_scalar(name: str, text: str, param_type: type, is_list: bool) -> Any:
         return param_type(text)
     except ValueError:
         raise HParamsError(
-            f"Could not parse hparam '{name}': value {text!r} is not a "
+            f"Could not parse hparam '{name}': value {text!r} is not "
             f"{_type_name(param_type, is_list)}"
         ) from None
 
@@ -70,16 +73,16 @@ def _cast_if_compatible(name: str, param_type: type, value: Any) -> Any:
         if isinstance(value, bool):
             return value
         raise HParamsError(f"Hparam '{name}' expects a bool, got {value!r}")
-    if isinstance(value, bool) or isinstance(value, str) or param_type is str:
+    if isinstance(value, (bool, str)) or param_type is str:
         raise HParamsError(
-            f"Hparam '{name}' expects a {_type_name(param_type, False)}, got {value!r}"
+            f"Hparam '{name}' expects {_type_name(param_type, False)}, got {value!r}"
         )
     if param_type is int and isinstance(value, float):
         raise HParamsError(f"Hparam '{name}' expects an int, got the float {value!r}")
     if isinstance(value, (int, float)):
         return param_type(value)
     raise HParamsError(
-        f"Hparam '{name}' expects a {_type_name(param_type, False)}, got {value!r}"
+        f"Hparam '{name}' expects {_type_name(param_type, False)}, got {value!r}"
     )
 
 
@@ -126,7 +129,7 @@ class HParams:
         else:
             if isinstance(value, (list, tuple)):
                 raise HParamsError(
-                    f"Hparam '{name}' expects a {_type_name(param_type, False)}, got a list"
+                    f"Hparam '{name}' expects {_type_name(param_type, False)}, got a list"
                 )
             value = _cast_if_compatible(name, param_type, value)
         object.__setattr__(self, name, value)
@@ -162,7 +165,7 @@ class HParams:
         return f"Unknown hparam '{name}'{hint}"
 
     # Parsing --------------------------------------------------------------------------------
-    def parse(self, values: str) -> "HParams":
+    def parse(self, values: str) -> HParams:
         """Applies an override string `"a=1,b=x,c=[1,2]"` (t2t syntax); returns self.
 
         Raises HParamsError naming the clause, hparam and expected type on any problem;
@@ -195,7 +198,7 @@ class HParams:
             if match.group("vals") is not None:
                 if not is_list:
                     raise HParamsError(
-                        f"Hparam '{name}' expects a {_type_name(param_type, False)}, got a list"
+                        f"Hparam '{name}' expects {_type_name(param_type, False)}, got a list"
                     )
                 items = [v for v in match.group("vals").split(",") if v.strip()]
                 results[name] = [_parse_scalar(name, v, param_type, True) for v in items]
@@ -203,12 +206,12 @@ class HParams:
                 text = match.group("val")
                 if is_list:
                     raise HParamsError(
-                        f"Hparam '{name}' expects a {_type_name(param_type, True)} "
+                        f"Hparam '{name}' expects {_type_name(param_type, True)} "
                         f"written [v1,v2], got {text!r}"
                     )
                 if param_type is not str and not text.strip():
                     raise HParamsError(
-                        f"Hparam '{name}' expects a {_type_name(param_type, False)}, "
+                        f"Hparam '{name}' expects {_type_name(param_type, False)}, "
                         "got an empty value"
                     )
                 results[name] = _parse_scalar(name, text, param_type, False)
@@ -223,7 +226,7 @@ class HParams:
         """Serializes `values()` to JSON."""
         return json.dumps(self.values(), indent=indent, sort_keys=sort_keys)
 
-    def parse_json(self, text: str) -> "HParams":
+    def parse_json(self, text: str) -> HParams:
         """Overrides declared hparams from a JSON object (names must exist); returns self."""
         data = json.loads(text)
         for name, value in data.items():
@@ -237,11 +240,11 @@ class HParams:
         return self
 
     @classmethod
-    def from_json(cls, text: str) -> "HParams":
+    def from_json(cls, text: str) -> HParams:
         """Builds an HParams whose names and types come from a JSON object."""
         return cls(**json.loads(text))
 
-    def copy(self) -> "HParams":
+    def copy(self) -> HParams:
         """Returns an independent copy with the same names, types and values."""
         new = HParams()
         for name, value in self.values().items():

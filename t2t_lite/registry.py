@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import difflib
 import importlib
-from typing import Callable, TypeVar
+from collections.abc import Callable
+from typing import TypeVar
 
 _HPARAMS: dict[str, Callable] = {}
 _PROBLEMS: dict[str, type] = {}
