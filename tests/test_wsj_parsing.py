@@ -1,0 +1,299 @@
+"""WSJ trees: .mrg reading, preprocessing, t2t's linearization, its repairing inverse, tmp_dir."""
+import random
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from t2t_lite.problems import wsj_parsing as wsj
+
+SAMPLE_TREES = 3669  # wsj/00 (1921 trees) + wsj/01 (1748 trees), per data/README.md.
+
+
+@pytest.fixture(scope="module")
+def raw_sample(ptb_sample_dir):
+    return wsj.read_wsj_sections(ptb_sample_dir, "00-01", preprocess=False)
+
+
+@pytest.fixture(scope="module")
+def sample(raw_sample):
+    return [wsj.preprocess_tree(t) for t in raw_sample]
+
+
+def _mrg(tmp_path, section, name, text):
+    folder = tmp_path / "wsj" / section
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / name
+    path.write_text(text)
+    return path
+
+
+# --- Linearization -------------------------------------------------------------------------
+
+
+def test_reference_example():
+    # T2T_REFERENCE.md §5.5.
+    words, tags = wsj.words_and_tags_from_wsj_tree(
+        "(TOP (S (NP (DT The) (NN cat)) (VP (VBD sat)) (. .)))")
+    assert words == "The cat sat ."
+    assert tags == "S NP DT NN /NP VP VBD /VP . /S"
+
+
+def test_first_sample_tree(sample):
+    tree = sample[0]
+    assert tree.to_string() == (
+        "(TOP (S (NP (NP (NNP Pierre) (NNP Vinken)) (, ,) (ADJP (NP (CD 61) (NNS years)) "
+        "(JJ old)) (, ,)) (VP (MD will) (VP (VB join) (NP (DT the) (NN board)) (PP (IN as) "
+        "(NP (DT a) (JJ nonexecutive) (NN director))) (NP (NNP Nov.) (CD 29)))) (. .)))")
+    words, tags = wsj.linearize(tree)
+    assert words == ("Pierre Vinken , 61 years old , will join the board as a nonexecutive "
+                     "director Nov. 29 .")
+    assert tags == ("S NP NP NNP NNP /NP , ADJP NP CD NNS /NP JJ /ADJP , /NP VP MD VP VB NP DT "
+                    "NN /NP PP IN NP DT JJ NN /NP /PP NP NNP CD /NP /VP /VP . /S")
+
+
+@pytest.mark.parametrize("bad", ["(TOP (S (NN a) ) )", "(TOP (NN a)) b)", "a)", "(TOP x))))"])
+def test_linearization_rejects_malformed(bad):
+    with pytest.raises(wsj.TreeError):
+        wsj.words_and_tags_from_wsj_tree(bad)
+
+
+def test_round_trip_every_sample_tree(raw_sample, sample):
+    assert len(sample) == SAMPLE_TREES
+    for raw, tree in zip(raw_sample, sample):
+        words, tags = wsj.linearize(tree)
+        back = wsj.tree_from_words_and_tags(words, tags)
+        assert back == tree, tree.to_string()
+        assert wsj.is_well_formed(back, words.split())
+        # Preprocessing keeps every real word, in order.
+        assert tree.leaves() == [w for w, tag in raw.pos() if tag != "-NONE-"]
+
+
+def test_sample_labels_are_known(sample):
+    labels = {n.label for t in sample for e, n in t.walk() if e == "open"}
+    pos = {n.label for t in sample for e, n in t.walk() if e == "open" and n.is_preterminal}
+    assert pos <= wsj.PTB_POS_TAGS
+    assert labels - pos == wsj.PTB_PHRASE_LABELS | {"TOP"}
+
+
+# --- Preprocessing -------------------------------------------------------------------------
+
+
+def test_preprocess_strips_tags_and_empty_elements():
+    raw = wsj.parse_tree(
+        "( (S (NP-SBJ-1 (-NONE- *-2)) (S-TPC=2 (NP-SBJ (PRP He)) (VP (VBD left))) "
+        "(PRN (-LRB- -LRB-) (ADVP|PRT (RB soon)) (-RRB- -RRB-)) "
+        "(SBAR (-NONE- 0) (S (NP (-NONE- *T*-1)))) (. .)) )")
+    assert wsj.preprocess_tree(raw).to_string() == (
+        "(TOP (S (S (NP (PRP He)) (VP (VBD left))) (PRN (-LRB- -LRB-) (ADVP (RB soon)) "
+        "(-RRB- -RRB-)) (. .)))")
+
+
+def test_preprocess_root_handling():
+    assert wsj.preprocess_tree(wsj.parse_tree("(S (NN x))")).to_string() == "(TOP (S (NN x)))"
+    assert wsj.preprocess_tree(wsj.parse_tree("(ROOT (S (NN x)))")).to_string() == \
+        "(TOP (S (NN x)))"
+    with pytest.raises(wsj.TreeError, match="no word"):
+        wsj.preprocess_tree(wsj.parse_tree("( (S (-NONE- *)))"), "f.mrg: tree 3")
+
+
+@pytest.mark.parametrize("label,bare", [
+    ("NP-SBJ-1", "NP"), ("PP-LOC=2", "PP"), ("NP=3", "NP"), ("ADVP-LOC-PRD-TPC-1", "ADVP"),
+    ("-NONE-", "-NONE-"), ("-LRB-", "-LRB-"), ("PRT|ADVP", "PRT"), ("PRP$", "PRP$"), ("S", "S"),
+])
+def test_strip_function_tags(label, bare):
+    assert wsj.strip_function_tags(label) == bare
+
+
+def test_unary_chains_are_kept():
+    raw = wsj.parse_tree("( (NP (NP-SBJ (NN dogs)) (SBAR (-NONE- 0))) )")
+    assert wsj.preprocess_tree(raw).to_string() == "(TOP (NP (NP (NN dogs))))"
+
+
+# --- Repair --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("words,tags,expected", [
+    # Well-formed.
+    ("The cat sat", "S NP DT NN /NP VP VBD /VP /S",
+     "(TOP (S (NP (DT The) (NN cat)) (VP (VBD sat))))"),
+    # Missing closers: NP never closed, VP opens inside it; all closed at the end.
+    ("The cat sat", "S NP DT NN VP VBD",
+     "(TOP (S (NP (DT The) (NN cat) (VP (VBD sat)))))"),
+    # A closer of an outer label closes the inner constituents too.
+    ("The cat", "S NP DT NN /S", "(TOP (S (NP (DT The) (NN cat))))"),
+    # Extra closers are dropped once only TOP is open.
+    ("The cat sat", "S NP DT NN /NP /NP /S /S VP VBD /VP /VP",
+     "(TOP (S (NP (DT The) (NN cat))) (VP (VBD sat)))"),
+    # Wrong closer label (VP not open): closes the innermost constituent (NP).
+    ("The cat sat", "S NP DT NN /VP VP VBD /VP /S",
+     "(TOP (S (NP (DT The) (NN cat)) (VP (VBD sat))))"),
+    # Too few POS tags, all closed: the rest goes to the last phrase under TOP, tagged XX
+    # (punctuation gets its treebank tag).
+    ("The cat sat .", "S NP DT NN /NP VP /VP /S",
+     "(TOP (S (NP (DT The) (NN cat)) (XX sat) (. .)))"),
+    ("a , b -- c ...", "", "(TOP (XX a) (, ,) (XX b) (: --) (XX c) (: ...))"),
+    # Too few POS tags, still open: the rest goes to the innermost open constituent.
+    ("The cat", "S NP DT", "(TOP (S (NP (DT The) (XX cat))))"),
+    # Too many POS tags: the extra ones are dropped.
+    ("The cat", "S NP DT NN NN JJ /NP /S", "(TOP (S (NP (DT The) (NN cat))))"),
+    # Empty output.
+    ("The cat", "", "(TOP (XX The) (XX cat))"),
+    # Only closers.
+    ("The cat", "/S /NP", "(TOP (XX The) (XX cat))"),
+    # Unknown tokens ("FOO", "TOP", "/", lower-case words) are dropped.
+    ("The cat", "TOP S NP DT FOO / cat NN /NP /S", "(TOP (S (NP (DT The) (NN cat))))"),
+    # Empty constituents, nested ones too, are removed.
+    ("sat", "S NP /NP VP ADJP /ADJP VBD /VP /S", "(TOP (S (VP (VBD sat))))"),
+    ("sat", "S NP ADJP /ADJP /NP VBD /S", "(TOP (S (VBD sat)))"),
+    # A trailing open phrase with nothing in it.
+    ("sat", "VBD NP", "(TOP (VBD sat))"),
+    # POS tags only.
+    ("The cat", "DT NN", "(TOP (DT The) (NN cat))"),
+])
+def test_repairs(words, tags, expected):
+    tree = wsj.tree_from_words_and_tags(words, tags)
+    assert tree.to_string() == expected
+    assert wsj.is_well_formed(tree, words.split())
+
+
+def test_repair_rejects_unusable_words():
+    with pytest.raises(ValueError, match="no word"):
+        wsj.tree_from_words_and_tags("  ", "S /S")
+    with pytest.raises(ValueError, match="-LRB-"):
+        wsj.tree_from_words_and_tags(["a", "(", "b"], "S /S")
+
+
+def test_repair_deep_degenerate_output():
+    # 5000 nested openers (a runaway decode) must not hit Python's recursion limit.
+    tree = wsj.tree_from_words_and_tags("a b", "NP " * 5000 + "NN")
+    assert wsj.is_well_formed(tree, ["a", "b"])
+    assert tree.to_string().count("(NP") == 5000
+
+
+_CORRUPT_TOKENS = sorted(wsj.PTB_POS_TAGS | wsj.PTB_PHRASE_LABELS) + [
+    "/" + x for x in sorted(wsj.PTB_PHRASE_LABELS)] + ["/NN", "/", "TOP", "/TOP", "FOO", "s_"]
+
+
+def _corrupt(tokens, rng):
+    tokens = list(tokens)
+    for _ in range(rng.randint(1, 6)):
+        op = rng.choice(["drop", "insert", "swap", "dup", "drop_closers", "truncate"])
+        i = rng.randrange(len(tokens) + 1)
+        if op == "drop" and tokens:
+            del tokens[min(i, len(tokens) - 1)]
+        elif op == "insert":
+            tokens.insert(i, rng.choice(_CORRUPT_TOKENS))
+        elif op == "swap" and len(tokens) > 1:
+            j = min(i, len(tokens) - 2)
+            tokens[j], tokens[j + 1] = tokens[j + 1], tokens[j]
+        elif op == "dup" and tokens:
+            j = min(i, len(tokens) - 1)
+            tokens.insert(j, tokens[j])
+        elif op == "drop_closers":
+            tokens = [t for t in tokens if not t.startswith("/") or rng.random() < 0.5]
+        elif op == "truncate":
+            tokens = tokens[:i]
+    return tokens
+
+
+def test_random_corruptions_give_well_formed_trees(sample):
+    rng = random.Random(1234)
+    for _ in range(3000):
+        words, tags = wsj.linearize(rng.choice(sample))
+        corrupted = " ".join(_corrupt(tags.split(), rng))
+        tree = wsj.tree_from_words_and_tags(words, corrupted)
+        assert wsj.is_well_formed(tree, words.split()), (words, corrupted)
+        assert wsj.parse_tree(tree.to_string()) == tree
+
+
+@settings(max_examples=300, deadline=None)
+@given(words=st.lists(st.sampled_from(["a", "b", "-LRB-", ",", "."]), min_size=1, max_size=12),
+       tokens=st.lists(st.sampled_from(_CORRUPT_TOKENS), max_size=40))
+def test_arbitrary_sequences_give_well_formed_trees(words, tokens):
+    tree = wsj.tree_from_words_and_tags(words, " ".join(tokens))
+    assert wsj.is_well_formed(tree, words)
+    assert wsj.words_and_tags_from_wsj_tree(tree.to_string())[0] == " ".join(words)
+
+
+# --- Reading and errors --------------------------------------------------------------------
+
+
+def test_parse_sections():
+    assert wsj.parse_sections("02-21") == [f"{i:02d}" for i in range(2, 22)]
+    assert wsj.parse_sections("22") == ["22"]
+    assert wsj.parse_sections("01, 00,01") == ["00", "01"]
+    assert wsj.parse_sections(["2-3", "24"]) == ["02", "03", "24"]
+    for bad in ["", "2a", "21-02", "1-", "100"]:
+        with pytest.raises(ValueError, match="bad WSJ section spec"):
+            wsj.parse_sections(bad)
+
+
+def test_sample_sections(ptb_sample_dir):
+    assert len(wsj.mrg_files(ptb_sample_dir, "00")) == 99
+    assert len(wsj.read_wsj_sections(ptb_sample_dir, "00")) == 1921
+    # The wsj folder itself is accepted too.
+    assert len(wsj.read_wsj_sections(ptb_sample_dir / "wsj", "01")) == 1748
+
+
+def test_unbalanced_tree_names_file_and_line(tmp_path):
+    text = ("\n( (S (NP (DT a) (NN b))\n    (VP (VBD c)) )\n"  # Missing one ")" (tree at 2).
+            "\n( (S (NP (PRP d)) (VP (VBD e))) )\n")
+    path = _mrg(tmp_path, "00", "wsj_0001.mrg", text)
+    with pytest.raises(wsj.TreeError, match=r"wsj_0001\.mrg:2: unbalanced.*line 5"):
+        wsj.read_mrg_file(path)
+    path.write_text("( (S (NN a)) )\n( (S (NN b)) ))\n")
+    with pytest.raises(wsj.TreeError, match=r"wsj_0001\.mrg:2: unbalanced.*closes nothing"):
+        wsj.read_mrg_file(path)
+    path.write_text("( (S (NN a)) )\n\n( (S (NN b)\n")
+    with pytest.raises(wsj.TreeError, match=r"wsj_0001\.mrg:3: unbalanced.*end of the input"):
+        wsj.read_wsj_sections(tmp_path, "00")
+
+
+@pytest.mark.parametrize("text,message", [
+    ("( (S (NN a)) )\nstray\n", r":2: text 'stray' outside"),
+    ("( (S (NN a b)) )\n", r":1: .*\(NN' .*second word"),
+    ("( (S (NN a) b) )\n", r":1: .*\(S' .*word among subtrees"),
+    ("( (S (NN a (DT b))) )\n", r":1: the POS tag 'NN'"),
+    ("( (S (NP ) (NN a)) )\n", r":1: empty constituent '\(NP\)'"),
+    ("\n\n", r":1: no tree in this file"),
+])
+def test_ill_formed_mrg(tmp_path, text, message):
+    path = _mrg(tmp_path, "00", "wsj_0002.mrg", text)
+    with pytest.raises(wsj.TreeError, match=r"wsj_0002\.mrg" + message):
+        wsj.read_mrg_file(path)
+
+
+def test_missing_directory_and_sections(tmp_path, ptb_sample_dir):
+    with pytest.raises(FileNotFoundError, match="nowhere.*does not exist"):
+        wsj.read_wsj_sections(tmp_path / "nowhere", "00")
+    with pytest.raises(FileNotFoundError, match=r"section 22 not found.*present in .*: 00, 01"):
+        wsj.read_wsj_sections(ptb_sample_dir, "00,22")
+    (tmp_path / "wsj" / "05").mkdir(parents=True)
+    with pytest.raises(FileNotFoundError, match=r"section 05: no \.mrg file"):
+        wsj.read_wsj_sections(tmp_path, "05")
+
+
+def test_read_trees_file_errors(tmp_path):
+    path = tmp_path / "wsjEval.trees"
+    path.write_text("(TOP (S (NN a)))\n\n(TOP (S (NN b))\n")
+    with pytest.raises(wsj.TreeError, match=r"wsjEval\.trees:3: unbalanced"):
+        wsj.read_trees_file(path)
+
+
+# --- tmp_dir layout ------------------------------------------------------------------------
+
+
+def test_write_wsj_tmp_dir(ptb_sample_dir, tmp_path, sample):
+    paths = wsj.write_wsj_tmp_dir(ptb_sample_dir, tmp_path / "tmp", "00", "01")
+    assert sorted(p.name for p in (tmp_path / "tmp").iterdir()) == sorted(
+        ["wsjTrain.trees", "wsjEval.trees", "wsj.train.text.txt", "wsj.train.tags.txt"])
+    train = wsj.read_trees_file(paths["wsjTrain.trees"])
+    dev = wsj.read_trees_file(paths["wsjEval.trees"])
+    assert train == sample[:1921] and dev == sample[1921:]
+    texts = paths["wsj.train.text.txt"].read_text().splitlines()
+    tags = paths["wsj.train.tags.txt"].read_text().splitlines()
+    lines = paths["wsjTrain.trees"].read_text().splitlines()
+    assert len(texts) == len(tags) == len(lines) == 1921
+    for line, text, tag in zip(lines, texts, tags):
+        assert wsj.words_and_tags_from_wsj_tree(line) == (text, tag)
