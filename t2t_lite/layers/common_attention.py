@@ -1,0 +1,321 @@
+"""tensor2tensor's attention pieces: sinusoid timing signal, attention biases and multi-head
+dot-product attention with an incremental-decoding key/value cache.
+
+Layouts: activations `[B, L, D]`; per-head tensors `[B, H, L, D/H]` (t2t's split-heads
+layout); biases broadcast to logits `[B, H, Lq, Lk]` and are additive (`-1e9` = masked), as in
+t2t, so padded query rows stay finite.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import keras
+import tensorflow as tf
+
+from t2t_lite.layers import common_layers
+
+# Additive bias for masked positions (t2t's -1e9; exp underflows to exactly 0 in float32).
+LARGE_NEGATIVE = -1e9
+
+
+def get_timing_signal_1d(
+    length,
+    channels: int,
+    min_timescale: float = 1.0,
+    max_timescale: float = 1.0e4,
+    start_index=0,
+) -> tf.Tensor:
+    """t2t's sinusoid timing signal: first half sines, second half cosines (not interleaved).
+
+    For `n = channels // 2` timescales `inv[i] = min_timescale * exp(-i * ln(max/min) /
+    max(n - 1, 1))`, row p is `[sin(p * inv), cos(p * inv)]`, plus one zero channel when
+    `channels` is odd.
+
+    Args:
+      length: number of positions L (int or scalar tensor).
+      channels: number of channels C.
+      min_timescale: smallest timescale.
+      max_timescale: largest timescale.
+      start_index: position of the first row (int or scalar tensor).
+
+    Returns:
+      float32 [1, L, C].
+    """
+    position = tf.cast(tf.range(length) + start_index, tf.float32)
+    num_timescales = channels // 2
+    log_timescale_increment = math.log(float(max_timescale) / float(min_timescale)) / max(
+        float(num_timescales) - 1, 1
+    )
+    inv_timescales = min_timescale * tf.exp(
+        tf.cast(tf.range(num_timescales), tf.float32) * -log_timescale_increment
+    )
+    scaled_time = tf.expand_dims(position, 1) * tf.expand_dims(inv_timescales, 0)
+    signal = tf.concat([tf.sin(scaled_time), tf.cos(scaled_time)], axis=1)
+    signal = tf.pad(signal, [[0, 0], [0, channels % 2]])
+    return tf.reshape(signal, [1, length, channels])
+
+
+def add_timing_signal_1d(
+    x: tf.Tensor,
+    min_timescale: float = 1.0,
+    max_timescale: float = 1.0e4,
+    start_index=0,
+) -> tf.Tensor:
+    """Adds `get_timing_signal_1d` to x.
+
+    Args:
+      x: [B, L, C].
+      min_timescale, max_timescale, start_index: as in `get_timing_signal_1d`.
+
+    Returns:
+      [B, L, C].
+    """
+    length = tf.shape(x)[1]
+    channels = x.shape[-1]
+    signal = get_timing_signal_1d(length, channels, min_timescale, max_timescale, start_index)
+    return x + tf.cast(signal, x.dtype)
+
+
+def attention_bias_lower_triangle(length) -> tf.Tensor:
+    """Causal bias: `-1e9` strictly above the diagonal, 0 elsewhere.
+
+    Args:
+      length: int or scalar tensor L.
+
+    Returns:
+      float32 [1, 1, L, L].
+    """
+    positions = tf.range(length)
+    future = tf.expand_dims(positions, 1) < tf.expand_dims(positions, 0)
+    bias = tf.cast(future, tf.float32) * LARGE_NEGATIVE
+    return tf.reshape(bias, [1, 1, length, length])
+
+
+def attention_bias_ignore_padding(memory_padding: tf.Tensor) -> tf.Tensor:
+    """Bias that masks padded memory positions.
+
+    Args:
+      memory_padding: float [B, L]; 1.0 at padding.
+
+    Returns:
+      float32 [B, 1, 1, L]: `-1e9` at padding, 0 elsewhere.
+    """
+    bias = tf.cast(memory_padding, tf.float32) * LARGE_NEGATIVE
+    return bias[:, tf.newaxis, tf.newaxis, :]
+
+
+def embedding_to_padding(emb: tf.Tensor) -> tf.Tensor:
+    """Padding mask from embeddings: 1.0 where the whole embedding vector is 0.
+
+    Args:
+      emb: [B, L, D].
+
+    Returns:
+      float32 [B, L].
+    """
+    emb_sum = tf.reduce_sum(tf.abs(emb), axis=-1)
+    return tf.cast(tf.equal(emb_sum, 0.0), tf.float32)
+
+
+def split_heads(x: tf.Tensor, num_heads: int) -> tf.Tensor:
+    """[B, L, D] -> [B, H, L, D/H]; head j holds channels j*D/H .. (j+1)*D/H - 1.
+
+    Args:
+      x: [B, L, D].
+      num_heads: H.
+
+    Returns:
+      [B, H, L, D/H].
+    """
+    depth = x.shape[-1]
+    shape = tf.shape(x)
+    x = tf.reshape(x, [shape[0], shape[1], num_heads, depth // num_heads])
+    return tf.transpose(x, [0, 2, 1, 3])
+
+
+def combine_heads(x: tf.Tensor) -> tf.Tensor:
+    """Inverse of `split_heads`: [B, H, L, D/H] -> [B, L, D].
+
+    Args:
+      x: [B, H, L, D/H].
+
+    Returns:
+      [B, L, D].
+    """
+    num_heads, depth = x.shape[1], x.shape[3]
+    x = tf.transpose(x, [0, 2, 1, 3])
+    shape = tf.shape(x)
+    return tf.reshape(x, [shape[0], shape[1], num_heads * depth])
+
+
+class MultiheadAttention(keras.layers.Layer):
+    """t2t's `multihead_attention` (dot_product) as a Keras layer.
+
+    Dense projections q, k, v and output_transform have no bias; q is scaled by
+    `(key_depth / H) ** -0.5` before `q kᵀ`; the bias is added to the logits, softmax over keys,
+    dropout (attention_dropout) on the weights, then the weighted sum of values.
+
+    Incremental decoding:
+    * Self-attention: pass `cache = {"k", "v"}` preallocated `[B, H, M, Dk/H]` (zeros) and
+      `decode_step`; the new position's key/value (query length 1) are written into slot
+      `decode_step` and the query attends over all M slots, so the caller's bias must mask the
+      slots after `decode_step`. The cache keeps its shape, so tf.while_loop needs no shape
+      invariants.
+    * Encoder-decoder attention: pass `memory_kv = compute_memory_kv(memory)`, projected once,
+      instead of `memory`.
+
+    Args:
+      num_heads: H.
+      hidden_size: D (input and output depth).
+      key_depth: total key depth (0 -> D; hparams.attention_key_channels).
+      value_depth: total value depth (0 -> D; hparams.attention_value_channels).
+      dropout: attention weight dropout rate.
+      dropout_broadcast_dims: hparams.attention_dropout_broadcast_dims (over [B, H, Lq, Lk]).
+      kernel_initializer: initializer of the four kernels.
+      name: t2t scope "multihead_attention".
+    """
+
+    def __init__(
+        self,
+        num_heads: int,
+        hidden_size: int,
+        key_depth: int = 0,
+        value_depth: int = 0,
+        dropout: float = 0.0,
+        dropout_broadcast_dims: str | Sequence[int] = (),
+        kernel_initializer="glorot_uniform",
+        name: str = "multihead_attention",
+        **kwargs,
+    ):
+        super().__init__(name=name, **kwargs)
+        self.num_heads = int(num_heads)
+        self.hidden_size = int(hidden_size)
+        self.key_depth = int(key_depth or hidden_size)
+        self.value_depth = int(value_depth or hidden_size)
+        for what, depth in (("key", self.key_depth), ("value", self.value_depth)):
+            if depth % self.num_heads:
+                raise ValueError(
+                    f"attention {what} depth {depth} is not divisible by num_heads "
+                    f"{self.num_heads}; change hidden_size, num_heads or "
+                    f"attention_{what}_channels"
+                )
+        self.dropout_rate = float(dropout)
+        self.dropout_broadcast_dims = dropout_broadcast_dims
+        self.kernel_initializer = keras.initializers.get(kernel_initializer)
+
+        def dense(units: int, name: str) -> keras.layers.Dense:
+            return keras.layers.Dense(
+                units, use_bias=False, kernel_initializer=self.kernel_initializer, name=name
+            )
+
+        self.q = dense(self.key_depth, "q")
+        self.k = dense(self.key_depth, "k")
+        self.v = dense(self.value_depth, "v")
+        self.output_transform = dense(self.hidden_size, "output_transform")
+        self.dropout = common_layers.Dropout(
+            self.dropout_rate, dropout_broadcast_dims, name="attention_dropout"
+        )
+
+    def build(self, query_shape: Sequence[int | None] | None = None) -> None:
+        shape = (None, None, self.hidden_size)
+        for layer in (self.q, self.k, self.v):
+            layer.build(shape)
+        self.output_transform.build((None, None, self.value_depth))
+
+    def _project(self, x: tf.Tensor, layer: keras.layers.Dense) -> tf.Tensor:
+        return tf.matmul(x, tf.cast(layer.kernel, x.dtype))
+
+    def compute_memory_kv(self, memory: tf.Tensor) -> dict[str, tf.Tensor]:
+        """Projects memory once into per-head keys and values (the enc-dec decode cache).
+
+        Args:
+          memory: [B, Lm, D] (encoder output).
+
+        Returns:
+          {"k": [B, H, Lm, Dk/H], "v": [B, H, Lm, Dv/H]}.
+        """
+        return {
+            "k": split_heads(self._project(memory, self.k), self.num_heads),
+            "v": split_heads(self._project(memory, self.v), self.num_heads),
+        }
+
+    def _qkv(self, query: tf.Tensor, memory: tf.Tensor | None):
+        if memory is None:
+            # One matmul for q, k and v of self-attention: same result, fewer kernel launches.
+            kernel = tf.concat([self.q.kernel, self.k.kernel, self.v.kernel], axis=1)
+            qkv = tf.matmul(query, tf.cast(kernel, query.dtype))
+            return tf.split(qkv, [self.key_depth, self.key_depth, self.value_depth], axis=-1)
+        return (
+            self._project(query, self.q),
+            self._project(memory, self.k),
+            self._project(memory, self.v),
+        )
+
+    def call(
+        self,
+        query: tf.Tensor,
+        memory: tf.Tensor | None = None,
+        bias: tf.Tensor | None = None,
+        memory_kv: dict[str, tf.Tensor] | None = None,
+        cache: dict[str, tf.Tensor] | None = None,
+        decode_step=None,
+        training: bool | None = None,
+    ):
+        """Multi-head attention of `query` over `memory` (or over itself).
+
+        Args:
+          query: [B, Lq, D].
+          memory: [B, Lm, D], or None for self-attention.
+          bias: additive bias broadcastable to [B, H, Lq, Lk] (e.g. [1, 1, Lq, Lk] causal,
+            [B, 1, 1, Lk] padding).
+          memory_kv: {"k", "v"} from `compute_memory_kv`, replacing `memory`.
+          cache: self-attention decode cache {"k", "v"} [B, H, M, D/H] (see class docstring).
+          decode_step: int32 scalar, the cache slot written (needed with `cache`).
+          training: enables attention dropout.
+
+        Returns:
+          [B, Lq, D]; with a cache, the tuple ([B, Lq, D], updated cache).
+        """
+        if memory_kv is not None:
+            q = self._project(query, self.q)
+            k, v = memory_kv["k"], memory_kv["v"]
+        else:
+            q, k, v = self._qkv(query, memory)
+            k = split_heads(k, self.num_heads)
+            v = split_heads(v, self.num_heads)
+        if cache is not None:
+            if memory is not None or memory_kv is not None or decode_step is None:
+                raise ValueError("a decode cache is for self-attention and needs decode_step")
+            k = _write_cache(cache["k"], k, decode_step)
+            v = _write_cache(cache["v"], v, decode_step)
+        depth_per_head = self.key_depth // self.num_heads
+        q = split_heads(q, self.num_heads) * tf.cast(depth_per_head**-0.5, q.dtype)
+        logits = tf.matmul(q, k, transpose_b=True)
+        if bias is not None:
+            logits += tf.cast(bias, logits.dtype)
+        weights = tf.nn.softmax(logits)
+        weights = self.dropout(weights, training=training)
+        x = combine_heads(tf.matmul(weights, v))
+        y = self._project(x, self.output_transform)
+        return y if cache is None else (y, {"k": k, "v": v})
+
+    def get_config(self) -> dict:
+        config = super().get_config()
+        config.update(
+            num_heads=self.num_heads,
+            hidden_size=self.hidden_size,
+            key_depth=self.key_depth,
+            value_depth=self.value_depth,
+            dropout=self.dropout_rate,
+            dropout_broadcast_dims=self.dropout_broadcast_dims,
+            kernel_initializer=keras.initializers.serialize(self.kernel_initializer),
+        )
+        return config
+
+
+def _write_cache(cache: tf.Tensor, new: tf.Tensor, step) -> tf.Tensor:
+    """Writes `new` [B, H, 1, d] into slot `step` of `cache` [B, H, M, d] (fixed shape)."""
+    slots = tf.range(tf.shape(cache)[2])
+    mask = tf.reshape(tf.equal(slots, step), [1, 1, -1, 1])
+    return tf.where(mask, new, cache)

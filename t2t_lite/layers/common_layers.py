@@ -1,0 +1,450 @@
+"""tensor2tensor's common layers: layer norm, dropout with broadcast dims, pre/post-processing,
+the position-wise feed-forward block and the padded (label-smoothed) cross-entropy.
+
+Names follow t2t (`layer_norm`, `layer_preprocess`, `dense_relu_dense`, `padded_cross_entropy`)
+and so do the weight names (`layer_norm/layer_norm_scale`, `conv1/kernel`, ...), so that a t2t
+checkpoint maps onto these layers one to one (see `t2t_lite.utils.t2t_checkpoint`).
+Activations are 3-D `[B, L, D]` (t2t's 4-D `[B, L, 1, D]` layout is not used).
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import keras
+import tensorflow as tf
+
+# t2t's `layer_prepostprocess` letters: residual, gated zero-init residual, norm, dropout.
+_SEQUENCE_LETTERS = frozenset("azdn")
+
+
+def comma_separated_string_to_integer_list(s: str) -> list[int]:
+    """Parses t2t's `*_dropout_broadcast_dims` strings, e.g. "0,1" -> [0, 1] and "" -> [].
+
+    Args:
+      s: comma-separated integers (negative allowed), possibly empty.
+
+    Returns:
+      The list of integers.
+    """
+    try:
+        return [int(i) for i in s.split(",") if i.strip()]
+    except ValueError:
+        raise ValueError(
+            f"Broadcast dims must be comma-separated integers such as '0,1', got {s!r}"
+        ) from None
+
+
+def broadcast_noise_shape(rank: int, broadcast_dims: Sequence[int]) -> list[int | None] | None:
+    """The dropout `noise_shape` for t2t's broadcast dims: 1 on listed axes, full size elsewhere.
+
+    Args:
+      rank: rank of the tensor dropout is applied to.
+      broadcast_dims: axes along which one dropout mask is shared (negative counts from the end).
+
+    Returns:
+      A list of length `rank` with 1 on broadcast axes and None (= that axis' size) elsewhere,
+      or None when there is nothing to broadcast.
+    """
+    if not broadcast_dims:
+        return None
+    dims = set()
+    for dim in broadcast_dims:
+        if not -rank <= dim < rank:
+            raise ValueError(f"Dropout broadcast dim {dim} is out of range for rank {rank}")
+        dims.add(dim % rank)
+    return [1 if i in dims else None for i in range(rank)]
+
+
+class Dropout(keras.layers.Layer):
+    """Inverted dropout whose mask may be shared along axes (t2t's `dropout_with_broadcast_dims`).
+
+    Active only when called with `training=True` and `rate > 0`.
+
+    Args:
+      rate: probability of dropping a unit (t2t passes `1 - rate` as keep_prob).
+      broadcast_dims: axes sharing one mask; a t2t `"0,1"`-style string or a list of ints.
+      seed: optional integer seed.
+    """
+
+    def __init__(
+        self,
+        rate: float,
+        broadcast_dims: str | Sequence[int] = (),
+        seed: int | None = None,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        if not 0.0 <= rate < 1.0:
+            raise ValueError(f"Dropout rate must be in [0, 1), got {rate}")
+        if isinstance(broadcast_dims, str):
+            broadcast_dims = comma_separated_string_to_integer_list(broadcast_dims)
+        self.rate = float(rate)
+        self.broadcast_dims = list(broadcast_dims)
+        self.seed = seed
+        # Only layers that can drop anything own a seed state variable.
+        self.seed_generator = keras.random.SeedGenerator(seed) if self.rate > 0 else None
+        self.built = True
+
+    def call(self, inputs: tf.Tensor, training: bool | None = None) -> tf.Tensor:
+        """Args: inputs: any shape. Returns: the same shape, dropped out when training."""
+        if not training or self.rate == 0.0:
+            return inputs
+        noise_shape = broadcast_noise_shape(len(inputs.shape), self.broadcast_dims)
+        return keras.random.dropout(
+            inputs, self.rate, noise_shape=noise_shape, seed=self.seed_generator
+        )
+
+    def get_config(self) -> dict:
+        config = super().get_config()
+        config.update(rate=self.rate, broadcast_dims=self.broadcast_dims, seed=self.seed)
+        return config
+
+
+def layer_norm_compute(
+    x: tf.Tensor, epsilon: float, scale: tf.Tensor, bias: tf.Tensor
+) -> tf.Tensor:
+    """t2t's `layer_norm_compute`: normalizes over the last axis with biased variance.
+
+    Args:
+      x: [..., D].
+      epsilon: added to the variance (t2t: `norm_epsilon` = 1e-6).
+      scale: [D] gain.
+      bias: [D] offset.
+
+    Returns:
+      [..., D]: `(x - mean) * rsqrt(var + epsilon) * scale + bias`.
+    """
+    dtype = x.dtype
+    # Half-precision activations are normalized in float32 (as Keras does) for stability.
+    if dtype in (tf.float16, tf.bfloat16):
+        x = tf.cast(x, tf.float32)
+    scale = tf.cast(scale, x.dtype)
+    bias = tf.cast(bias, x.dtype)
+    mean = tf.reduce_mean(x, axis=-1, keepdims=True)
+    variance = tf.reduce_mean(tf.math.squared_difference(x, mean), axis=-1, keepdims=True)
+    norm_x = (x - mean) * tf.math.rsqrt(variance + tf.cast(epsilon, x.dtype))
+    return tf.cast(norm_x * scale + bias, dtype)
+
+
+class LayerNorm(keras.layers.Layer):
+    """t2t's `layer_norm`: weights `layer_norm_scale` (ones) and `layer_norm_bias` (zeros).
+
+    Keras' LayerNormalization uses epsilon 1e-3 and names gamma/beta; this layer keeps t2t's
+    epsilon and names so checkpoints map directly.
+
+    Args:
+      epsilon: variance epsilon (hparams.norm_epsilon).
+      name: scope name; t2t uses "layer_norm" (then "layer_norm_1", ... within one scope).
+    """
+
+    def __init__(self, epsilon: float = 1e-6, name: str = "layer_norm", **kwargs):
+        super().__init__(name=name, **kwargs)
+        self.epsilon = float(epsilon)
+
+    def build(self, input_shape: Sequence[int | None]) -> None:
+        depth = input_shape[-1]
+        self.scale = self.add_weight(
+            name="layer_norm_scale", shape=(depth,), initializer="ones"
+        )
+        self.bias = self.add_weight(name="layer_norm_bias", shape=(depth,), initializer="zeros")
+
+    def call(self, x: tf.Tensor) -> tf.Tensor:
+        """Args: x: [..., D]. Returns: [..., D] normalized."""
+        return layer_norm_compute(x, self.epsilon, self.scale, self.bias)
+
+    def get_config(self) -> dict:
+        config = super().get_config()
+        config.update(epsilon=self.epsilon)
+        return config
+
+
+def _check_sequence(sequence: str, what: str) -> None:
+    if sequence == "none":
+        return
+    unknown = sorted(set(sequence) - _SEQUENCE_LETTERS)
+    if unknown or not sequence:
+        raise ValueError(
+            f"hparams.{what}={sequence!r} is not a t2t pre/post-process sequence: use 'none' "
+            "or letters from 'a' (residual), 'n' (norm), 'd' (dropout), e.g. 'n' or 'da'"
+        )
+    if "z" in sequence:
+        raise ValueError(
+            f"hparams.{what}={sequence!r}: the gated zero-init residual 'z' is not supported"
+        )
+
+
+class LayerPrepostprocess(keras.layers.Layer):
+    """t2t's `layer_prepostprocess`: applies the letters of `sequence` left to right.
+
+    `a` adds the residual (`previous_value`), `n` applies layer norm, `d` applies dropout;
+    "none" returns `x` unchanged. Every `n` owns a LayerNorm, named as t2t names them
+    (`layer_norm`, `layer_norm_1`, ...).
+
+    Args:
+      sequence: "none" or letters from "a", "n", "d" (e.g. "n", "da", "dan").
+      dropout_rate: rate of the "d" steps (hparams.layer_prepostprocess_dropout).
+      dropout_broadcast_dims: hparams.layer_prepostprocess_dropout_broadcast_dims.
+      norm_type: hparams.norm_type; "layer" or "none".
+      epsilon: hparams.norm_epsilon.
+      name: "layer_prepostprocess" for preprocess, "layer_postprocess" for postprocess (t2t).
+    """
+
+    def __init__(
+        self,
+        sequence: str,
+        dropout_rate: float = 0.0,
+        dropout_broadcast_dims: str | Sequence[int] = (),
+        norm_type: str = "layer",
+        epsilon: float = 1e-6,
+        name: str = "layer_prepostprocess",
+        **kwargs,
+    ):
+        super().__init__(name=name, **kwargs)
+        _check_sequence(sequence, "layer_*process_sequence")
+        if norm_type not in ("layer", "none"):
+            raise ValueError(
+                f"hparams.norm_type={norm_type!r} is not supported; use 'layer' (t2t's "
+                "Transformer default) or 'none'"
+            )
+        self.sequence = sequence
+        self.dropout_rate = float(dropout_rate)
+        self.dropout_broadcast_dims = dropout_broadcast_dims
+        self.norm_type = norm_type
+        self.epsilon = float(epsilon)
+        self.norms = []
+        self.dropouts = []
+        if sequence == "none":
+            return
+        for letter in sequence:
+            if letter == "n" and norm_type == "layer":
+                suffix = f"_{len(self.norms)}" if self.norms else ""
+                self.norms.append(LayerNorm(epsilon, name="layer_norm" + suffix))
+            elif letter == "d":
+                self.dropouts.append(
+                    Dropout(dropout_rate, dropout_broadcast_dims, name=f"dropout_{len(self.dropouts)}")
+                )
+
+    def build(self, input_shape: Sequence[int | None]) -> None:
+        for norm in self.norms:
+            norm.build(input_shape)
+
+    def call(
+        self, x: tf.Tensor, previous_value: tf.Tensor | None = None, training: bool | None = None
+    ) -> tf.Tensor:
+        """Args: x: [B, L, D]; previous_value: [B, L, D] residual input (needed for "a").
+
+        Returns: [B, L, D].
+        """
+        if self.sequence == "none":
+            return x
+        norms = iter(self.norms)
+        dropouts = iter(self.dropouts)
+        for letter in self.sequence:
+            if letter == "a":
+                if previous_value is None:
+                    raise ValueError(f"{self.name}: sequence {self.sequence!r} needs a residual")
+                x = x + previous_value
+            elif letter == "n":
+                if self.norm_type == "layer":
+                    x = next(norms)(x)
+            else:
+                x = next(dropouts)(x, training=training)
+        return x
+
+    def get_config(self) -> dict:
+        config = super().get_config()
+        config.update(
+            sequence=self.sequence,
+            dropout_rate=self.dropout_rate,
+            dropout_broadcast_dims=self.dropout_broadcast_dims,
+            norm_type=self.norm_type,
+            epsilon=self.epsilon,
+        )
+        return config
+
+
+def layer_preprocess(hparams) -> LayerPrepostprocess:
+    """t2t's `layer_preprocess` as a layer: `hparams.layer_preprocess_sequence`, scope
+    "layer_prepostprocess". The sequence may not contain "a" or "z" (there is no residual).
+
+    Args:
+      hparams: model HParams.
+
+    Returns:
+      A LayerPrepostprocess to call as `pre(x, training=...)` on [B, L, D].
+    """
+    sequence = hparams.layer_preprocess_sequence
+    if sequence != "none" and ("a" in sequence or "z" in sequence):
+        raise ValueError(
+            f"hparams.layer_preprocess_sequence={sequence!r}: residual connections ('a', 'z') "
+            "are not allowed in the preprocess sequence (t2t); move them to "
+            "layer_postprocess_sequence"
+        )
+    _check_sequence(sequence, "layer_preprocess_sequence")
+    return _prepostprocess(hparams, sequence, "layer_prepostprocess")
+
+
+def layer_postprocess(hparams) -> LayerPrepostprocess:
+    """t2t's `layer_postprocess` as a layer: `hparams.layer_postprocess_sequence`, scope
+    "layer_postprocess".
+
+    Args:
+      hparams: model HParams.
+
+    Returns:
+      A LayerPrepostprocess to call as `post(y, previous_value=x, training=...)` on [B, L, D].
+    """
+    sequence = hparams.layer_postprocess_sequence
+    _check_sequence(sequence, "layer_postprocess_sequence")
+    return _prepostprocess(hparams, sequence, "layer_postprocess")
+
+
+def _prepostprocess(hparams, sequence: str, name: str) -> LayerPrepostprocess:
+    return LayerPrepostprocess(
+        sequence,
+        dropout_rate=hparams.layer_prepostprocess_dropout,
+        dropout_broadcast_dims=hparams.get("layer_prepostprocess_dropout_broadcast_dims", ""),
+        norm_type=hparams.norm_type,
+        epsilon=hparams.norm_epsilon,
+        name=name,
+    )
+
+
+class DenseReluDense(keras.layers.Layer):
+    """t2t's `dense_relu_dense`: `conv2(dropout(relu(conv1(x))))`, both dense with bias.
+
+    The two dense layers are named "conv1" and "conv2" directly under this layer's scope, as in
+    t2t's `ffn` scope (name this layer "ffn").
+
+    Args:
+      filter_size: hidden width f (hparams.filter_size).
+      output_size: output width d.
+      dropout: relu dropout rate (hparams.relu_dropout).
+      dropout_broadcast_dims: hparams.relu_dropout_broadcast_dims.
+      kernel_initializer: initializer of both kernels (biases start at 0).
+    """
+
+    def __init__(
+        self,
+        filter_size: int,
+        output_size: int,
+        dropout: float = 0.0,
+        dropout_broadcast_dims: str | Sequence[int] = (),
+        kernel_initializer="glorot_uniform",
+        name: str = "ffn",
+        **kwargs,
+    ):
+        super().__init__(name=name, **kwargs)
+        self.filter_size = int(filter_size)
+        self.output_size = int(output_size)
+        self.dropout_rate = float(dropout)
+        self.dropout_broadcast_dims = dropout_broadcast_dims
+        self.kernel_initializer = keras.initializers.get(kernel_initializer)
+        self.conv1 = keras.layers.Dense(
+            self.filter_size, activation="relu", kernel_initializer=self.kernel_initializer,
+            name="conv1",
+        )
+        self.dropout = Dropout(self.dropout_rate, dropout_broadcast_dims, name="relu_dropout")
+        self.conv2 = keras.layers.Dense(
+            self.output_size, kernel_initializer=self.kernel_initializer, name="conv2"
+        )
+
+    def build(self, input_shape: Sequence[int | None]) -> None:
+        self.conv1.build(input_shape)
+        self.conv2.build(tuple(input_shape[:-1]) + (self.filter_size,))
+
+    def call(self, x: tf.Tensor, training: bool | None = None) -> tf.Tensor:
+        """Args: x: [B, L, D]. Returns: [B, L, output_size]."""
+        h = self.conv1(x)
+        h = self.dropout(h, training=training)
+        return self.conv2(h)
+
+    def get_config(self) -> dict:
+        config = super().get_config()
+        config.update(
+            filter_size=self.filter_size,
+            output_size=self.output_size,
+            dropout=self.dropout_rate,
+            dropout_broadcast_dims=self.dropout_broadcast_dims,
+            kernel_initializer=keras.initializers.serialize(self.kernel_initializer),
+        )
+        return config
+
+
+def shift_right(ids: tf.Tensor) -> tf.Tensor:
+    """Shifts ids right by one along the length axis, inserting 0 and dropping the last id.
+
+    Embedding the shifted ids equals t2t's `shift_right_3d` on embedded targets, because id 0
+    embeds to the zero vector.
+
+    Args:
+      ids: int [B, T].
+
+    Returns:
+      int [B, T].
+    """
+    return tf.pad(ids, [[0, 0], [1, 0]])[:, :-1]
+
+
+def log_prob_from_logits(logits: tf.Tensor, axis: int = -1) -> tf.Tensor:
+    """Log-softmax as t2t computes it: `logits - logsumexp(logits)`.
+
+    Args:
+      logits: [..., V].
+      axis: the class axis.
+
+    Returns:
+      [..., V] log-probabilities.
+    """
+    return logits - tf.reduce_logsumexp(logits, axis=axis, keepdims=True)
+
+
+def padded_cross_entropy(
+    logits: tf.Tensor,
+    labels: tf.Tensor,
+    label_smoothing: float,
+    weights_fn=None,
+) -> tuple[tf.Tensor, tf.Tensor]:
+    """t2t's `padded_cross_entropy` with label smoothing; returns the sums, not the mean.
+
+    The soft target gives the true class `1 - eps` and every other class `eps / (V - 1)`; the
+    constant entropy of that target is subtracted, so a perfect prediction has loss 0.
+    Positions whose label is 0 (padding) get weight 0. The global loss is
+    `sum(num) / max(1, sum(den))` over all replicas.
+
+    Computed without a one-hot `[B, T, V]` tensor:
+    `xent = logsumexp(z) - low * sum(z) - (confidence - low) * z[label]`, which equals
+    `-sum_c q_c log softmax(z)_c` because the soft target sums to one.
+
+    Args:
+      logits: [B, T, V] (any float dtype; computed in float32).
+      labels: int [B, T]; 0 = padding.
+      label_smoothing: eps (0 in eval).
+      weights_fn: optional `labels -> float32 [B, T]` weights; default `labels != 0`.
+
+    Returns:
+      (num, den): float32 scalars, sum of weighted losses and sum of weights.
+    """
+    logits = tf.cast(logits, tf.float32)
+    labels = tf.cast(labels, tf.int32)
+    vocab_size = logits.shape[-1]
+    if vocab_size is None:
+        raise ValueError("padded_cross_entropy needs a static vocabulary dimension on logits")
+    confidence = 1.0 - label_smoothing
+    low_confidence = (1.0 - confidence) / float(vocab_size - 1)
+    normalizing = -(
+        confidence * math.log(confidence)
+        + float(vocab_size - 1) * low_confidence * math.log(low_confidence + 1e-20)
+    ) if label_smoothing > 0 else 0.0
+    lse = tf.reduce_logsumexp(logits, axis=-1)
+    true_logit = tf.gather(logits, labels, axis=-1, batch_dims=len(labels.shape))
+    xent = lse - (confidence - low_confidence) * true_logit
+    if low_confidence:
+        xent -= low_confidence * tf.reduce_sum(logits, axis=-1)
+    xent -= normalizing
+    if weights_fn is None:
+        weights = tf.cast(tf.not_equal(labels, 0), tf.float32)
+    else:
+        weights = tf.cast(weights_fn(labels), tf.float32)
+    return tf.reduce_sum(xent * weights), tf.reduce_sum(weights)
