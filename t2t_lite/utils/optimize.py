@@ -1,0 +1,325 @@
+"""tensor2tensor's optimizer side: Adam from hparams, multistep gradient accumulation, gradient
+clipping, weight decay and the variable initializers by name (T2T_REFERENCE.md §4.1, §4.3, §2.10).
+
+Division of labour with the trainer (`t2t_lite.trainer`): the trainer computes each replica's
+gradient of the *global* loss, sums the gradients over replicas itself (one all-reduce, so that
+the clipping norm and the gradient-norm summary see the real global gradient), and then calls
+`OptimizerState.apply` or, for multistep micro-batches that do not update, `.accumulate`.
+The Keras optimizers built here therefore take gradients that are already summed over replicas.
+"""
+from __future__ import annotations
+
+import keras
+import tensorflow as tf
+
+from t2t_lite.hparams import HParams
+from t2t_lite.utils import learning_rate as learning_rate_lib
+
+ADAM_OPTIMIZERS = ("adam", "true_adam", "multistep_adam")
+OPTIMIZERS = ADAM_OPTIMIZERS + ("momentum", "sgd")
+
+
+class OptimizerError(ValueError):
+    """An optimizer setting t2t_lite does not support."""
+
+
+class _PreReducedGradients:
+    """Mixin: gradients reach `apply` already summed over replicas (see module docstring).
+
+    Keras' TF optimizers sum gradients over replicas inside `apply`; summing twice would
+    multiply the update by the number of replicas, so that step is skipped here.
+    """
+
+    def _all_reduce_sum_gradients(self, grads_and_vars):
+        return list(grads_and_vars)
+
+
+class Adam(_PreReducedGradients, keras.optimizers.Adam):
+    """Keras Adam (TF1's epsilon-hat form, bias correction by applied updates) for summed grads."""
+
+
+class SGD(_PreReducedGradients, keras.optimizers.SGD):
+    """Keras SGD / momentum for gradients already summed over replicas."""
+
+
+def get_variable_initializer(hparams: HParams) -> keras.initializers.Initializer | None:
+    """t2t's `optimize.get_variable_initializer`: the default kernel initializer by name.
+
+    Args:
+      hparams: with `initializer` ("uniform_unit_scaling", "normal_unit_scaling", "uniform",
+        "orthogonal", "xavier", or "" for the library default) and `initializer_gain`.
+
+    Returns:
+      A Keras initializer, or None when `hparams.initializer` is empty.
+    """
+    name, gain = hparams.initializer, float(hparams.initializer_gain)
+    if not name:
+        return None
+    if name == "orthogonal":
+        return keras.initializers.Orthogonal(gain)
+    if name == "uniform":
+        return keras.initializers.RandomUniform(-0.1 * gain, 0.1 * gain)
+    if name == "normal_unit_scaling":
+        # TF1's variance_scaling_initializer(distribution="normal") is a truncated normal.
+        return keras.initializers.VarianceScaling(gain, "fan_avg", "truncated_normal")
+    if name == "uniform_unit_scaling":
+        return keras.initializers.VarianceScaling(gain, "fan_avg", "uniform")
+    if name == "xavier":
+        return keras.initializers.GlorotUniform()
+    raise OptimizerError(
+        f"Unrecognized initializer: hparams.initializer={name!r}; use uniform_unit_scaling, "
+        "normal_unit_scaling, uniform, orthogonal or xavier"
+    )
+
+
+def accumulate_steps(hparams: HParams) -> int:
+    """Number of micro-batches per update: `optimizer_multistep_accumulate_steps` for
+    `optimizer=multistep_adam` (t2t's MultistepAdamOptimizer), else 1."""
+    if hparams.optimizer != "multistep_adam":
+        return 1
+    n = int(hparams.optimizer_multistep_accumulate_steps or 0)
+    if n < 1:
+        raise OptimizerError(
+            "optimizer=multistep_adam needs optimizer_multistep_accumulate_steps >= 1, got "
+            f"{hparams.optimizer_multistep_accumulate_steps}"
+        )
+    return n
+
+
+class _AppliedUpdateSchedule(keras.optimizers.schedules.LearningRateSchedule):
+    """Maps the inner optimizer's count of applied updates `u` to t2t's global step.
+
+    With n micro-batches per update the u-th update (0-based) happens at global step
+    `(u + 1) * n - 1`, where t2t evaluates its schedule (which divides by n itself).
+    """
+
+    def __init__(self, schedule: keras.optimizers.schedules.LearningRateSchedule, n: int):
+        self.schedule = schedule
+        self.n = n
+
+    def __call__(self, step):
+        step = tf.cast(step, tf.int64)
+        return self.schedule((step + 1) * self.n - 1)
+
+    def get_config(self) -> dict:
+        return {"schedule": keras.optimizers.schedules.serialize(self.schedule), "n": self.n}
+
+
+def optimizer_from_hparams(hparams: HParams) -> keras.optimizers.Optimizer:
+    """The Keras optimizer t2t's `ConditionalOptimizer` builds for `hparams`.
+
+    adam / true_adam / multistep_adam -> Adam(beta1, beta2, epsilon) (t2t's LazyAdam equals
+    Adam for dense gradients); momentum -> SGD with momentum (and Nesterov); sgd -> SGD. The
+    learning rate is `learning_rate_schedule(hparams)` read at the global step. With
+    `activation_dtype=float16` the optimizer is wrapped in Keras' LossScaleOptimizer with
+    t2t's initial scale `mixed_precision_optimizer_init_loss_scale` and growth every 2000
+    finite steps (t2t halves after 2 consecutive overflows, Keras after each one).
+
+    Args:
+      hparams: model hparams.
+
+    Returns:
+      A Keras optimizer taking gradients already summed over replicas.
+    """
+    schedule = learning_rate_lib.learning_rate_schedule(hparams)
+    n = accumulate_steps(hparams)
+    lr = _AppliedUpdateSchedule(schedule, n) if n > 1 else schedule
+    name = hparams.optimizer
+    if name in ADAM_OPTIMIZERS:
+        opt = Adam(
+            learning_rate=lr,
+            beta_1=hparams.optimizer_adam_beta1,
+            beta_2=hparams.optimizer_adam_beta2,
+            epsilon=hparams.optimizer_adam_epsilon,
+        )
+    elif name == "momentum":
+        opt = SGD(
+            learning_rate=lr,
+            momentum=hparams.optimizer_momentum_momentum,
+            nesterov=hparams.optimizer_momentum_nesterov,
+        )
+    elif name == "sgd":
+        opt = SGD(learning_rate=lr)
+    else:
+        raise OptimizerError(
+            f"hparams.optimizer={name!r} is not supported; use one of {', '.join(OPTIMIZERS)}"
+        )
+    if hparams.get("activation_dtype", "float32") == "float16":
+        scaler = hparams.get("mixed_precision_optimizer_loss_scaler", "exponential")
+        if scaler != "exponential":
+            raise OptimizerError(
+                "Mixed precision training only supports "
+                f"mixed_precision_optimizer_loss_scaler=exponential, got {scaler!r}"
+            )
+        opt = keras.optimizers.LossScaleOptimizer(
+            opt,
+            initial_scale=float(hparams.mixed_precision_optimizer_init_loss_scale),
+            dynamic_growth_steps=2000,
+        )
+    return opt
+
+
+def weight_decay(decay_rate: float, variables) -> tf.Tensor | float:
+    """t2t's weight-decay loss term `decay_rate * sum(||v||^2 / 2)`.
+
+    Skips 1-D variables whose name ends in "bias" (t2t's heuristic for biases); layer-norm
+    scales are decayed.
+
+    Args:
+      decay_rate: hparams.weight_decay; 0 disables.
+      variables: trainable variables.
+
+    Returns:
+      A float32 scalar tensor, or 0.0 when decay_rate is 0.
+    """
+    if not decay_rate:
+        return 0.0
+    losses = [
+        tf.nn.l2_loss(tf.cast(v, tf.float32))
+        for v in variables
+        if not (len(v.shape) == 1 and _variable_path(v).endswith("bias"))
+    ]
+    return tf.add_n(losses) * decay_rate if losses else 0.0
+
+
+def _variable_path(v) -> str:
+    path = getattr(v, "path", None) or v.name
+    return path.removesuffix(":0")
+
+
+def densify(grads: list) -> list:
+    """Converts IndexedSlices gradients (from embedding gathers) to dense tensors.
+
+    t2t's symbol modality makes its embedding gradient dense, so its Adam updates every row's
+    moments at every step; Keras' Adam would update only the gathered rows of an IndexedSlices
+    gradient (LazyAdam), which is a different optimizer.
+
+    Args:
+      grads: list of gradients (tensors, IndexedSlices or None).
+
+    Returns:
+      The list with every IndexedSlices converted to a dense tensor.
+    """
+    return [tf.convert_to_tensor(g) if isinstance(g, tf.IndexedSlices) else g for g in grads]
+
+
+def clip_by_global_norm(grads: list, clip_norm: float) -> tuple[list, tf.Tensor]:
+    """Global-norm clipping (t2t's `clip_gradients=clip_grad_norm`) and the global norm.
+
+    Args:
+      grads: list of gradient tensors (None entries are kept).
+      clip_norm: hparams.clip_grad_norm; 0 disables clipping.
+
+    Returns:
+      (clipped grads, global norm of the unclipped grads as a float32 scalar).
+    """
+    present = [g for g in grads if g is not None]
+    norm = tf.linalg.global_norm([tf.cast(g, tf.float32) for g in present])
+    if not clip_norm:
+        return list(grads), norm
+    clipped, _ = tf.clip_by_global_norm(present, clip_norm, use_norm=norm)
+    it = iter(clipped)
+    return [None if g is None else next(it) for g in grads], norm
+
+
+class GradientAccumulator(tf.Module):
+    """multistep_adam's per-variable `grad_acc` slots.
+
+    Values are identical on every replica (they hold gradients already summed over replicas),
+    so each replica keeps its own copy without synchronisation (ON_READ) and checkpoints store
+    the first replica's copy.
+    """
+
+    def __init__(self, variables, n: int):
+        super().__init__(name="grad_acc")
+        self.n = n
+        self.slots = [
+            tf.Variable(
+                tf.zeros(v.shape, tf.float32),
+                trainable=False,
+                synchronization=tf.VariableSynchronization.ON_READ,
+                aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA,
+                name="grad_acc",
+            )
+            for v in variables
+        ]
+
+    def accumulate(self, grads: list) -> None:
+        """Adds one micro-batch's gradients to the slots."""
+        for slot, g in zip(self.slots, grads):
+            if g is not None:
+                slot.assign_add(tf.cast(g, tf.float32))
+
+    def average_with(self, grads: list) -> list:
+        """Returns `(grad_acc + g) / n` per variable (the gradient of an applied update)."""
+        return [
+            None if g is None else (slot + tf.cast(g, tf.float32)) / float(self.n)
+            for slot, g in zip(self.slots, grads)
+        ]
+
+    def reset(self) -> None:
+        """Sets every slot back to zero after an applied update."""
+        for slot in self.slots:
+            slot.assign(tf.zeros_like(slot))
+
+
+class OptimizerState:
+    """The optimizer of one training run: Keras optimizer + multistep accumulation.
+
+    Build it (and call `build`) under the distribution strategy's scope. Per micro-batch the
+    trainer calls `apply(grads)` when `is_update_step(global_step)`, else `accumulate(grads)`;
+    both take gradients of the global loss already summed over replicas (loss-scaled when
+    `loss_scale` is not None).
+    """
+
+    def __init__(self, hparams: HParams):
+        self.hparams = hparams
+        self.n = accumulate_steps(hparams)
+        self.schedule = learning_rate_lib.learning_rate_schedule(hparams)
+        self.optimizer = optimizer_from_hparams(hparams)
+        self.accumulator: GradientAccumulator | None = None
+
+    @property
+    def inner_optimizer(self) -> keras.optimizers.Optimizer:
+        """The optimizer doing the update (unwrapped from the loss-scale optimizer)."""
+        return getattr(self.optimizer, "inner_optimizer", self.optimizer)
+
+    @property
+    def loss_scale(self):
+        """The dynamic loss scale variable (float16 training) or None."""
+        return getattr(self.optimizer, "dynamic_scale", None)
+
+    def build(self, variables) -> None:
+        """Creates the optimizer's slots (and the accumulators) for `variables`."""
+        self.optimizer.build(variables)
+        if self.n > 1:
+            self.accumulator = GradientAccumulator(variables, self.n)
+
+    def is_update_step(self, global_step: int) -> bool:
+        """Whether the micro-batch at `global_step` (before its increment) updates the weights:
+        t2t's multistep applies on calls n, 2n, ... (global steps n-1, 2n-1, ...)."""
+        return (int(global_step) + 1) % self.n == 0
+
+    def apply(self, grads: list, variables) -> None:
+        """Applies one update with `grads` (averaged with the accumulated ones if multistep)."""
+        grads = densify(grads)
+        if self.accumulator is not None:
+            grads = self.accumulator.average_with(grads)
+        self.optimizer.apply(grads, variables)
+        if self.accumulator is not None:
+            self.accumulator.reset()
+
+    def accumulate(self, grads: list) -> None:
+        """Adds a micro-batch's gradients without updating (multistep calls 1..n-1)."""
+        self.accumulator.accumulate(densify(grads))
+
+    def checkpoint_objects(self) -> dict:
+        """Objects to put into the training checkpoint besides the model."""
+        objects = {"optimizer": self.optimizer}
+        if self.accumulator is not None:
+            objects["grad_acc"] = self.accumulator
+        return objects
+
+    def learning_rate(self, global_step) -> tf.Tensor:
+        """t2t's learning rate at `global_step` (what its `learning_rate` summary shows)."""
+        return self.schedule(global_step)
