@@ -1,0 +1,212 @@
+"""Checkpoint averaging: `run.py --mode=average` (t2t's `avg_checkpoints` / `t2t-avg-all`).
+
+Averages the last `--n` checkpoints of a run (those listed in the `checkpoint` state file of
+`--output_dir`, oldest to newest) into a new checkpoint in `--avg_output_dir` (default
+`<output_dir>/avg`), as t2t does for the paper's "average the last 5 / 20 checkpoints":
+
+* every floating-point tensor is the arithmetic mean (accumulated in float64, written back in
+  its own dtype), optimizer slots included, as in t2t's `avg_checkpoints`;
+* integer, boolean and string tensors (the step, the optimizer's iteration count, the save
+  counter, the object-graph proto) are copied from the newest checkpoint, so the averaged
+  checkpoint reports the newest step (t2t-avg-all's choice; t2t's `avg_checkpoints` resets
+  `global_step` to 0 instead);
+* tensors keep their checkpoint keys, including the object graph
+  (`_CHECKPOINTABLE_OBJECT_GRAPH`), so `tf.train.Checkpoint(model=..., optimizer=...)
+  .restore()` loads the result like any checkpoint of the run, and a `checkpoint` state file
+  makes it the latest of its directory. The run's `hparams.json` and `flags.json` are copied
+  along so that the directory can serve as `--output_dir` for decoding or export.
+
+The output directory is written under a temporary name and renamed at the end, so a failure
+leaves no half-written checkpoint behind.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+
+import numpy as np
+import tensorflow as tf
+
+OBJECT_GRAPH_KEY = "_CHECKPOINTABLE_OBJECT_GRAPH"
+# Files of a run that describe its model; copied next to the averaged checkpoint.
+RUN_FILES = ("hparams.json", "flags.json")
+
+
+def last_checkpoints(model_dir: str, n: int) -> list[str]:
+    """The last `n` checkpoints of `model_dir`'s `checkpoint` state file, oldest first.
+
+    Args:
+      model_dir: directory holding a `checkpoint` state file (tf.train.CheckpointManager).
+      n: how many to take (fewer when fewer exist, as t2t's `--num_last_checkpoints`).
+
+    Returns:
+      Checkpoint prefixes, e.g. [".../ckpt-4", ".../ckpt-5"].
+
+    Raises:
+      ValueError: `n` < 1, or no checkpoint state / no existing checkpoint in `model_dir`.
+    """
+    if n < 1:
+        raise ValueError(f"--n={n}: the number of checkpoints to average must be >= 1")
+    state = tf.train.get_checkpoint_state(model_dir)
+    if state is None or not state.all_model_checkpoint_paths:
+        raise ValueError(
+            f"No checkpoints in {model_dir} (no 'checkpoint' state file listing any); point "
+            "--output_dir at a training run's directory"
+        )
+    paths = [
+        p if os.path.isabs(p) else os.path.join(model_dir, p)
+        for p in state.all_model_checkpoint_paths
+    ]
+    missing = [p for p in paths[-n:] if not tf.io.gfile.exists(p + ".index")]
+    if missing:
+        raise ValueError(
+            f"{model_dir}/checkpoint lists checkpoints whose files are gone: {missing}"
+        )
+    return paths[-n:]
+
+
+def average_tensors(checkpoint_paths: list[str]) -> dict[str, np.ndarray]:
+    """Reads the checkpoints and averages them key by key.
+
+    Args:
+      checkpoint_paths: checkpoint prefixes, oldest first; all must hold the same keys with
+        the same shapes and dtypes.
+
+    Returns:
+      key -> value: the float64-accumulated mean, cast back, for floating-point tensors; the
+      newest checkpoint's value for every other tensor.
+
+    Raises:
+      ValueError: the checkpoints do not hold the same variables.
+    """
+    readers = [tf.train.load_checkpoint(p) for p in checkpoint_paths]
+    newest = readers[-1]
+    shapes = newest.get_variable_to_shape_map()
+    dtypes = newest.get_variable_to_dtype_map()
+    for path, reader in zip(checkpoint_paths, readers):
+        if reader.get_variable_to_shape_map() != shapes:
+            other = reader.get_variable_to_shape_map()
+            diff = sorted(set(other.items()).symmetric_difference(shapes.items()),
+                          key=str)[:5]
+            raise ValueError(
+                f"Cannot average {path} with {checkpoint_paths[-1]}: their variables differ "
+                f"(first differences, name and shape: {diff})"
+            )
+    values = {}
+    for key in sorted(shapes):
+        dtype = dtypes[key]
+        if key == OBJECT_GRAPH_KEY or not dtype.is_floating:
+            values[key] = newest.get_tensor(key)
+            continue
+        total = np.zeros(shapes[key], np.float64)
+        for reader in readers:
+            total += np.asarray(reader.get_tensor(key), np.float64)
+        values[key] = (total / len(readers)).astype(dtype.as_numpy_dtype)
+    return values
+
+
+def _write_checkpoint_state(directory: str, name: str) -> None:
+    """Writes the `checkpoint` state file making `name` the latest checkpoint there."""
+    quoted = '"' + name.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    with open(os.path.join(directory, "checkpoint"), "w", encoding="utf-8") as f:
+        f.write(f"model_checkpoint_path: {quoted}\nall_model_checkpoint_paths: {quoted}\n")
+
+
+def _check_output_dir(output_dir: str, checkpoint_paths: list[str]) -> None:
+    """Refuses an output directory whose replacement would destroy anything but an earlier
+    average: a directory holding the input checkpoints, or one with unrelated files."""
+    real_out = os.path.realpath(output_dir)
+    for path in checkpoint_paths:
+        source = os.path.realpath(os.path.dirname(path))
+        if os.path.commonpath([real_out, source]) == real_out:
+            raise ValueError(
+                f"--avg_output_dir={output_dir} contains the checkpoints being averaged "
+                f"({path}); choose a new directory, e.g. <output_dir>/avg"
+            )
+    if not os.path.isdir(output_dir):
+        if os.path.exists(output_dir):
+            raise ValueError(f"--avg_output_dir={output_dir} exists and is not a directory")
+        return
+    for entry in os.listdir(output_dir):
+        full = os.path.join(output_dir, entry)
+        ours = entry == "checkpoint" or entry in RUN_FILES or entry.endswith(".index") or (
+            ".data-" in entry)
+        if not ours or not os.path.isfile(full):
+            raise ValueError(
+                f"--avg_output_dir={output_dir} exists and holds {entry!r}, which is not part "
+                "of an averaged checkpoint; choose another directory or remove it"
+            )
+
+
+def average_checkpoints(checkpoint_paths: list[str], output_dir: str) -> str:
+    """Writes the average of `checkpoint_paths` as a new checkpoint directory.
+
+    Args:
+      checkpoint_paths: checkpoint prefixes, oldest first.
+      output_dir: directory to create; an earlier average there is replaced atomically. The
+        checkpoint is named like the newest input (e.g. `ckpt-5000`).
+
+    Returns:
+      The new checkpoint's prefix, `<output_dir>/<name>`.
+
+    Raises:
+      ValueError: `output_dir` holds the inputs or unrelated files, or the inputs differ.
+    """
+    if not checkpoint_paths:
+        raise ValueError("average_checkpoints: no checkpoints given")
+    _check_output_dir(output_dir, checkpoint_paths)
+    values = average_tensors(checkpoint_paths)
+    name = os.path.basename(checkpoint_paths[-1])
+    output_dir = os.path.abspath(output_dir)
+    parent = os.path.dirname(output_dir)
+    os.makedirs(parent, exist_ok=True)
+    tmp_dir = tempfile.mkdtemp(prefix=f".{os.path.basename(output_dir)}.tmp-", dir=parent)
+    try:
+        keys = sorted(values)
+        tf.raw_ops.SaveV2(
+            prefix=os.path.join(tmp_dir, name),
+            tensor_names=keys,
+            shape_and_slices=[""] * len(keys),
+            tensors=[values[k] for k in keys],
+        )
+        _write_checkpoint_state(tmp_dir, name)
+        source_dir = os.path.dirname(checkpoint_paths[-1])
+        for filename in RUN_FILES:
+            if os.path.exists(os.path.join(source_dir, filename)):
+                shutil.copy2(os.path.join(source_dir, filename), tmp_dir)
+        # Same timestamp as the newest checkpoint (as t2t-avg-all), so tools that order
+        # checkpoints by time see the average where its step is.
+        mtime = os.path.getmtime(checkpoint_paths[-1] + ".index")
+        for filename in os.listdir(tmp_dir):
+            if filename.startswith(name + "."):
+                os.utime(os.path.join(tmp_dir, filename), (mtime, mtime))
+        if os.path.exists(output_dir):
+            old_dir = tempfile.mkdtemp(prefix=f".{os.path.basename(output_dir)}.old-", dir=parent)
+            os.rename(output_dir, os.path.join(old_dir, "avg"))
+            os.rename(tmp_dir, output_dir)
+            shutil.rmtree(old_dir)
+        else:
+            os.rename(tmp_dir, output_dir)
+    except BaseException:
+        shutil.rmtree(tmp_dir, ignore_errors=True)
+        raise
+    return os.path.join(output_dir, name)
+
+
+def main(flags) -> None:
+    """`run.py --mode=average --output_dir=RUN [--n=8] [--avg_output_dir=RUN/avg]`.
+
+    Args:
+      flags: absl FLAGS with `output_dir`, `n`, `avg_output_dir`.
+    """
+    if not flags.output_dir:
+        raise SystemExit("--mode=average needs --output_dir=<training run directory>")
+    avg_dir = flags.avg_output_dir or os.path.join(flags.output_dir, "avg")
+    try:
+        paths = last_checkpoints(flags.output_dir, flags.n)
+        prefix = average_checkpoints(paths, avg_dir)
+    except ValueError as e:
+        raise SystemExit(str(e)) from None
+    print(f"Averaged {len(paths)} checkpoints: {', '.join(os.path.basename(p) for p in paths)}")
+    print(f"Wrote {prefix}")

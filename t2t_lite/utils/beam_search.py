@@ -1,0 +1,238 @@
+"""Beam search with the GNMT length penalty, as tensor2tensor's `beam_search.beam_search`.
+
+The algorithm is t2t's, step for step, so that results match bit for bit (same TF ops in the
+same order):
+
+* State per batch element: K alive hypotheses with their log-probabilities (beam 0 starts at
+  0, the others at -INF so that only one copy of the start symbol is extended at step 0), and
+  K finished hypotheses with their length-normalised scores (initially -INF, flags False).
+* Step i: extend every alive hypothesis by every token, score = log p / ((5 + i + 1) / 6)^alpha,
+  take the top 2K over the flattened [K * V] candidates (ties go to the lower index). The 2K
+  guarantees K candidates that did not end in EOS. The best K of those that did not end in EOS
+  become the new alive set (with their raw log-probs); the ones that did end in EOS compete
+  with the old finished set for its K places (by normalised score).
+* Stop after `decode_length` steps, or earlier when no alive hypothesis can still beat the
+  finished ones (`bound_met`, see `_is_not_finished`).
+* A batch element that never finished a hypothesis returns its alive hypotheses and their raw
+  log-probabilities.
+
+Implementation choices (results unchanged): the sequences live in fixed `[B, K, decode_length
++ 1]` buffers written at column i + 1 (t2t concatenates a column per step, its TPU path uses
+the same buffer), so the loop carries fixed shapes; the decoder states are kept merged as
+`[B * K, ...]` and gathered once per step by the parent beam of each new alive hypothesis
+(t2t gathers them twice, to the 2K candidates and then to the K survivors, which selects the
+same rows). The output keeps t2t's length: the number of steps actually run.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import tensorflow as tf
+
+# t2t's constants: the EOS id and the "minus infinity" used to mask scores. A finite value
+# keeps arithmetic on masked scores well defined, as in t2t.
+EOS_ID = 1
+INF = 1.0 * 1e7
+
+SymbolsToLogitsFn = Callable[[tf.Tensor, tf.Tensor, Any], "tuple[tf.Tensor, Any]"]
+
+
+def expand_to_beam_size(tensor: tf.Tensor, beam_size: int) -> tf.Tensor:
+    """Tiles `tensor` along a new beam axis.
+
+    Args:
+      tensor: [B, ...].
+      beam_size: K.
+
+    Returns:
+      [B, K, ...], every beam a copy of its batch element.
+    """
+    tensor = tf.expand_dims(tensor, axis=1)
+    multiples = [1] * tensor.shape.rank
+    multiples[1] = beam_size
+    return tf.tile(tensor, multiples)
+
+
+def merge_beam_dim(tensor: tf.Tensor) -> tf.Tensor:
+    """Reshapes [B, K, ...] to [B * K, ...] (row b * K + k is beam k of element b)."""
+    shape = tf.shape(tensor)
+    return tf.reshape(tensor, tf.concat([[shape[0] * shape[1]], shape[2:]], axis=0))
+
+
+def unmerge_beam_dim(tensor: tf.Tensor, batch_size: tf.Tensor | int, beam_size: int) -> tf.Tensor:
+    """Reshapes [B * K, ...] back to [B, K, ...]."""
+    shape = tf.shape(tensor)
+    return tf.reshape(tensor, tf.concat([[batch_size, beam_size], shape[1:]], axis=0))
+
+
+def tile_to_beams(tensor: tf.Tensor, beam_size: int) -> tf.Tensor:
+    """Repeats each batch row K times: [B, ...] -> [B * K, ...], the layout the
+    `symbols_to_logits_fn` sees (use it for tensors a caller closes over, e.g. encoder
+    outputs, which need no per-step reordering)."""
+    return tf.repeat(tensor, beam_size, axis=0)
+
+
+def log_prob_from_logits(logits: tf.Tensor) -> tf.Tensor:
+    """Normalises logits to log-probabilities over the last axis (t2t's formula, which is
+    not bit-identical to tf.nn.log_softmax)."""
+    return logits - tf.reduce_logsumexp(logits, axis=-1, keepdims=True)
+
+
+def _set_column(seq: tf.Tensor, column: tf.Tensor, values: tf.Tensor) -> tf.Tensor:
+    """Returns `seq` [B, N, T] with `seq[:, :, column] = values` ([B, N])."""
+    is_column = tf.equal(tf.range(tf.shape(seq)[2]), column)
+    return tf.where(is_column[None, None, :], values[:, :, None], seq)
+
+
+def beam_search(
+    symbols_to_logits_fn: SymbolsToLogitsFn,
+    initial_ids: tf.Tensor,
+    beam_size: int,
+    decode_length: int | tf.Tensor,
+    vocab_size: int,
+    alpha: float | tf.Tensor,
+    states: Any = None,
+    eos_id: int = EOS_ID,
+    stop_early: bool = True,
+) -> tuple[tf.Tensor, tf.Tensor, Any]:
+    """Beam search with length penalty ((5 + length) / 6)^alpha (t2t's `beam_search`).
+
+    Runs as a `tf.while_loop`; call it inside a `tf.function` for speed (it also runs
+    eagerly, one Python iteration per step).
+
+    Args:
+      symbols_to_logits_fn: `fn(ids, i, states) -> (logits, states)`. `ids` int32
+        [B * K, i + 1] are the alive hypotheses so far (column 0 = `initial_ids`), `i` the
+        int32 scalar step, `states` the nested structure below with every tensor merged to
+        [B * K, ...]; returns float logits [B * K, V] for the next token and the updated
+        states, which must keep their shapes (preallocate caches, write position i).
+      initial_ids: int32 [B], the start symbol of every batch element (0 in t2t).
+      beam_size: K >= 1.
+      decode_length: maximum number of steps (int or int32 scalar tensor).
+      vocab_size: V, the size of the logits' last axis.
+      alpha: length-penalty exponent (0 = no penalty: scores are summed log-probs).
+      states: optional nested structure (dicts/lists/tuples) of tensors with leading dim B;
+        each is tiled to [B * K, ...] and reordered by parent beam after every step.
+      eos_id: id that finishes a hypothesis.
+      stop_early: stop when the best finished score of every batch element can no longer be
+        beaten (t2t uses True when returning one beam). With False, stop only once the
+        lowest finished score over the whole batch beats every best alive bound.
+
+    Returns:
+      (ids, scores, states):
+        ids int32 [B, K, T], best first, without the start column; T = number of steps run.
+          Finished hypotheses are 0-padded after their EOS. A batch element with no finished
+          hypothesis gets its alive hypotheses instead.
+        scores float32 [B, K]: finished hypotheses' length-normalised log-probabilities
+          (log p / ((5 + length) / 6)^alpha, length including EOS), -1e7 for empty finished
+          slots; for a batch element without any finished hypothesis, the alive
+          hypotheses' raw log-probabilities.
+        states: the final states, [B, K, ...] (ordered like the final alive hypotheses).
+    """
+    if not isinstance(beam_size, int) or beam_size < 1:
+        raise ValueError(f"beam_search: beam_size must be an int >= 1, got {beam_size!r}")
+    if isinstance(vocab_size, int) and vocab_size < 2:
+        raise ValueError(f"beam_search: vocab_size must be >= 2, got {vocab_size!r}")
+    initial_ids = tf.convert_to_tensor(initial_ids, tf.int32)
+    decode_length = tf.convert_to_tensor(decode_length, tf.int32)
+    alpha = tf.cast(alpha, tf.float32)
+    batch_size = tf.shape(initial_ids)[0]
+    k = beam_size
+
+    alive_log_probs = tf.tile(tf.constant([[0.0] + [-INF] * (k - 1)]), [batch_size, 1])
+    alive_seq = tf.zeros(tf.stack([batch_size, k, decode_length + 1]), tf.int32)
+    alive_seq = _set_column(alive_seq, 0, expand_to_beam_size(initial_ids, k))
+    finished_seq = tf.zeros_like(alive_seq)
+    finished_scores = tf.ones([batch_size, k]) * -INF
+    finished_flags = tf.zeros([batch_size, k], tf.bool)
+    flat_states = tf.nest.map_structure(
+        lambda s: tile_to_beams(tf.convert_to_tensor(s), k), {} if states is None else states
+    )
+    # Row b of the merged [B * K] layout starts at b * K: offsets to turn per-element beam
+    # indices into merged row indices.
+    row_offsets = tf.range(batch_size)[:, None] * k
+
+    def inner_loop(i, alive_seq, alive_log_probs, finished_seq, finished_scores,
+                   finished_flags, flat_states):
+        # grow_topk: score every one-token extension of every alive hypothesis.
+        flat_ids = tf.reshape(alive_seq[:, :, : i + 1], [batch_size * k, i + 1])
+        flat_logits, new_states = symbols_to_logits_fn(flat_ids, i, flat_states)
+        logits = tf.reshape(tf.cast(flat_logits, tf.float32), [batch_size, k, vocab_size])
+        log_probs = log_prob_from_logits(logits) + tf.expand_dims(alive_log_probs, axis=2)
+        length_penalty = tf.pow((5.0 + tf.cast(i + 1, tf.float32)) / 6.0, alpha)
+        curr_scores = log_probs / length_penalty
+        flat_scores = tf.reshape(curr_scores, [batch_size, k * vocab_size])
+        topk_scores, topk_flat_ids = tf.math.top_k(flat_scores, k=2 * k)
+        topk_log_probs = topk_scores * length_penalty
+        topk_beam_index = topk_flat_ids // vocab_size
+        topk_ids = topk_flat_ids % vocab_size
+        topk_finished = tf.equal(topk_ids, eos_id)
+        topk_seq = _set_column(
+            tf.gather(alive_seq, topk_beam_index, batch_dims=1), i + 1, topk_ids
+        )
+
+        # grow_alive: the best K candidates that did not just emit EOS.
+        alive_scores = topk_scores + tf.cast(topk_finished, tf.float32) * -INF
+        _, alive_index = tf.math.top_k(alive_scores, k=k)
+        new_alive_seq = tf.gather(topk_seq, alive_index, batch_dims=1)
+        new_alive_log_probs = tf.gather(topk_log_probs, alive_index, batch_dims=1)
+        parent_rows = tf.reshape(
+            tf.gather(topk_beam_index, alive_index, batch_dims=1) + row_offsets, [-1]
+        )
+        new_states = tf.nest.map_structure(
+            lambda s: tf.gather(s, parent_rows, axis=0), new_states
+        )
+
+        # grow_finished: old finished hypotheses (one 0 column longer, already so in the
+        # buffer) compete with the candidates that did emit EOS.
+        finished_candidate_scores = topk_scores + (
+            1.0 - tf.cast(topk_finished, tf.float32)) * -INF
+        all_seq = tf.concat([finished_seq, topk_seq], axis=1)
+        all_scores = tf.concat([finished_scores, finished_candidate_scores], axis=1)
+        all_flags = tf.concat([finished_flags, topk_finished], axis=1)
+        _, finished_index = tf.math.top_k(all_scores, k=k)
+        new_finished_seq = tf.gather(all_seq, finished_index, batch_dims=1)
+        new_finished_scores = tf.gather(all_scores, finished_index, batch_dims=1)
+        new_finished_flags = tf.gather(all_flags, finished_index, batch_dims=1)
+        outputs = (new_alive_seq, new_alive_log_probs, new_finished_seq,
+                   new_finished_scores, new_finished_flags, new_states)
+        inputs = (alive_seq, alive_log_probs, finished_seq, finished_scores,
+                  finished_flags, flat_states)
+        # Gathers lose the static batch size; restore every static dim so the loop
+        # variables keep their shapes without shape invariants.
+        tf.nest.map_structure(lambda new, old: new.set_shape(old.shape), outputs, inputs)
+        return (i + 1,) + outputs
+
+    def _is_not_finished(i, alive_seq, alive_log_probs, finished_seq, finished_scores,
+                         finished_flags, flat_states):
+        # The best alive hypothesis can at most keep its log-prob and get the largest
+        # length-penalty divisor; if a finished score already beats that everywhere, stop.
+        max_length_penalty = tf.pow((5.0 + tf.cast(decode_length, tf.float32)) / 6.0, alpha)
+        lower_bound_alive_scores = alive_log_probs[:, 0] / max_length_penalty
+        if stop_early:
+            best_finished = tf.reduce_max(finished_scores, axis=1)
+        else:
+            # t2t's choice: the lowest finished score over the whole batch, so decoding
+            # goes on while any batch element has an empty finished slot.
+            best_finished = tf.reduce_min(finished_scores)
+        bound_is_met = tf.reduce_all(tf.greater(best_finished, lower_bound_alive_scores))
+        return tf.logical_and(tf.less(i, decode_length), tf.logical_not(bound_is_met))
+
+    (steps, alive_seq, alive_log_probs, finished_seq, finished_scores, finished_flags,
+     flat_states) = tf.while_loop(
+        _is_not_finished,
+        inner_loop,
+        [tf.constant(0), alive_seq, alive_log_probs, finished_seq, finished_scores,
+         finished_flags, flat_states],
+        parallel_iterations=1,
+    )
+
+    has_finished = tf.reduce_any(finished_flags, axis=1)
+    seq = tf.where(has_finished[:, None, None], finished_seq, alive_seq)
+    scores = tf.where(has_finished[:, None], finished_scores, alive_log_probs)
+    seq = seq[:, :, 1: steps + 1]
+    out_states = tf.nest.map_structure(
+        lambda s: unmerge_beam_dim(s, batch_size, k), flat_states
+    )
+    return seq, scores, out_states

@@ -1,0 +1,153 @@
+"""Checkpoint averaging (`--mode=average`): means, newest step, object-graph restore."""
+import os
+import types
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from t2t_lite.utils import avg_checkpoints
+
+
+def _make_objects():
+    """A small Keras model with an Adam optimizer whose slots exist, plus a step counter."""
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2), keras.layers.Dense(1)])
+    optimizer = keras.optimizers.Adam(learning_rate=0.1)
+    optimizer.build(model.trainable_variables)
+    step = tf.Variable(0, dtype=tf.int64)
+    return model, optimizer, step
+
+
+def _set_all(model, optimizer, value: float):
+    """Sets every model weight and optimizer slot to a distinct value derived from `value`."""
+    for i, var in enumerate(model.weights):
+        var.assign(np.full(var.shape, value + i, np.float32))
+    for i, var in enumerate(optimizer.variables):
+        if "float" in str(var.dtype):
+            var.assign(np.full(var.shape, 10 * value + i, np.float32))
+
+
+@pytest.fixture()
+def run_dir(tmp_path):
+    """A run directory with three CheckpointManager checkpoints at steps 100, 200, 300 whose
+    float values are 1, 2, 4 (+ per-variable offsets), plus hparams.json."""
+    model, optimizer, step = _make_objects()
+    ckpt = tf.train.Checkpoint(step=step, model=model, optimizer=optimizer)
+    manager = tf.train.CheckpointManager(ckpt, str(tmp_path), max_to_keep=5,
+                                         checkpoint_name="ckpt")
+    for value, s in ((1.0, 100), (2.0, 200), (4.0, 300)):
+        _set_all(model, optimizer, value)
+        step.assign(s)
+        optimizer.iterations.assign(s)
+        manager.save(checkpoint_number=s)
+    (tmp_path / "hparams.json").write_text('{"hidden_size": 2}')
+    return tmp_path
+
+
+def test_last_checkpoints_oldest_first(run_dir):
+    paths = avg_checkpoints.last_checkpoints(str(run_dir), 2)
+    assert [os.path.basename(p) for p in paths] == ["ckpt-200", "ckpt-300"]
+    assert len(avg_checkpoints.last_checkpoints(str(run_dir), 10)) == 3
+
+
+def test_average_of_two_restores_into_fresh_objects(run_dir, tmp_path_factory):
+    out = str(tmp_path_factory.mktemp("x") / "avg")
+    paths = avg_checkpoints.last_checkpoints(str(run_dir), 2)
+    prefix = avg_checkpoints.average_checkpoints(paths, out)
+    assert prefix == os.path.join(out, "ckpt-300")
+    assert tf.train.latest_checkpoint(out) == prefix
+    assert os.path.exists(os.path.join(out, "hparams.json"))
+
+    model, optimizer, step = _make_objects()
+    _set_all(model, optimizer, -50.0)
+    ckpt = tf.train.Checkpoint(step=step, model=model, optimizer=optimizer)
+    ckpt.restore(tf.train.latest_checkpoint(out)).assert_consumed()
+
+    # Mean of the checkpoints with values 2 and 4: 3 (+ offsets); slots 10*3 (+ offsets).
+    for i, var in enumerate(model.weights):
+        np.testing.assert_array_equal(np.array(var), np.full(var.shape, 3.0 + i, np.float32))
+    float_slots = [v for v in optimizer.variables if "float" in str(v.dtype)]
+    assert float_slots, "Adam should have float slot variables"
+    for i, var in enumerate(optimizer.variables):
+        if "float" in str(var.dtype):
+            np.testing.assert_array_equal(np.array(var), np.full(var.shape, 30.0 + i, np.float32))
+    # Integer state comes from the newest checkpoint, not the mean (250).
+    assert int(step.numpy()) == 300
+    assert int(optimizer.iterations.numpy()) == 300
+
+
+def test_mean_of_all_keys_keeps_dtypes(run_dir, tmp_path_factory):
+    out = str(tmp_path_factory.mktemp("y") / "avg")
+    paths = avg_checkpoints.last_checkpoints(str(run_dir), 3)
+    avg_checkpoints.average_checkpoints(paths, out)
+    reader = tf.train.load_checkpoint(out)
+    readers = [tf.train.load_checkpoint(p) for p in paths]
+    dtypes = readers[0].get_variable_to_dtype_map()
+    assert reader.get_variable_to_dtype_map() == dtypes
+    for key, dtype in dtypes.items():
+        if dtype.is_floating:
+            values = [r.get_tensor(key).astype(np.float64) for r in readers]
+            expected = (sum(values) / 3).astype(np.float32)
+        else:  # step, iterations, save_counter, the object graph: the newest's.
+            expected = readers[-1].get_tensor(key)
+        assert np.array_equal(reader.get_tensor(key), expected), key
+
+
+def test_float64_accumulation(tmp_path):
+    # 2^24 + 1 + 1 in float32 loses both ones (mean 5592405.5); in float64 the mean is
+    # 16777218 / 3 = 5592406 exactly after rounding to float32.
+    var = tf.Variable([0.0, 0.5], dtype=tf.float32)
+    half = tf.Variable(np.float16(0.0))
+    manager = tf.train.CheckpointManager(
+        tf.train.Checkpoint(v=var, h=half), str(tmp_path / "run"), max_to_keep=3,
+        checkpoint_name="ckpt")
+    for value in (2.0**24, 1.0, 1.0):
+        var.assign([value, 0.5])
+        half.assign(np.float16(value if value < 100 else 3.0))
+        manager.save()
+    prefix = avg_checkpoints.average_checkpoints(manager.checkpoints, str(tmp_path / "avg"))
+    restored = tf.Variable([9.0, 9.0], dtype=tf.float32)
+    restored_half = tf.Variable(np.float16(9.0))
+    tf.train.Checkpoint(v=restored, h=restored_half).restore(prefix).assert_consumed()
+    np.testing.assert_array_equal(restored.numpy(), np.float32([5592406.0, 0.5]))
+    assert restored_half.dtype == tf.float16
+    assert restored_half.numpy() == np.float16(5.0 / 3.0)
+
+
+def test_replaces_previous_average_and_refuses_bad_dirs(run_dir):
+    out = os.path.join(str(run_dir), "avg")
+    avg_checkpoints.average_checkpoints(avg_checkpoints.last_checkpoints(str(run_dir), 3), out)
+    avg_checkpoints.average_checkpoints(avg_checkpoints.last_checkpoints(str(run_dir), 1), out)
+    reader = tf.train.load_checkpoint(out)
+    newest = tf.train.load_checkpoint(os.path.join(str(run_dir), "ckpt-300"))
+    for key, dtype in newest.get_variable_to_dtype_map().items():
+        if dtype.is_floating:
+            np.testing.assert_array_equal(reader.get_tensor(key), newest.get_tensor(key))
+    assert not [e for e in os.listdir(str(run_dir)) if ".tmp-" in e or ".old-" in e]
+
+    with pytest.raises(ValueError, match="contains the checkpoints"):
+        avg_checkpoints.average_checkpoints(
+            avg_checkpoints.last_checkpoints(str(run_dir), 2), str(run_dir))
+    other = run_dir / "not_avg"
+    other.mkdir()
+    (other / "notes.txt").write_text("keep me")
+    with pytest.raises(ValueError, match="notes.txt"):
+        avg_checkpoints.average_checkpoints(
+            avg_checkpoints.last_checkpoints(str(run_dir), 2), str(other))
+    assert (other / "notes.txt").read_text() == "keep me"
+
+
+def test_errors_name_the_problem(tmp_path):
+    with pytest.raises(ValueError, match="No checkpoints"):
+        avg_checkpoints.last_checkpoints(str(tmp_path), 2)
+    with pytest.raises(ValueError, match="--n=0"):
+        avg_checkpoints.last_checkpoints(str(tmp_path), 0)
+
+
+def test_main_default_output_dir(run_dir, capsys):
+    flags = types.SimpleNamespace(output_dir=str(run_dir), n=2, avg_output_dir=None)
+    avg_checkpoints.main(flags)
+    printed = capsys.readouterr().out
+    assert "ckpt-200, ckpt-300" in printed
+    assert tf.train.latest_checkpoint(os.path.join(str(run_dir), "avg")).endswith("ckpt-300")
