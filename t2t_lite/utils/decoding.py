@@ -1,0 +1,593 @@
+"""Decoding: `run.py --mode=decode` (t2t-decoder, tensor2tensor's `utils/decoding.py`).
+
+Three sources, as in t2t:
+
+* `--decode_from_file=F`: the records of F (split on the `delimiter` decode hparam, stripped,
+  a final empty record dropped) are stable-sorted by word count, longest first, cut into
+  batches of `batch_size` (32 when 0), encoded with the problem's input encoder plus EOS
+  (truncated to `max_input_size - 1` ids first when > 0) and 0-padded to the batch's longest;
+  the decodes are cut at the first EOS, turned back into text and written in the input order,
+  each followed by the delimiter, to `--decode_to_file` or t2t's default name
+  `F.<model>.<hparams_set>.<problem>.beam<K>.alpha<a>.decodes`. With `return_beams` the K
+  beams of a line are tab-joined (`text\\t%.2f` per beam with `write_beam_scores`).
+  `--decode_reference=R` then prints BLEU (sacrebleu and t2t's; see `bleu_hook`) and writes
+  t2t's decode-hook summary `BLEU` (uncased t2t BLEU x 100) to `<output_dir>/decode`.
+* `--decode_interactive`: lines typed on standard input are decoded one at a time ("q" quits).
+* neither: the problem's dev split is decoded; `.decodes`, `.targets` and `.inputs` files are
+  written side by side under `--decode_to_file` (default `<output_dir>/dev`) plus t2t's
+  suffix. Examples are batched in file order by `batch_size` (32 when 0); t2t's token
+  bucketing for batch_size 0 groups them differently, which changes a result only where the
+  padded input length limits the decode length.
+
+The decode length of a batch is its padded input length plus `extra_length` (t2t's rule, in
+`Transformer.infer`). The model, its hparams and its checkpoint come from the training run:
+`<output_dir>/hparams.json` (over `--hparams_set`, under `--hparams`), the latest checkpoint of
+`--output_dir` or `--checkpoint_path` (a t2t_lite checkpoint or an original t2t one), and the
+problem's vocabulary in `--data_dir`. `--problem`, `--hparams_set`, `--data_dir` default to
+the run's `flags.json`.
+
+The pure steps (`read_inputs`, `sort_inputs`, `batch_inputs`, `format_decodes`,
+`decode_lines`, ...) take an `infer_fn(inputs int32 [B, L]) -> (outputs, scores)` so that they
+work with any model.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any, TextIO
+
+import numpy as np
+from absl import logging
+
+from t2t_lite.hparams import HParams
+
+EOS_ID = 1
+# outputs [B, T] or [B, K, T] int, scores [B] or [B, K] float, as numpy arrays.
+InferFn = Callable[[np.ndarray], "tuple[np.ndarray, np.ndarray]"]
+
+
+def decode_hparams(overrides: str = "") -> HParams:
+    """t2t's decode hparams (T2T reference §7.1) with `--decode_hparams` applied.
+
+    Args:
+      overrides: "beam_size=4,alpha=0.6,..." (t2t's override syntax).
+
+    Returns:
+      HParams. Used here: beam_size, alpha, extra_length, batch_size, return_beams,
+      write_beam_scores, max_input_size, num_samples, delimiter, decode_to_file,
+      decode_reference, shards, shard_id, shards_start_offset, log_results. The others are
+      accepted for compatibility with t2t command lines and have no effect.
+    """
+    hp = HParams(
+        save_images=False,
+        log_results=True,
+        extra_length=100,
+        min_length_ratio=0.0,
+        batch_size=0,
+        beam_size=4,
+        alpha=0.6,
+        eos_penalty=0.0,
+        return_beams=False,
+        write_beam_scores=False,
+        max_input_size=-1,
+        identity_output=False,
+        num_samples=-1,
+        delimiter="\n",
+        decode_to_file="",
+        decode_reference="",
+        decode_in_memory=False,
+        decode_timeout_mins=240,
+        summaries_log_dir="decode",
+        shards=1,
+        shard_id=0,
+        shards_start_offset=0,
+        num_decodes=1,
+        force_decode_length=False,
+        skip_eos_postprocess=False,
+    )
+    if overrides:
+        hp.parse(overrides)
+    if hp.beam_size < 1:
+        raise ValueError(f"--decode_hparams: beam_size={hp.beam_size} must be >= 1")
+    if hp.extra_length < 0:
+        raise ValueError(f"--decode_hparams: extra_length={hp.extra_length} must be >= 0")
+    return hp
+
+
+# ------------------------------------------------------------------------------ pure steps
+def read_inputs(filename: str, delimiter: str = "\n") -> list[str]:
+    """The records of `filename` as t2t reads them.
+
+    Args:
+      filename: UTF-8 text file.
+      delimiter: record separator.
+
+    Returns:
+      Records split on `delimiter`, each stripped, a final empty record dropped.
+    """
+    with open(filename, encoding="utf-8", newline="") as f:
+        records = [record.strip() for record in f.read().split(delimiter)]
+    if records and not records[-1]:
+        records.pop()
+    return records
+
+
+def sort_inputs(inputs: Sequence[str]) -> tuple[list[str], list[int]]:
+    """Stable sort by number of whitespace-separated words, longest first (t2t's order).
+
+    Args:
+      inputs: records in file order.
+
+    Returns:
+      (sorted_inputs, sorted_keys): sorted_keys[i] = position of input i in sorted_inputs.
+    """
+    order = sorted(range(len(inputs)), key=lambda i: -len(inputs[i].split()))
+    sorted_keys = [0] * len(inputs)
+    for position, index in enumerate(order):
+        sorted_keys[index] = position
+    return [inputs[i] for i in order], sorted_keys
+
+
+def encode_input(text: str, encoder: Any, max_input_size: int = -1) -> list[int]:
+    """`encoder.encode(text)`, truncated to `max_input_size - 1` ids when > 0, plus EOS."""
+    ids = list(encoder.encode(text))
+    if max_input_size > 0:
+        ids = ids[: max_input_size - 1]
+    return ids + [EOS_ID]
+
+
+def pad_batch(id_lists: Sequence[Sequence[int]]) -> np.ndarray:
+    """int32 [B, max length] with each list right-padded with 0."""
+    length = max(len(ids) for ids in id_lists)
+    batch = np.zeros((len(id_lists), length), np.int32)
+    for row, ids in enumerate(id_lists):
+        batch[row, : len(ids)] = ids
+    return batch
+
+
+def batch_inputs(sorted_inputs: Sequence[str], encoder: Any, batch_size: int,
+                 max_input_size: int = -1) -> Iterator[np.ndarray]:
+    """Yields the encoded batches of t2t's `_decode_batch_input_fn`, in order.
+
+    Args:
+      sorted_inputs: records, already sorted.
+      encoder: the problem's input encoder (`.encode(str) -> list[int]`).
+      batch_size: records per batch.
+      max_input_size: see `encode_input`.
+
+    Yields:
+      int32 [B, L] batches (B = batch_size except possibly the last), each row ending in EOS
+      before its padding.
+    """
+    for start in range(0, len(sorted_inputs), batch_size):
+        chunk = sorted_inputs[start: start + batch_size]
+        yield pad_batch([encode_input(text, encoder, max_input_size) for text in chunk])
+
+
+def save_until_eos(ids: np.ndarray) -> np.ndarray:
+    """The ids before the first EOS (all of them when there is none), flattened."""
+    ids = np.asarray(ids).reshape(-1)
+    eos = np.flatnonzero(ids == EOS_ID)
+    return ids[: eos[0]] if eos.size else ids
+
+
+def format_decodes(outputs: np.ndarray, scores: np.ndarray | None, targets_encoder: Any,
+                   return_beams: bool = False, write_beam_scores: bool = False) -> list[str]:
+    """One output record per batch row, as t2t writes them.
+
+    Args:
+      outputs: int [B, T], or [B, K, T] for several beams (best first).
+      scores: float [B] or [B, K] (needed with write_beam_scores).
+      targets_encoder: `.decode(ids) -> str`.
+      return_beams: tab-join the K beams of a row.
+      write_beam_scores: with return_beams, follow each beam by "\\t%.2f" of its score.
+
+    Returns:
+      B strings.
+    """
+    outputs = np.asarray(outputs)
+    if not return_beams:
+        if outputs.ndim == 3:  # several beams but only the best is wanted
+            outputs = outputs[:, 0]
+        return [targets_encoder.decode(save_until_eos(row)) for row in outputs]
+    if outputs.ndim == 2:  # beam_size 1: one beam per row
+        outputs = outputs[:, None, :]
+        scores = None if scores is None else np.asarray(scores).reshape(-1, 1)
+    records = []
+    for row, beams in enumerate(outputs):
+        texts = [targets_encoder.decode(save_until_eos(beam)) for beam in beams]
+        if write_beam_scores:
+            if scores is None:
+                raise ValueError("write_beam_scores needs the model's scores")
+            texts = [f"{text}\t{score:.2f}" for text, score in zip(texts, scores[row])]
+        records.append("\t".join(texts))
+    return records
+
+
+def decode_lines(lines: Sequence[str], infer_fn: InferFn, inputs_encoder: Any,
+                 targets_encoder: Any, decode_hp: HParams) -> list[str]:
+    """Decodes `lines` as t2t's decode_from_file does and returns the results in input order.
+
+    Args:
+      lines: input records (already stripped).
+      infer_fn: `fn(int32 [B, L]) -> (outputs, scores)` (see `format_decodes`).
+      inputs_encoder: encodes the records.
+      targets_encoder: decodes the outputs.
+      decode_hp: decode hparams (batch_size, max_input_size, return_beams,
+        write_beam_scores, log_results).
+
+    Returns:
+      One output record per line, in the order of `lines`.
+    """
+    sorted_inputs, sorted_keys = sort_inputs(lines)
+    batch_size = decode_hp.batch_size or 32
+    decodes = []
+    start_time = time.time()
+    batches = batch_inputs(sorted_inputs, inputs_encoder, batch_size, decode_hp.max_input_size)
+    for number, batch in enumerate(batches):
+        outputs, scores = infer_fn(batch)
+        records = format_decodes(outputs, scores, targets_encoder, decode_hp.return_beams,
+                                 decode_hp.write_beam_scores)
+        if decode_hp.log_results:
+            for row, record in enumerate(records):
+                logging.info("Inference results INPUT: %s",
+                             sorted_inputs[number * batch_size + row])
+                logging.info("Inference results OUTPUT: %s", record)
+        decodes.extend(records)
+    duration = time.time() - start_time
+    if lines:
+        logging.info("Decoded %d records in %.2f s (%.2f records/s)", len(lines), duration,
+                     len(lines) / max(duration, 1e-9))
+    return [decodes[sorted_keys[i]] for i in range(len(lines))]
+
+
+def add_shard_to_filename(filename: str, decode_hp: HParams) -> str:
+    """t2t's `%.3d` shard suffix when decoding one of several shards."""
+    if decode_hp.shards > 1:
+        return f"{filename}{decode_hp.shard_id + decode_hp.shards_start_offset:03d}"
+    return filename
+
+
+def decode_filename(base: str, model_name: str, hparams_set: str, problem_name: str,
+                    decode_hp: HParams) -> str:
+    """t2t's default decode file name `<base>.<model>.<hparams_set>.<problem>.beam<K>.
+    alpha<a>.decodes` (unchanged when `base` already ends that way)."""
+    base = add_shard_to_filename(base, decode_hp)
+    suffix = f"beam{decode_hp.beam_size}.alpha{decode_hp.alpha}.decodes"
+    if suffix in base:
+        return base
+    return f"{base}.{model_name}.{hparams_set}.{problem_name}.{suffix}"
+
+
+def write_records(filename: str, records: Iterable[str], delimiter: str) -> None:
+    """Writes each record followed by `delimiter`, under a temporary name renamed at the end."""
+    directory = os.path.dirname(os.path.abspath(filename))
+    os.makedirs(directory, exist_ok=True)
+    tmp = f"{filename}.tmp{os.getpid()}"
+    try:
+        with open(tmp, "w", encoding="utf-8", newline="") as f:
+            f.writelines(record + delimiter for record in records)
+        os.replace(tmp, filename)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
+
+
+# ------------------------------------------------------------------------------ the sources
+def decode_from_file(infer_fn: InferFn, filename: str, encoders: dict, decode_hp: HParams,
+                     decode_to_file: str | None, name_parts: tuple[str, str, str]) -> str:
+    """t2t's decode_from_file: decodes the records of `filename` and writes them.
+
+    Args:
+      infer_fn: see `decode_lines`.
+      filename: input file (t2t's `%.3d` shard suffix is added when shards > 1).
+      encoders: {"inputs": encoder (optional), "targets": encoder}.
+      decode_hp: decode hparams.
+      decode_to_file: output file (+ shard suffix), or None for t2t's default name.
+      name_parts: (model name, hparams_set, problem name) for the default name.
+
+    Returns:
+      The path written.
+    """
+    filename = add_shard_to_filename(filename, decode_hp)
+    if not os.path.isfile(filename):
+        raise FileNotFoundError(f"--decode_from_file={filename}: no such file")
+    lines = read_inputs(filename, decode_hp.delimiter)
+    decodes = decode_lines(lines, infer_fn, encoders.get("inputs", encoders["targets"]),
+                           encoders["targets"], decode_hp)
+    if decode_to_file:
+        output = add_shard_to_filename(decode_to_file, decode_hp)
+    else:
+        output = decode_filename(filename, *name_parts, decode_hp)
+    write_records(output, decodes, decode_hp.delimiter)
+    logging.info("Wrote %d decodes to %s", len(decodes), output)
+    return output
+
+
+def decode_interactively(infer_fn: InferFn, encoders: dict, decode_hp: HParams,
+                         input_stream: TextIO, output_stream: TextIO) -> int:
+    """Decodes each line read from `input_stream` until end of input or a line "q".
+
+    Prints the decode (with return_beams: one `"text"\\tScore:%f` line per beam, as t2t logs
+    them) to `output_stream`.
+
+    Returns:
+      The number of lines decoded.
+    """
+    inputs_encoder = encoders.get("inputs", encoders["targets"])
+    count = 0
+    prompt = input_stream.isatty() if hasattr(input_stream, "isatty") else False
+    while True:
+        if prompt:
+            sys.stderr.write("INTERACTIVE MODE: type a source line ('q' quits)\n> ")
+            sys.stderr.flush()
+        line = input_stream.readline()
+        if not line or line.strip() == "q":
+            return count
+        text = line.strip()
+        if not text:
+            continue
+        batch = pad_batch([encode_input(text, inputs_encoder, decode_hp.max_input_size)])
+        outputs, scores = infer_fn(batch)
+        if decode_hp.return_beams:
+            beams = np.asarray(outputs).reshape(-1, np.asarray(outputs).shape[-1])
+            beam_scores = np.asarray(scores).reshape(-1)
+            for k, beam in enumerate(beams):
+                beam_text = encoders["targets"].decode(save_until_eos(beam))
+                output_stream.write(f'"{beam_text}"\tScore:{beam_scores[k]:f}\n')
+        else:
+            output_stream.write(format_decodes(outputs, scores, encoders["targets"])[0] + "\n")
+        output_stream.flush()
+        count += 1
+
+
+def decode_examples(infer_fn: InferFn, examples: Iterable[dict], encoders: dict,
+                    decode_hp: HParams) -> tuple[list[str], list[str], list[str]]:
+    """Decodes encoded examples (dicts of int [L] "inputs" and "targets", ids ending in EOS)
+    in order, in batches of `batch_size` (32 when 0).
+
+    Returns:
+      (decodes, targets, inputs) as text, one per example.
+    """
+    batch_size = decode_hp.batch_size or 32
+    inputs_encoder = encoders.get("inputs", encoders["targets"])
+    decodes, targets, inputs = [], [], []
+    chunk: list[dict] = []
+
+    def flush():
+        batch = pad_batch([list(np.asarray(ex["inputs"]).reshape(-1)) for ex in chunk])
+        outputs, scores = infer_fn(batch)
+        decodes.extend(format_decodes(outputs, scores, encoders["targets"],
+                                      decode_hp.return_beams, decode_hp.write_beam_scores))
+        for ex in chunk:
+            inputs.append(inputs_encoder.decode(save_until_eos(ex["inputs"])))
+            targets.append(encoders["targets"].decode(save_until_eos(ex["targets"]))
+                           if "targets" in ex else "")
+        chunk.clear()
+
+    for example in examples:
+        chunk.append(example)
+        if len(chunk) == batch_size:
+            flush()
+    if chunk:
+        flush()
+    return decodes, targets, inputs
+
+
+def decode_from_dataset(infer_fn: InferFn, examples: Iterable[dict], encoders: dict,
+                        decode_hp: HParams, base: str,
+                        name_parts: tuple[str, str, str]) -> str:
+    """Decodes dev examples and writes `.decodes`, `.targets`, `.inputs` files (t2t's names).
+
+    Args:
+      infer_fn: see `decode_lines`.
+      examples: encoded examples (see `decode_examples`).
+      encoders: {"inputs": encoder (optional), "targets": encoder}.
+      decode_hp: decode hparams.
+      base: file name base (t2t's `decode_to_file`).
+      name_parts: (model name, hparams_set, problem name).
+
+    Returns:
+      The `.decodes` path.
+    """
+    decodes, targets, inputs = decode_examples(infer_fn, examples, encoders, decode_hp)
+    output = decode_filename(base, *name_parts, decode_hp)
+    parts = output.split(".")
+    parts[-1] = "targets"
+    target_file = ".".join(parts)
+    parts[-1] = "inputs"
+    input_file = ".".join(parts)
+    write_records(target_file, targets, decode_hp.delimiter)
+    write_records(input_file, inputs, decode_hp.delimiter)
+    write_records(output, decodes, decode_hp.delimiter)
+    logging.info("Wrote %d decodes to %s (and .targets, .inputs)", len(decodes), output)
+    return output
+
+
+# ------------------------------------------------------------------------------ the model
+def make_infer_fn(model: Any, decode_hp: HParams, target_space_id: int = 0) -> InferFn:
+    """Wraps `model.infer` (Transformer API) as an `infer_fn` on numpy batches."""
+    import tensorflow as tf
+
+    top_beams = decode_hp.beam_size if decode_hp.return_beams else 1
+
+    def infer_fn(inputs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        result = model.infer(
+            {"inputs": tf.constant(inputs, tf.int32), "target_space_id": target_space_id},
+            decode_length=decode_hp.extra_length, beam_size=decode_hp.beam_size,
+            alpha=decode_hp.alpha, top_beams=top_beams,
+        )
+        return np.asarray(result["outputs"]), np.asarray(result["scores"])
+
+    return infer_fn
+
+
+def _run_flags(output_dir: str | None) -> dict:
+    """The training run's flags.json (empty when absent)."""
+    path = os.path.join(output_dir, "flags.json") if output_dir else None
+    if path and os.path.exists(path):
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    return {}
+
+
+def load_hparams(output_dir: str | None, hparams_set: str | None, overrides: str) -> HParams:
+    """Model hparams: the set, then `<output_dir>/hparams.json`, then `--hparams`.
+
+    Raises:
+      ValueError: neither a set nor an hparams.json is available.
+    """
+    from t2t_lite.hparams import create_hparams
+
+    json_path = os.path.join(output_dir, "hparams.json") if output_dir else None
+    if hparams_set:
+        return create_hparams(hparams_set, overrides or "", json_path)
+    if json_path and os.path.exists(json_path):
+        with open(json_path, encoding="utf-8") as f:
+            hparams = HParams.from_json(f.read())
+        return hparams.parse(overrides) if overrides else hparams
+    raise ValueError("--mode=decode needs --hparams_set, or an --output_dir holding the run's "
+                     "hparams.json")
+
+
+def checkpoint_to_restore(checkpoint_path: str | None, output_dir: str | None) -> str:
+    """`--checkpoint_path` (a prefix, or a directory's latest), else output_dir's latest."""
+    import tensorflow as tf
+
+    if checkpoint_path:
+        if tf.io.gfile.isdir(checkpoint_path):
+            path = tf.train.latest_checkpoint(checkpoint_path)
+            if path is None:
+                raise ValueError(f"--checkpoint_path={checkpoint_path} is a directory without a "
+                                 "'checkpoint' state file; give a checkpoint prefix")
+            return path
+        if not tf.io.gfile.exists(checkpoint_path + ".index"):
+            raise ValueError(f"--checkpoint_path={checkpoint_path}: no {checkpoint_path}.index")
+        return checkpoint_path
+    if not output_dir:
+        raise ValueError("--mode=decode needs --output_dir or --checkpoint_path")
+    path = tf.train.latest_checkpoint(output_dir)
+    if path is None:
+        raise ValueError(f"No checkpoint in --output_dir={output_dir}; train first or give "
+                         "--checkpoint_path")
+    return path
+
+
+def load_model(model_name: str, hparams: HParams, problem_hparams: HParams, path: str):
+    """Builds `model_name` for the problem's vocab sizes and restores checkpoint `path`
+    (a t2t_lite checkpoint, or an original t2t one, recognised by its variable names)."""
+    import tensorflow as tf
+
+    from t2t_lite import registry
+    from t2t_lite.utils import t2t_checkpoint
+
+    if any(name.startswith(t2t_checkpoint.MODEL_SCOPE + "/")
+           for name, _ in tf.train.list_variables(path)):
+        return t2t_checkpoint.load_model(path, hparams)
+    vocab = problem_hparams.vocab_size
+    model = registry.model(model_name)(hparams, vocab.get("inputs", vocab["targets"]),
+                                       vocab["targets"])
+    status = tf.train.Checkpoint(model=model).restore(path)
+    status.expect_partial()
+    try:
+        status.assert_existing_objects_matched()
+    except AssertionError as e:
+        raise ValueError(f"Checkpoint {path} does not hold this model's weights "
+                         f"(--hparams_set/--hparams/--problem differ from the run?): {e}") from e
+    return model
+
+
+def _checkpoint_step(path: str) -> int:
+    match = re.search(r"-(\d+)$", path)
+    return int(match.group(1)) if match else 0
+
+
+def _report_bleu(reference: str, decodes_file: str, output_dir: str | None,
+                 checkpoint: str) -> None:
+    """Prints BLEU of the decodes and writes t2t's decode-hook `BLEU` summary."""
+    from t2t_lite.utils import bleu_hook
+
+    try:
+        lines = bleu_hook.bleu_report(reference, decodes_file)
+    except ValueError as e:
+        logging.warning("No BLEU for %s: %s", decodes_file, e)
+        return
+    for line in lines:
+        print(line)
+    if output_dir:
+        import tensorflow as tf
+
+        bleu = 100 * float(bleu_hook.bleu_wrapper(reference, decodes_file))
+        writer = tf.summary.create_file_writer(os.path.join(output_dir, "decode"))
+        with writer.as_default():
+            tf.summary.scalar("BLEU", bleu, step=_checkpoint_step(checkpoint))
+        writer.close()
+
+
+def main(flags) -> str | None:
+    """`run.py --mode=decode`: see the module docstring.
+
+    Args:
+      flags: absl FLAGS (output_dir, checkpoint_path, problem, data_dir, model, hparams_set,
+        hparams, decode_hparams, decode_from_file, decode_to_file, decode_reference,
+        decode_interactive).
+
+    Returns:
+      The decodes file written (None in interactive mode).
+    """
+    from t2t_lite import registry
+    from t2t_lite.data_generators.problem import ModeKeys
+
+    if flags.decode_interactive and flags.decode_from_file:
+        raise SystemExit("--decode_interactive and --decode_from_file exclude each other")
+    decode_hp = decode_hparams(flags.decode_hparams or "")
+    run_flags = _run_flags(flags.output_dir)
+    problem_name = flags.problem or run_flags.get("problem")
+    hparams_set = flags.hparams_set or run_flags.get("hparams_set")
+    data_dir = flags.data_dir or run_flags.get("data_dir")
+    model_name = flags.model or run_flags.get("model") or "transformer"
+    if not problem_name:
+        raise SystemExit("--mode=decode needs --problem (or an --output_dir whose flags.json "
+                         "names it)")
+    try:
+        hparams = load_hparams(flags.output_dir, hparams_set, flags.hparams)
+        problem = registry.problem(problem_name)
+        problem_hparams = problem.get_hparams(hparams, data_dir=data_dir)
+        checkpoint = checkpoint_to_restore(flags.checkpoint_path, flags.output_dir)
+        model = load_model(model_name, hparams, problem_hparams, checkpoint)
+    except (ValueError, FileNotFoundError) as e:
+        raise SystemExit(str(e)) from None
+    logging.info("Decoding with %s", checkpoint)
+    encoders = problem_hparams.vocabulary
+    infer_fn = make_infer_fn(model, decode_hp,
+                             int(problem_hparams.get("target_space_id", 0)))
+    name_parts = (model_name, str(hparams_set), problem_name)
+    decode_to_file = flags.decode_to_file or decode_hp.decode_to_file or None
+    reference = flags.decode_reference or decode_hp.decode_reference or None
+
+    if flags.decode_interactive:
+        decode_interactively(infer_fn, encoders, decode_hp, sys.stdin, sys.stdout)
+        return None
+    if flags.decode_from_file:
+        try:
+            output = decode_from_file(infer_fn, flags.decode_from_file, encoders, decode_hp,
+                                      decode_to_file, name_parts)
+        except FileNotFoundError as e:
+            raise SystemExit(str(e)) from None
+    else:
+        if not data_dir:
+            raise SystemExit("Decoding the dev set needs --data_dir (or --decode_from_file)")
+        examples = problem.dataset(ModeKeys.PREDICT, data_dir, hparams, batch=False,
+                                   max_records=decode_hp.num_samples)
+        base = decode_to_file or os.path.join(flags.output_dir or ".", "dev")
+        output = decode_from_dataset(infer_fn, examples.as_numpy_iterator(), encoders,
+                                     decode_hp, base, name_parts)
+    print(f"Decodes written to {output}")
+    if reference:
+        _report_bleu(reference, output, flags.output_dir, checkpoint)
+    return output

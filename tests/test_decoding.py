@@ -1,0 +1,296 @@
+"""Decoding (`--mode=decode`): t2t's file reading, sorting, batching, output order and
+formats with a fake model; end to end with a real Transformer on the t2t fixture checkpoint."""
+import io
+import json
+import shutil
+import types
+
+import numpy as np
+import pytest
+
+from t2t_lite.data_generators import text_encoder
+from t2t_lite.utils import decoding
+
+ENCODER = text_encoder.TextEncoder()  # "3 4" <-> [5, 6]
+ENCODERS = {"inputs": ENCODER, "targets": ENCODER}
+EOS = 1
+
+
+class FakeModel:
+    """infer_fn: beam 0 = the input reversed + EOS + junk, beam 1 = the input as is + EOS;
+    scores -1.234 * len and -5.678. Records every batch it receives."""
+
+    def __init__(self, beams=1):
+        self.beams = beams
+        self.batches = []
+
+    def __call__(self, inputs):
+        self.batches.append(inputs.copy())
+        rows, scores = [], []
+        for row in inputs:
+            ids = list(decoding.save_until_eos(row))
+            beam_rows = [ids[::-1] + [EOS, 7, 7], ids + [EOS]]
+            rows.append(beam_rows[: self.beams])
+            scores.append([-1.234 * len(ids), -5.678][: self.beams])
+        width = max(len(b) for r in rows for b in r)
+        out = np.zeros((len(rows), self.beams, width), np.int32)
+        for i, r in enumerate(rows):
+            for k, b in enumerate(r):
+                out[i, k, : len(b)] = b
+        scores = np.array(scores, np.float32)
+        if self.beams == 1:
+            return out[:, 0], scores[:, 0]
+        return out, scores
+
+
+def _read(path) -> str:
+    with open(path, encoding="utf-8") as f:
+        return f.read()
+
+
+def hp(**overrides):
+    text = ",".join(f"{k}={v}" for k, v in overrides.items())
+    return decoding.decode_hparams(text)
+
+
+def test_decode_hparams_defaults_are_t2ts():
+    h = decoding.decode_hparams()
+    assert (h.beam_size, h.alpha, h.extra_length, h.batch_size) == (4, 0.6, 100, 0)
+    assert (h.return_beams, h.write_beam_scores, h.max_input_size, h.delimiter) == (
+        False, False, -1, "\n")
+    h = decoding.decode_hparams("beam_size=21,alpha=0.3,extra_length=300,return_beams=true")
+    assert (h.beam_size, h.alpha, h.extra_length, h.return_beams) == (21, 0.3, 300, True)
+    with pytest.raises(ValueError, match="beam_siz"):
+        decoding.decode_hparams("beam_siz=2")
+
+
+def test_read_inputs(tmp_path):
+    path = tmp_path / "in.txt"
+    path.write_text("  a b \n\nc\n", encoding="utf-8")
+    assert decoding.read_inputs(str(path)) == ["a b", "", "c"]
+    path.write_text("x y|z|", encoding="utf-8")
+    assert decoding.read_inputs(str(path), delimiter="|") == ["x y", "z"]
+
+
+def test_sort_inputs_stable_longest_first():
+    inputs = ["1 2", "3", "4 5 6", "7 8", "9"]
+    sorted_inputs, keys = decoding.sort_inputs(inputs)
+    assert sorted_inputs == ["4 5 6", "1 2", "7 8", "3", "9"]
+    assert [sorted_inputs[keys[i]] for i in range(len(inputs))] == inputs
+
+
+def test_batch_inputs_pads_appends_eos_and_truncates():
+    batches = list(decoding.batch_inputs(["1 2 3", "4", "5 6"], ENCODER, 2))
+    np.testing.assert_array_equal(batches[0], [[3, 4, 5, EOS], [6, EOS, 0, 0]])
+    np.testing.assert_array_equal(batches[1], [[7, 8, EOS]])
+    assert batches[0].dtype == np.int32
+    truncated = list(decoding.batch_inputs(["1 2 3"], ENCODER, 2, max_input_size=3))
+    np.testing.assert_array_equal(truncated[0], [[3, 4, EOS]])
+
+
+def test_decode_lines_batches_in_t2t_order_and_writes_in_input_order():
+    lines = ["1", "2 3 4", "5 6", "7 8 9", "10"]
+    model = FakeModel()
+    out = decoding.decode_lines(lines, model, ENCODER, ENCODER, hp(batch_size=2))
+    # Reversed inputs, cut at the EOS, in the input order.
+    assert out == ["1", "4 3 2", "6 5", "9 8 7", "10"]
+    # Batches: the sorted records (2 3 4, 7 8 9 | 5 6, 1 | 10), each padded to its longest.
+    np.testing.assert_array_equal(model.batches[0], [[4, 5, 6, EOS], [9, 10, 11, EOS]])
+    np.testing.assert_array_equal(model.batches[1], [[7, 8, EOS], [3, EOS, 0]])
+    np.testing.assert_array_equal(model.batches[2], [[12, EOS]])
+
+
+def test_decode_lines_default_batch_size_is_32():
+    model = FakeModel()
+    decoding.decode_lines([str(i) for i in range(70)], model, ENCODER, ENCODER, hp())
+    assert [len(b) for b in model.batches] == [32, 32, 6]
+
+
+def test_format_decodes_beams_and_scores():
+    outputs = np.array([[[5, 6, EOS, 9], [7, EOS, 0, 0]]])
+    scores = np.array([[-1.234, -5.678]])
+    assert decoding.format_decodes(outputs, scores, ENCODER) == ["3 4"]
+    assert decoding.format_decodes(outputs, scores, ENCODER, return_beams=True) == ["3 4\t5"]
+    assert decoding.format_decodes(outputs, scores, ENCODER, True, True) == [
+        "3 4\t-1.23\t5\t-5.68"]
+    # No EOS: everything is kept. Beam size 1 with return_beams: a single beam.
+    assert decoding.format_decodes(np.array([[5, 6]]), np.array([-0.5]), ENCODER, True,
+                                   True) == ["3 4\t-0.50"]
+
+
+def test_return_beams_through_decode_lines():
+    model = FakeModel(beams=2)
+    out = decoding.decode_lines(["1 2", "3"], model, ENCODER, ENCODER,
+                                hp(return_beams=True, write_beam_scores=True, beam_size=2))
+    assert out == ["2 1\t-2.47\t1 2\t-5.68", "3\t-1.23\t3\t-5.68"]
+
+
+def test_decode_filename():
+    h = hp(beam_size=4, alpha=0.6)
+    assert decoding.decode_filename("in.en", "transformer", "transformer_base",
+                                    "translate_ende_wmt32k", h) == (
+        "in.en.transformer.transformer_base.translate_ende_wmt32k.beam4.alpha0.6.decodes")
+    already = "x.beam4.alpha0.6.decodes"
+    assert decoding.decode_filename(already, "m", "h", "p", h) == already
+    sharded = hp(shards=4, shard_id=2)
+    assert decoding.add_shard_to_filename("in.en", sharded) == "in.en002"
+
+
+def test_decode_from_file_default_name_and_delimiter(tmp_path):
+    src = tmp_path / "src.txt"
+    src.write_text("1 2\n3 4 5\n6\n", encoding="utf-8")
+    parts = ("transformer", "transformer_tiny", "translate_files")
+    out = decoding.decode_from_file(FakeModel(), str(src), ENCODERS, hp(), None, parts)
+    assert out == str(src) + ".transformer.transformer_tiny.translate_files.beam4.alpha0.6.decodes"
+    assert _read(out) == "2 1\n5 4 3\n6\n"
+    target = tmp_path / "out" / "decoded.txt"
+    out = decoding.decode_from_file(FakeModel(), str(src), ENCODERS, hp(delimiter="|"),
+                                    str(target), parts)
+    assert out == str(target)
+    # With "|" as delimiter the whole file is one record (t2t's behaviour); each output
+    # record is followed by the delimiter.
+    assert target.read_text(encoding="utf-8") == "6 5 4 3 2 1|"
+    with pytest.raises(FileNotFoundError, match="no such file"):
+        decoding.decode_from_file(FakeModel(), str(tmp_path / "nope"), ENCODERS, hp(), None,
+                                  parts)
+
+
+def test_decode_interactively():
+    out = io.StringIO()
+    count = decoding.decode_interactively(FakeModel(), ENCODERS, hp(),
+                                          io.StringIO("1 2 3\n\n4\nq\n5\n"), out)
+    assert count == 2
+    assert out.getvalue() == "3 2 1\n4\n"
+    out = io.StringIO()
+    decoding.decode_interactively(FakeModel(beams=2), ENCODERS, hp(return_beams=True),
+                                  io.StringIO("1 2"), out)
+    assert out.getvalue() == '"2 1"\tScore:-2.468000\n"1 2"\tScore:-5.678000\n'
+
+
+def test_decode_from_dataset_writes_three_files(tmp_path):
+    examples = [
+        {"inputs": np.array([3, 4, EOS]), "targets": np.array([5, EOS])},
+        {"inputs": np.array([6, EOS]), "targets": np.array([7, 8, EOS])},
+        {"inputs": np.array([9, 10, 11, EOS]), "targets": np.array([2, EOS])},
+    ]
+    model = FakeModel()
+    out = decoding.decode_from_dataset(model, iter(examples), ENCODERS, hp(batch_size=2),
+                                       str(tmp_path / "dev"), ("m", "h", "p"))
+    assert out == str(tmp_path / "dev.m.h.p.beam4.alpha0.6.decodes")
+    assert _read(out) == "2 1\n4\n9 8 7\n"
+    assert _read(out[: -len("decodes")] + "targets") == "3\n5 6\n0\n"
+    assert _read(out[: -len("decodes")] + "inputs") == "1 2\n4\n7 8 9\n"
+    np.testing.assert_array_equal(model.batches[0], [[3, 4, EOS], [6, EOS, 0]])
+
+
+# ---------------------------------------------------------------------------------------------
+# End to end with the real Transformer and the t2t fixture checkpoint (trained 25 steps).
+
+def _fixture_setup(t2t_fixtures, wmt_toy_dir, tmp_path):
+    """data_dir with the fixture's vocab under translate_files' name; the 3 source lines of
+    model_A_trained.npz in a file; their references."""
+    data_dir = tmp_path / "data"
+    data_dir.mkdir()
+    shutil.copy(t2t_fixtures / "vocab.translate_toy_ende1k.1024.subwords",
+                data_dir / "vocab.translate_files.1024.subwords")
+    info = json.loads((t2t_fixtures / "model_A.json").read_text())
+    src = tmp_path / "src.en"
+    src.write_text("\n".join(info["examples"]["source_text"]) + "\n", encoding="utf-8")
+    ref = tmp_path / "ref.de"
+    ref.write_text("\n".join(info["examples"]["target_text"]) + "\n", encoding="utf-8")
+    return data_dir, src, ref
+
+
+def _flags(**kwargs):
+    values = {
+        "problem": None, "hparams_set": None, "hparams": "", "data_dir": None,
+        "output_dir": None, "model": "transformer", "checkpoint_path": None,
+        "decode_hparams": "", "decode_from_file": None, "decode_to_file": None,
+        "decode_reference": None, "decode_interactive": False,
+    }
+    values.update(kwargs)
+    return types.SimpleNamespace(**values)
+
+
+@pytest.mark.slow
+def test_end_to_end_greedy_matches_t2t_and_checkpoint_round_trip(t2t_fixtures, wmt_toy_dir,
+                                                                  tmp_path, capsys):
+    import tensorflow as tf
+
+    from t2t_lite.utils import avg_checkpoints
+
+    data_dir, src, ref = _fixture_setup(t2t_fixtures, wmt_toy_dir, tmp_path)
+    vocab = text_encoder.SubwordTextEncoder(str(data_dir / "vocab.translate_files.1024.subwords"))
+    fixture = np.load(t2t_fixtures / "model_A_trained.npz")
+    # t2t's greedy decodes of the same three sentences, batched together as decode_from_file
+    # batches them (same padded length 17, so the same 37 decode steps).
+    expected = [vocab.decode(decoding.save_until_eos(row)) for row in fixture["greedy_outputs"]]
+    assert expected[1:] == ["Vielen Dank", "Die Aussprache ist geschlossen."]
+
+    out_file = tmp_path / "greedy.de"
+    decoding.main(_flags(
+        problem="translate_files", hparams_set="transformer_tiny", data_dir=str(data_dir),
+        checkpoint_path=str(t2t_fixtures / "ckpt_A_trained"),
+        decode_hparams="beam_size=1,extra_length=20", decode_from_file=str(src),
+        decode_to_file=str(out_file), decode_reference=str(ref)))
+    assert out_file.read_text(encoding="utf-8").split("\n")[:-1] == expected
+    printed = capsys.readouterr().out
+    assert "BLEU|nrefs:1" in printed and "BLEU_uncased = " in printed
+
+    # The same weights as a t2t_lite run directory (hparams.json, flags.json, ckpt-25):
+    # decoding from --output_dir alone, then from its averaged checkpoint, gives the same.
+    from t2t_lite.hparams import create_hparams
+    from t2t_lite.utils import t2t_checkpoint
+
+    hparams = create_hparams("transformer_tiny")
+    model = t2t_checkpoint.load_model(str(t2t_fixtures / "ckpt_A_trained"), hparams)
+    run_dir = tmp_path / "run"
+    manager = tf.train.CheckpointManager(tf.train.Checkpoint(model=model), str(run_dir), 3,
+                                         checkpoint_name="ckpt")
+    manager.save(checkpoint_number=25)
+    (run_dir / "hparams.json").write_text(model.hparams.to_json())
+    (run_dir / "flags.json").write_text(json.dumps(
+        {"problem": "translate_files", "hparams_set": "transformer_tiny",
+         "data_dir": str(data_dir)}))
+    beam_file = tmp_path / "beam.de"
+    decoding.main(_flags(output_dir=str(run_dir), decode_from_file=str(src),
+                         decode_hparams="beam_size=1,extra_length=20",
+                         decode_to_file=str(beam_file)))
+    assert beam_file.read_text(encoding="utf-8").split("\n")[:-1] == expected
+    avg_checkpoints.average_checkpoints([str(run_dir / "ckpt-25")], str(run_dir / "avg"))
+    avg_file = tmp_path / "avg.de"
+    decoding.main(_flags(output_dir=str(run_dir / "avg"), decode_from_file=str(src),
+                         decode_hparams="beam_size=1,extra_length=20",
+                         decode_to_file=str(avg_file)))
+    assert avg_file.read_text(encoding="utf-8") == beam_file.read_text(encoding="utf-8")
+
+
+@pytest.mark.slow
+def test_end_to_end_beam_search_n_best(t2t_fixtures, wmt_toy_dir, tmp_path):
+    data_dir, src, _ = _fixture_setup(t2t_fixtures, wmt_toy_dir, tmp_path)
+    out_default = decoding.main(_flags(
+        problem="translate_files", hparams_set="transformer_tiny", data_dir=str(data_dir),
+        checkpoint_path=str(t2t_fixtures / "ckpt_A_trained"),
+        decode_hparams="beam_size=3,alpha=0.6,extra_length=20,return_beams=true,"
+                       "write_beam_scores=true",
+        decode_from_file=str(src)))
+    assert out_default == (str(src) + ".transformer.transformer_tiny.translate_files."
+                           "beam3.alpha0.6.decodes")
+    lines = _read(out_default).split("\n")[:-1]
+    assert len(lines) == 3
+    for line in lines:
+        fields = line.split("\t")
+        assert len(fields) == 6  # 3 beams, each "text\tscore"
+        scores = [float(s) for s in fields[1::2]]
+        assert scores == sorted(scores, reverse=True)
+        assert all(len(s.split(".")[1]) == 2 for s in fields[1::2])
+    assert lines[2].split("\t")[0] == "Die Aussprache ist geschlossen."
+
+
+def test_main_errors_name_the_flags(tmp_path):
+    with pytest.raises(SystemExit, match="--problem"):
+        decoding.main(_flags())
+    with pytest.raises(SystemExit, match="exclude each other"):
+        decoding.main(_flags(decode_interactive=True, decode_from_file="x"))
+    with pytest.raises(SystemExit, match="--hparams_set"):
+        decoding.main(_flags(problem="translate_files", output_dir=str(tmp_path)))
