@@ -212,18 +212,31 @@ class LayerPrepostprocess(keras.layers.Layer):
         self.dropout_broadcast_dims = dropout_broadcast_dims
         self.norm_type = norm_type
         self.epsilon = float(epsilon)
-        self.norms = []
-        self.dropouts = []
-        if sequence == "none":
-            return
-        for letter in sequence:
+        # Sub-layers are attributes, not lists: tf.train.Checkpoint only follows attributes
+        # of Keras 3 layers.
+        self._norm_names = []
+        self._dropout_names = []
+        letters = "" if sequence == "none" else sequence
+        for letter in letters:
             if letter == "n" and norm_type == "layer":
-                suffix = f"_{len(self.norms)}" if self.norms else ""
-                self.norms.append(LayerNorm(epsilon, name="layer_norm" + suffix))
+                count = len(self._norm_names)
+                name = "layer_norm" + (f"_{count}" if count else "")
+                setattr(self, name, LayerNorm(epsilon, name=name))
+                self._norm_names.append(name)
             elif letter == "d":
-                self.dropouts.append(
-                    Dropout(dropout_rate, dropout_broadcast_dims, name=f"dropout_{len(self.dropouts)}")
-                )
+                name = f"dropout_{len(self._dropout_names)}"
+                setattr(self, name, Dropout(dropout_rate, dropout_broadcast_dims, name=name))
+                self._dropout_names.append(name)
+
+    @property
+    def norms(self) -> list[LayerNorm]:
+        """The LayerNorms of the "n" steps, in order."""
+        return [getattr(self, name) for name in self._norm_names]
+
+    @property
+    def dropouts(self) -> list[Dropout]:
+        """The Dropouts of the "d" steps, in order."""
+        return [getattr(self, name) for name in self._dropout_names]
 
     def build(self, input_shape: Sequence[int | None]) -> None:
         for norm in self.norms:

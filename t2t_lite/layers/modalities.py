@@ -63,10 +63,16 @@ class ShardedWeights(keras.layers.Layer):
 
     def build(self, input_shape=None) -> None:
         init = keras.initializers.RandomNormal(0.0, self.hidden_size**-0.5)
-        self.shards = [
-            self.add_weight(name=f"weights_{i}", shape=(rows, self.hidden_size), initializer=init)
-            for i, rows in enumerate(self.sizes)
-        ]
+        for i, rows in enumerate(self.sizes):
+            # One attribute per shard (not a list): tf.train.Checkpoint only follows
+            # attributes of Keras 3 layers, so variables held in lists would not be saved.
+            setattr(self, f"weights_{i}", self.add_weight(
+                name=f"weights_{i}", shape=(rows, self.hidden_size), initializer=init))
+
+    @property
+    def shards(self) -> list[keras.Variable]:
+        """The shard variables `weights_0 .. weights_{S-1}`."""
+        return [getattr(self, f"weights_{i}") for i in range(self.num_shards)]
 
     def matrix(self) -> tf.Tensor:
         """Returns the concatenated [V, D] matrix (float32)."""

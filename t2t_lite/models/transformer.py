@@ -1,0 +1,783 @@
+"""tensor2tensor's Transformer ("transformer") as a Keras 3 model.
+
+Computation, initialization and variable names follow t2t (T2T_REFERENCE.md §2, §7.3-7.4): the
+weight paths of this model ARE t2t's checkpoint names (`model.weights[i].path ==
+"transformer/body/encoder/layer_0/self_attention/multihead_attention/q/kernel"`, ...), and
+`t2t_variable_map` lists them explicitly from the model's structure.
+
+Differences from t2t, none of which changes the logits:
+* 3-D activations `[B, L, D]` and 2-D ids `[B, L]` instead of t2t's `[B, L, 1, D]` / `[B, L, 1,
+  1]`; logits are `[B, T, V]`.
+* The encoder FFN runs on padded positions too (t2t's PadRemover skips them and writes zeros);
+  real positions and all decoder outputs are identical because padded encoder positions are
+  masked with -1e9 in the encoder-decoder attention. (Consequently a non-empty
+  `relu_dropout_broadcast_dims` refers to axes of `[B, L, F]`, not of t2t's `[1, tokens, F]`.)
+* The encoder padding mask is computed from `inputs == 0` instead of "embedding is all zero":
+  the same thing, since only id 0 embeds to the zero vector.
+* Fast decoding writes keys/values into preallocated caches `[B, H, max_len, D/H]` instead of
+  concatenating (fixed shapes for tf.while_loop / XLA); attention over the not-yet-written
+  slots gets -1e9, i.e. exactly zero weight.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import keras
+import tensorflow as tf
+
+from t2t_lite import registry
+from t2t_lite.layers import common_attention, common_layers, modalities
+from t2t_lite.utils import beam_search
+
+NUM_TARGET_SPACES = 32
+
+
+def get_variable_initializer(hparams) -> keras.initializers.Initializer:
+    """t2t's default variable initializer for `hparams.initializer` and `initializer_gain`.
+
+    Args:
+      hparams: model HParams.
+
+    Returns:
+      A Keras initializer. "uniform_unit_scaling" = VarianceScaling(gain, fan_avg, uniform).
+    """
+    gain = hparams.initializer_gain
+    name = hparams.initializer
+    if name == "uniform_unit_scaling":
+        return keras.initializers.VarianceScaling(gain, mode="fan_avg", distribution="uniform")
+    if name == "normal_unit_scaling":
+        # TF1's variance_scaling "normal" is the truncated normal.
+        return keras.initializers.VarianceScaling(
+            gain, mode="fan_avg", distribution="truncated_normal"
+        )
+    if name == "uniform":
+        return keras.initializers.RandomUniform(-0.1 * gain, 0.1 * gain)
+    if name == "orthogonal":
+        return keras.initializers.Orthogonal(gain)
+    if name == "xavier":
+        return keras.initializers.GlorotUniform()
+    raise ValueError(
+        f"hparams.initializer={name!r} is not supported; use uniform_unit_scaling, "
+        "normal_unit_scaling, uniform, orthogonal or xavier"
+    )
+
+
+class TargetSpaceEmbedding(keras.layers.Layer):
+    """t2t's `target_space_embedding`: a [32, D] table, row `target_space_id` is added to
+    every encoder position.
+
+    Args:
+      hidden_size: D.
+      initializer: the model's default initializer (no scaling of the looked-up row).
+    """
+
+    def __init__(self, hidden_size: int, initializer, name: str = "target_space_embedding",
+                 **kwargs):
+        super().__init__(name=name, **kwargs)
+        self.hidden_size = int(hidden_size)
+        self.initializer = keras.initializers.get(initializer)
+
+    def build(self, input_shape=None) -> None:
+        self.kernel = self.add_weight(
+            name="kernel", shape=(NUM_TARGET_SPACES, self.hidden_size),
+            initializer=self.initializer,
+        )
+
+    def call(self, target_space_id: tf.Tensor) -> tf.Tensor:
+        """Args: target_space_id: int scalar or [B].
+
+        Returns: [1, 1, D] (scalar id) or [B, 1, D], to add to [B, L, D].
+        """
+        emb = tf.gather(self.kernel, tf.cast(target_space_id, tf.int32))
+        return tf.reshape(emb, [-1, 1, self.hidden_size])
+
+
+def _sublayer_scope(name: str):
+    """Opens t2t's sub-layer scope ("self_attention", "encdec_attention", "ffn") while the
+    wrapped layers build, so their weight paths read ".../<name>/layer_prepostprocess/..."."""
+    return keras.name_scope(name)
+
+
+class _TransformerLayer(keras.layers.Layer):
+    """Shared parts of encoder and decoder layers: pre/post-processing around sub-layers."""
+
+    def __init__(self, hparams, initializer, **kwargs):
+        super().__init__(**kwargs)
+        self.hidden_size = hparams.hidden_size
+        self.num_heads = hparams.num_heads
+        self._hparams = hparams
+        self._initializer = initializer
+
+    def _attention(self) -> common_attention.MultiheadAttention:
+        hp = self._hparams
+        return common_attention.MultiheadAttention(
+            hp.num_heads,
+            hp.hidden_size,
+            key_depth=hp.attention_key_channels,
+            value_depth=hp.attention_value_channels,
+            dropout=hp.attention_dropout,
+            dropout_broadcast_dims=hp.get("attention_dropout_broadcast_dims", ""),
+            kernel_initializer=self._initializer,
+        )
+
+    def _ffn(self) -> common_layers.DenseReluDense:
+        hp = self._hparams
+        if hp.ffn_layer != "dense_relu_dense":
+            raise ValueError(
+                f"hparams.ffn_layer={hp.ffn_layer!r} is not supported; use 'dense_relu_dense'"
+            )
+        return common_layers.DenseReluDense(
+            hp.filter_size,
+            hp.hidden_size,
+            dropout=hp.relu_dropout,
+            dropout_broadcast_dims=hp.get("relu_dropout_broadcast_dims", ""),
+            kernel_initializer=self._initializer,
+            name="ffn",
+        )
+
+    def _build_sublayer(self, scope: str, pre, post, inner=None) -> None:
+        shape = (None, None, self.hidden_size)
+        with _sublayer_scope(scope):
+            pre.build(shape)
+            if inner is not None:
+                inner.build(shape)
+            post.build(shape)
+
+
+class TransformerEncoderLayer(_TransformerLayer):
+    """One encoder layer (t2t scope `encoder/layer_{l}`): self-attention, then FFN, each as
+    `x = postprocess(x, sublayer(preprocess(x)))`.
+
+    Args:
+      hparams: model HParams.
+      initializer: kernel initializer.
+      name: "layer_{l}".
+    """
+
+    def __init__(self, hparams, initializer, **kwargs):
+        super().__init__(hparams, initializer, **kwargs)
+        self.self_attention_pre = common_layers.layer_preprocess(hparams)
+        self.self_attention = self._attention()
+        self.self_attention_post = common_layers.layer_postprocess(hparams)
+        self.ffn_pre = common_layers.layer_preprocess(hparams)
+        self.ffn = self._ffn()
+        self.ffn_post = common_layers.layer_postprocess(hparams)
+
+    def build(self, input_shape=None) -> None:
+        self._build_sublayer(
+            "self_attention", self.self_attention_pre, self.self_attention_post,
+            self.self_attention,
+        )
+        self._build_sublayer("ffn", self.ffn_pre, self.ffn_post)
+        # The FFN layer is itself named "ffn": its conv1/conv2 sit directly in that scope.
+        self.ffn.build((None, None, self.hidden_size))
+
+    def call(self, x: tf.Tensor, bias: tf.Tensor, training: bool | None = None) -> tf.Tensor:
+        """Args: x: [B, L, D]; bias: [B, 1, 1, L] padding bias. Returns: [B, L, D]."""
+        y = self.self_attention(
+            self.self_attention_pre(x, training=training), bias=bias, training=training
+        )
+        x = self.self_attention_post(y, previous_value=x, training=training)
+        y = self.ffn(self.ffn_pre(x, training=training), training=training)
+        return self.ffn_post(y, previous_value=x, training=training)
+
+
+class TransformerDecoderLayer(_TransformerLayer):
+    """One decoder layer (t2t scope `decoder/layer_{l}`): causal self-attention,
+    encoder-decoder attention, FFN.
+
+    Args:
+      hparams: model HParams.
+      initializer: kernel initializer.
+      name: "layer_{l}".
+    """
+
+    def __init__(self, hparams, initializer, **kwargs):
+        super().__init__(hparams, initializer, **kwargs)
+        self.self_attention_pre = common_layers.layer_preprocess(hparams)
+        self.self_attention = self._attention()
+        self.self_attention_post = common_layers.layer_postprocess(hparams)
+        self.encdec_attention_pre = common_layers.layer_preprocess(hparams)
+        self.encdec_attention = self._attention()
+        self.encdec_attention_post = common_layers.layer_postprocess(hparams)
+        self.ffn_pre = common_layers.layer_preprocess(hparams)
+        self.ffn = self._ffn()
+        self.ffn_post = common_layers.layer_postprocess(hparams)
+
+    def build(self, input_shape=None) -> None:
+        self._build_sublayer(
+            "self_attention", self.self_attention_pre, self.self_attention_post,
+            self.self_attention,
+        )
+        self._build_sublayer(
+            "encdec_attention", self.encdec_attention_pre, self.encdec_attention_post,
+            self.encdec_attention,
+        )
+        self._build_sublayer("ffn", self.ffn_pre, self.ffn_post)
+        self.ffn.build((None, None, self.hidden_size))
+
+    def call(
+        self,
+        x: tf.Tensor,
+        encoder_output: tf.Tensor | None,
+        self_attention_bias: tf.Tensor,
+        encdec_bias: tf.Tensor,
+        memory_kv: dict[str, tf.Tensor] | None = None,
+        cache: dict[str, tf.Tensor] | None = None,
+        decode_step=None,
+        training: bool | None = None,
+    ):
+        """Runs the layer on the full target or, with a cache, on one new position.
+
+        Args:
+          x: [B, T, D] (T = 1 when decoding with a cache).
+          encoder_output: [B, L, D]; may be None when `memory_kv` is given.
+          self_attention_bias: [1, 1, T, T] causal bias, or [1, 1, 1, M] row of the current
+            step when decoding with a cache of M slots.
+          encdec_bias: [B, 1, 1, L] encoder padding bias.
+          memory_kv: {"k", "v"} [B, H, L, D/H], the encoder output projected once (decoding).
+          cache: {"k", "v"} [B, H, M, D/H] self-attention cache (decoding).
+          decode_step: int32 scalar position being decoded (with `cache`).
+          training: enables dropout.
+
+        Returns:
+          [B, T, D], or ([B, 1, D], updated cache) with a cache.
+        """
+        y = self.self_attention(
+            self.self_attention_pre(x, training=training), bias=self_attention_bias,
+            cache=cache, decode_step=decode_step, training=training,
+        )
+        if cache is not None:
+            y, cache = y
+        x = self.self_attention_post(y, previous_value=x, training=training)
+        y = self.encdec_attention(
+            self.encdec_attention_pre(x, training=training),
+            memory=None if memory_kv is not None else encoder_output,
+            bias=encdec_bias, memory_kv=memory_kv, training=training,
+        )
+        x = self.encdec_attention_post(y, previous_value=x, training=training)
+        y = self.ffn(self.ffn_pre(x, training=training), training=training)
+        x = self.ffn_post(y, previous_value=x, training=training)
+        return x if cache is None else (x, cache)
+
+
+class TransformerEncoder(keras.layers.Layer):
+    """t2t's `transformer_encoder` (scope "encoder"): N layers, then one more preprocess
+    (the final layer norm of pre-norm sets; identity for "none").
+
+    Args:
+      hparams: model HParams.
+      initializer: kernel initializer.
+    """
+
+    def __init__(self, hparams, initializer, name: str = "encoder", **kwargs):
+        super().__init__(name=name, **kwargs)
+        self.hidden_size = hparams.hidden_size
+        self.num_layers = hparams.num_encoder_layers or hparams.num_hidden_layers
+        for i in range(self.num_layers):
+            # Attributes, not a list: tf.train.Checkpoint only follows attributes.
+            setattr(self, f"layer_{i}", TransformerEncoderLayer(
+                hparams, initializer, name=f"layer_{i}"))
+        self.output_norm = common_layers.layer_preprocess(hparams)
+
+    @property
+    def layers_(self) -> list[TransformerEncoderLayer]:
+        """The layers `layer_0 .. layer_{N-1}`, in order."""
+        return [getattr(self, f"layer_{i}") for i in range(self.num_layers)]
+
+    def build(self, input_shape=None) -> None:
+        for layer in self.layers_:
+            layer.build()
+        self.output_norm.build((None, None, self.hidden_size))
+
+    def call(self, x: tf.Tensor, bias: tf.Tensor, training: bool | None = None) -> tf.Tensor:
+        """Args: x: [B, L, D] prepared input; bias: [B, 1, 1, L]. Returns: [B, L, D]."""
+        for layer in self.layers_:
+            x = layer(x, bias, training=training)
+        return self.output_norm(x, training=training)
+
+
+class TransformerDecoder(keras.layers.Layer):
+    """t2t's `transformer_decoder` (scope "decoder"): N layers, then the final preprocess.
+
+    Args:
+      hparams: model HParams.
+      initializer: kernel initializer.
+    """
+
+    def __init__(self, hparams, initializer, name: str = "decoder", **kwargs):
+        super().__init__(name=name, **kwargs)
+        self.hidden_size = hparams.hidden_size
+        self.num_layers = hparams.num_decoder_layers or hparams.num_hidden_layers
+        for i in range(self.num_layers):
+            # Attributes, not a list: tf.train.Checkpoint only follows attributes.
+            setattr(self, f"layer_{i}", TransformerDecoderLayer(
+                hparams, initializer, name=f"layer_{i}"))
+        self.output_norm = common_layers.layer_preprocess(hparams)
+
+    @property
+    def layers_(self) -> list[TransformerDecoderLayer]:
+        """The layers `layer_0 .. layer_{N-1}`, in order."""
+        return [getattr(self, f"layer_{i}") for i in range(self.num_layers)]
+
+    def build(self, input_shape=None) -> None:
+        for layer in self.layers_:
+            layer.build()
+        self.output_norm.build((None, None, self.hidden_size))
+
+    def call(
+        self,
+        x: tf.Tensor,
+        encoder_output: tf.Tensor | None,
+        self_attention_bias: tf.Tensor,
+        encdec_bias: tf.Tensor,
+        memory_kv: list[dict[str, tf.Tensor]] | None = None,
+        cache: dict[str, Any] | None = None,
+        decode_step=None,
+        training: bool | None = None,
+    ):
+        """Decodes the full target, or one position with a cache.
+
+        Args:
+          x: [B, T, D] prepared decoder input ([B, 1, D] with a cache).
+          encoder_output: [B, L, D] (unused with a cache).
+          self_attention_bias: [1, 1, T, T] causal bias ([1, 1, 1, M] with a cache).
+          encdec_bias: [B, 1, 1, L].
+          memory_kv: with a cache, per layer {"k", "v"} [B, H, L, D/H]: the encoder output
+            projected once by that layer's encdec_attention (`encdec_memory_kv`).
+          cache: {"layer_{l}": {"k", "v"}} [B, H, M, D/H] self-attention caches
+            (`Transformer.init_decode_cache`).
+          decode_step: int32 scalar (with a cache).
+          training: enables dropout.
+
+        Returns:
+          [B, T, D], or ([B, 1, D], updated cache).
+        """
+        new_cache = {} if cache is not None else None
+        for i, layer in enumerate(self.layers_):
+            if cache is None:
+                x = layer(x, encoder_output, self_attention_bias, encdec_bias, training=training)
+                continue
+            x, new_cache[layer.name] = layer(
+                x, None, self_attention_bias, encdec_bias, memory_kv=memory_kv[i],
+                cache=cache[layer.name], decode_step=decode_step, training=training,
+            )
+        x = self.output_norm(x, training=training)
+        return x if cache is None else (x, new_cache)
+
+    def encdec_memory_kv(self, encoder_output: tf.Tensor) -> list[dict[str, tf.Tensor]]:
+        """Projects the encoder output once per layer for fast decoding.
+
+        Args:
+          encoder_output: [B, L, D].
+
+        Returns:
+          Per layer {"k": [B, H, L, Dk/H], "v": [B, H, L, Dv/H]}.
+        """
+        return [layer.encdec_attention.compute_memory_kv(encoder_output)
+                for layer in self.layers_]
+
+
+class TransformerBody(keras.layers.Layer):
+    """t2t's `transformer/body` scope: target-space embedding, encoder, decoder and the
+    input dropouts.
+
+    Args:
+      hparams: model HParams.
+      initializer: kernel initializer.
+    """
+
+    def __init__(self, hparams, initializer, name: str = "body", **kwargs):
+        super().__init__(name=name, **kwargs)
+        self.use_target_space_embedding = bool(hparams.use_target_space_embedding)
+        self.target_space_embedding = TargetSpaceEmbedding(hparams.hidden_size, initializer)
+        self.encoder = TransformerEncoder(hparams, initializer)
+        self.decoder = TransformerDecoder(hparams, initializer)
+        rate = hparams.layer_prepostprocess_dropout
+        # t2t applies plain dropout (no broadcast dims) to the prepared encoder/decoder inputs.
+        self.encoder_input_dropout = common_layers.Dropout(rate, name="encoder_input_dropout")
+        self.decoder_input_dropout = common_layers.Dropout(rate, name="decoder_input_dropout")
+
+    def build(self, input_shape=None) -> None:
+        if self.use_target_space_embedding:
+            self.target_space_embedding.build()
+        self.encoder.build()
+        self.decoder.build()
+
+
+def _check_hparams(hparams) -> None:
+    if hparams.hidden_size % hparams.num_heads:
+        raise ValueError(
+            f"hparams.hidden_size={hparams.hidden_size} is not divisible by "
+            f"hparams.num_heads={hparams.num_heads}"
+        )
+    for name, supported in (("pos", ("timing", "none")),
+                            ("self_attention_type", ("dot_product",))):
+        if hparams.get(name) not in supported:
+            raise ValueError(
+                f"hparams.{name}={hparams.get(name)!r} is not supported; use one of {supported}"
+            )
+    if hparams.get("max_relative_position", 0) or hparams.get("proximity_bias", False):
+        raise ValueError(
+            "hparams.max_relative_position / proximity_bias are not supported (set them to 0 / "
+            "False)"
+        )
+    if hparams.get("unidirectional_encoder", False):
+        raise ValueError("hparams.unidirectional_encoder=True is not supported")
+
+
+def _ids_2d(ids) -> tf.Tensor:
+    """int32 [B, L] from [B, L] or t2t's [B, L, 1, 1]."""
+    ids = tf.cast(ids, tf.int32)
+    if ids.shape.rank is not None and ids.shape.rank > 2:
+        ids = tf.reshape(ids, tf.shape(ids)[:2])
+    return ids
+
+
+@registry.register_model("transformer")
+class Transformer(keras.Model):
+    """tensor2tensor's Transformer (registered as "transformer").
+
+    Call on `{"inputs": int [B, L], "targets": int [B, T], "target_space_id": int scalar
+    (optional, default 0)}` to get teacher-forced logits float32 [B, T, V_target]; dropout only
+    with `training=True`. `infer` decodes greedily or with beam search.
+
+    The weights are created in the constructor (all shapes follow from the hparams), so the
+    model can be loaded, counted or saved before its first call.
+
+    Args:
+      hparams: model HParams (e.g. `create_hparams("transformer_base")`).
+      input_vocab_size: V_in of the inputs (before `vocab_divisor` padding).
+      target_vocab_size: V_out of the targets.
+    """
+
+    def __init__(self, hparams, input_vocab_size: int, target_vocab_size: int,
+                 name: str = "transformer", **kwargs):
+        super().__init__(name=name, **kwargs)
+        _check_hparams(hparams)
+        self.hparams = hparams.copy()
+        self.input_vocab_size = int(input_vocab_size)
+        self.target_vocab_size = int(target_vocab_size)
+        self.hidden_size = hparams.hidden_size
+        self.num_heads = hparams.num_heads
+        initializer = get_variable_initializer(hparams)
+        self.modality = modalities.SymbolModality(
+            self.input_vocab_size,
+            self.target_vocab_size,
+            hparams.hidden_size,
+            num_shards=hparams.symbol_modality_num_shards,
+            share_softmax=hparams.shared_embedding_and_softmax_weights,
+            shared_embedding=hparams.get("shared_embedding", False),
+            multiply_embedding_mode=hparams.multiply_embedding_mode,
+            vocab_divisor=hparams.get("vocab_divisor", 1),
+        )
+        if not self.modality.share_softmax:
+            # t2t sets the hparam to 0 when the vocab sizes differ; record what is in effect.
+            self.hparams.shared_embedding_and_softmax_weights = False
+        self.body = TransformerBody(hparams, initializer)
+        self._infer_functions = {}
+        self.build()
+
+    def build(self, input_shape=None) -> None:
+        self.modality.build()
+        self.body.build()
+
+    @property
+    def vocab_size(self) -> int:
+        """V of the logits (the target vocab after vocab_divisor padding)."""
+        return self.modality.target_vocab_size
+
+    def get_config(self) -> dict:
+        return {
+            "hparams": self.hparams.to_json(),
+            "input_vocab_size": self.input_vocab_size,
+            "target_vocab_size": self.target_vocab_size,
+            "name": self.name,
+        }
+
+    @classmethod
+    def from_config(cls, config: dict) -> Transformer:
+        from t2t_lite.hparams import HParams
+
+        config = dict(config)
+        config["hparams"] = HParams.from_json(config["hparams"])
+        return cls(**config)
+
+    # ----------------------------------------------------------------------------------------
+    # Teacher-forced computation.
+
+    def encode(self, inputs, target_space_id=0, training: bool | None = None,
+               matrices: dict[str, tf.Tensor] | None = None):
+        """t2t's `transformer_prepare_encoder` + `transformer_encoder`.
+
+        Args:
+          inputs: int [B, L] source ids (0 = padding).
+          target_space_id: int scalar (or [B]) row of the target-space embedding.
+          training: enables dropout.
+          matrices: optional `self.modality.matrices()` shared with `decode`.
+
+        Returns:
+          (encoder_output [B, L, D], encoder-decoder bias float32 [B, 1, 1, L]).
+        """
+        inputs = _ids_2d(inputs)
+        x = self.modality.bottom(inputs, "inputs", matrices)
+        padding = tf.cast(tf.equal(inputs, 0), tf.float32)
+        bias = common_attention.attention_bias_ignore_padding(padding)
+        if self.body.use_target_space_embedding:
+            target_space_id = tf.cast(target_space_id, tf.int32)
+            x += tf.cast(self.body.target_space_embedding(target_space_id), x.dtype)
+        if self.hparams.pos == "timing":
+            x = common_attention.add_timing_signal_1d(x)
+        x = self.body.encoder_input_dropout(x, training=training)
+        return self.body.encoder(x, bias, training=training), bias
+
+    def decode(self, targets, encoder_output: tf.Tensor, encdec_bias: tf.Tensor,
+               training: bool | None = None,
+               matrices: dict[str, tf.Tensor] | None = None) -> tf.Tensor:
+        """Teacher-forced decoder: shifted-right targets -> logits.
+
+        Args:
+          targets: int [B, T] target ids (ending with EOS, 0-padded).
+          encoder_output: [B, L, D].
+          encdec_bias: [B, 1, 1, L].
+          training: enables dropout.
+          matrices: optional `self.modality.matrices()` shared with `encode`.
+
+        Returns:
+          float32 logits [B, T, V].
+        """
+        targets = _ids_2d(targets)
+        x = self._decoder_input(common_layers.shift_right(targets), training, matrices)
+        bias = common_attention.attention_bias_lower_triangle(tf.shape(targets)[1])
+        x = self.body.decoder(x, encoder_output, bias, encdec_bias, training=training)
+        return tf.cast(self.modality.top(x, matrices), tf.float32)
+
+    def _decoder_input(self, shifted_ids: tf.Tensor, training, matrices=None) -> tf.Tensor:
+        x = self.modality.bottom(shifted_ids, "targets", matrices)
+        if self.hparams.pos == "timing":
+            x = common_attention.add_timing_signal_1d(x)
+        return self.body.decoder_input_dropout(x, training=training)
+
+    def call(self, features: dict, training: bool | None = None) -> tf.Tensor:
+        """Teacher-forced logits.
+
+        Args:
+          features: {"inputs": int [B, L], "targets": int [B, T], optional
+            "target_space_id": int scalar}.
+          training: enables dropout.
+
+        Returns:
+          float32 logits [B, T, V].
+        """
+        matrices = self.modality.matrices()
+        encoder_output, encdec_bias = self.encode(
+            features["inputs"], features.get("target_space_id", 0), training=training,
+            matrices=matrices,
+        )
+        return self.decode(
+            features["targets"], encoder_output, encdec_bias, training=training,
+            matrices=matrices,
+        )
+
+    # ----------------------------------------------------------------------------------------
+    # Decoding.
+
+    def init_decode_cache(self, batch_size, max_length) -> dict[str, dict[str, tf.Tensor]]:
+        """Preallocated, zero self-attention caches for fast decoding.
+
+        Args:
+          batch_size: B (int or scalar tensor).
+          max_length: M, the number of decode steps (int or scalar tensor).
+
+        Returns:
+          {"layer_{l}": {"k": [B, H, M, Dk/H], "v": [B, H, M, Dv/H]}} float32 zeros.
+        """
+        cache = {}
+        for layer in self.body.decoder.layers_:
+            attention = layer.self_attention
+            heads = attention.num_heads
+            cache[layer.name] = {
+                "k": tf.zeros([batch_size, heads, max_length, attention.key_depth // heads]),
+                "v": tf.zeros([batch_size, heads, max_length, attention.value_depth // heads]),
+            }
+        return cache
+
+    def _fast_symbols_to_logits_fn(self, memory_kv, encdec_bias, max_length, matrices):
+        """`fn(ids [N, *], i, cache) -> (logits [N, V], cache)`: one decoder position from the
+        last id, reusing the caches (t2t's `symbols_to_logits_fn` of `_fast_decode`)."""
+        timing = common_attention.get_timing_signal_1d(max_length + 1, self.hidden_size)
+        slots = tf.range(max_length)
+
+        def symbols_to_logits_fn(ids, i, cache):
+            x = self.modality.bottom(ids[:, -1:], "targets", matrices)
+            # Step 0 sees the zero vector ("GO"), as t2t's `preprocess_targets`.
+            x *= tf.cast(i > 0, x.dtype)
+            if self.hparams.pos == "timing":
+                x += tf.cast(timing[:, i: i + 1], x.dtype)
+            bias = tf.where(slots <= i, 0.0, common_attention.LARGE_NEGATIVE)
+            bias = tf.reshape(bias, [1, 1, 1, max_length])
+            x, cache = self.body.decoder(
+                x, None, bias, encdec_bias, memory_kv=memory_kv, cache=cache, decode_step=i,
+                training=False,
+            )
+            return tf.cast(self.modality.top(x, matrices)[:, 0, :], tf.float32), cache
+
+        return symbols_to_logits_fn
+
+    def _slow_symbols_to_logits_fn(self, encoder_output, encdec_bias, matrices):
+        """`fn(ids [N, i+1], i, states) -> (logits [N, V], states)`: recomputes the whole
+        decoder on the prefix (t2t's slow path); the reference for the cached decoder."""
+
+        def symbols_to_logits_fn(ids, i, states):
+            x = self._decoder_input(ids, False, matrices)
+            bias = common_attention.attention_bias_lower_triangle(tf.shape(ids)[1])
+            x = self.body.decoder(x, encoder_output, bias, encdec_bias, training=False)
+            logits = self.modality.top(x[:, -1:, :], matrices)[:, 0, :]
+            return tf.cast(logits, tf.float32), states
+
+        return symbols_to_logits_fn
+
+    def _sample(self, logits: tf.Tensor) -> tf.Tensor:
+        """t2t's `sample_with_temperature`: argmax, or a draw from logits / sampling_temp."""
+        hp = self.hparams
+        if hp.sampling_method != "random" or hp.sampling_temp == 0.0:
+            return tf.argmax(logits, axis=-1, output_type=tf.int32)
+        if hp.sampling_keep_top_k != -1:
+            if hp.sampling_keep_top_k <= 0:
+                raise ValueError("hparams.sampling_keep_top_k must be -1 or positive")
+            kth = tf.math.top_k(logits, hp.sampling_keep_top_k).values[:, -1:]
+            logits = tf.where(logits < kth, -1e6, logits)
+        draws = tf.random.categorical(logits / hp.sampling_temp, 1, dtype=tf.int32)
+        return draws[:, 0]
+
+    def _greedy(self, symbols_to_logits_fn, batch_size, max_length, states, full_ids: bool,
+                eos_id: int):
+        """t2t's greedy loop: runs until `max_length` steps or every row has emitted EOS.
+
+        Returns:
+          (ids int32 [B, steps], scores float32 [B]): scores sum the log-probs of the chosen
+          tokens up to and including the first EOS; tokens after it are kept.
+        """
+        decoded = tf.zeros([batch_size, max_length], tf.int32)
+        columns = tf.range(max_length)
+
+        def body(i, hit_eos, next_id, decoded, states, log_prob):
+            if full_ids:
+                ids = tf.concat([tf.zeros([batch_size, 1], tf.int32), decoded[:, :i]], axis=1)
+            else:
+                ids = next_id
+            logits, states = symbols_to_logits_fn(ids, i, states)
+            log_probs = common_layers.log_prob_from_logits(logits)
+            token = self._sample(logits)
+            chosen = tf.gather(log_probs, token, axis=1, batch_dims=1)
+            log_prob += chosen * (1.0 - tf.cast(hit_eos, tf.float32))
+            hit_eos = tf.logical_or(hit_eos, tf.equal(token, eos_id))
+            decoded = tf.where(tf.equal(columns, i)[tf.newaxis, :], token[:, tf.newaxis], decoded)
+            return i + 1, hit_eos, token[:, tf.newaxis], decoded, states, log_prob
+
+        def not_finished(i, hit_eos, *unused):
+            return tf.logical_and(i < max_length, tf.logical_not(tf.reduce_all(hit_eos)))
+
+        loop_vars = (
+            tf.constant(0),
+            tf.zeros([batch_size], tf.bool),
+            tf.zeros([batch_size, 1], tf.int32),
+            decoded,
+            states,
+            tf.zeros([batch_size], tf.float32),
+        )
+        steps, _, _, decoded, _, log_prob = tf.while_loop(
+            not_finished, body, loop_vars, parallel_iterations=1
+        )
+        return decoded[:, :steps], log_prob
+
+    def _infer_graph(self, inputs, target_space_id, decode_length, beam_size: int,
+                     top_beams: int, alpha: float, use_cache: bool, eos_id: int):
+        inputs = _ids_2d(inputs)
+        batch_size = tf.shape(inputs)[0]
+        # t2t: decode_length = padded input length + extra length.
+        max_length = tf.shape(inputs)[1] + tf.cast(decode_length, tf.int32)
+        # The embedding matrices are concatenated once, not at every step.
+        matrices = self.modality.matrices()
+        encoder_output, encdec_bias = self.encode(
+            inputs, target_space_id, training=False, matrices=matrices
+        )
+        if beam_size > 1:
+            # The encoder-side tensors never change across steps: tile them once to the
+            # [B * K] beam layout and close over them instead of carrying them as states.
+            encoder_output = beam_search.tile_to_beams(encoder_output, beam_size)
+            encdec_bias = beam_search.tile_to_beams(encdec_bias, beam_size)
+        if use_cache:
+            memory_kv = self.body.decoder.encdec_memory_kv(encoder_output)
+            fn = self._fast_symbols_to_logits_fn(memory_kv, encdec_bias, max_length, matrices)
+            states = self.init_decode_cache(batch_size, max_length)
+        else:
+            fn = self._slow_symbols_to_logits_fn(encoder_output, encdec_bias, matrices)
+            states = {}
+        if beam_size == 1:
+            outputs, scores = self._greedy(
+                fn, batch_size, max_length, states, full_ids=not use_cache, eos_id=eos_id
+            )
+            return {"outputs": outputs, "scores": scores}
+        ids, scores, _ = beam_search.beam_search(
+            fn, tf.zeros([batch_size], tf.int32), beam_size, max_length, self.vocab_size,
+            alpha, states=states, eos_id=eos_id, stop_early=top_beams == 1,
+        )
+        if top_beams == 1:
+            return {"outputs": ids[:, 0], "scores": scores[:, 0]}
+        return {"outputs": ids[:, :top_beams], "scores": scores[:, :top_beams]}
+
+    def infer(
+        self,
+        features: dict,
+        decode_length=50,
+        beam_size: int = 1,
+        alpha: float = 0.6,
+        top_beams: int = 1,
+        use_cache: bool = True,
+        eos_id: int = beam_search.EOS_ID,
+    ) -> dict[str, tf.Tensor]:
+        """Autoregressive decoding (t2t's `infer` with fast incremental decoding).
+
+        At most `L_in + decode_length` tokens are generated (L_in = padded input length).
+        Greedy (beam_size 1) stops early only when every row has produced EOS; tokens after a
+        row's first EOS are kept, as in t2t. Beam search uses the GNMT length penalty `alpha`.
+
+        Args:
+          features: {"inputs": int [B, L_in], optional "target_space_id": int scalar}.
+          decode_length: extra length (int or int32 scalar).
+          beam_size: 1 = greedy (`hparams.sampling_method`), >1 = beam search.
+          alpha: length-penalty exponent of beam search.
+          top_beams: beams returned (<= beam_size).
+          use_cache: False recomputes the whole decoder prefix every step (reference/slow path).
+          eos_id: end-of-sequence id.
+
+        Returns:
+          {"outputs": int32 [B, T'] (or [B, top_beams, T']), "scores": float32 [B] (or
+          [B, top_beams])}. Greedy scores sum the log-probs up to and including the first EOS;
+          beam scores are t2t's length-normalized log-probs.
+        """
+        if not isinstance(beam_size, int) or beam_size < 1:
+            raise ValueError(f"beam_size must be an int >= 1, got {beam_size!r}")
+        if not 1 <= top_beams <= beam_size:
+            raise ValueError(f"top_beams={top_beams} must be between 1 and beam_size={beam_size}")
+        inputs = _ids_2d(features["inputs"])
+        target_space_id = tf.cast(features.get("target_space_id", 0), tf.int32)
+        decode_length = tf.cast(decode_length, tf.int32)
+        config = (beam_size, top_beams, float(alpha), bool(use_cache), int(eos_id))
+        if tf.inside_function():
+            return self._infer_graph(inputs, target_space_id, decode_length, *config)
+        if config not in self._infer_functions:
+            self._infer_functions[config] = tf.function(
+                lambda inputs, target_space_id, decode_length: self._infer_graph(
+                    inputs, target_space_id, decode_length, *config
+                ),
+                # The loops are explicit tf.while_loops; autograph would only slow tracing.
+                autograph=False,
+                input_signature=[
+                    tf.TensorSpec([None, None], tf.int32),
+                    tf.TensorSpec(None, tf.int32),
+                    tf.TensorSpec([], tf.int32),
+                ],
+            )
+        return self._infer_functions[config](inputs, target_space_id, decode_length)

@@ -1,0 +1,146 @@
+"""common_attention against the t2t fixtures (timing.npz) and a numpy multi-head attention."""
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from t2t_lite.layers import common_attention
+
+
+@pytest.fixture(scope="module")
+def timing(t2t_fixtures):
+    return dict(np.load(t2t_fixtures / "timing.npz"))
+
+
+@pytest.mark.parametrize("key, args", [
+    ("timing_50_512", {"length": 50, "channels": 512}),
+    ("timing_7_64", {"length": 7, "channels": 64}),
+    ("timing_20_33", {"length": 20, "channels": 33}),
+    ("timing_7_64_start3", {"length": 7, "channels": 64, "start_index": 3}),
+    ("timing_10_16_min2_max100", {"length": 10, "channels": 16, "min_timescale": 2.0,
+                                      "max_timescale": 100.0}),
+])
+def test_timing_signal_matches_t2t(timing, key, args):
+    signal = common_attention.get_timing_signal_1d(**args)
+    assert signal.dtype == tf.float32 and signal.shape == timing[key].shape
+    np.testing.assert_allclose(signal, timing[key], atol=1e-6)
+
+
+@pytest.mark.parametrize("name", ["add_timing", "add_timing_odd"])
+def test_add_timing_signal_matches_t2t(timing, name):
+    out = common_attention.add_timing_signal_1d(tf.constant(timing[name + "_input"]))
+    np.testing.assert_allclose(out, timing[name + "_output"], atol=1e-6)
+
+
+def test_timing_signal_reference_rows():
+    # T2T_REFERENCE §2.4: concatenated sines then cosines; odd C gets a trailing zero.
+    s8 = common_attention.get_timing_signal_1d(3, 8).numpy()[0]
+    np.testing.assert_allclose(s8[0], [0, 0, 0, 0, 1, 1, 1, 1], atol=1e-6)
+    np.testing.assert_allclose(
+        s8[1], [0.841471, 0.046399, 0.002154, 0.0001, 0.540302, 0.998923, 0.999998, 1.0],
+        atol=1e-6)
+    s7 = common_attention.get_timing_signal_1d(3, 7).numpy()[0]
+    np.testing.assert_allclose(
+        s7[1], [0.841471, 0.01, 0.0001, 0.540302, 0.99995, 1.0, 0.0], atol=1e-6)
+
+
+def test_biases_and_padding_match_t2t(timing):
+    np.testing.assert_allclose(
+        common_attention.attention_bias_lower_triangle(5), timing["lower_triangle_5"], atol=1e-6)
+    np.testing.assert_allclose(
+        common_attention.attention_bias_ignore_padding(timing["padding_mask"]),
+        timing["ignore_padding_bias"], atol=1e-6)
+    np.testing.assert_allclose(
+        common_attention.embedding_to_padding(timing["embedding_for_padding"]),
+        timing["embedding_to_padding"], atol=1e-6)
+
+
+def test_lower_triangle_values():
+    bias = common_attention.attention_bias_lower_triangle(3).numpy()[0, 0]
+    np.testing.assert_array_equal(bias, [[0, -1e9, -1e9], [0, 0, -1e9], [0, 0, 0]])
+
+
+def test_split_and_combine_heads_roundtrip():
+    x = tf.reshape(tf.range(2 * 3 * 8, dtype=tf.float32), [2, 3, 8])
+    heads = common_attention.split_heads(x, 4)
+    assert heads.shape == (2, 4, 3, 2)
+    # Head j holds channels 2j, 2j+1.
+    np.testing.assert_array_equal(heads[0, 1, 0], x[0, 0, 2:4])
+    np.testing.assert_array_equal(common_attention.combine_heads(heads), x)
+
+
+def np_attention(query, memory, wq, wk, wv, wo, heads, bias):
+    def split(t):
+        b, n, d = t.shape
+        return t.reshape(b, n, heads, d // heads).transpose(0, 2, 1, 3)
+
+    q, k, v = split(query @ wq), split(memory @ wk), split(memory @ wv)
+    q = q * (q.shape[-1] ** -0.5)
+    logits = q @ k.transpose(0, 1, 3, 2) + bias
+    w = np.exp(logits - logits.max(-1, keepdims=True))
+    w /= w.sum(-1, keepdims=True)
+    out = (w @ v).transpose(0, 2, 1, 3)
+    return out.reshape(out.shape[0], out.shape[1], -1) @ wo
+
+
+@pytest.fixture(scope="module")
+def attention():
+    layer = common_attention.MultiheadAttention(num_heads=2, hidden_size=8)
+    layer.build()
+    return layer
+
+
+def _kernels(layer):
+    return [w.numpy() for w in (layer.q.kernel, layer.k.kernel, layer.v.kernel,
+                                layer.output_transform.kernel)]
+
+
+def test_multihead_attention_matches_numpy(attention):
+    rng = np.random.default_rng(0)
+    query = rng.normal(size=(2, 3, 8)).astype(np.float32)
+    memory = rng.normal(size=(2, 5, 8)).astype(np.float32)
+    padding = np.array([[0, 0, 0, 1, 1], [0, 0, 0, 0, 0]], np.float32)
+    bias = common_attention.attention_bias_ignore_padding(padding)
+    got = attention(query, memory=memory, bias=bias).numpy()
+    want = np_attention(query, memory, *_kernels(attention), 2, bias.numpy())
+    np.testing.assert_allclose(got, want, atol=1e-5)
+    # Self-attention (fused q/k/v matmul) equals the separate projections.
+    causal = common_attention.attention_bias_lower_triangle(3)
+    np.testing.assert_allclose(
+        attention(query, bias=causal),
+        np_attention(query, query, *_kernels(attention), 2, causal.numpy()), atol=1e-5)
+    assert [w.path for w in attention.weights] == [
+        f"multihead_attention/{n}/kernel" for n in ("q", "k", "v", "output_transform")]
+
+
+def test_self_attention_cache_equals_full_causal_attention(attention):
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(2, 4, 8)).astype(np.float32)
+    full = attention(x, bias=common_attention.attention_bias_lower_triangle(4)).numpy()
+    max_len = 6  # more slots than steps: unwritten slots must get zero weight
+    cache = {"k": tf.zeros([2, 2, max_len, 4]), "v": tf.zeros([2, 2, max_len, 4])}
+    for i in range(4):
+        bias = tf.reshape(tf.where(tf.range(max_len) <= i, 0.0, -1e9), [1, 1, 1, max_len])
+        y, cache = attention(x[:, i:i + 1], bias=bias, cache=cache, decode_step=i)
+        assert cache["k"].shape == (2, 2, max_len, 4)
+        np.testing.assert_allclose(y[:, 0], full[:, i], atol=1e-5)
+    np.testing.assert_array_equal(cache["k"][:, :, 4:], 0.0)
+
+
+def test_memory_kv_equals_memory(attention):
+    rng = np.random.default_rng(2)
+    query = rng.normal(size=(2, 1, 8)).astype(np.float32)
+    memory = rng.normal(size=(2, 5, 8)).astype(np.float32)
+    kv = attention.compute_memory_kv(memory)
+    assert kv["k"].shape == (2, 2, 5, 4)
+    np.testing.assert_allclose(
+        attention(query, memory_kv=kv), attention(query, memory=memory), atol=1e-6)
+
+
+def test_attention_dropout_broadcast_and_errors():
+    layer = common_attention.MultiheadAttention(2, 8, dropout=0.5, dropout_broadcast_dims="0")
+    layer.build()
+    x = tf.random.normal([3, 4, 8])
+    np.testing.assert_allclose(layer(x), layer(x, training=False))
+    assert not np.allclose(layer(x, training=True), layer(x))
+    with pytest.raises(ValueError, match="not divisible by num_heads 3"):
+        common_attention.MultiheadAttention(3, 8)

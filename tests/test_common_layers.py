@@ -1,0 +1,191 @@
+"""common_layers against t2t's formulas: layer norm, broadcast dropout, pre/post-process
+sequences (hand-computed), dense_relu_dense and the padded cross-entropy reference (§3)."""
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from t2t_lite.hparams import create_hparams
+from t2t_lite.layers import common_layers
+
+
+def np_layer_norm(x, scale=1.0, bias=0.0, eps=1e-6):
+    mean = x.mean(-1, keepdims=True)
+    var = ((x - mean) ** 2).mean(-1, keepdims=True)
+    return (x - mean) / np.sqrt(var + eps) * scale + bias
+
+
+def test_layer_norm_matches_t2t_formula_and_names():
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(2, 3, 8)).astype(np.float32)
+    norm = common_layers.LayerNorm(1e-6)
+    norm.build(x.shape)
+    scale = rng.normal(size=8).astype(np.float32)
+    bias = rng.normal(size=8).astype(np.float32)
+    norm.scale.assign(scale)
+    norm.bias.assign(bias)
+    np.testing.assert_allclose(norm(x), np_layer_norm(x, scale, bias), atol=1e-5)
+    assert [w.path for w in norm.weights] == [
+        "layer_norm/layer_norm_scale", "layer_norm/layer_norm_bias"]
+
+
+def test_layer_norm_epsilon_is_t2t_not_keras():
+    # Small variance makes epsilon visible: var = 1e-6, so rsqrt(var + 1e-6) = 1/sqrt(2e-6).
+    x = np.array([[1.0, 1.002]], np.float32)
+    out = common_layers.LayerNorm(1e-6)(x).numpy()
+    np.testing.assert_allclose(out, [[-1 / np.sqrt(2), 1 / np.sqrt(2)]], rtol=1e-3)
+
+
+@pytest.mark.parametrize("dims, rank, expected", [
+    ("", 3, None),
+    ("0", 3, [1, None, None]),
+    ("0,1", 3, [1, 1, None]),
+    ("-1", 4, [None, None, None, 1]),
+    ("1,-2", 4, [None, 1, 1, None]),
+])
+def test_broadcast_noise_shape(dims, rank, expected):
+    parsed = common_layers.comma_separated_string_to_integer_list(dims)
+    assert common_layers.broadcast_noise_shape(rank, parsed) == expected
+
+
+def test_bad_broadcast_dims_fail_clearly():
+    with pytest.raises(ValueError, match="comma-separated integers"):
+        common_layers.comma_separated_string_to_integer_list("0;1")
+    with pytest.raises(ValueError, match="out of range"):
+        common_layers.broadcast_noise_shape(3, [3])
+
+
+def test_dropout_shares_mask_along_broadcast_dims():
+    x = tf.ones([4, 6, 5])
+    layer = common_layers.Dropout(0.5, "0,1", seed=3)
+    y = layer(x, training=True).numpy()
+    assert set(np.unique(y)) <= {0.0, 2.0}  # inverted scaling 1 / (1 - rate)
+    # One mask per channel, the same for every batch row and position.
+    assert (y == y[:1, :1, :]).all()
+    assert 0 < (y == 0).sum() < y.size
+    np.testing.assert_array_equal(layer(x, training=False), x)
+
+
+def _hand_sublayer_case(sequence_pre, sequence_post):
+    """x = [1, 3] (d=2), sublayer f(z) = 2z, no dropout."""
+    hp = create_hparams(
+        "transformer_tiny",
+        f"layer_preprocess_sequence={sequence_pre},layer_postprocess_sequence={sequence_post}",
+    )
+    pre = common_layers.layer_preprocess(hp)
+    post = common_layers.layer_postprocess(hp)
+    x = tf.constant([[[1.0, 3.0]]])
+    pre.build(x.shape)
+    post.build(x.shape)
+    y = 2.0 * pre(x)
+    return post(y, previous_value=x).numpy()[0, 0], pre, post
+
+
+def test_post_norm_v1_is_layer_norm_of_residual_sum():
+    # "none"/"dan": LN(x + f(x)) = LN([3, 9]) = [-1, 1] * 3 / sqrt(9 + 1e-6).
+    out, pre, post = _hand_sublayer_case("none", "dan")
+    np.testing.assert_allclose(out, [-3 / np.sqrt(9 + 1e-6), 3 / np.sqrt(9 + 1e-6)], rtol=1e-6)
+    assert pre.norms == [] and [n.name for n in post.norms] == ["layer_norm"]
+    assert post.name == "layer_postprocess"
+
+
+def test_pre_norm_v2_is_residual_plus_sublayer_of_layer_norm():
+    # "n"/"da": x + f(LN(x)) = [1, 3] + 2 * [-1, 1] / sqrt(1 + 1e-6).
+    out, pre, post = _hand_sublayer_case("n", "da")
+    r = 1 / np.sqrt(1 + 1e-6)
+    np.testing.assert_allclose(out, [1 - 2 * r, 3 + 2 * r], rtol=1e-6)
+    assert [n.name for n in pre.norms] == ["layer_norm"] and post.norms == []
+    assert pre.name == "layer_prepostprocess"
+
+
+def test_none_sequence_is_identity_and_dropout_position():
+    layer = common_layers.LayerPrepostprocess("da", dropout_rate=0.5)
+    x = tf.random.normal([2, 3, 4])
+    y = tf.random.normal([2, 3, 4])
+    out = layer(y, previous_value=x, training=True).numpy()
+    # "da" adds the residual after dropout: each unit is x or x + 2y.
+    delta = out - x.numpy()
+    kept = np.isclose(delta, 2 * y.numpy(), atol=1e-5)
+    dropped = np.isclose(delta, 0.0, atol=1e-6)
+    assert (kept | dropped).all() and kept.any() and dropped.any()
+    assert np.allclose(common_layers.LayerPrepostprocess("none")(y), y)
+
+
+def test_repeated_norms_get_t2t_names():
+    layer = common_layers.LayerPrepostprocess("ndn")
+    layer.build((None, None, 4))
+    assert [w.path for w in layer.weights] == [
+        "layer_prepostprocess/layer_norm/layer_norm_scale",
+        "layer_prepostprocess/layer_norm/layer_norm_bias",
+        "layer_prepostprocess/layer_norm_1/layer_norm_scale",
+        "layer_prepostprocess/layer_norm_1/layer_norm_bias",
+    ]
+
+
+def test_preprocess_rejects_residual_with_clear_error():
+    hp = create_hparams("transformer_tiny", "layer_preprocess_sequence=an")
+    with pytest.raises(ValueError, match="layer_preprocess_sequence='an'.*not allowed"):
+        common_layers.layer_preprocess(hp)
+    hp = create_hparams("transformer_tiny", "layer_postprocess_sequence=dx")
+    with pytest.raises(ValueError, match="layer_postprocess_sequence='dx'"):
+        common_layers.layer_postprocess(hp)
+
+
+def test_dense_relu_dense():
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(2, 3, 4)).astype(np.float32)
+    ffn = common_layers.DenseReluDense(6, 4)
+    ffn.build(x.shape)
+    w1, b1, w2, b2 = [w.numpy() for w in (ffn.conv1.kernel, ffn.conv1.bias,
+                                          ffn.conv2.kernel, ffn.conv2.bias)]
+    b1 += 0.1
+    ffn.conv1.bias.assign(b1)
+    expected = np.maximum(x @ w1 + b1, 0) @ w2 + b2
+    np.testing.assert_allclose(ffn(x), expected, atol=1e-5)
+    assert [w.path for w in ffn.weights] == [
+        "ffn/conv1/kernel", "ffn/conv1/bias", "ffn/conv2/kernel", "ffn/conv2/bias"]
+
+
+def test_shift_right():
+    ids = tf.constant([[5, 6, 1, 0], [7, 1, 0, 0]])
+    np.testing.assert_array_equal(
+        common_layers.shift_right(ids), [[0, 5, 6, 1], [0, 7, 1, 0]])
+
+
+REF_LOGITS = [[[2.0, 1.0, 0.5, -1.0], [0.1, 0.2, 3.0, 0.0], [1.0, 1.0, 1.0, 1.0]]]
+REF_LABELS = [[1, 2, 0]]
+
+
+@pytest.mark.parametrize("eps, num", [(0.1, 1.1185467), (0.0, 1.6484354)])
+def test_padded_cross_entropy_reference_values(eps, num):
+    got_num, got_den = common_layers.padded_cross_entropy(
+        tf.constant(REF_LOGITS), tf.constant(REF_LABELS), eps)
+    np.testing.assert_allclose(got_num, num, atol=1e-6)
+    assert float(got_den) == 2.0
+
+
+def test_padded_cross_entropy_equals_one_hot_definition():
+    rng = np.random.default_rng(2)
+    logits = rng.normal(size=(3, 5, 11)).astype(np.float32) * 3
+    labels = rng.integers(0, 11, size=(3, 5))
+    eps, v = 0.1, 11
+    q = np.full((3, 5, v), eps / (v - 1))
+    np.put_along_axis(q, labels[..., None], 1 - eps, axis=-1)
+    logp = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
+    const = -((1 - eps) * np.log(1 - eps) + (v - 1) * eps / (v - 1) * np.log(eps / (v - 1)))
+    xent = -(q * logp).sum(-1) - const
+    weights = labels != 0
+    num, den = common_layers.padded_cross_entropy(logits, labels, eps)
+    np.testing.assert_allclose(num, (xent * weights).sum(), rtol=1e-5)
+    assert float(den) == weights.sum()
+
+
+def test_padded_cross_entropy_gradient_is_softmax_minus_soft_target():
+    logits = tf.Variable(tf.constant(REF_LOGITS))
+    with tf.GradientTape() as tape:
+        num, _ = common_layers.padded_cross_entropy(logits, tf.constant(REF_LABELS), 0.1)
+    grad = tape.gradient(num, logits).numpy()[0]
+    p = tf.nn.softmax(tf.constant(REF_LOGITS)).numpy()[0]
+    q = np.full((3, 4), 0.1 / 3)
+    q[0, 1] = q[1, 2] = 0.9
+    np.testing.assert_allclose(grad[:2], p[:2] - q[:2], atol=1e-6)
+    np.testing.assert_allclose(grad[2], 0.0)  # padding position carries no gradient
