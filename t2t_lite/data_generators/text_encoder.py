@@ -1,0 +1,1038 @@
+"""Text encoders with tensor2tensor's ids, vocab files and vocabulary-building algorithm.
+
+* `TextEncoder`: base class (whitespace-separated integers, id = int + 2).
+* `ByteTextEncoder`: UTF-8 bytes, id = byte + 2.
+* `TokenTextEncoder`: one token per vocab line.
+* `SubwordTextEncoder`: t2t's invertible subword encoder; a vocab file written by tensor2tensor
+  loads unchanged and gives the same ids, and `build_from_generator` / `build_to_target_size`
+  produce byte-identical vocab files.
+
+Encoding a string with `SubwordTextEncoder` (t2t's algorithm):
+1. split it with `tokenizer.encode` (alphanumeric / non-alphanumeric runs);
+2. escape each token: `\\` -> `\\\\`, `_` -> `\\u`, characters outside the vocab's alphabet (and
+   `\\n`) -> `\\<decimal code point>;`, then append the end-of-token mark `_`;
+3. split each escaped token greedily, left to right, into the longest vocab subtokens.
+No EOS is added; reserved ids are PAD_ID = 0 and EOS_ID = 1.
+
+Speed (same outputs as t2t, see bench/bench_text_encoder.py): tokens are escaped once per
+vocabulary build instead of once per iteration; the longest-match split walks a prefix table
+(one dict probe per character instead of one per candidate length); the substring counting
+aggregates each segment's "window" once and only expands prefixes whose count can still reach
+`min_count` (counts only shrink as a prefix grows); the first iteration's windows are shared by
+all builds of the `min_count` bisection; `encode` keeps a per-token cache.
+"""
+from __future__ import annotations
+
+import bisect
+import collections
+import itertools
+import os
+import re
+import tempfile
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+
+import numpy as np
+from absl import logging
+
+from t2t_lite.data_generators import tokenizer
+
+# Reserved tokens for padding and end of sequence; every encoder keeps these ids.
+PAD = "<pad>"
+EOS = "<EOS>"
+RESERVED_TOKENS = [PAD, EOS]
+NUM_RESERVED_TOKENS = len(RESERVED_TOKENS)
+PAD_ID = RESERVED_TOKENS.index(PAD)  # 0
+EOS_ID = RESERVED_TOKENS.index(EOS)  # 1
+RESERVED_TOKENS_BYTES = [bytes(PAD, "ascii"), bytes(EOS, "ascii")]
+
+# '\u' -> '_', '\\' -> '\', '\213;' -> chr(213).
+_UNESCAPE_REGEX = re.compile(r"\\u|\\\\|\\([0-9]+);")
+_ESCAPE_CHARS = frozenset("\\_u;0123456789")
+# Characters that always need the slow escaping path.
+_SPECIAL_CHARS = frozenset("\\_\n")
+# Bound on the per-token encode cache (t2t uses a table of 2**20 slots).
+_CACHE_MAX_ENTRIES = 2**20
+
+
+class VocabFileError(ValueError):
+    """A vocabulary file that cannot be used; the message names the file and line."""
+
+
+def native_to_unicode(s: str | bytes) -> str:
+    """Returns `s` as `str` (UTF-8-decodes bytes), like t2t's helper of the same name."""
+    return s if isinstance(s, str) else s.decode("utf-8")
+
+
+def unicode_to_native(s: str) -> str:
+    """Identity on Python 3; kept so that ported t2t code runs unchanged."""
+    return s
+
+
+def to_unicode(s: str | bytes, ignore_errors: bool = False) -> str:
+    """Decodes UTF-8 bytes to `str` (invalid bytes dropped if `ignore_errors`)."""
+    if isinstance(s, str):
+        return s
+    return s.decode("utf-8", errors="ignore" if ignore_errors else "strict")
+
+
+def to_unicode_ignore_errors(s: str | bytes) -> str:
+    """`to_unicode(s, ignore_errors=True)`."""
+    return to_unicode(s, ignore_errors=True)
+
+
+def strip_ids(ids: Iterable[int], ids_to_strip: Sequence[int]) -> list[int]:
+    """Removes trailing ids that are in `ids_to_strip` (e.g. EOS and padding).
+
+    Args:
+      ids: a sequence of ids, [T].
+      ids_to_strip: ids to remove from the end.
+
+    Returns:
+      the ids without that tail, [T'] with T' <= T.
+    """
+    ids = list(ids)
+    while ids and ids[-1] in ids_to_strip:
+        ids.pop()
+    return ids
+
+
+def _read_vocab_lines(filename: str) -> list[tuple[int, str]]:
+    """Reads a vocab file strictly as UTF-8, split on "\\n" only (as tf.gfile does).
+
+    Returns:
+      (1-based line number, line without its "\\n") for every line.
+
+    Raises:
+      VocabFileError: the file is missing or a line is not valid UTF-8.
+    """
+    try:
+        with open(filename, "rb") as f:
+            data = f.read()
+    except FileNotFoundError as e:
+        raise VocabFileError(f"File {filename} not found") from e
+    raw_lines = data.split(b"\n")
+    if raw_lines and raw_lines[-1] == b"":
+        raw_lines.pop()  # the terminator of the last line, not an empty line
+    lines = []
+    for lineno, raw in enumerate(raw_lines, start=1):
+        try:
+            lines.append((lineno, raw.decode("utf-8")))
+        except UnicodeDecodeError as e:
+            raise VocabFileError(
+                f"{filename}:{lineno}: not valid UTF-8 ({e.reason} at byte {e.start}); vocab "
+                "files must be UTF-8"
+            ) from e
+    return lines
+
+
+def _write_lines_atomically(filename: str, lines: Iterable[str]) -> None:
+    """Writes "\\n"-terminated lines to a temporary file beside `filename`, then renames it."""
+    directory = os.path.dirname(os.path.abspath(filename))
+    fd, tmp_path = tempfile.mkstemp(
+        prefix=os.path.basename(filename) + ".", suffix=".incomplete", dir=directory
+    )
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
+            for line in lines:
+                f.write(line + "\n")
+        os.replace(tmp_path, filename)
+    except BaseException:
+        os.unlink(tmp_path)
+        raise
+
+
+class TextEncoder:
+    """Base encoder: whitespace-separated integers <-> ids shifted by the reserved ids."""
+
+    def __init__(self, num_reserved_ids: int = NUM_RESERVED_TOKENS):
+        self._num_reserved_ids = num_reserved_ids
+
+    @property
+    def num_reserved_ids(self) -> int:
+        """Number of ids at the start of the vocabulary that are reserved (PAD, EOS)."""
+        return self._num_reserved_ids
+
+    def encode(self, s: str) -> list[int]:
+        """Converts a string of whitespace-separated integers to ids.
+
+        Args:
+          s: e.g. "3 0 7".
+
+        Returns:
+          the integers plus `num_reserved_ids`, [T]. No EOS is appended.
+        """
+        return [int(w) + self._num_reserved_ids for w in s.split()]
+
+    def decode(self, ids: Sequence[int], strip_extraneous: bool = False) -> str:
+        """Converts ids back to a human-readable string.
+
+        Args:
+          ids: [T] ids.
+          strip_extraneous: drop trailing reserved ids (EOS, PAD) first.
+
+        Returns:
+          the space-joined `decode_list(ids)`.
+        """
+        if strip_extraneous:
+            ids = strip_ids(ids, list(range(self._num_reserved_ids or 0)))
+        return " ".join(self.decode_list(ids))
+
+    def decode_list(self, ids: Sequence[int]) -> list[str]:
+        """Converts each id to its string (reserved ids to "<pad>" / "<EOS>").
+
+        Args:
+          ids: [T] ids.
+
+        Returns:
+          [T] strings.
+        """
+        decoded_ids = []
+        for id_ in ids:
+            if 0 <= id_ < self._num_reserved_ids:
+                decoded_ids.append(RESERVED_TOKENS[int(id_)])
+            else:
+                decoded_ids.append(id_ - self._num_reserved_ids)
+        return [str(d) for d in decoded_ids]
+
+    @property
+    def vocab_size(self) -> int:
+        """Number of ids, reserved ones included."""
+        raise NotImplementedError()
+
+
+class ByteTextEncoder(TextEncoder):
+    """Encodes each UTF-8 byte as byte + `num_reserved_ids` (vocab size 258)."""
+
+    def encode(self, s: str) -> list[int]:
+        """Encodes `s` as UTF-8 bytes shifted by the reserved ids.
+
+        Args:
+          s: any string.
+
+        Returns:
+          [number of UTF-8 bytes] ids in [2, 258).
+        """
+        numres = self._num_reserved_ids
+        return [c + numres for c in s.encode("utf-8")]
+
+    def decode(self, ids: Sequence[int], strip_extraneous: bool = False) -> str:
+        """Decodes ids to text; reserved ids become the bytes of "<pad>" / "<EOS>".
+
+        Args:
+          ids: [T] ids.
+          strip_extraneous: drop trailing reserved ids first.
+
+        Returns:
+          the UTF-8 text (invalid sequences replaced by U+FFFD).
+        """
+        if strip_extraneous:
+            ids = strip_ids(ids, list(range(self._num_reserved_ids or 0)))
+        return b"".join(self.decode_list(ids)).decode("utf-8", "replace")
+
+    def decode_list(self, ids: Sequence[int]) -> list[bytes]:
+        """Converts each id to its byte string (reserved ids to b"<pad>" / b"<EOS>").
+
+        Args:
+          ids: [T] ids.
+
+        Returns:
+          [T] `bytes` objects.
+        """
+        numres = self._num_reserved_ids
+        decoded = []
+        for id_ in ids:
+            if 0 <= id_ < numres:
+                decoded.append(RESERVED_TOKENS_BYTES[int(id_)])
+            else:
+                decoded.append(bytes([int(id_) - numres]))
+        return decoded
+
+    @property
+    def vocab_size(self) -> int:
+        """256 byte values plus the reserved ids."""
+        return 2**8 + self._num_reserved_ids
+
+
+class TokenTextEncoder(TextEncoder):
+    """Whitespace tokens <-> ids from a user-supplied vocabulary (file or list).
+
+    From a file: one token per line (stripped), id = line index; the file must hold the reserved
+    tokens itself. From a list: "<pad>", "<EOS>" first, then the list without them.
+    """
+
+    def __init__(
+        self,
+        vocab_filename: str | None,
+        reverse: bool = False,
+        vocab_list: Sequence[str] | None = None,
+        replace_oov: str | None = None,
+        num_reserved_ids: int = NUM_RESERVED_TOKENS,
+    ):
+        """Loads the vocabulary.
+
+        Args:
+          vocab_filename: vocab file to read; if None, `vocab_list` is used.
+          reverse: reverse the id order when encoding and decoding.
+          vocab_list: the tokens, when there is no file.
+          replace_oov: token (in the vocab) that replaces out-of-vocabulary tokens; if None,
+            encoding an unknown token raises KeyError.
+          num_reserved_ids: number of reserved ids.
+
+        Raises:
+          VocabFileError: bad vocab file (names the file and line).
+          ValueError: neither a file nor a list, or `replace_oov` is not in the vocabulary.
+        """
+        super().__init__(num_reserved_ids=num_reserved_ids)
+        self._reverse = reverse
+        self._replace_oov = replace_oov
+        if vocab_filename:
+            self._init_vocab_from_file(vocab_filename)
+        elif vocab_list is not None:
+            self._init_vocab_from_list(vocab_list)
+        else:
+            raise ValueError("TokenTextEncoder needs vocab_filename or vocab_list")
+        if replace_oov is not None and replace_oov not in self._token_to_id:
+            raise ValueError(f"replace_oov={replace_oov!r} is not in the vocabulary")
+
+    def encode(self, s: str) -> list[int]:
+        """Converts a space-separated string of tokens to ids.
+
+        Args:
+          s: the text; it is stripped and split on whitespace.
+
+        Returns:
+          [number of tokens] ids (reversed if `reverse`).
+
+        Raises:
+          KeyError: an unknown token and no `replace_oov`.
+        """
+        tokens = s.strip().split()
+        if self._replace_oov is not None:
+            tokens = [t if t in self._token_to_id else self._replace_oov for t in tokens]
+        ret = [self._token_to_id[tok] for tok in tokens]
+        return ret[::-1] if self._reverse else ret
+
+    def decode(self, ids: Sequence[int], strip_extraneous: bool = False) -> str:
+        """Space-joins `decode_list(ids)` (t2t ignores `strip_extraneous` here too)."""
+        return " ".join(self.decode_list(ids))
+
+    def decode_list(self, ids: Sequence[int]) -> list[str]:
+        """Converts ids to tokens; an unknown id n becomes "ID_n".
+
+        Args:
+          ids: [T] ids.
+
+        Returns:
+          [T] tokens (in reversed order if `reverse`).
+        """
+        seq = reversed(ids) if self._reverse else ids
+        return [self._safe_id_to_token(i) for i in seq]
+
+    @property
+    def vocab_size(self) -> int:
+        """Number of tokens, reserved ones included."""
+        return len(self._id_to_token)
+
+    def _safe_id_to_token(self, idx: int) -> str:
+        return self._id_to_token.get(idx, f"ID_{idx}")
+
+    def _init_vocab_from_file(self, filename: str) -> None:
+        tokens = []
+        first_line = {}
+        for lineno, line in _read_vocab_lines(filename):
+            token = line.strip()
+            if not token:
+                raise VocabFileError(
+                    f"{filename}:{lineno}: empty line; a token vocab has one token per line"
+                )
+            if token in first_line:
+                raise VocabFileError(
+                    f"{filename}:{lineno}: duplicate token {token!r} (first on line "
+                    f"{first_line[token]}); every token must appear once"
+                )
+            first_line[token] = lineno
+            tokens.append(token)
+        self._init_vocab(tokens, add_reserved_tokens=False)
+
+    def _init_vocab_from_list(self, vocab_list: Sequence[str]) -> None:
+        self._init_vocab([t for t in vocab_list if t not in RESERVED_TOKENS])
+
+    def _init_vocab(self, tokens: Iterable[str], add_reserved_tokens: bool = True) -> None:
+        self._id_to_token = {}
+        start = 0
+        if add_reserved_tokens:
+            self._id_to_token.update(enumerate(RESERVED_TOKENS))
+            start = len(RESERVED_TOKENS)
+        self._id_to_token.update(enumerate(tokens, start=start))
+        self._token_to_id = {v: k for k, v in self._id_to_token.items()}
+
+    def store_to_file(self, filename: str) -> None:
+        """Writes one token per line (reserved tokens included), atomically.
+
+        Args:
+          filename: destination path.
+        """
+        _write_lines_atomically(
+            filename, (self._id_to_token[i] for i in range(len(self._id_to_token)))
+        )
+
+
+def _escape_token(token: str, alphabet: frozenset[str] | set[str]) -> str:
+    """Escapes underscores, backslashes and characters outside `alphabet`; appends "_".
+
+    Args:
+      token: a token (no restriction on its characters).
+      alphabet: the vocabulary's characters.
+
+    Returns:
+      the escaped token; its only "_" is the last character.
+
+    Raises:
+      TypeError: `token` is not a `str` (t2t raises ValueError).
+    """
+    if not isinstance(token, str):
+        raise TypeError(f"Expected string type for token, got {type(token)}")
+    # Fast path, same result: nothing to replace and every character in the alphabet.
+    if alphabet.issuperset(token) and _SPECIAL_CHARS.isdisjoint(token):
+        return token + "_"
+    token = token.replace("\\", "\\\\").replace("_", "\\u")
+    ret = [c if c in alphabet and c != "\n" else f"\\{ord(c)};" for c in token]
+    return "".join(ret) + "_"
+
+
+def _unescape_match(m: re.Match) -> str:
+    if m.group(1) is None:
+        return "_" if m.group(0) == "\\u" else "\\"
+    try:
+        return chr(int(m.group(1)))
+    except (ValueError, OverflowError):
+        return "\u3013"  # GETA MARK, t2t's stand-in for an undefined character
+
+
+def _unescape_token(escaped_token: str) -> str:
+    """Inverse of `_escape_token` (a trailing "_" is removed first).
+
+    Args:
+      escaped_token: an escaped token.
+
+    Returns:
+      the original token; invalid code points become U+3013.
+    """
+    trimmed = escaped_token.removesuffix("_")
+    if "\\" not in trimmed:
+        return trimmed
+    return _UNESCAPE_REGEX.sub(_unescape_match, trimmed)
+
+
+class _BuildCorpus:
+    """Index of the escaped tokens of one `token_counts`, shared by the builds of a bisection.
+
+    Everything t2t counts is a prefix of a suffix of an escaped token: the substrings counted at
+    a split point s of a token are the prefixes of `escaped[s:]` no longer than
+    `max_subtoken_length - 1`. So the distinct suffixes of all escaped tokens are sorted once
+    ("the universe"): the suffixes that start with a string x form one slice of it, a count is a
+    difference of prefix sums of per-suffix weights, and the greedy split of every token is a
+    walk over per-suffix "longest subtoken" lengths, done for all tokens at once with numpy.
+    The alphabet depends only on the tokens and reserved tokens, so escaping (which t2t redoes
+    every iteration) is done once, and the first iteration (always single characters) is shared.
+    """
+
+    def __init__(
+        self,
+        token_counts: Mapping[str, int],
+        reserved_tokens: Sequence[str],
+        max_subtoken_length: int | None,
+    ):
+        self.alphabet = frozenset(
+            c for token in itertools.chain(token_counts, reserved_tokens) for c in token
+        ) | _ESCAPE_CHARS
+        escaped = [_escape_token(token, self.alphabet) for token in token_counts]
+        # Counted substrings are at most `span` long; longer common prefixes are irrelevant.
+        self.span = None if max_subtoken_length is None else max_subtoken_length - 1
+        self.token_len = np.array([len(e) for e in escaped], dtype=np.int64)
+        self.token_count = np.array(list(token_counts.values()), dtype=np.int64)
+        self.token_start = np.zeros(len(escaped), dtype=np.int64)
+        np.cumsum(self.token_len[:-1], out=self.token_start[1:])
+        # Every (token, position) suffix, token after token.
+        slices = [slice(i, None) for i in range(int(self.token_len.max(initial=0)))]
+        suffixes: list[str] = []
+        for e in escaped:
+            suffixes.extend(map(e.__getitem__, slices[: len(e)]))
+        self.universe = sorted(set(suffixes))
+        rank = {suffix: r for r, suffix in enumerate(self.universe)}
+        self.position_rank = np.fromiter(
+            map(rank.__getitem__, suffixes), dtype=np.int64, count=len(suffixes)
+        )
+        del suffixes, rank
+        self.suffix_len = np.fromiter(map(len, self.universe), dtype=np.int64)
+        self.lcp = self._adjacent_common_prefix_lengths(escaped)
+        # string -> [lo, hi): the slice of the universe whose suffixes start with it.
+        self._ranges: dict[str, tuple[int, int]] = {}
+        self.first_weights: np.ndarray | None = None
+
+    def _adjacent_common_prefix_lengths(self, escaped: list[str]) -> np.ndarray:
+        """lcp[r] = common prefix length of universe[r - 1] and universe[r]; lcp[0] = 0.
+
+        Compared on the code points of all tokens laid end to end, each followed by its own
+        negative sentinel (equal to nothing), one character offset at a time for all pairs.
+        """
+        size = len(self.universe)
+        lcp = np.zeros(size, dtype=np.int64)
+        if size < 2:
+            return lcp
+        codes = np.frombuffer("".join(escaped).encode("utf-32-le"), dtype=np.uint32)
+        ends = self.token_start + self.token_len
+        flat = np.insert(codes.astype(np.int64), ends, -1 - np.arange(len(ends)))
+        # A position of each suffix in `flat` (there is one sentinel before each later token).
+        token_of_position = np.repeat(np.arange(len(ends)), self.token_len)
+        where = np.empty(size, dtype=np.int64)
+        where[self.position_rank] = np.arange(len(self.position_rank)) + token_of_position
+        left, right = where[:-1], where[1:]
+        limit = int(self.suffix_len.max()) if self.span is None else self.span
+        pairs = np.arange(size - 1)
+        offset = 0
+        while pairs.size and offset < limit:
+            pairs = pairs[flat[left[pairs] + offset] == flat[right[pairs] + offset]]
+            offset += 1
+            lcp[pairs + 1] = offset
+        return lcp
+
+    def range_of(self, s: str) -> tuple[int, int]:
+        """The slice [lo, hi) of the universe whose suffixes start with `s` (may be empty)."""
+        r = self._ranges.get(s)
+        if r is None:
+            n = len(s)
+            lo = bisect.bisect_left(self.universe, s)
+            hi = bisect.bisect_right(self.universe, s, lo, key=lambda u: u[:n])
+            r = self._ranges[s] = (lo, hi)
+        return r
+
+    def split_weights(self, subtokens: Iterable[str]) -> np.ndarray:
+        """Sum of token counts per suffix at which t2t's greedy split starts a subtoken.
+
+        Args:
+          subtokens: the vocabulary that the greedy longest-match split uses.
+
+        Returns:
+          int64 [U] weights, U = number of distinct suffixes.
+        """
+        size = len(self.universe)
+        # longest[r]: length of the longest subtoken that starts suffix r. A longer subtoken's
+        # slice lies inside its prefixes' slices, so painting from short to long leaves the
+        # longest match.
+        longest = np.zeros(size, dtype=np.int64)
+        for s in sorted(subtokens, key=len):
+            lo, hi = self.range_of(s)
+            longest[lo:hi] = len(s)
+        active = np.flatnonzero(self.token_len > 0)
+        offset = np.zeros(len(self.token_len), dtype=np.int64)
+        ranks, counts = [], []
+        while active.size:
+            r = self.position_rank[self.token_start[active] + offset[active]]
+            step = longest[r]
+            if not step.all():
+                bad = self.universe[int(r[np.argmin(step)])]
+                raise AssertionError(f"Token substring {bad!r} not found in subtoken vocabulary.")
+            ranks.append(r)
+            counts.append(self.token_count[active])
+            offset[active] += step
+            active = active[offset[active] < self.token_len[active]]
+        if not ranks:
+            return np.zeros(size, dtype=np.int64)
+        # Float sums of integer counts are exact below 2**53.
+        weights = np.bincount(
+            np.concatenate(ranks), weights=np.concatenate(counts), minlength=size
+        )
+        return np.rint(weights).astype(np.int64)
+
+    def select_subtokens(
+        self, weights: np.ndarray, min_count: float
+    ) -> tuple[list[tuple[int, str]], dict[str, int]]:
+        """One t2t selection step: the kept subtokens and the alphabet's remaining counts.
+
+        t2t counts every substring x (len(x) <= span) of every window: count(x) = the weights of
+        the suffixes that start with x, i.e. a slice of the universe. It then walks the
+        candidates (count >= min_count) from the longest down, keeps those whose remaining
+        count is still >= min_count and subtracts a kept string's remaining count from each of
+        its proper prefixes. Here the candidates are found level by level (length 1, 2, ...;
+        count(x + y) <= count(x), so only candidate groups are extended), and the subtraction
+        is passed from each candidate to its parent (x[:-1]) once, all with numpy.
+
+        Args:
+          weights: int64 [U] split-point weights.
+          min_count: the build's threshold.
+
+        Returns:
+          ([(remaining count, subtoken)] for kept subtokens longer than one character,
+           {character: remaining count} for the characters that start some suffix).
+        """
+        size = len(self.universe)
+        if not size or (self.span is not None and self.span <= 0):
+            return [], {}
+        cumulative = np.zeros(size + 1, dtype=np.int64)
+        np.cumsum(weights, out=cumulative[1:])
+        levels = []  # per length: (lo, hi, count) of the groups kept for the next step
+        active = np.arange(size, dtype=np.int64)
+        length = 1
+        while self.span is None or length <= self.span:
+            active = active[self.suffix_len[active] >= length]
+            if not active.size:
+                break
+            # Members of a group are adjacent in the universe and share `length` characters.
+            new_group = np.ones(active.size, dtype=bool)
+            new_group[1:] = (active[1:] != active[:-1] + 1) | (self.lcp[active[1:]] < length)
+            starts = np.flatnonzero(new_group)
+            sizes = np.diff(np.append(starts, active.size))
+            lo = active[starts]
+            hi = lo + sizes
+            count = cumulative[hi] - cumulative[lo]
+            candidate = count >= min_count
+            if length == 1:
+                levels.append((lo, hi, count))  # every character's count is used
+            elif candidate.any():
+                levels.append((lo[candidate], hi[candidate], count[candidate]))
+            else:
+                break
+            active = active[np.repeat(candidate, sizes)]
+            length += 1
+
+        kept: list[tuple[int, str]] = []
+        removed = np.zeros(len(levels[-1][0]), dtype=np.int64)
+        for depth in range(len(levels), 0, -1):
+            lo, hi, count = levels[depth - 1]
+            remaining = count - removed
+            keep = remaining >= min_count
+            if depth == 1:
+                chars = [self.universe[i][0] for i in lo.tolist()]
+                for ch, i, j in zip(chars, lo.tolist(), hi.tolist()):
+                    self._ranges[ch] = (i, j)
+                return kept, dict(zip(chars, remaining.tolist()))
+            universe = self.universe
+            for i, j, c in zip(lo[keep].tolist(), hi[keep].tolist(), remaining[keep].tolist()):
+                s = universe[i][:depth]
+                kept.append((c, s))
+                self._ranges[s] = (i, j)
+            # Everything removed below a group, plus its own remaining count if kept, is
+            # removed from its parent (the group one level up that contains it).
+            passed = removed + np.where(keep, remaining, 0)
+            parent_lo = levels[depth - 2][0]
+            parent = np.searchsorted(parent_lo, lo, side="right") - 1
+            removed = np.rint(
+                np.bincount(parent, weights=passed, minlength=len(parent_lo))
+            ).astype(np.int64)
+        return kept, {}
+
+
+def _check_reserved_tokens(reserved_tokens: Sequence[str]) -> None:
+    for default, proposed in zip(RESERVED_TOKENS, reserved_tokens):
+        if default != proposed:
+            raise ValueError("RESERVED_TOKENS must be a prefix of reserved_tokens.")
+
+
+class SubwordTextEncoder(TextEncoder):
+    """t2t's invertible subword encoder (see the module docstring for the algorithm)."""
+
+    def __init__(self, filename: str | None = None):
+        """Creates an empty encoder, or loads a vocab file written by t2t or `store_to_file`.
+
+        Args:
+          filename: vocab file (one subtoken per line, optionally in single or double quotes;
+            id = line index). Both '<pad>_'/'<EOS>_' and the older '<pad>'/'<EOS>' first lines
+            load with ids 0 and 1.
+
+        Raises:
+          VocabFileError: missing file, empty/unterminated-quote line, duplicate subtoken or
+            non-UTF-8 bytes; the message names the file and line.
+        """
+        self._alphabet: frozenset[str] = frozenset()
+        self._all_subtoken_strings: list[str] = []
+        self.filename = filename
+        if filename is not None:
+            self._load_from_file(filename)
+        super().__init__()
+
+    def encode(self, s: str | bytes) -> list[int]:
+        """Converts text to subtoken ids (no EOS).
+
+        Args:
+          s: text (`str`, or UTF-8 `bytes`).
+
+        Returns:
+          [T] ids in [0, vocab_size).
+        """
+        cache = self._cache
+        ret: list[int] = []
+        for token in tokenizer.encode(native_to_unicode(s)):
+            ids = cache.get(token)
+            if ids is None:
+                ids = self._token_to_subtoken_ids(token)
+            ret += ids
+        return ret
+
+    def encode_without_tokenizing(self, token_text: str | bytes) -> list[int]:
+        """Encodes `token_text` as one token (no tokenizer split).
+
+        Args:
+          token_text: the token.
+
+        Returns:
+          [T] ids.
+        """
+        return list(self._token_to_subtoken_ids(native_to_unicode(token_text)))
+
+    def decode(self, ids: Sequence[int], strip_extraneous: bool = False) -> str:
+        """Converts subtoken ids back to text; ids outside [0, vocab_size) are ignored.
+
+        Args:
+          ids: [T] ids (EOS is not special here: callers cut at EOS first).
+          strip_extraneous: drop trailing PAD/EOS ids first.
+
+        Returns:
+          the text; `decode(encode(s)) == s` for every string s.
+        """
+        if strip_extraneous:
+            ids = strip_ids(ids, list(range(self._num_reserved_ids or 0)))
+        return tokenizer.decode(self._subtoken_ids_to_tokens(ids))
+
+    def decode_list(self, ids: Sequence[int]) -> list[str]:
+        """Maps each id to its subtoken string ("" outside [0, vocab_size)).
+
+        Args:
+          ids: [T] ids.
+
+        Returns:
+          [T] subtoken strings (escaped form, e.g. "world_").
+        """
+        return [self._subtoken_id_to_subtoken_string(i) for i in ids]
+
+    @property
+    def vocab_size(self) -> int:
+        """Number of subtokens, reserved ones included."""
+        return len(self._all_subtoken_strings)
+
+    @property
+    def all_subtoken_strings(self) -> tuple[str, ...]:
+        """The subtoken strings in id order."""
+        return tuple(self._all_subtoken_strings)
+
+    def _tokens_to_subtoken_ids(self, tokens: Iterable[str]) -> list[int]:
+        ret: list[int] = []
+        for token in tokens:
+            ret += self._token_to_subtoken_ids(token)
+        return ret
+
+    def _token_to_subtoken_ids(self, token: str) -> tuple[int, ...]:
+        ids = self._cache.get(token)
+        if ids is None:
+            ids = tuple(self._escaped_token_to_subtoken_ids(_escape_token(token, self._alphabet)))
+            if len(self._cache) >= _CACHE_MAX_ENTRIES:
+                self._cache.clear()
+            self._cache[token] = ids
+        return ids
+
+    def _subtoken_ids_to_tokens(self, subtokens: Sequence[int]) -> list[str]:
+        strings = self._all_subtoken_strings
+        size = len(strings)
+        concatenated = "".join([strings[i] if 0 <= i < size else "" for i in subtokens])
+        ret = []
+        for piece in concatenated.split("_"):
+            if piece:
+                unescaped = _unescape_token(piece + "_")
+                if unescaped:
+                    ret.append(unescaped)
+        return ret
+
+    def _subtoken_id_to_subtoken_string(self, subtoken: int) -> str:
+        if 0 <= subtoken < self.vocab_size:
+            return self._all_subtoken_strings[subtoken]
+        return ""
+
+    def _escaped_token_to_subtoken_strings(self, escaped_token: str) -> list[str]:
+        """Greedy left-to-right longest-match split of an escaped token."""
+        if self._prefix_to_id is None:
+            self._prefix_to_id = self._build_prefix_table()
+        get_prefix = self._prefix_to_id.get
+        ret = []
+        start = 0
+        n = len(escaped_token)
+        while start < n:
+            # Walk forward while the text is a prefix of some subtoken; the last full subtoken
+            # seen is the longest match, as t2t finds by trying lengths from the longest down.
+            best = 0
+            end = start + 1
+            while end <= n:
+                id_ = get_prefix(escaped_token[start:end])
+                if id_ is None:
+                    break
+                if id_ >= 0:
+                    best = end
+                end += 1
+            if not best:
+                raise ValueError(
+                    f"character {escaped_token[start]!r} of the escaped token "
+                    f"{escaped_token!r} is in the alphabet of vocab {self.filename!r} but is "
+                    "not a subtoken by itself, so it cannot be encoded; a vocab built by t2t "
+                    "always contains each alphabet character"
+                )
+            ret.append(escaped_token[start:best])
+            start = best
+        return ret
+
+    def _escaped_token_to_subtoken_ids(self, escaped_token: str) -> list[int]:
+        to_id = self._subtoken_string_to_id
+        return [to_id[s] for s in self._escaped_token_to_subtoken_strings(escaped_token)]
+
+    @classmethod
+    def build_from_generator(
+        cls,
+        generator: Iterable[str],
+        target_size: int,
+        max_subtoken_length: int | None = None,
+        reserved_tokens: Sequence[str] | None = None,
+    ) -> SubwordTextEncoder:
+        """Builds a vocabulary of about `target_size` subtokens from generated text.
+
+        Args:
+          generator: yields text (e.g. the training inputs and targets in turn).
+          target_size: desired vocab size (t2t's `approx_vocab_size`).
+          max_subtoken_length: subtokens get at most `max_subtoken_length - 1` characters;
+            None: unbounded (quadratic in the longest token). Text2TextProblem passes 200.
+          reserved_tokens: tokens with the first ids; `RESERVED_TOKENS` must be a prefix.
+
+        Returns:
+          the encoder whose size is closest to `target_size` in t2t's min_count bisection.
+        """
+        token_counts: collections.Counter = collections.Counter()
+        for item in generator:
+            token_counts.update(tokenizer.encode(native_to_unicode(item)))
+        return cls.build_to_target_size(
+            target_size,
+            token_counts,
+            1,
+            1e3,
+            max_subtoken_length=max_subtoken_length,
+            reserved_tokens=reserved_tokens,
+        )
+
+    @classmethod
+    def build_to_target_size(
+        cls,
+        target_size: int,
+        token_counts: Mapping[str, int],
+        min_val: float,
+        max_val: float,
+        max_subtoken_length: int | None = None,
+        reserved_tokens: Sequence[str] | None = None,
+        num_iterations: int = 4,
+    ) -> SubwordTextEncoder:
+        """Bisects on `min_count` in [min_val, max_val] for a vocab size near `target_size`.
+
+        A size within 1% of the target is accepted at once; otherwise the search recurses
+        toward the target and keeps whichever of the two encoders is closer (t2t's rule).
+
+        Args:
+          target_size: desired vocab size.
+          token_counts: token -> count (tokens as `tokenizer.encode` produces them).
+          min_val: lower bound of min_count.
+          max_val: upper bound of min_count.
+          max_subtoken_length: see `build_from_generator`.
+          reserved_tokens: see `build_from_generator`.
+          num_iterations: refinement iterations per build.
+
+        Returns:
+          a SubwordTextEncoder.
+
+        Raises:
+          ValueError: `min_val > max_val` or `target_size < 1`.
+        """
+        if min_val > max_val:
+            raise ValueError(
+                "Lower bound for the minimum token count is greater than the upper bound."
+            )
+        if target_size < 1:
+            raise ValueError("Target size must be positive.")
+        if reserved_tokens is None:
+            reserved_tokens = RESERVED_TOKENS
+        _check_reserved_tokens(reserved_tokens)
+        corpus = _BuildCorpus(token_counts, reserved_tokens, max_subtoken_length)
+
+        def bisect(min_val, max_val):
+            present_count = (max_val + min_val) // 2
+            logging.info("Trying min_count %d", present_count)
+            subtokenizer = cls()
+            subtokenizer._build_from_corpus(corpus, present_count, num_iterations, reserved_tokens)
+            # Being within 1% of the target size is ok.
+            is_ok = abs(subtokenizer.vocab_size - target_size) * 100 < target_size
+            if is_ok or min_val >= max_val or present_count < 2:
+                return subtokenizer
+            if subtokenizer.vocab_size > target_size:
+                other = bisect(present_count + 1, max_val)
+            else:
+                other = bisect(min_val, present_count - 1)
+            if abs(other.vocab_size - target_size) < abs(subtokenizer.vocab_size - target_size):
+                return other
+            return subtokenizer
+
+        return bisect(min_val, max_val)
+
+    def build_from_token_counts(
+        self,
+        token_counts: Mapping[str, int],
+        min_count: float,
+        num_iterations: int = 4,
+        reserved_tokens: Sequence[str] | None = None,
+        max_subtoken_length: int | None = None,
+    ) -> None:
+        """Builds the vocabulary from token counts with a fixed `min_count` (t2t's algorithm).
+
+        Each iteration splits every escaped token with the current vocabulary, counts every
+        substring that starts at a split point (weighted by the token's count), keeps the
+        substrings with count >= min_count from the longest down (subtracting a kept string's
+        count from its proper prefixes), adds every alphabet character, and sorts by (count,
+        string) descending after the escaped reserved tokens.
+
+        Args:
+          token_counts: token -> count.
+          min_count: keep substrings counted at least this often (values < 1 act as 1).
+          num_iterations: refinement iterations.
+          reserved_tokens: see `build_from_generator`.
+          max_subtoken_length: see `build_from_generator`.
+
+        Raises:
+          ValueError: `RESERVED_TOKENS` is not a prefix of `reserved_tokens`.
+        """
+        if reserved_tokens is None:
+            reserved_tokens = RESERVED_TOKENS
+        _check_reserved_tokens(reserved_tokens)
+        corpus = _BuildCorpus(token_counts, reserved_tokens, max_subtoken_length)
+        self._build_from_corpus(corpus, min_count, num_iterations, reserved_tokens)
+
+    def _build_from_corpus(
+        self,
+        corpus: _BuildCorpus,
+        min_count: float,
+        num_iterations: int,
+        reserved_tokens: Sequence[str],
+    ) -> None:
+        reserved_tokens = [native_to_unicode(t) for t in reserved_tokens]
+        alphabet = corpus.alphabet
+        self._alphabet = alphabet
+        # Sorted for a reproducible order (t2t uses set order); only num_iterations=0 shows it.
+        self._init_subtokens_from_list(sorted(alphabet), reserved_tokens=reserved_tokens)
+        min_count = max(min_count, 1)
+        escaped_reserved = [_escape_token(t, alphabet) for t in reserved_tokens]
+        for i in range(num_iterations):
+            logging.info("Iteration %d", i)
+            if i == 0:
+                # The first split is into single characters whatever min_count is.
+                if corpus.first_weights is None:
+                    corpus.first_weights = corpus.split_weights(self._subtoken_string_to_id)
+                weights = corpus.first_weights
+            else:
+                weights = corpus.split_weights(self._subtoken_string_to_id)
+            new_subtokens, char_counts = corpus.select_subtokens(weights, min_count)
+            # Every alphabet character stays, so every string can be encoded.
+            new_subtokens.extend((char_counts.get(a, 0), a) for a in alphabet)
+            new_subtokens.sort(reverse=True)
+            self._init_subtokens_from_list(escaped_reserved + [s for _, s in new_subtokens])
+            logging.info("vocab_size = %d", self.vocab_size)
+
+    def _init_subtokens_from_list(
+        self, subtoken_strings: list[str], reserved_tokens: Sequence[str] | None = None
+    ) -> None:
+        """Sets the vocabulary: `reserved_tokens` (not matchable) then `subtoken_strings`."""
+        reserved_tokens = list(reserved_tokens or [])
+        self._all_subtoken_strings = reserved_tokens + list(subtoken_strings)
+        # As in t2t, the reserved tokens passed here do not count for the longest match.
+        self._max_subtoken_len = max(len(s) for s in subtoken_strings)
+        offset = len(reserved_tokens)
+        self._subtoken_string_to_id = {
+            s: i + offset for i, s in enumerate(subtoken_strings) if s
+        }
+        # Built on first use: vocabulary building does not need it.
+        self._prefix_to_id: dict[str, int] | None = None
+        self._cache: dict[str, tuple[int, ...]] = {}
+
+    def _build_prefix_table(self) -> dict[str, int]:
+        """Every prefix of every subtoken -> its id, or -1 if it is not a subtoken itself."""
+        prefix_to_id: dict[str, int] = {}
+        for s in self._subtoken_string_to_id:
+            for end in range(1, len(s)):
+                prefix_to_id.setdefault(s[:end], -1)
+        prefix_to_id.update(self._subtoken_string_to_id)
+        return prefix_to_id
+
+    def _init_alphabet_from_tokens(self, tokens: Iterable[str]) -> None:
+        self._alphabet = frozenset(c for token in tokens for c in token) | _ESCAPE_CHARS
+
+    def _load_from_file(self, filename: str) -> None:
+        self._load_from_lines(_read_vocab_lines(filename), filename)
+
+    def _load_from_file_object(self, f: Iterable[str | bytes]) -> None:
+        """Loads from an open file (t2t's method); lines are numbered from 1."""
+        name = getattr(f, "name", "<file object>")
+        lines = []
+        for lineno, line in enumerate(f, start=1):
+            if isinstance(line, bytes):
+                try:
+                    line = line.decode("utf-8")
+                except UnicodeDecodeError as e:
+                    raise VocabFileError(f"{name}:{lineno}: not valid UTF-8 ({e.reason})") from e
+            lines.append((lineno, line.rstrip("\n")))
+        self._load_from_lines(lines, name)
+
+    def _load_from_lines(self, lines: list[tuple[int, str]], filename: str) -> None:
+        subtoken_strings = []
+        first_line: dict[str, int] = {}
+        quoted_file = None
+        for lineno, line in lines:
+            s = line.strip()
+            # Some vocab files wrap subtokens in quotes, others do not (t2t's rule).
+            quoted = len(s) >= 2 and s[0] == s[-1] and s[0] in "'\""
+            if quoted_file is None:
+                quoted_file = quoted
+            if quoted_file and not quoted:
+                raise VocabFileError(
+                    f"{filename}:{lineno}: malformed line {line!r}: the file wraps subtokens "
+                    "in quotes (like 'the_') but this line is not wrapped; is it truncated?"
+                )
+            if quoted:
+                s = s[1:-1]
+            if not s:
+                raise VocabFileError(
+                    f"{filename}:{lineno}: malformed line {line!r}: empty subtoken"
+                )
+            if s in first_line:
+                raise VocabFileError(
+                    f"{filename}:{lineno}: duplicate subtoken {s!r} (first on line "
+                    f"{first_line[s]}); every subtoken must appear once"
+                )
+            first_line[s] = lineno
+            subtoken_strings.append(s)
+        if not subtoken_strings:
+            raise VocabFileError(f"{filename}: the vocab file has no subtokens")
+        self._init_subtokens_from_list(subtoken_strings)
+        self._init_alphabet_from_tokens(subtoken_strings)
+
+    def store_to_file(self, filename: str, add_single_quotes: bool = True) -> None:
+        """Writes the vocabulary in t2t's format (one subtoken per line), atomically.
+
+        Args:
+          filename: destination path (written under a temporary name, then renamed).
+          add_single_quotes: wrap each subtoken in single quotes, as t2t does by default.
+
+        Raises:
+          ValueError: a subtoken that this format cannot hold (a newline, or, without
+            quotes, surrounding whitespace).
+        """
+        for s in self._all_subtoken_strings:
+            if "\n" in s or (not add_single_quotes and s != s.strip()):
+                raise ValueError(
+                    f"subtoken {s!r} cannot be stored in {filename} "
+                    f"(add_single_quotes={add_single_quotes})"
+                )
+        if add_single_quotes:
+            lines: Iterator[str] = ("'" + s + "'" for s in self._all_subtoken_strings)
+        else:
+            lines = iter(self._all_subtoken_strings)
+        _write_lines_atomically(filename, lines)
