@@ -1,0 +1,292 @@
+"""`run.py --mode=export` (t2t-exporter): a SavedModel that translates text, servable without Python.
+
+t2t's exporter took serialized `tf.Example`s of ids, so every client had to run t2t's Python
+SubwordTextEncoder in front of TensorFlow Serving. Here the encoder and decoder are part of the
+graph (`t2t_lite.utils.subword_graph`, core TensorFlow string ops only), and the SavedModel
+needs nothing but TensorFlow.
+
+    python run.py --mode=export --problem=translate_ende_wmt32k --data_dir=DATA \
+        --output_dir=TRAIN [--checkpoint_path=CKPT] [--export_dir=DIR] \
+        [--decode_hparams="beam_size=4,alpha=0.6,extra_length=100,return_beams=False"]
+
+writes `<export_dir>/<unix time>/` (export_dir defaults to `<output_dir>/export`; the numbered
+version folder is the layout TensorFlow Serving's `--model_base_path` expects) with signatures:
+
+* `serving_default`: `inputs` string [B] -> `outputs` string [B] (translations) and `scores`
+  float32 [B]; with `return_beams=True`, `outputs` string [B, K] and `scores` [B, K] (best first).
+* `encode_decode_ids`: `inputs` int32 [B, L] (subtoken ids, then EOS=1, right-padded with 0,
+  as t2t's clients sent them) -> `outputs` int32 [B, T] (or [B, K, T]) cut after the first EOS
+  (later positions 0) and `scores`.
+* `encode`: `inputs` string [B] -> `outputs` int32 [B, L], the ids that `serving_default` feeds
+  to the model (EOS included, 0-padded). `decode`: `inputs` int32 [B, T] -> `outputs`
+  string [B] (ids cut at the first EOS, then decoded).
+
+Beam size, alpha, extra decode length and return_beams are fixed at export time from
+`--decode_hparams`; the target space id from the problem. Inputs longer than the input limit
+(`max_input_size` of --decode_hparams when > 0, else the model's `max_length` when > 0) are cut
+to `limit - 1` subtokens plus EOS, as t2t's decoder cuts with max_input_size. Invalid UTF-8
+bytes are read as U+FFFD, and an empty string is translated like an empty line (EOS only).
+
+The model comes from `--checkpoint_path` or the latest checkpoint of `--output_dir`: a t2t_lite
+checkpoint (training run, averaged or imported) or an original tensor2tensor checkpoint.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+import time
+
+import tensorflow as tf
+from absl import logging
+
+from t2t_lite import registry
+from t2t_lite.data_generators import text_encoder
+from t2t_lite.hparams import HParams
+from t2t_lite.utils import decoding, subword_graph
+
+EOS_ID = text_encoder.EOS_ID
+
+
+def input_length_limit(model_hparams: HParams, decode_hparams: HParams) -> int | None:
+    """Maximum encoded input length (EOS included) the exported model accepts.
+
+    Args:
+      model_hparams: model hparams (`max_length`).
+      decode_hparams: decode hparams (`max_input_size`).
+
+    Returns:
+      decode_hparams.max_input_size if > 0, else model_hparams.max_length if > 0, else None
+      (no limit).
+    """
+    if decode_hparams.max_input_size > 0:
+        return int(decode_hparams.max_input_size)
+    if model_hparams.get("max_length", 0) > 0:
+        return int(model_hparams.max_length)
+    return None
+
+
+def cut_at_eos(ids: tf.Tensor) -> tf.RaggedTensor:
+    """Drops the first EOS of each row and everything after it (t2t's `_save_until_eos`).
+
+    Args:
+      ids: int32 [N, T].
+
+    Returns:
+      int32 RaggedTensor [N, None].
+    """
+    is_eos = tf.equal(ids, EOS_ID)
+    length = tf.where(tf.reduce_any(is_eos, axis=1),
+                      tf.argmax(tf.cast(is_eos, tf.int32), axis=1, output_type=tf.int32),
+                      tf.shape(ids)[1])
+    return tf.RaggedTensor.from_tensor(ids, lengths=length)
+
+
+def limit_input_ids(inputs: tf.Tensor, limit: int | None) -> tf.Tensor:
+    """Cuts rows longer than `limit` to their first `limit - 1` ids plus EOS.
+
+    Args:
+      inputs: int32 [B, L], each row ids then EOS then 0-padding.
+      limit: maximum row length (EOS included), or None for no limit.
+
+    Returns:
+      int32 [B, min(L, limit)]; shorter rows are unchanged.
+    """
+    if limit is None:
+        return inputs
+
+    def cut():
+        nonzero = inputs != 0
+        trailing_pads = tf.argmax(tf.cast(tf.reverse(nonzero, [1]), tf.int32), axis=1,
+                                  output_type=tf.int32)
+        row_length = tf.where(tf.reduce_any(nonzero, axis=1),
+                              tf.shape(inputs)[1] - trailing_pads, 0)
+        last = tf.where(row_length > limit, EOS_ID, inputs[:, limit - 1])
+        return tf.concat([inputs[:, :limit - 1], last[:, None]], axis=1)
+
+    return tf.cond(tf.shape(inputs)[1] > limit, cut, lambda: inputs)
+
+
+class ServingModule(tf.Module):
+    """What the SavedModel holds: the model's variables, the graph encoders, the signatures.
+
+    Args:
+      model: a Transformer (anything with t2t_lite's `infer` and `variables`).
+      inputs_vocab, targets_vocab: subtoken strings of the input / target SubwordTextEncoder
+        (`all_subtoken_strings`), or None to export the id signature only.
+      decode_hparams: from `decoding.decode_hparams` (beam_size, alpha, extra_length,
+        return_beams).
+      max_input_length: from `input_length_limit` (None: no limit).
+      target_space_id: the problem's target space id.
+    """
+
+    def __init__(self, model, inputs_vocab, targets_vocab, decode_hparams: HParams,
+                 max_input_length: int | None, target_space_id: int):
+        super().__init__(name="t2t_lite_serving")
+        if max_input_length is not None and max_input_length < 2:
+            raise ValueError(f"The input length limit must be >= 2 (one id and EOS), got "
+                             f"{max_input_length}; raise max_input_size in --decode_hparams")
+        # Only the variables are tracked (as Keras' ExportArchive does): the SavedModel then
+        # holds no Keras object and loads without Keras or t2t_lite. A bound method is not
+        # tracked.
+        self._model_infer = model.infer
+        self.model_variables = [getattr(v, "value", v) for v in model.variables]
+        self._input_vocab_size = model.input_vocab_size
+        self._beam_size = int(decode_hparams.beam_size)
+        self._alpha = float(decode_hparams.alpha)
+        self._extra_length = int(decode_hparams.extra_length)
+        self._top_beams = self._beam_size if decode_hparams.return_beams else 1
+        self._max_input_length = max_input_length
+        self._target_space_id = int(target_space_id)
+        self.text = inputs_vocab is not None and targets_vocab is not None
+        if self.text:
+            self.inputs_encoder = subword_graph.SubwordGraphEncoder(inputs_vocab)
+            self.targets_encoder = (
+                self.inputs_encoder if list(targets_vocab) == list(inputs_vocab)
+                else subword_graph.SubwordGraphEncoder(targets_vocab))
+            self.serving_default = tf.function(
+                self._translate, input_signature=[tf.TensorSpec([None], tf.string)])
+            self.encode = tf.function(
+                self._encode_text, input_signature=[tf.TensorSpec([None], tf.string)])
+            self.decode = tf.function(
+                self._decode_text, input_signature=[tf.TensorSpec([None, None], tf.int32)])
+        self.encode_decode_ids = tf.function(
+            self._translate_ids, input_signature=[tf.TensorSpec([None, None], tf.int32)])
+
+    def signatures(self) -> dict:
+        """Concrete functions by signature name, for `tf.saved_model.save`."""
+        names = ["encode_decode_ids"]
+        if self.text:
+            names = ["serving_default", "encode_decode_ids", "encode", "decode"]
+        return {name: getattr(self, name).get_concrete_function() for name in names}
+
+    # -------------------------------------------------------------------------- signatures
+    def _translate(self, inputs: tf.Tensor) -> dict[str, tf.Tensor]:
+        """string [B] -> {"outputs": string [B] or [B, K], "scores": float32 [B] or [B, K]}."""
+        result = self._infer(self._encode_text(inputs)["outputs"])
+        outputs = result["outputs"]
+        if self._top_beams > 1:
+            flat = tf.reshape(outputs, [-1, tf.shape(outputs)[2]])
+            text = tf.reshape(self._decode_text(flat)["outputs"], tf.shape(outputs)[:2])
+        else:
+            text = self._decode_text(outputs)["outputs"]
+        return {"outputs": text, "scores": result["scores"]}
+
+    def _translate_ids(self, inputs: tf.Tensor) -> dict[str, tf.Tensor]:
+        """int32 [B, L] (ids, EOS, 0-padding) -> {"outputs": int32 [B, (K,) T], "scores"}."""
+        tf.debugging.assert_greater_equal(
+            inputs, 0, message="encode_decode_ids: input ids must be >= 0")
+        tf.debugging.assert_less(
+            inputs, self._input_vocab_size,
+            message=f"encode_decode_ids: input ids must be < the input vocab size "
+                    f"{self._input_vocab_size}")
+        inputs = limit_input_ids(inputs, self._max_input_length)
+        result = self._infer(inputs)
+        outputs = result["outputs"]
+        # Zero everything after the first EOS (greedy decoding keeps producing tokens).
+        after_eos = tf.cumsum(tf.cast(tf.equal(outputs, EOS_ID), tf.int32), axis=-1,
+                              exclusive=True) > 0
+        return {"outputs": tf.where(after_eos, 0, outputs), "scores": result["scores"]}
+
+    def _encode_text(self, inputs: tf.Tensor) -> dict[str, tf.Tensor]:
+        """string [B] -> {"outputs": int32 [B, L]}: ids + EOS, cut to the limit, 0-padded."""
+        limit = None if self._max_input_length is None else self._max_input_length - 1
+        ids = self.inputs_encoder.encode(inputs, max_length=limit)
+        eos = tf.fill([tf.shape(inputs)[0], 1], EOS_ID)
+        ids = tf.concat([ids, tf.RaggedTensor.from_tensor(eos)], axis=1)
+        return {"outputs": ids.to_tensor(default_value=0)}
+
+    def _decode_text(self, inputs: tf.Tensor) -> dict[str, tf.Tensor]:
+        """int32 [B, T] -> {"outputs": string [B]}: cut at the first EOS, then decoded."""
+        return {"outputs": self.targets_encoder.decode(cut_at_eos(inputs))}
+
+    # ----------------------------------------------------------------------------- helpers
+    def _infer(self, inputs: tf.Tensor) -> dict[str, tf.Tensor]:
+        return self._model_infer(
+            {"inputs": inputs, "target_space_id": self._target_space_id},
+            decode_length=self._extra_length, beam_size=self._beam_size, alpha=self._alpha,
+            top_beams=self._top_beams)
+
+
+# ---------------------------------------------------------------------------------- main
+def _subtoken_strings(encoder) -> list[str] | None:
+    if isinstance(encoder, text_encoder.SubwordTextEncoder):
+        return list(encoder.all_subtoken_strings)
+    return None
+
+
+def export(module: ServingModule, export_dir: str) -> str:
+    """Saves `module` as `<export_dir>/<unix time>/`, written under a temporary name first.
+
+    Args:
+      module: the ServingModule.
+      export_dir: parent folder of the numbered versions.
+
+    Returns:
+      The SavedModel directory.
+    """
+    tf.io.gfile.makedirs(export_dir)
+    version = int(time.time())
+    while tf.io.gfile.exists(os.path.join(export_dir, str(version))):
+        version += 1
+    final = os.path.join(export_dir, str(version))
+    tmp = tempfile.mkdtemp(prefix=f".{version}.tmp", dir=export_dir)
+    try:
+        tf.saved_model.save(module, tmp, signatures=module.signatures())
+        os.replace(tmp, final)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return final
+
+
+def _run_flags(output_dir: str | None) -> dict:
+    """The training run's flags.json (empty when absent), for defaults as in decode mode."""
+    path = os.path.join(output_dir, "flags.json") if output_dir else None
+    if path and os.path.exists(path):
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    return {}
+
+
+def main(flags) -> None:
+    """run.py `--mode=export`: writes the SavedModel (see the module docstring) and prints
+    its path. (Programs that want the path call `ServingModule` and `export` directly.)
+
+    Args:
+      flags: parsed absl flags (problem, data_dir, output_dir, checkpoint_path, export_dir,
+        hparams_set, hparams, model, decode_hparams); problem, hparams_set, data_dir and
+        model default to the run's flags.json, as in decode mode.
+    """
+    run_flags = _run_flags(flags.output_dir)
+    problem_name = flags.problem or run_flags.get("problem")
+    hparams_set = flags.hparams_set or run_flags.get("hparams_set")
+    data_dir = flags.data_dir or run_flags.get("data_dir")
+    model_name = flags.model or run_flags.get("model") or "transformer"
+    if not problem_name:
+        raise SystemExit("--mode=export needs --problem (its vocabulary goes into the model), "
+                         "or an --output_dir whose flags.json names it")
+    try:
+        decode_hp = decoding.decode_hparams(flags.decode_hparams or "")
+        hparams = decoding.load_hparams(flags.output_dir, hparams_set, flags.hparams)
+        problem = registry.problem(problem_name)
+        problem_hparams = problem.get_hparams(hparams, data_dir=data_dir)
+        checkpoint = decoding.checkpoint_to_restore(flags.checkpoint_path, flags.output_dir)
+        model = decoding.load_model(model_name, hparams, problem_hparams, checkpoint)
+        encoders = problem_hparams.vocabulary
+        inputs_vocab = _subtoken_strings(encoders.get("inputs"))
+        targets_vocab = _subtoken_strings(encoders.get("targets"))
+        if inputs_vocab is None or targets_vocab is None:
+            logging.warning("%s does not use SubwordTextEncoders for inputs and targets: "
+                            "exporting the encode_decode_ids signature only", problem_name)
+        module = ServingModule(model, inputs_vocab, targets_vocab, decode_hp,
+                               input_length_limit(hparams, decode_hp),
+                               int(problem_hparams.get("target_space_id", 0)))
+    except (ValueError, FileNotFoundError) as e:
+        raise SystemExit(str(e)) from None
+    export_dir = flags.export_dir or os.path.join(
+        flags.output_dir or os.path.dirname(checkpoint), "export")
+    path = export(module, export_dir)
+    logging.info("Exported %s to %s", checkpoint, path)
+    print(f"SavedModel written to {path}")
