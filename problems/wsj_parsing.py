@@ -416,9 +416,14 @@ def preprocess_tree(tree: Tree, source: str = "<tree>") -> Tree:
         TreeError: the tree holds nothing but empty elements.
     """
     def clean(node: Tree) -> Tree | None:
-        if node.is_preterminal:
-            return None if node.label == NONE_TAG else Tree(node.label, [node.children[0]])
-        kids = [k for k in (clean(c) for c in node.children) if k is not None]
+        children = node.children
+        if len(children) == 1 and isinstance(children[0], str):
+            return None if node.label == NONE_TAG else Tree(node.label, [children[0]])
+        kids = []
+        for child in children:
+            kid = clean(child)
+            if kid is not None:
+                kids.append(kid)
         return Tree(strip_function_tags(node.label), kids) if kids else None
 
     cleaned = clean(tree)
@@ -448,14 +453,17 @@ def words_and_tags_from_wsj_tree(tree_string: str) -> tuple[str, str]:
     Returns:
         (words, tags): "The cat sat ." and "S NP DT NN /NP VP VBD /VP . /S".
     Raises:
-        TreeError: a token that is neither "(label" nor "word)" (t2t asserts instead), or a
-            ")" with nothing open.
+        TreeError: a token that is neither "(label" nor "word)" (t2t asserts instead), or
+            unbalanced brackets or two trees on the line (t2t returns garbage for those).
     """
     stack: list[str] = []
     tags: list[str] = []
     words: list[str] = []
     for tok in tree_string.strip().split():
         if tok[0] == "(":
+            if not stack and tags:
+                raise TreeError(f"words_and_tags_from_wsj_tree: more than one tree in "
+                                f"{tree_string.strip()!r}")
             symbol = tok[1:]
             tags.append(symbol)
             stack.append(symbol)
@@ -475,6 +483,9 @@ def words_and_tags_from_wsj_tree(tree_string: str) -> tuple[str, str]:
             tags.append("/" + stack.pop())
             tok = tok[:-1]
         words.append(tok[:-1])
+    if stack:
+        raise TreeError(f"words_and_tags_from_wsj_tree: unbalanced tree "
+                        f"{tree_string.strip()!r}: {len(stack)} unclosed '('")
     return " ".join(words), " ".join(tags[1:-1])
 
 

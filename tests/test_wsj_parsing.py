@@ -52,7 +52,10 @@ def test_first_sample_tree(sample):
                     "NN /NP PP IN NP DT JJ NN /NP /PP NP NNP CD /NP /VP /VP . /S")
 
 
-@pytest.mark.parametrize("bad", ["(TOP (S (NN a) ) )", "(TOP (NN a)) b)", "a)", "(TOP x))))"])
+@pytest.mark.parametrize("bad", [
+    "(TOP (S (NN a) ) )", "(TOP (NN a)) b)", "a)", "(TOP x))))", "(TOP (S (NN a))",
+    "(TOP (NN a)) (TOP (NN b))",
+])
 def test_linearization_rejects_malformed(bad):
     with pytest.raises(wsj.TreeError):
         wsj.words_and_tags_from_wsj_tree(bad)
@@ -230,10 +233,13 @@ def test_parse_sections():
 
 
 def test_sample_sections(ptb_sample_dir):
+    files = wsj.mrg_files(ptb_sample_dir, "00-01")
+    assert len(files) == 179
+    assert files[0].name == "wsj_0001.mrg" and files[-1].name == "wsj_0179.mrg"
     assert len(wsj.mrg_files(ptb_sample_dir, "00")) == 99
-    assert len(wsj.read_wsj_sections(ptb_sample_dir, "00")) == 1921
     # The wsj folder itself is accepted too.
-    assert len(wsj.read_wsj_sections(ptb_sample_dir / "wsj", "01")) == 1748
+    assert wsj.mrg_files(ptb_sample_dir / "wsj", "01") == files[99:]
+    assert len(wsj.read_mrg_file(files[0])) == 2
 
 
 def test_unbalanced_tree_names_file_and_line(tmp_path):
@@ -288,12 +294,166 @@ def test_write_wsj_tmp_dir(ptb_sample_dir, tmp_path, sample):
     paths = wsj.write_wsj_tmp_dir(ptb_sample_dir, tmp_path / "tmp", "00", "01")
     assert sorted(p.name for p in (tmp_path / "tmp").iterdir()) == sorted(
         ["wsjTrain.trees", "wsjEval.trees", "wsj.train.text.txt", "wsj.train.tags.txt"])
-    train = wsj.read_trees_file(paths["wsjTrain.trees"])
-    dev = wsj.read_trees_file(paths["wsjEval.trees"])
-    assert train == sample[:1921] and dev == sample[1921:]
+    lines = paths["wsjTrain.trees"].read_text().splitlines()
+    assert lines == [t.to_string() for t in sample[:1921]]  # Section 00 has 1921 trees.
+    assert wsj.read_trees_file(paths["wsjEval.trees"]) == sample[1921:]
     texts = paths["wsj.train.text.txt"].read_text().splitlines()
     tags = paths["wsj.train.tags.txt"].read_text().splitlines()
-    lines = paths["wsjTrain.trees"].read_text().splitlines()
-    assert len(texts) == len(tags) == len(lines) == 1921
+    assert len(texts) == len(tags) == 1921
     for line, text, tag in zip(lines, texts, tags):
         assert wsj.words_and_tags_from_wsj_tree(line) == (text, tag)
+
+
+# --- Problems (datagen on the sample: section 00 trains, section 01 is dev) ---------------
+
+
+def _read_shards(data_dir, pattern):
+    import tensorflow as tf
+
+    examples = []
+    files = sorted(data_dir.glob(pattern))
+    for path in files:
+        for record in tf.data.TFRecordDataset(str(path)).as_numpy_iterator():
+            feature = tf.train.Example.FromString(record).features.feature
+            examples.append((list(feature["inputs"].int64_list.value),
+                             list(feature["targets"].int64_list.value)))
+    return files, examples
+
+
+def _decoded(examples, source, target):
+    pairs = []
+    for inputs, targets in examples:
+        assert inputs[-1] == 1 and targets[-1] == 1  # EOS appended to both sides.
+        assert 1 not in inputs[:-1] and 1 not in targets[:-1] and 0 not in inputs + targets
+        pairs.append((source.decode(inputs[:-1]), target.decode(targets[:-1])))
+    return sorted(pairs)
+
+
+@pytest.fixture(scope="module")
+def sample_pairs(sample):
+    pairs = [wsj.linearize(t) for t in sample]
+    return sorted(pairs[:1921]), sorted(pairs[1921:])
+
+
+def _generate(name, ptb_sample_dir, tmp_path_factory, train_shards=100, **kwargs):
+    from t2t_lite import registry
+
+    class Problem(type(registry.problem(name))):
+        # Fewer train shards keep the test quick; the file names are the problem's own.
+        @property
+        def dataset_splits(self):
+            return [{"split": "train", "shards": train_shards}, {"split": "eval", "shards": 1}]
+
+    prob = Problem(**kwargs)
+    prob.set_wsj_source(wsj_dir=str(ptb_sample_dir), train_sections="00", dev_sections="01")
+    data_dir = tmp_path_factory.mktemp(name)
+    tmp_dir = tmp_path_factory.mktemp(name + "_tmp")
+    prob.generate_data(str(data_dir), str(tmp_dir))
+    return prob, data_dir, tmp_dir
+
+
+@pytest.mark.slow
+def test_wsj_parsing_datagen(ptb_sample_dir, tmp_path_factory, sample, sample_pairs):
+    from t2t_lite import registry
+
+    assert registry.problem("wsj_parsing").dataset_splits == [
+        {"split": "train", "shards": 100}, {"split": "eval", "shards": 1}]
+    _, data_dir, tmp_dir = _generate("wsj_parsing", ptb_sample_dir, tmp_path_factory,
+                                     train_shards=4, approx_vocab_size=2**10)
+    # t2t's tmp_dir layout was written from the treebank.
+    assert (tmp_dir / "wsj.train.tags.txt").read_text().splitlines()[0] == \
+        wsj.linearize(sample[0])[1]
+    train_files, train = _read_shards(data_dir, "wsj_parsing-train-*")
+    dev_files, dev = _read_shards(data_dir, "wsj_parsing-dev-*")
+    assert [f.name for f in train_files + dev_files] == [
+        f"wsj_parsing-train-0000{i}-of-00004" for i in range(4)] + [
+        "wsj_parsing-dev-00000-of-00001"]
+    # Reading back: a fresh instance loads the vocab written by datagen.
+    fresh = registry.problem("wsj_parsing")
+    assert fresh.vocab_filename == "vocab.wsj_parsing.32768.subwords"
+    encoders = type(fresh)(approx_vocab_size=2**10).feature_encoders(str(data_dir))
+    assert encoders["inputs"] is encoders["targets"]
+    assert _decoded(train, encoders["inputs"], encoders["targets"]) == sample_pairs[0]
+    assert _decoded(dev, encoders["inputs"], encoders["targets"]) == sample_pairs[1]
+    hp = fresh.get_hparams(data_dir=str(data_dir))
+    assert (hp.input_space_id, hp.target_space_id) == (0, 0)
+    assert "approx_bleu_score" in fresh.eval_metrics()
+
+
+@pytest.mark.slow
+def test_parsing_english_ptb16k_datagen(ptb_sample_dir, tmp_path_factory, sample_pairs):
+    from t2t_lite import registry
+
+    _, data_dir, _ = _generate("parsing_english_ptb16k", ptb_sample_dir, tmp_path_factory,
+                               train_shards=3)
+    assert (data_dir / "wsj_source.vocab.512").exists()
+    assert (data_dir / "wsj_target.vocab.16384").exists()
+    fresh = registry.problem("parsing_english_ptb16k")
+    encoders = fresh.feature_encoders(str(data_dir))
+    source, target = encoders["inputs"], encoders["targets"]
+    assert abs(source.vocab_size - 512) <= 512 // 100 + 1
+    # Tag text has few distinct tokens: the target vocab is small whatever its file name.
+    assert target.vocab_size < 1000 and target.vocab_size != source.vocab_size
+    _, train = _read_shards(data_dir, "parsing_english_ptb16k-train-*")
+    _, dev = _read_shards(data_dir, "parsing_english_ptb16k-dev-*")
+    assert _decoded(train, source, target) == sample_pairs[0]
+    assert _decoded(dev, source, target) == sample_pairs[1]
+    hp = fresh.get_hparams(data_dir=str(data_dir))
+    assert hp.vocab_size == {"inputs": source.vocab_size, "targets": target.vocab_size}
+    assert (hp.input_space_id, hp.target_space_id) == (3, 15)
+    assert fresh.eval_metrics() == ["accuracy", "accuracy_top5", "accuracy_per_sequence",
+                                    "neg_log_perplexity"]
+    rev = registry.problem("parsing_english_ptb16k_rev").get_hparams(data_dir=str(data_dir))
+    assert rev.vocab_size == {"inputs": target.vocab_size, "targets": source.vocab_size}
+
+
+@pytest.mark.slow
+def test_parsing_english_ptb8k_datagen(ptb_sample_dir, tmp_path_factory, sample_pairs):
+    from t2t_lite import registry
+
+    _, data_dir, _ = _generate("parsing_english_ptb8k", ptb_sample_dir, tmp_path_factory,
+                               train_shards=2, approx_vocab_size=2**11)
+    assert (data_dir / "vocab.endefr.2048").exists()
+    prob = type(registry.problem("parsing_english_ptb8k"))(approx_vocab_size=2**11)
+    encoders = prob.feature_encoders(str(data_dir))
+    assert encoders["inputs"] is encoders["targets"]
+    _, dev = _read_shards(data_dir, "parsing_english_ptb8k-dev-*")
+    assert _decoded(dev, encoders["inputs"], encoders["targets"]) == sample_pairs[1]
+    hp = prob.get_hparams(data_dir=str(data_dir))
+    assert (hp.batch_size_multiplier, hp.loss_multiplier) == (256, 2.0)
+    assert (hp.input_space_id, hp.target_space_id) == (3, 15)
+    assert registry.problem("parsing_english_ptb8k").vocab_filename == "vocab.endefr.8192"
+
+
+def test_problem_source_errors(tmp_path, ptb_sample_dir):
+    from t2t_lite import registry
+
+    prob = registry.problem("parsing_english_ptb8k")
+    with pytest.raises(ValueError, match="--wsj_train_sections: bad WSJ section spec '2-a'"):
+        prob.set_wsj_source(train_sections="2-a")
+    # No treebank in tmp_dir and none named: the message says how to point at it.
+    with pytest.raises(FileNotFoundError, match="--wsj_dir"):
+        list(prob.generate_samples(None, str(tmp_path), "train"))
+    prob.set_wsj_source(wsj_dir=str(ptb_sample_dir))
+    with pytest.raises(FileNotFoundError, match="section 02 not found.*--wsj_dir"):
+        list(prob.generate_samples(None, str(tmp_path), "train"))
+    parsing = registry.problem("wsj_parsing")
+    with pytest.raises(FileNotFoundError, match=r"wsj_parsing needs .*wsjTrain\.trees"):
+        list(parsing.generate_samples(None, str(tmp_path), "train"))
+
+
+def test_wsj_parsing_uses_existing_tmp_files(tmp_path):
+    from t2t_lite import registry
+
+    # The user's own files in tmp_dir are read as they are (t2t's behaviour).
+    (tmp_path / "wsjTrain.trees").write_text(
+        "(TOP (S (NP (DT The) (NN cat)) (VP (VBD sat)) (. .)))\n\n")
+    (tmp_path / "wsjEval.trees").write_text("(TOP (S (NP (DT A) (NN dog)) (VP (VBD ran)))\n")
+    for name in ("wsj.train.text.txt", "wsj.train.tags.txt"):
+        (tmp_path / name).write_text("x\n")
+    prob = registry.problem("wsj_parsing")
+    assert list(prob.generate_samples(None, str(tmp_path), "train")) == [
+        {"inputs": "The cat sat .", "targets": "S NP DT NN /NP VP VBD /VP . /S"}]
+    with pytest.raises(wsj.TreeError, match=r"wsjEval\.trees:1: .*unbalanced"):
+        list(prob.generate_samples(None, str(tmp_path), "eval"))
+    assert list(prob.generate_text_for_vocab(None, str(tmp_path))) == ["x", "x"]
