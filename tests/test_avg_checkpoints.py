@@ -151,3 +151,26 @@ def test_main_default_output_dir(run_dir, capsys):
     printed = capsys.readouterr().out
     assert "ckpt-200, ckpt-300" in printed
     assert tf.train.latest_checkpoint(os.path.join(str(run_dir), "avg")).endswith("ckpt-300")
+
+
+@pytest.mark.slow
+def test_run_py_average_mode(run_dir, tmp_path_factory):
+    import subprocess
+    import sys
+
+    out = tmp_path_factory.mktemp("cli") / "averaged"
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    result = subprocess.run(
+        [sys.executable, "run.py", "--mode=average", f"--output_dir={run_dir}", "--n=2",
+         f"--avg_output_dir={out}"], check=False, cwd=repo, capture_output=True,
+        text=True)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "Averaged 2 checkpoints: ckpt-200, ckpt-300" in result.stdout
+    reader = tf.train.load_checkpoint(str(out))
+    first = tf.train.load_checkpoint(os.path.join(str(run_dir), "ckpt-200"))
+    second = tf.train.load_checkpoint(os.path.join(str(run_dir), "ckpt-300"))
+    for key, dtype in first.get_variable_to_dtype_map().items():
+        if dtype.is_floating:
+            expected = (first.get_tensor(key).astype(np.float64)
+                        + second.get_tensor(key).astype(np.float64)) / 2
+            np.testing.assert_array_equal(reader.get_tensor(key), expected.astype(np.float32))

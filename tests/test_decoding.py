@@ -268,14 +268,14 @@ def test_end_to_end_greedy_matches_t2t_and_checkpoint_round_trip(t2t_fixtures, w
 @pytest.mark.slow
 def test_end_to_end_beam_search_n_best(t2t_fixtures, wmt_toy_dir, tmp_path):
     data_dir, src, _ = _fixture_setup(t2t_fixtures, wmt_toy_dir, tmp_path)
-    out_default = decoding.main(_flags(
+    decoding.main(_flags(
         problem="translate_files", hparams_set="transformer_tiny", data_dir=str(data_dir),
         checkpoint_path=str(t2t_fixtures / "ckpt_A_trained"),
         decode_hparams="beam_size=3,alpha=0.6,extra_length=20,return_beams=true,"
                        "write_beam_scores=true",
         decode_from_file=str(src)))
-    assert out_default == (str(src) + ".transformer.transformer_tiny.translate_files."
-                           "beam3.alpha0.6.decodes")
+    out_default = (str(src) + ".transformer.transformer_tiny.translate_files."
+                   "beam3.alpha0.6.decodes")
     lines = _read(out_default).split("\n")[:-1]
     assert len(lines) == 3
     for line in lines:
@@ -294,3 +294,40 @@ def test_main_errors_name_the_flags(tmp_path):
         decoding.main(_flags(decode_interactive=True, decode_from_file="x"))
     with pytest.raises(SystemExit, match="--hparams_set"):
         decoding.main(_flags(problem="translate_files", output_dir=str(tmp_path)))
+
+
+@pytest.mark.slow
+def test_run_py_decodes_the_dev_set(t2t_fixtures, wmt_toy_dir, tmp_path):
+    """`run.py --mode=decode` without a file decodes the problem's dev shards (written here
+    with the fixture's three sentence pairs) and writes .decodes/.targets/.inputs."""
+    import subprocess
+    import sys
+
+    import tensorflow as tf
+
+    from t2t_lite.data_generators import generator_utils
+
+    data_dir, _, _ = _fixture_setup(t2t_fixtures, wmt_toy_dir, tmp_path)
+    fixture = np.load(t2t_fixtures / "model_A_trained.npz")
+    vocab = text_encoder.SubwordTextEncoder(str(data_dir / "vocab.translate_files.1024.subwords"))
+    dev_file = data_dir / "translate_files-dev-00000-of-00001"
+    with tf.io.TFRecordWriter(str(dev_file)) as writer:
+        for inputs, targets in zip(fixture["inputs"], fixture["targets"]):
+            example = generator_utils.to_example({
+                "inputs": [int(i) for i in inputs if i], "targets": [int(t) for t in targets if t]})
+            writer.write(example.SerializeToString())
+    out_base = tmp_path / "decoded" / "dev"
+    repo = decoding.__file__.rsplit("/t2t_lite/", 1)[0]
+    result = subprocess.run(
+        [sys.executable, "run.py", "--mode=decode", "--problem=translate_files",
+         "--hparams_set=transformer_tiny", f"--data_dir={data_dir}",
+         f"--checkpoint_path={t2t_fixtures / 'ckpt_A_trained'}",
+         "--decode_hparams=beam_size=1,extra_length=20", f"--decode_to_file={out_base}"],
+        check=False, cwd=repo, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-3000:]
+    base = f"{out_base}.transformer.transformer_tiny.translate_files.beam1.alpha0.6."
+    expected = [vocab.decode(decoding.save_until_eos(row)) for row in fixture["greedy_outputs"]]
+    assert _read(base + "decodes").split("\n")[:-1] == expected
+    info = json.loads((t2t_fixtures / "model_A.json").read_text())
+    assert _read(base + "targets").split("\n")[:-1] == info["examples"]["target_text"]
+    assert _read(base + "inputs").split("\n")[:-1] == info["examples"]["source_text"]

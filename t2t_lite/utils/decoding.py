@@ -529,16 +529,15 @@ def _report_bleu(reference: str, decodes_file: str, output_dir: str | None,
         writer.close()
 
 
-def main(flags) -> str | None:
-    """`run.py --mode=decode`: see the module docstring.
+def main(flags) -> None:
+    """`run.py --mode=decode`: see the module docstring. Prints the decodes file written.
+
+    Returns None: absl's app.run turns a returned value into the process exit status.
 
     Args:
       flags: absl FLAGS (output_dir, checkpoint_path, problem, data_dir, model, hparams_set,
         hparams, decode_hparams, decode_from_file, decode_to_file, decode_reference,
         decode_interactive).
-
-    Returns:
-      The decodes file written (None in interactive mode).
     """
     from t2t_lite import registry
     from t2t_lite.data_generators.problem import ModeKeys
@@ -572,7 +571,7 @@ def main(flags) -> str | None:
 
     if flags.decode_interactive:
         decode_interactively(infer_fn, encoders, decode_hp, sys.stdin, sys.stdout)
-        return None
+        return
     if flags.decode_from_file:
         try:
             output = decode_from_file(infer_fn, flags.decode_from_file, encoders, decode_hp,
@@ -590,4 +589,3 @@ def main(flags) -> str | None:
     print(f"Decodes written to {output}")
     if reference:
         _report_bleu(reference, output, flags.output_dir, checkpoint)
-    return output
