@@ -1,0 +1,673 @@
+"""Training and evaluation (t2t-trainer's train / evaluate / train_and_evaluate schedules).
+
+A custom loop under a tf.distribute strategy chosen from the machine (`create_strategy`):
+the default strategy on one CPU or GPU, MirroredStrategy over `--worker_gpu` GPUs,
+MultiWorkerMirroredStrategy when TF_CONFIG lists several workers. Each replica computes its
+part of t2t's global loss `sum(num) / max(1, sum(den))` over ALL replicas (the token count is
+all-reduced first), so the summed gradient is the gradient of the global per-token mean for
+any number of replicas; gradients are summed over replicas once, then clipped (t2t's
+`clip_grad_norm`) and applied (`t2t_lite.utils.optimize`).
+
+Outputs in `output_dir`, as t2t's: checkpoints `ckpt-<n>` (tf.train.CheckpointManager: global
+step, model, optimizer slots, multistep accumulators; with --deterministic also the input
+pipeline position), `hparams.json` (sorted keys; on restart it overrides the hparams set, as in
+t2t), `flags.json`, TensorBoard events (training scalars here, eval metrics in `eval/`).
+Restarting resumes from the latest checkpoint.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shutil
+import time
+from collections.abc import Callable
+from typing import Any
+
+import keras
+import numpy as np
+import tensorflow as tf
+from absl import logging
+from tensorflow.core.framework import summary_pb2
+
+from t2t_lite import flags as t2t_flags
+from t2t_lite import registry
+from t2t_lite.hparams import HParams, create_hparams
+from t2t_lite.layers import common_layers
+from t2t_lite.utils import metrics as metrics_lib
+from t2t_lite.utils import optimize
+
+TRAIN, EVAL = "train", "eval"
+CHECKPOINT_PREFIX = "ckpt"
+_POLICIES = {"float32": "float32", "float16": "mixed_float16", "bfloat16": "mixed_bfloat16"}
+
+
+@dataclasses.dataclass
+class RunConfig:
+    """What a run does besides the model math (t2t-trainer's flags of the same names).
+
+    Attributes:
+      output_dir: checkpoints, hparams.json, flags.json and events.
+      train_steps: total global steps (micro-batches, as t2t's global_step).
+      eval_steps: eval batches per evaluation (0 = the whole eval set).
+      local_eval_frequency: evaluate every this many steps (train_and_eval).
+      save_checkpoints_steps: checkpoint every this many steps (None: local_eval_frequency).
+      keep_checkpoint_max: checkpoints kept.
+      log_step_count_steps: progress line and training summaries every this many steps.
+      random_seed: seeds Python, NumPy, TensorFlow, Keras and the input pipeline.
+      deterministic: TensorFlow op determinism (needs random_seed); also checkpoints the input
+        pipeline position so that a resumed run sees the same batches.
+      num_decode_examples: eval examples decoded greedily into text summaries (0 = none).
+      decode_length: extra decode length for those examples (t2t's decode_length).
+    """
+
+    output_dir: str
+    train_steps: int = 250000
+    eval_steps: int = 100
+    local_eval_frequency: int = 1000
+    save_checkpoints_steps: int | None = None
+    keep_checkpoint_max: int = 20
+    log_step_count_steps: int = 100
+    random_seed: int | None = None
+    deterministic: bool = False
+    num_decode_examples: int = 3
+    decode_length: int = 50
+
+    @property
+    def checkpoint_every(self) -> int:
+        return max(1, self.save_checkpoints_steps or self.local_eval_frequency)
+
+
+# --- Distribution ----------------------------------------------------------------------------
+def _tf_config() -> dict:
+    return json.loads(os.environ.get("TF_CONFIG") or "{}")
+
+
+def _cluster_workers(tf_config: dict) -> int:
+    cluster = tf_config.get("cluster", {})
+    return len(cluster.get("chief", [])) + len(cluster.get("worker", []))
+
+
+def create_strategy(worker_gpu: int = 1) -> tf.distribute.Strategy:
+    """The strategy for this machine (create it before any other TensorFlow work).
+
+    Args:
+      worker_gpu: replicas on this host (t2t's --worker_gpu); > 1 needs as many GPUs.
+
+    Returns:
+      MultiWorkerMirroredStrategy if TF_CONFIG names several workers, MirroredStrategy over
+      `worker_gpu` GPUs if worker_gpu > 1, else the default strategy (one device).
+    """
+    if _cluster_workers(_tf_config()) > 1:
+        return tf.distribute.MultiWorkerMirroredStrategy()
+    if worker_gpu > 1:
+        gpus = tf.config.list_logical_devices("GPU")
+        if len(gpus) < worker_gpu:
+            raise ValueError(
+                f"--worker_gpu={worker_gpu} but only {len(gpus)} GPU(s) are visible; lower "
+                "--worker_gpu or check CUDA_VISIBLE_DEVICES"
+            )
+        return tf.distribute.MirroredStrategy([g.name for g in gpus[:worker_gpu]])
+    return tf.distribute.get_strategy()
+
+
+def is_chief(strategy: tf.distribute.Strategy | None = None) -> bool:
+    """Whether this process writes summaries, hparams.json and the real checkpoints."""
+    tf_config = _tf_config()
+    if _cluster_workers(tf_config) <= 1:
+        return True
+    task = tf_config.get("task", {})
+    if "chief" in tf_config.get("cluster", {}):
+        return task.get("type") == "chief"
+    return task.get("type", "worker") == "worker" and int(task.get("index", 0)) == 0
+
+
+# --- Summaries (written with tf.summary.write so that tensorboard need not be installed) ----
+def _summary_metadata(plugin_name: str) -> summary_pb2.SummaryMetadata:
+    return summary_pb2.SummaryMetadata(
+        plugin_data=summary_pb2.SummaryMetadata.PluginData(plugin_name=plugin_name)
+    )
+
+
+def write_scalars(writer, values: dict[str, float], step: int) -> None:
+    """Writes TensorBoard scalars (the "scalars" plugin's format) and flushes."""
+    if writer is None:
+        return
+    metadata = _summary_metadata("scalars")
+    with writer.as_default():
+        for name, value in values.items():
+            tf.summary.write(name, tf.constant(value, tf.float32), step=step, metadata=metadata)
+    writer.flush()
+
+
+def write_text(writer, name: str, text: str, step: int) -> None:
+    """Writes a TensorBoard text summary (markdown) and flushes."""
+    if writer is None:
+        return
+    with writer.as_default():
+        tf.summary.write(name, tf.constant(text), step=step, metadata=_summary_metadata("text"))
+    writer.flush()
+
+
+# --- Files -------------------------------------------------------------------------------------
+def _write_atomically(path: str, text: str) -> None:
+    tmp = f"{path}.tmp{os.getpid()}"
+    with tf.io.gfile.GFile(tmp, "w") as f:
+        f.write(text)
+    tf.io.gfile.rename(tmp, path, overwrite=True)
+
+
+def save_hparams(output_dir: str, hparams: HParams) -> None:
+    """Writes `output_dir/hparams.json` (sorted keys), as t2t's chief does at start."""
+    tf.io.gfile.makedirs(output_dir)
+    _write_atomically(os.path.join(output_dir, "hparams.json"), hparams.to_json(indent=0))
+
+
+def save_flags(output_dir: str, flags_obj: Any) -> None:
+    """Writes the t2t_lite flags (name -> value, sorted) to `output_dir/flags.json`."""
+    if hasattr(flags_obj, "get_flags_for_module"):
+        values = {f.name: f.value for f in flags_obj.get_flags_for_module("t2t_lite.flags")}
+    else:
+        values = dict(vars(flags_obj))
+    tf.io.gfile.makedirs(output_dir)
+    _write_atomically(
+        os.path.join(output_dir, "flags.json"), json.dumps(values, indent=0, sort_keys=True)
+    )
+
+
+def _format_duration(seconds: float) -> str:
+    seconds = int(max(0, seconds))
+    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
+
+
+class Trainer:
+    """Trains and evaluates one model on one problem.
+
+    Args:
+      model_fn: () -> keras model; `model(features, training)` gives float32 logits
+        [B, T, V] for features {"inputs": [B, L], "targets": [B, T], "target_space_id"}.
+        Called under the strategy's scope and the hparams' mixed-precision policy.
+      hparams: model hparams.
+      problem: a Problem (`dataset`, `get_hparams`, `eval_metrics`, `get_feature_encoders`).
+      data_dir: the problem's data directory.
+      config: RunConfig.
+      strategy: tf.distribute strategy (default: the current one).
+    """
+
+    def __init__(
+        self,
+        model_fn: Callable[[], keras.Model],
+        hparams: HParams,
+        problem: Any,
+        data_dir: str,
+        config: RunConfig,
+        strategy: tf.distribute.Strategy | None = None,
+    ):
+        self.hparams = hparams
+        self.problem = problem
+        self.data_dir = data_dir
+        self.config = config
+        self.strategy = strategy or tf.distribute.get_strategy()
+        self.chief = is_chief(self.strategy)
+        self.problem_hparams = problem.get_hparams(hparams, data_dir=data_dir)
+        self.loss_multiplier = float(self.problem_hparams.get("loss_multiplier", 1.0))
+        self.target_space_id = int(self.problem_hparams.get("target_space_id", 0))
+        problem_name = problem.name + ("_rev" if getattr(problem, "was_reversed", False) else "")
+        self.problem_name = hparams.get("overload_eval_metric_name", "") or problem_name
+        self.eval_metrics = metrics_lib.EvalMetrics(self.problem_name, problem.eval_metrics())
+
+        # Schedules that need train_steps read it from the hparams, as in t2t (which adds it
+        # in create_experiment); hparams.json keeps only the model's own hparams.
+        opt_hparams = hparams.copy()
+        if "train_steps" not in opt_hparams:
+            opt_hparams.add_hparam("train_steps", config.train_steps)
+        with self.strategy.scope(), _dtype_policy(hparams):
+            self.model = model_fn()
+            if not self.model.trainable_variables:
+                # A model that creates its weights on the first call: call it once on EOS ids.
+                ones = tf.ones([1, 1], tf.int32)
+                self.model(self._features({"inputs": ones, "targets": ones}), training=False)
+            self.optimizer = optimize.OptimizerState(opt_hparams)
+            self.optimizer.build(self.model.trainable_variables)
+            self.global_step = tf.Variable(
+                0, dtype=tf.int64, trainable=False, name="global_step",
+                aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA,
+            )
+        self._train_writer = self._eval_writer = None
+        if self.chief:
+            self._train_writer = tf.summary.create_file_writer(config.output_dir)
+            self._eval_writer = tf.summary.create_file_writer(
+                os.path.join(config.output_dir, "eval")
+            )
+        self._eval_step_fn = None
+        self.last_eval_results: dict[str, float] = {}
+
+    # --- Checkpoints ------------------------------------------------------------------------
+    def _checkpoint_manager(self, iterator=None) -> tf.train.CheckpointManager:
+        objects = {"step": self.global_step, "model": self.model,
+                   **self.optimizer.checkpoint_objects()}
+        if iterator is not None:
+            objects["iterator"] = iterator
+        checkpoint = tf.train.Checkpoint(**objects)
+        directory = self.config.output_dir
+        if not self.chief:
+            # Every MultiWorkerMirrored worker must save; only the chief's copy is kept.
+            task = _tf_config().get("task", {})
+            directory = os.path.join(
+                directory, "tmp_worker", f"{task.get('type')}_{task.get('index')}"
+            )
+        return tf.train.CheckpointManager(
+            checkpoint, directory, max_to_keep=self.config.keep_checkpoint_max,
+            checkpoint_name=CHECKPOINT_PREFIX,
+        )
+
+    def restore(self, manager: tf.train.CheckpointManager | None = None) -> int:
+        """Restores the latest checkpoint of output_dir (if any); returns the global step."""
+        manager = manager or self._checkpoint_manager()
+        latest = tf.train.latest_checkpoint(self.config.output_dir)
+        if latest:
+            manager.checkpoint.restore(latest).expect_partial()
+            logging.info("Restored %s (global step %d)", latest, int(self.global_step))
+        return int(self.global_step)
+
+    def _save(self, manager: tf.train.CheckpointManager) -> None:
+        path = manager.save(checkpoint_number=int(self.global_step))
+        if not self.chief:
+            shutil.rmtree(os.path.dirname(path), ignore_errors=True)
+        else:
+            logging.info("Saved checkpoint %s", path)
+
+    # --- Data ---------------------------------------------------------------------------------
+    def _distributed_dataset(self, mode: str):
+        seed = self.config.random_seed if mode == TRAIN else None
+
+        def dataset_fn(input_context):
+            return self.problem.dataset(
+                mode, self.data_dir, self.hparams, input_context=input_context, seed=seed
+            )
+
+        return self.strategy.distribute_datasets_from_function(dataset_fn)
+
+    def _features(self, features: dict) -> dict:
+        features = dict(features)
+        features["target_space_id"] = tf.constant(self.target_space_id, tf.int32)
+        return features
+
+    # --- Train step -------------------------------------------------------------------------
+    def _replica_train_step(self, features: dict, update: bool) -> dict:
+        ctx = tf.distribute.get_replica_context()
+        replicas = ctx.num_replicas_in_sync
+        variables = self.model.trainable_variables
+        features = self._features(features)
+        targets = features["targets"]
+        with tf.GradientTape() as tape:
+            logits = self.model(features, training=True)
+            num, den = common_layers.padded_cross_entropy(
+                logits, targets, self.hparams.label_smoothing
+            )
+            num = num * self.loss_multiplier
+            global_den = ctx.all_reduce(tf.distribute.ReduceOp.SUM, den) if replicas > 1 else den
+            loss = num / tf.maximum(global_den, 1.0)
+            if self.hparams.weight_decay:
+                # Added once to the global loss: each replica carries 1/replicas of it.
+                loss += optimize.weight_decay(self.hparams.weight_decay, variables) / replicas
+            scaled_loss = self.optimizer.optimizer.scale_loss(loss)
+        grads = optimize.densify(tape.gradient(scaled_loss, variables))
+        if replicas > 1:
+            grads = ctx.all_reduce(tf.distribute.ReduceOp.SUM, grads)
+        scale = self.optimizer.loss_scale
+        clip = self.hparams.clip_grad_norm
+        if scale is None:
+            grads, grad_norm = optimize.clip_by_global_norm(grads, clip)
+        else:
+            # Gradients are still loss-scaled: clipping at clip * scale equals clipping the
+            # unscaled gradients at clip.
+            scale = tf.cast(scale, tf.float32)
+            grads, grad_norm = optimize.clip_by_global_norm(grads, clip and clip * scale)
+            grad_norm = grad_norm / scale
+        if update:
+            self.optimizer.apply(grads, variables)
+        else:
+            self.optimizer.accumulate(grads)
+        return {"num": num, "den": den, "grad_norm": grad_norm}
+
+    def _make_train_step(self, element_spec, update: bool):
+        strategy = self.strategy
+
+        @tf.function(input_signature=[element_spec])
+        def train_step(features):
+            out = strategy.run(self._replica_train_step, args=(features, update))
+            num = strategy.reduce(tf.distribute.ReduceOp.SUM, out["num"], axis=None)
+            den = strategy.reduce(tf.distribute.ReduceOp.SUM, out["den"], axis=None)
+            grad_norm = strategy.reduce(tf.distribute.ReduceOp.MEAN, out["grad_norm"], axis=None)
+            self.global_step.assign_add(1)
+            return {"loss": num / tf.maximum(den, 1.0), "tokens": den, "grad_norm": grad_norm}
+
+        return train_step
+
+    # --- Training loop ------------------------------------------------------------------------
+    def train(self, eval_every: int | None = None) -> dict[str, float]:
+        """Trains until `config.train_steps`, resuming from the latest checkpoint.
+
+        Args:
+          eval_every: evaluate every this many steps and at the end (None: never).
+
+        Returns:
+          The last training statistics ({"loss", "learning_rate", ...}).
+        """
+        config = self.config
+        dataset = self._distributed_dataset(TRAIN)
+        iterator = iter(dataset)
+        manager = self._checkpoint_manager(iterator if config.deterministic else None)
+        step = self.restore(manager)
+        if step >= config.train_steps:
+            logging.info("Global step %d >= train_steps %d: nothing to train", step,
+                         config.train_steps)
+            return {}
+        steps = self.train_step_fns = {
+            True: self._make_train_step(iterator.element_spec, update=True),
+            False: self._make_train_step(iterator.element_spec, update=False),
+        }
+        stats = _Stats(step)
+        last = {}
+        while step < config.train_steps:
+            out = steps[self.optimizer.is_update_step(step)](next(iterator))
+            step += 1
+            stats.add(out)
+            if step % config.log_step_count_steps == 0 or step == config.train_steps:
+                last = self._log_progress(stats, step)
+            if step % config.checkpoint_every == 0 or step == config.train_steps:
+                self._save(manager)
+            if eval_every and (step % eval_every == 0 or step == config.train_steps):
+                self.evaluate()
+        return last
+
+    def _log_progress(self, stats: _Stats, step: int) -> dict[str, float]:
+        values = stats.flush(step)
+        values["learning_rate"] = float(self.optimizer.learning_rate(step - 1))
+        remaining = (self.config.train_steps - step) / max(values["global_step/sec"], 1e-9)
+        logging.info(
+            "step %d/%d: loss %.4f, lr %.3g, grad norm %.3g, %.0f tokens/s, %.2f steps/s, ETA %s",
+            step, self.config.train_steps, values["loss"], values["learning_rate"],
+            values["global_norm/gradient_norm"], values["tokens/sec"],
+            values["global_step/sec"], _format_duration(remaining),
+        )
+        scalars = dict(values)
+        scalars["losses/training"] = values["loss"]
+        write_scalars(self._train_writer, scalars, step)
+        return values
+
+    # --- Evaluation ---------------------------------------------------------------------------
+    def _replica_eval_step(self, features: dict) -> dict:
+        features = self._features(features)
+        targets = features["targets"]
+        logits = self.model(features, training=False)
+        num, den = common_layers.padded_cross_entropy(logits, targets, 0.0)
+        out = {"num": num * self.loss_multiplier, "den": den,
+               "metrics": self.eval_metrics.graph_sums(logits, targets)}
+        if self.eval_metrics.host_metrics:
+            out["outputs"] = tf.argmax(logits, axis=-1, output_type=tf.int32)
+            out["targets"] = tf.cast(targets, tf.int32)
+        return out
+
+    def _make_eval_step(self, element_spec):
+        strategy = self.strategy
+
+        @tf.function(input_signature=[element_spec])
+        def eval_step(features):
+            out = strategy.run(self._replica_eval_step, args=(features,))
+            summed = {
+                key: strategy.reduce(tf.distribute.ReduceOp.SUM, out[key], axis=None)
+                for key in ("num", "den")
+            }
+            summed["metrics"] = {
+                k: strategy.reduce(tf.distribute.ReduceOp.SUM, v, axis=None)
+                for k, v in out["metrics"].items()
+            }
+            local = {
+                key: strategy.experimental_local_results(out[key])
+                for key in ("outputs", "targets") if key in out
+            }
+            return summed, local
+
+        return eval_step
+
+    def evaluate(self) -> dict[str, float]:
+        """One pass of at most `eval_steps` eval batches with the current weights.
+
+        Dropout is off and label smoothing 0 (t2t's eval mode). Writes `loss` and the
+        problem's `metrics-<problem>/targets/*` to output_dir/eval and a few greedy decodes.
+
+        Returns:
+          {"loss": mean batch loss, "metrics-...": value, ...}.
+        """
+        dataset = self._distributed_dataset(EVAL)
+        iterator = iter(dataset)
+        if self._eval_step_fn is None:
+            self._eval_step_fn = self._make_eval_step(iterator.element_spec)
+        self.eval_metrics.reset()
+        batch_losses = []
+        first_batch = None
+        for index, features in enumerate(iterator):
+            if self.config.eval_steps and index >= self.config.eval_steps:
+                break
+            if first_batch is None:
+                first_batch = features
+            summed, local = self._eval_step_fn(features)
+            batch_losses.append(float(summed["num"]) / max(1.0, float(summed["den"])))
+            self.eval_metrics.update_graph({k: v.numpy() for k, v in summed["metrics"].items()})
+            for outputs, targets in zip(local.get("outputs", ()), local.get("targets", ())):
+                self.eval_metrics.update_host(outputs.numpy(), targets.numpy())
+        step = int(self.global_step)
+        results = {"loss": float(np.mean(batch_losses)) if batch_losses else 0.0}
+        results.update(self.eval_metrics.results())
+        logging.info(
+            "Eval at step %d: %s", step,
+            ", ".join(f"{k} = {v:.4f}" for k, v in sorted(results.items())),
+        )
+        write_scalars(self._eval_writer, results, step)
+        if first_batch is not None and self.config.num_decode_examples:
+            self._summarize_decodes(first_batch, step)
+        self.last_eval_results = results
+        return results
+
+    def decode_examples(self, features: dict, count: int) -> list[dict[str, str]]:
+        """Greedy decodes of the first `count` examples of an eval batch, as text.
+
+        Args:
+          features: an eval batch (possibly per-replica) with "inputs" and "targets".
+          count: number of examples.
+
+        Returns:
+          [{"inputs": str, "targets": str, "outputs": str}, ...] (empty if the model has no
+          `infer` or the problem no inputs).
+        """
+        local = self.strategy.experimental_local_results(features)[0]
+        if "inputs" not in local or not hasattr(self.model, "infer"):
+            return []
+        inputs = local["inputs"][:count]
+        decoded = self.model.infer(
+            {"inputs": inputs, "target_space_id": self.target_space_id},
+            decode_length=self.config.decode_length,
+        )["outputs"]
+        encoders = self.problem.get_feature_encoders(self.data_dir)
+        examples = []
+        for i in range(int(tf.shape(inputs)[0])):
+            examples.append({
+                "inputs": _decode(encoders["inputs"], inputs[i]),
+                "targets": _decode(encoders["targets"], local["targets"][i]),
+                "outputs": _decode(encoders["targets"], decoded[i]),
+            })
+        return examples
+
+    def _summarize_decodes(self, features: dict, step: int) -> None:
+        examples = self.decode_examples(features, self.config.num_decode_examples)
+        lines = []
+        for i, ex in enumerate(examples):
+            logging.info("Decode %d: inputs: %s | targets: %s | outputs: %s", i,
+                         ex["inputs"], ex["targets"], ex["outputs"])
+            lines.append(f"| {ex['inputs']} | {ex['targets']} | {ex['outputs']} |")
+        if lines:
+            table = "| inputs | targets | outputs |\n|---|---|---|\n" + "\n".join(lines)
+            write_text(self._eval_writer, "decodes", table, step)
+
+    def continuous_eval(self, timeout_secs: float = 600) -> dict[str, float]:
+        """Evaluates each new checkpoint until one reaches train_steps (t2t's continuous_eval).
+
+        Args:
+          timeout_secs: stop after this long without a new checkpoint.
+
+        Returns:
+          The last evaluation's results.
+        """
+        manager = self._checkpoint_manager()
+        for path in tf.train.checkpoints_iterator(self.config.output_dir, timeout=timeout_secs):
+            manager.checkpoint.restore(path).expect_partial()
+            self.evaluate()
+            if int(self.global_step) >= self.config.train_steps:
+                break
+        return self.last_eval_results
+
+
+def _decode(encoder, ids) -> str:
+    """Text of `ids` up to the first EOS (1) or padding (0)."""
+    ids = [int(i) for i in np.asarray(ids).reshape(-1)]
+    for stop in (1, 0):
+        if stop in ids:
+            ids = ids[: ids.index(stop)]
+    return encoder.decode(ids)
+
+
+class _Stats:
+    """Training statistics between two progress lines."""
+
+    def __init__(self, step: int):
+        self.start_step = step
+        self.start_time = time.time()
+        self.loss = self.tokens = self.grad_norm = 0.0
+        self.count = 0
+
+    def add(self, out: dict) -> None:
+        tokens = float(out["tokens"])
+        self.loss += float(out["loss"]) * tokens
+        self.tokens += tokens
+        self.grad_norm += float(out["grad_norm"])
+        self.count += 1
+
+    def flush(self, step: int) -> dict[str, float]:
+        elapsed = max(time.time() - self.start_time, 1e-9)
+        values = {
+            "loss": self.loss / max(self.tokens, 1.0),
+            "global_norm/gradient_norm": self.grad_norm / max(self.count, 1),
+            "global_step/sec": (step - self.start_step) / elapsed,
+            "tokens/sec": self.tokens / elapsed,
+        }
+        self.__init__(step)
+        return values
+
+
+class _dtype_policy:
+    """Context manager: Keras' mixed-precision policy for `hparams.activation_dtype`."""
+
+    def __init__(self, hparams: HParams):
+        activation = hparams.get("activation_dtype", "float32")
+        weight = hparams.get("weight_dtype", "float32")
+        if activation not in _POLICIES or weight != "float32":
+            raise ValueError(
+                f"activation_dtype={activation!r}, weight_dtype={weight!r} is not supported; "
+                "use activation_dtype float32, float16 or bfloat16 with weight_dtype float32"
+            )
+        self.policy = _POLICIES[activation]
+
+    def __enter__(self):
+        self.previous = keras.config.dtype_policy()
+        keras.config.set_dtype_policy(self.policy)
+
+    def __exit__(self, *exc):
+        keras.config.set_dtype_policy(self.previous)
+
+
+# --- run.py entry point ------------------------------------------------------------------------
+def config_from_flags(flags_obj: Any) -> RunConfig:
+    """RunConfig from t2t-trainer's flags."""
+    return RunConfig(
+        output_dir=os.path.expanduser(flags_obj.output_dir),
+        train_steps=flags_obj.train_steps,
+        eval_steps=flags_obj.eval_steps,
+        local_eval_frequency=flags_obj.local_eval_frequency,
+        save_checkpoints_steps=flags_obj.save_checkpoints_steps,
+        keep_checkpoint_max=flags_obj.keep_checkpoint_max,
+        log_step_count_steps=flags_obj.log_step_count_steps,
+        random_seed=flags_obj.random_seed,
+        deterministic=flags_obj.deterministic,
+    )
+
+
+def setup_determinism(random_seed: int | None, deterministic: bool) -> None:
+    """Seeds everything (--random_seed) and enables op determinism (--deterministic)."""
+    if deterministic and random_seed is None:
+        raise ValueError("--deterministic needs --random_seed (e.g. --random_seed=1)")
+    if random_seed is not None:
+        keras.utils.set_random_seed(random_seed)
+    if deterministic:
+        tf.config.experimental.enable_op_determinism()
+
+
+def build_trainer(flags_obj: Any, strategy: tf.distribute.Strategy) -> Trainer:
+    """Hparams (set -> output_dir/hparams.json -> --hparams), problem and model from flags."""
+    for name in ("problem", "hparams_set", "output_dir", "data_dir"):
+        if not getattr(flags_obj, name):
+            raise ValueError(f"--{name} is required for --mode=train/eval/train_and_eval")
+    config = config_from_flags(flags_obj)
+    hparams = create_hparams(
+        flags_obj.hparams_set, flags_obj.hparams,
+        hparams_json_path=os.path.join(config.output_dir, "hparams.json"),
+    )
+    data_dir = os.path.expanduser(flags_obj.data_dir)
+    problem = registry.problem(flags_obj.problem)
+    if getattr(flags_obj, "generate_data", False):
+        problem.generate_data(data_dir, os.path.expanduser(flags_obj.tmp_dir))
+    problem_hparams = problem.get_hparams(hparams, data_dir=data_dir)
+    vocab = problem_hparams.vocab_size
+    model_cls = registry.model(flags_obj.model)
+    input_vocab = vocab.get("inputs", vocab["targets"])
+
+    def model_fn():
+        return model_cls(hparams, input_vocab, vocab["targets"])
+
+    if is_chief(strategy):
+        save_hparams(config.output_dir, hparams)
+        save_flags(config.output_dir, flags_obj)
+    trainer = Trainer(model_fn, hparams, problem, data_dir, config, strategy)
+    if flags_obj.warm_start_from and not tf.train.latest_checkpoint(config.output_dir):
+        tf.train.Checkpoint(model=trainer.model).restore(
+            tf.train.latest_checkpoint(flags_obj.warm_start_from) or flags_obj.warm_start_from
+        ).expect_partial()
+        logging.info("Warm-started the model from %s", flags_obj.warm_start_from)
+    return trainer
+
+
+def main(flags_obj: Any) -> dict[str, float]:
+    """run.py's --mode=train|eval|train_and_eval (t2t-trainer's schedules).
+
+    Args:
+      flags_obj: absl FLAGS (t2t_lite.flags).
+
+    Returns:
+      The last evaluation results (eval modes) or training statistics (train).
+    """
+    strategy = create_strategy(flags_obj.worker_gpu)
+    setup_determinism(flags_obj.random_seed, flags_obj.deterministic)
+    trainer = build_trainer(flags_obj, strategy)
+    mode = flags_obj.mode or t2t_flags.SCHEDULES.get(flags_obj.schedule, "train_and_eval")
+    if mode == "train":
+        return trainer.train()
+    if mode == "eval":
+        if flags_obj.schedule == "continuous_eval":
+            return trainer.continuous_eval()
+        if not trainer.restore():
+            logging.warning("No checkpoint in %s: evaluating the initial weights",
+                            trainer.config.output_dir)
+        return trainer.evaluate()
+    trainer.train(eval_every=trainer.config.local_eval_frequency)
+    return trainer.last_eval_results

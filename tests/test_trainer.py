@@ -1,0 +1,154 @@
+"""The training loop on one device: outputs, TensorBoard events, resume, multistep, fp16."""
+import json
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from t2t_lite import trainer as trainer_lib
+from tests.trainer_utils import LENGTH, ReverseProblem, model_fn, read_events, tiny_hparams
+
+TRAIN_SCALARS = ("loss", "losses/training", "learning_rate", "global_norm/gradient_norm",
+                 "global_step/sec", "tokens/sec")
+
+
+def _trainer(output_dir, hparams=None, problem=None, **config):
+    hparams = hparams or tiny_hparams()
+    defaults = {"train_steps": 12, "log_step_count_steps": 4, "local_eval_frequency": 6,
+                "eval_steps": 2, "random_seed": 1, "num_decode_examples": 2}
+    defaults.update(config)
+    tf.keras.utils.set_random_seed(1)
+    return trainer_lib.Trainer(model_fn(hparams), hparams, problem or ReverseProblem(), "",
+                               trainer_lib.RunConfig(output_dir=str(output_dir), **defaults))
+
+
+@pytest.mark.slow
+def test_train_and_eval_writes_checkpoints_and_events(tmp_path):
+    trainer = _trainer(tmp_path)
+    stats = trainer.train(eval_every=6)
+    assert int(trainer.global_step) == 12
+    assert np.isfinite(stats["loss"]) and stats["learning_rate"] > 0
+    assert trainer.train_step_fns[True].experimental_get_tracing_count() == 1
+    assert tf.train.latest_checkpoint(str(tmp_path)).endswith("ckpt-12")
+    assert sorted(os.path.basename(p) for p in tf.io.gfile.glob(str(tmp_path / "ckpt-*.index"))) \
+        == ["ckpt-12.index", "ckpt-6.index"]
+
+    train_events = read_events(str(tmp_path))
+    for tag in TRAIN_SCALARS:
+        assert [step for step, _ in train_events[tag]] == [4, 8, 12], tag
+    lr = dict(train_events["learning_rate"])
+    expected_lr = trainer.optimizer.schedule(11)  # the update at global step 11
+    assert float(lr[12]) == pytest.approx(float(expected_lr), rel=1e-6)
+    assert all(float(v) > 0 for _, v in train_events["tokens/sec"])
+
+    eval_events = read_events(str(tmp_path / "eval"))
+    prefix = "metrics-reverse_standin/targets/"
+    for tag in ["loss"] + [prefix + m for m in ("accuracy", "accuracy_top5",
+                                                 "accuracy_per_sequence", "neg_log_perplexity")]:
+        assert [step for step, _ in eval_events[tag]] == [6, 12], tag
+    results = trainer.last_eval_results
+    # Loss = mean of batch losses; -neg_log_perplexity = token-weighted mean: close, not equal.
+    assert results["loss"] == pytest.approx(-results[prefix + "neg_log_perplexity"], rel=0.05)
+    assert 0 <= results[prefix + "accuracy"] <= results[prefix + "accuracy_top5"] <= 1
+    decodes = eval_events["decodes"][-1][1]
+    assert b"| inputs | targets | outputs |" in decodes.item()
+
+
+@pytest.mark.slow
+def test_eval_metrics_match_a_direct_computation(tmp_path):
+    trainer = _trainer(tmp_path, eval_steps=0, num_decode_examples=0)
+    results = trainer.evaluate()
+    data = ReverseProblem().data["eval"]
+    logits = trainer.model({"inputs": data["inputs"], "targets": data["targets"],
+                            "target_space_id": tf.constant(0)}, training=False).numpy()
+    labels = data["targets"]
+    weights = labels != 0
+    acc = ((logits.argmax(-1) == labels) * weights).sum() / weights.sum()
+    assert results["metrics-reverse_standin/targets/accuracy"] == pytest.approx(acc, rel=1e-5)
+    # Eval loss: unsmoothed token cross-entropy, mean over the 4 batches of 8.
+    logp = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
+    xent = -np.take_along_axis(logp, labels[..., None], -1)[..., 0] * weights
+    batch_losses = [xent[i:i + 8].sum() / weights[i:i + 8].sum() for i in range(0, 32, 8)]
+    assert results["loss"] == pytest.approx(np.mean(batch_losses), rel=1e-4)
+
+
+@pytest.mark.slow
+def test_restart_resumes_from_latest_checkpoint(tmp_path):
+    first = _trainer(tmp_path, train_steps=6, save_checkpoints_steps=3)
+    first.train()
+    saved = [v.numpy() for v in first.model.trainable_variables]
+    second = _trainer(tmp_path, train_steps=9, save_checkpoints_steps=3)
+    assert second.restore() == 6
+    for a, b in zip(saved, second.model.trainable_variables):
+        np.testing.assert_array_equal(a, b.numpy())
+    assert int(second.optimizer.inner_optimizer.iterations) == 6
+    second.train()
+    assert int(second.global_step) == 9
+    assert tf.train.latest_checkpoint(str(tmp_path)).endswith("ckpt-9")
+
+
+@pytest.mark.slow
+def test_multistep_accumulation_in_the_loop(tmp_path):
+    """4 micro-batches of 2 examples == 1 batch of 8 (dropout off, constant learning rate)."""
+    common = {"learning_rate_schedule": "constant", "learning_rate_constant": 0.01}
+    # Sequences of one length: every micro-batch has the same token count, so the mean of
+    # micro-batch means (t2t's multistep) equals the big batch's token mean.
+    single = _trainer(tmp_path / "a", tiny_hparams(0.0, **common),
+                      ReverseProblem(8, shuffle=False, min_length=LENGTH), train_steps=2)
+    multi_hp = tiny_hparams(0.0, optimizer="multistep_adam",
+                            optimizer_multistep_accumulate_steps=4, **common)
+    multi = _trainer(tmp_path / "b", multi_hp,
+                     ReverseProblem(2, shuffle=False, min_length=LENGTH), train_steps=8)
+    initial = [v.numpy() for v in single.model.trainable_variables]
+    single.train()
+    multi.train()
+    assert int(multi.optimizer.inner_optimizer.iterations) == 2
+    moved = 0
+    for a, b, c in zip(single.model.trainable_variables, multi.model.trainable_variables,
+                       initial):
+        moved += np.max(np.abs(a.numpy() - c)) > 5e-3
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-5, atol=1e-6)
+    assert moved == len(initial)
+
+
+@pytest.mark.slow
+def test_float16_training_uses_loss_scaling(tmp_path):
+    trainer = _trainer(tmp_path, tiny_hparams(activation_dtype="float16"), train_steps=4,
+                       log_step_count_steps=2)
+    stats = trainer.train()
+    assert np.isfinite(stats["loss"])
+    assert float(trainer.optimizer.loss_scale) == 2.0**15
+    assert trainer.model.trainable_variables[0].dtype == tf.float32
+    reader = tf.train.load_checkpoint(tf.train.latest_checkpoint(str(tmp_path)))
+    assert any("dynamic_scale" in name for name in reader.get_variable_to_shape_map())
+
+
+def test_deterministic_needs_seed():
+    with pytest.raises(ValueError, match="--random_seed"):
+        trainer_lib.setup_determinism(None, True)
+
+
+def test_bad_activation_dtype_is_rejected(tmp_path):
+    with pytest.raises(ValueError, match="activation_dtype"):
+        _trainer(tmp_path, tiny_hparams(activation_dtype="float64"))
+
+
+def test_hparams_and_flags_files(tmp_path):
+    hp = tiny_hparams()
+    trainer_lib.save_hparams(str(tmp_path), hp)
+    text = (tmp_path / "hparams.json").read_text()
+    assert json.loads(text) == hp.values()
+    keys = [line.split('"')[1] for line in text.splitlines() if line.startswith('"')]
+    assert keys == sorted(keys)
+
+    class Flags:
+        problem = "p"
+        train_steps = 3
+
+    trainer_lib.save_flags(str(tmp_path), Flags())
+    assert json.loads((tmp_path / "flags.json").read_text()) == {}
+    flags = type("F", (), {})()
+    flags.problem, flags.train_steps = "p", 3
+    trainer_lib.save_flags(str(tmp_path), flags)
+    assert json.loads((tmp_path / "flags.json").read_text()) == {"problem": "p", "train_steps": 3}
