@@ -1,0 +1,323 @@
+"""Translation problems from parallel text (t2t's `data_generators/translate.py`).
+
+Nothing is downloaded by this module itself. For each split a `TranslateProblem` takes the
+first source that exists:
+
+1. files named by the user (`set_source_files`, i.e. datagen's --train_src/--train_tgt/
+   --dev_src/--dev_tgt), cleaned like t2t's compiled data (SGML markup stripped from `.sgm`
+   files, pairs with an empty side dropped, lines stripped);
+2. t2t's compiled files `<tmp_dir>/<problem>-compiled-{train|dev}.lang1/.lang2`
+   (lang1 = inputs, lang2 = targets), e.g. left by an earlier t2t or t2t_lite run;
+3. the raw corpus files t2t downloads, already in tmp_dir either extracted (at the paths of
+   `source_data_files`) or as the archives t2t downloads (`training-parallel-nc-v13.tgz`,
+   ...); they are extracted and compiled into (2), as t2t's `compile_data` does;
+4. the problem's TFDS builder (`tfds_name`), which downloads and prepares the WMT data when
+   the network allows; its text is written as the compiled files (2).
+
+The vocab is built as in t2t from the raw training corpora (about 1 MB of lines per file,
+`generate_lines_for_vocab`) when they are at hand; otherwise from the chosen training pair
+with the same sampling and a budget of 1 MB × the number of t2t corpora per language.
+"""
+from __future__ import annotations
+
+import gzip
+import os
+import shutil
+import tarfile
+from collections.abc import Iterator
+
+from absl import logging
+
+from t2t_lite.data_generators import generator_utils, problem, text_problems
+from t2t_lite.data_generators.text_problems import CorpusError
+
+# t2t's per-file character budget for vocab text (`generate_lines_for_vocab`).
+VOCAB_FILE_BYTE_BUDGET = 1e6
+_SPLIT_TAGS = {problem.DatasetSplit.TRAIN: "train", problem.DatasetSplit.EVAL: "dev"}
+_TFDS_SPLITS = {problem.DatasetSplit.TRAIN: "train", problem.DatasetSplit.EVAL: "validation"}
+
+
+def _preprocess_sgm(line: str, is_sgm: bool) -> str | None:
+    """Text of an SGML `<seg>` line; "" / None for markup lines (t2t's)."""
+    if not is_sgm:
+        return line
+    if line.startswith(("<srcset", "</srcset", "<doc", "</doc", "<p>", "</p>")):
+        return ""
+    line = line.strip()
+    if line.startswith("<seg") and line.endswith("</seg>"):
+        return line[line.index(">") + 1 : -len("</seg>")]
+    return None
+
+
+def cleaned_pairs(source_path: str, target_path: str) -> Iterator[tuple[str, str]]:
+    """Sentence pairs of two parallel files, cleaned like t2t's `compile_data`.
+
+    Args:
+      source_path: inputs file (`.sgm` files are stripped of their markup).
+      target_path: targets file, parallel to source_path.
+
+    Yields:
+      (source, target) stripped str pairs, both non-empty.
+    """
+    is_sgm = source_path.endswith("sgm") and target_path.endswith("sgm")
+    for sample in text_problems.text2text_txt_iterator(source_path, target_path):
+        source = _preprocess_sgm(sample["inputs"], is_sgm)
+        target = _preprocess_sgm(sample["targets"], is_sgm)
+        if source and target:
+            yield source, target
+
+
+def _write_compiled(pairs, compiled_base: str) -> int:
+    """Writes pairs to `<base>.lang1/.lang2` via temporary names; returns the pair count."""
+    final = (compiled_base + ".lang1", compiled_base + ".lang2")
+    tmp = tuple(path + ".incomplete" for path in final)
+    count = 0
+    try:
+        with open(tmp[0], "w", encoding="utf-8") as f1, open(tmp[1], "w", encoding="utf-8") as f2:
+            for source, target in pairs:
+                f1.write(source + "\n")
+                f2.write(target + "\n")
+                count += 1
+    except BaseException:
+        for path in tmp:
+            if os.path.exists(path):
+                os.remove(path)
+        raise
+    for tmp_path, final_path in zip(tmp, final):
+        os.replace(tmp_path, final_path)
+    return count
+
+
+def _extract(archive: str, tmp_dir: str) -> None:
+    logging.info("Extracting %s into %s", archive, tmp_dir)
+    mode = "r:gz" if archive.endswith(("gz", "tgz")) else "r"
+    with tarfile.open(archive, mode) as tar:
+        tar.extractall(tmp_dir, filter="data")
+
+
+def _gunzip(gz_path: str, out_path: str) -> None:
+    tmp_path = out_path + ".incomplete"
+    with gzip.open(gz_path, "rb") as src, open(tmp_path, "wb") as dst:
+        shutil.copyfileobj(src, dst)
+    os.replace(tmp_path, out_path)
+
+
+def raw_corpus_files(tmp_dir: str, datasets: list) -> list[tuple[str, str]] | None:
+    """Local paths of t2t's raw corpus files, extracting archives found in tmp_dir.
+
+    Args:
+      tmp_dir: directory of raw data.
+      datasets: t2t's `[url, (lang1_file, lang2_file)]` entries.
+
+    Returns:
+      [(lang1_path, lang2_path)] for every entry, or None when any file (or its archive,
+      named like the last part of the url) is absent. Nothing is downloaded.
+    """
+    pairs = []
+    for url, names in datasets:
+        archive = os.path.join(tmp_dir, os.path.basename(url))
+        # A ".gz" corpus file (giga-fren) is read once gunzipped next to itself.
+        stored = [os.path.join(tmp_dir, name) for name in names]
+        final = [p.removesuffix(".gz") for p in stored]
+        if not all(os.path.exists(f) or os.path.exists(s) for s, f in zip(stored, final)):
+            if not os.path.exists(archive):
+                return None
+            _extract(archive, tmp_dir)
+        for stored_path, final_path in zip(stored, final):
+            gunzip = stored_path != final_path and os.path.exists(stored_path)
+            if gunzip and not os.path.exists(final_path):
+                _gunzip(stored_path, final_path)
+            if not os.path.exists(final_path):
+                raise CorpusError(
+                    f"{archive} does not contain {os.path.relpath(stored_path, tmp_dir)}"
+                )
+        pairs.append((final[0], final[1]))
+    return pairs
+
+
+def compile_data(tmp_dir: str, datasets: list, filename: str) -> str:
+    """Concatenates t2t's raw corpora into `<tmp_dir>/<filename>.lang1/.lang2` (cached).
+
+    Args:
+      tmp_dir: directory of raw data (archives are extracted there).
+      datasets: t2t's `[url, (lang1_file, lang2_file)]` entries.
+      filename: base name of the compiled files.
+
+    Returns:
+      The compiled base path (append ".lang1" / ".lang2").
+
+    Raises:
+      CorpusError: a corpus file is missing or malformed (file and line named).
+    """
+    base = os.path.join(tmp_dir, filename)
+    if os.path.exists(base + ".lang1") and os.path.exists(base + ".lang2"):
+        logging.info("Skipping compile data, found %s.lang1/.lang2", base)
+        return base
+    files = raw_corpus_files(tmp_dir, datasets)
+    if files is None:
+        missing = ", ".join(f"{lang1} + {lang2}" for _, (lang1, lang2) in datasets)
+        raise CorpusError(f"Raw corpus files missing in {tmp_dir}: need {missing}")
+    pairs = (pair for source, target in files for pair in cleaned_pairs(source, target))
+    count = _write_compiled(pairs, base)
+    logging.info("Compiled %d sentence pairs into %s.lang1/.lang2", count, base)
+    return base
+
+
+class TranslateProblem(text_problems.Text2TextProblem):
+    """Base of translation problems: per-split parallel corpora (t2t's)."""
+
+    # TFDS builder of the same data ("name/config"), and the TFDS language keys of the
+    # inputs and targets; None when TFDS has no such data set.
+    tfds_name: str | None = None
+    tfds_languages: tuple[str, str] = ("en", "de")
+
+    def __init__(
+        self,
+        was_reversed: bool = False,
+        was_copy: bool = False,
+        approx_vocab_size: int | None = None,
+    ):
+        super().__init__(was_reversed, was_copy, approx_vocab_size)
+        self._user_files: dict[str, tuple[str, str]] = {}
+        self.tfds_data_dir: str | None = None
+
+    @property
+    def is_generate_per_split(self) -> bool:
+        return True
+
+    def source_data_files(self, dataset_split: str) -> list:
+        """t2t's `[url, (lang1_file, lang2_file)]` corpora of a split (lang1 = inputs)."""
+        raise NotImplementedError
+
+    def vocab_data_files(self) -> list:
+        """Corpora the vocab is built from (the training corpora)."""
+        return self.source_data_files(problem.DatasetSplit.TRAIN)
+
+    def set_source_files(
+        self,
+        train_src: str | None = None,
+        train_tgt: str | None = None,
+        dev_src: str | None = None,
+        dev_tgt: str | None = None,
+    ) -> None:
+        """Uses the user's parallel files for the train and/or dev split.
+
+        Args:
+          train_src, train_tgt: training inputs/targets files (both or neither).
+          dev_src, dev_tgt: dev inputs/targets files (both or neither).
+        """
+        for split, (src, tgt), flags in (
+            (problem.DatasetSplit.TRAIN, (train_src, train_tgt), "--train_src/--train_tgt"),
+            (problem.DatasetSplit.EVAL, (dev_src, dev_tgt), "--dev_src/--dev_tgt"),
+        ):
+            if bool(src) != bool(tgt):
+                raise ValueError(f"{flags}: give both files of the pair or neither")
+            if src:
+                for path in (src, tgt):
+                    if not os.path.isfile(path):
+                        raise CorpusError(f"{path}: no such file (from {flags})")
+                self._user_files[split] = (src, tgt)
+
+    # Sources ---------------------------------------------------------------------------------
+    def _compiled_base(self, tmp_dir: str, dataset_split: str) -> str:
+        return os.path.join(tmp_dir, f"{self.name}-compiled-{_SPLIT_TAGS[dataset_split]}")
+
+    def _tfds_builder(self):
+        import tensorflow_datasets as tfds
+
+        return tfds.builder(self.tfds_name, data_dir=self.tfds_data_dir)
+
+    def _compile_from_tfds(self, tmp_dir: str, dataset_split: str) -> str:
+        """Writes a TFDS split as the compiled files of `dataset_split`."""
+        import tensorflow_datasets as tfds
+
+        builder = self._tfds_builder()
+        try:
+            builder.download_and_prepare()
+        except Exception as e:  # any failure to get the data means "not available"
+            raise CorpusError(
+                f"No data for {self.name}: {self._looked_for(tmp_dir, dataset_split)}; and "
+                f"TFDS could not prepare {self.tfds_name}: {type(e).__name__}: {e}"
+            ) from e
+        src_key, tgt_key = self.tfds_languages
+        dataset = builder.as_dataset(split=_TFDS_SPLITS[dataset_split])
+
+        def pairs():
+            for example in tfds.as_numpy(dataset):
+                source = example[src_key].decode("utf-8").strip()
+                target = example[tgt_key].decode("utf-8").strip()
+                if source and target:
+                    yield source, target
+
+        base = self._compiled_base(tmp_dir, dataset_split)
+        count = _write_compiled(pairs(), base)
+        logging.info("Wrote %d pairs of TFDS %s into %s.lang1/.lang2", count, self.tfds_name, base)
+        return base
+
+    def _looked_for(self, tmp_dir: str, dataset_split: str) -> str:
+        base = self._compiled_base(tmp_dir, dataset_split)
+        flags = "--train_src/--train_tgt" if dataset_split == "train" else "--dev_src/--dev_tgt"
+        looked_for = f"no {flags} files given, no {base}.lang1/.lang2"
+        datasets = self.source_data_files(dataset_split)
+        if datasets:
+            raw = "; ".join(
+                f"{os.path.basename(url)} or {f1} + {f2}" for url, (f1, f2) in datasets
+            )
+            looked_for += f", and not all raw corpora in {tmp_dir} ({raw})"
+        return looked_for
+
+    def split_files(self, tmp_dir: str, dataset_split: str) -> tuple[str, str]:
+        """The (inputs, targets) files of a split, compiling them when needed.
+
+        Args:
+          tmp_dir: directory of raw data.
+          dataset_split: DatasetSplit.TRAIN or EVAL.
+
+        Returns:
+          (source_path, target_path).
+
+        Raises:
+          CorpusError: no source is available (the message lists what was looked for).
+        """
+        if dataset_split in self._user_files:
+            return self._user_files[dataset_split]
+        base = self._compiled_base(tmp_dir, dataset_split)
+        if not (os.path.exists(base + ".lang1") and os.path.exists(base + ".lang2")):
+            datasets = self.source_data_files(dataset_split)
+            if datasets and raw_corpus_files(tmp_dir, datasets) is not None:
+                compile_data(tmp_dir, datasets, os.path.basename(base))
+            elif self.tfds_name:
+                self._compile_from_tfds(tmp_dir, dataset_split)
+            else:
+                raise CorpusError(
+                    f"No data for {self.name}: {self._looked_for(tmp_dir, dataset_split)}"
+                )
+        return base + ".lang1", base + ".lang2"
+
+    def source_description(self, tmp_dir: str, dataset_split: str) -> str:
+        if dataset_split in self._user_files:
+            return " and ".join(self._user_files[dataset_split])
+        base = self._compiled_base(tmp_dir, dataset_split)
+        return f"{base}.lang1 and {base}.lang2"
+
+    # Samples and vocab -----------------------------------------------------------------------
+    def generate_samples(self, data_dir: str, tmp_dir: str, dataset_split: str):
+        del data_dir
+        source, target = self.split_files(tmp_dir, dataset_split)
+        if dataset_split in self._user_files:
+            return ({"inputs": s, "targets": t} for s, t in cleaned_pairs(source, target))
+        return text_problems.text2text_txt_iterator(source, target)
+
+    def generate_text_for_vocab(self, data_dir: str, tmp_dir: str) -> Iterator[str]:
+        """t2t's vocab lines from the raw corpora, else from the chosen training pair."""
+        del data_dir
+        train = problem.DatasetSplit.TRAIN
+        corpora = self.vocab_data_files()
+        raw = None
+        if train not in self._user_files and corpora:
+            raw = raw_corpus_files(tmp_dir, corpora)
+        if raw is not None:
+            return generator_utils.generate_lines_for_vocab(tmp_dir, corpora)
+        budget = VOCAB_FILE_BYTE_BUDGET * max(1, len(corpora))
+        files = list(self.split_files(tmp_dir, train))
+        return generator_utils.generate_lines_for_vocab(tmp_dir, files, budget)
