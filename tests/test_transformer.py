@@ -2,6 +2,7 @@
 parameter counts (§2.11), and a numpy re-implementation of §2 for both layouts."""
 import json
 
+import keras
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -241,3 +242,29 @@ def test_tf_checkpoint_round_trip_saves_every_weight(tmp_path):
     for a, b in zip(model.weights, restored.weights):
         assert a.path == b.path
         np.testing.assert_array_equal(a.numpy(), b.numpy())
+
+
+def test_initialization_follows_t2t_and_draws_every_variable_independently():
+    keras.utils.set_random_seed(7)
+    model = Transformer(create_hparams("transformer_tiny", "initializer_gain=2.0"), 1018, 1018)
+    kernels = {w.path: w.numpy() for w in model.trainable_weights if w.ndim == 2}
+    arrays = list(kernels.values())
+    # Keras 3 reuses the values of an unseeded initializer instance; each variable must differ.
+    assert all(not np.array_equal(a, b) for i, a in enumerate(arrays) for b in arrays[i + 1:]
+               if a.shape == b.shape)
+    q = kernels["transformer/body/encoder/layer_0/self_attention/multihead_attention/q/kernel"]
+    conv1 = kernels["transformer/body/decoder/layer_1/ffn/conv1/kernel"]
+    # uniform_unit_scaling: U(-a, a), a = sqrt(3 * gain / ((fan_in + fan_out) / 2)).
+    for kernel, fan_avg in ((q, 128), (conv1, (128 + 512) / 2)):
+        limit = np.sqrt(3 * 2.0 / fan_avg)
+        assert np.abs(kernel).max() <= limit and np.abs(kernel).max() > 0.98 * limit
+        np.testing.assert_allclose(kernel.std(), limit / np.sqrt(3), rtol=0.05)
+    embedding = model.modality.target_emb.matrix().numpy()
+    np.testing.assert_allclose(embedding.std(), 128**-0.5, rtol=0.03)
+    for w in model.trainable_weights:
+        if w.path.endswith(("layer_norm_scale", "layer_norm_bias", "/bias")):
+            assert (w.numpy() == (1.0 if w.path.endswith("scale") else 0.0)).all()
+    keras.utils.set_random_seed(7)
+    again = Transformer(create_hparams("transformer_tiny", "initializer_gain=2.0"), 1018, 1018)
+    np.testing.assert_array_equal(again.trainable_weights[20].numpy(),
+                                  model.trainable_weights[20].numpy())

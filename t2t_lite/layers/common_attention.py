@@ -206,7 +206,9 @@ class MultiheadAttention(keras.layers.Layer):
 
         def dense(units: int, name: str) -> keras.layers.Dense:
             return keras.layers.Dense(
-                units, use_bias=False, kernel_initializer=self.kernel_initializer, name=name
+                units, use_bias=False,
+                kernel_initializer=common_layers.fresh_initializer(self.kernel_initializer),
+                name=name,
             )
 
         self.q = dense(self.key_depth, "q")

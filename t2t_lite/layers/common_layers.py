@@ -56,6 +56,24 @@ def broadcast_noise_shape(rank: int, broadcast_dims: Sequence[int]) -> list[int 
     return [1 if i in dims else None for i in range(rank)]
 
 
+def fresh_initializer(initializer) -> keras.initializers.Initializer:
+    """A new instance of `initializer` for one more variable.
+
+    Keras 3 initializers without a seed draw a fixed seed when constructed and return the same
+    values on every call, so one instance shared by several variables of one shape would
+    initialize them identically (q = k = v, equal embedding shards). t2t draws every variable
+    independently; so do we, with one instance per variable.
+
+    Args:
+      initializer: a Keras initializer, its name, or its config.
+
+    Returns:
+      An unused initializer with the same configuration.
+    """
+    initializer = keras.initializers.get(initializer)
+    return initializer.__class__.from_config(initializer.get_config())
+
+
 class Dropout(keras.layers.Layer):
     """Inverted dropout whose mask may be shared along axes (t2t's `dropout_with_broadcast_dims`).
 
@@ -355,12 +373,13 @@ class DenseReluDense(keras.layers.Layer):
         self.dropout_broadcast_dims = dropout_broadcast_dims
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.conv1 = keras.layers.Dense(
-            self.filter_size, activation="relu", kernel_initializer=self.kernel_initializer,
-            name="conv1",
+            self.filter_size, activation="relu",
+            kernel_initializer=fresh_initializer(self.kernel_initializer), name="conv1",
         )
         self.dropout = Dropout(self.dropout_rate, dropout_broadcast_dims, name="relu_dropout")
         self.conv2 = keras.layers.Dense(
-            self.output_size, kernel_initializer=self.kernel_initializer, name="conv2"
+            self.output_size, kernel_initializer=fresh_initializer(self.kernel_initializer),
+            name="conv2",
         )
 
     def build(self, input_shape: Sequence[int | None]) -> None:

@@ -62,8 +62,9 @@ class ShardedWeights(keras.layers.Layer):
         self.sizes = shard_sizes(self.vocab_size, self.num_shards)
 
     def build(self, input_shape=None) -> None:
-        init = keras.initializers.RandomNormal(0.0, self.hidden_size**-0.5)
         for i, rows in enumerate(self.sizes):
+            # A new initializer per shard: an unseeded Keras 3 initializer repeats its values.
+            init = keras.initializers.RandomNormal(0.0, self.hidden_size**-0.5)
             # One attribute per shard (not a list): tf.train.Checkpoint only follows
             # attributes of Keras 3 layers, so variables held in lists would not be saved.
             setattr(self, f"weights_{i}", self.add_weight(

@@ -80,7 +80,7 @@ class TargetSpaceEmbedding(keras.layers.Layer):
     def build(self, input_shape=None) -> None:
         self.kernel = self.add_weight(
             name="kernel", shape=(NUM_TARGET_SPACES, self.hidden_size),
-            initializer=self.initializer,
+            initializer=common_layers.fresh_initializer(self.initializer),
         )
 
     def call(self, target_space_id: tf.Tensor) -> tf.Tensor:
