@@ -182,9 +182,10 @@ def test_old_format_vocab_loads(tmp_path):
     "content, message",
     [
         (b"'<pad>_'\n'<EOS>_'\n'abc\n'd'\n", r"bad:3: malformed line"),
-        (b"'<pad>_'\n'<EOS>_'\n\n'd'\n", r"bad:3: malformed line"),
+        (b"'<pad>_'\n'<EOS>_'\n\n'd'\n", r"bad:3: malformed line ''.*empty line"),
         (b"'<pad>_'\n'<EOS>_'\n''\n", r"bad:3: malformed line .*empty subtoken"),
-        (b"'<pad>_'\n'<EOS>_'\n'a'\n'b'\n'a'\n", r"bad:5: duplicate subtoken 'a' \(first on line 3"),
+        (b"'<pad>_'\n'<EOS>_'\n'a'\n'b'\n'a'\n",
+         r"bad:5: duplicate subtoken 'a' \(first on line 3"),
         (b"'<pad>_'\n'<EOS>_'\n'caf\xe9_'\n", r"bad:3: not valid UTF-8"),
         (b"", r"bad: the vocab file has no subtokens"),
     ],
@@ -245,3 +246,25 @@ def test_byte_and_base_encoders():
     assert base.encode("3 0 7") == [5, 2, 9]
     assert base.decode([5, 2, 1]) == "3 0 <EOS>"
     assert base.decode([5, 2, 1, 0], strip_extraneous=True) == "3 0"
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.one_of(ANY_TEXT, TRICKY_TEXT))
+def test_regex_split_equals_t2t_loop(fixture_vocab, text):
+    # The trie regex and t2t's loop (used for vocabularies with very long subtokens) agree.
+    loop = SubwordTextEncoder()
+    loop.__dict__.update(fixture_vocab.__dict__)
+    loop._split_regex = None
+    loop._cache = {}
+    assert loop.encode(text) == fixture_vocab.encode(text)
+
+
+def test_unencodable_alphabet_character_is_reported(tmp_path):
+    # '<' is in this vocab's alphabet (from '<pad>') but is not a subtoken by itself.
+    enc = SubwordTextEncoder(
+        _write_vocab(tmp_path / "v", ["<pad>", "<EOS>", "a", "_", "\\", "u", ";"]
+                     + list("0123456789"))
+    )
+    assert enc.decode(enc.encode("a ☃")) == "a ☃"
+    with pytest.raises(ValueError, match="'<' of the escaped token '<_'"):
+        enc.encode("<")

@@ -14,18 +14,24 @@ Encoding a string with `SubwordTextEncoder` (t2t's algorithm):
 3. split each escaped token greedily, left to right, into the longest vocab subtokens.
 No EOS is added; reserved ids are PAD_ID = 0 and EOS_ID = 1.
 
-Speed (same outputs as t2t, see bench/bench_text_encoder.py): tokens are escaped once per
-vocabulary build instead of once per iteration; the longest-match split walks a prefix table
-(one dict probe per character instead of one per candidate length); the substring counting
-aggregates each segment's "window" once and only expands prefixes whose count can still reach
-`min_count` (counts only shrink as a prefix grows); the first iteration's windows are shared by
-all builds of the `min_count` bisection; `encode` keeps a per-token cache.
+Speed (same outputs as t2t; measured in bench/bench_text_encoder.py against a plain
+transcription of t2t's code, see bench/README.md):
+* building: the escaped tokens' distinct suffixes are sorted once (`_BuildCorpus`), so every
+  count that t2t keeps in a dict of all substrings is a difference of prefix sums over a slice
+  of that sorted list; the greedy split of all tokens is a numpy walk over per-suffix
+  longest-match lengths; candidates are grown one character at a time only below prefixes
+  that reach `min_count` (a longer string is never counted more often); the prefix
+  subtraction is passed up the prefix tree once per candidate; escaping and the first
+  iteration are shared by all builds of the `min_count` bisection.
+* encoding: one regex call tokenizes a line; tokens are cached; an unseen token is split by
+  a regex whose alternatives form a trie of the subtokens (t2t's longest match, in C).
 """
 from __future__ import annotations
 
 import bisect
 import collections
 import itertools
+import numbers
 import os
 import re
 import tempfile
@@ -443,14 +449,25 @@ class _BuildCorpus:
         reserved_tokens: Sequence[str],
         max_subtoken_length: int | None,
     ):
-        self.alphabet = frozenset(
-            c for token in itertools.chain(token_counts, reserved_tokens) for c in token
-        ) | _ESCAPE_CHARS
+        # A str is an iterable of its characters, so the union runs in C.
+        self.alphabet = frozenset().union(*token_counts, *reserved_tokens, _ESCAPE_CHARS)
         escaped = [_escape_token(token, self.alphabet) for token in token_counts]
         # Counted substrings are at most `span` long; longer common prefixes are irrelevant.
         self.span = None if max_subtoken_length is None else max_subtoken_length - 1
         self.token_len = np.array([len(e) for e in escaped], dtype=np.int64)
-        self.token_count = np.array(list(token_counts.values()), dtype=np.int64)
+        self.token_count = np.array(list(token_counts.values()))
+        if self.token_count.size and (
+            self.token_count.dtype.kind not in "iu" or self.token_count.min() < 0
+        ):
+            bad = next(
+                (t, c) for t, c in token_counts.items()
+                if not isinstance(c, numbers.Integral) or c < 0
+            )
+            raise ValueError(
+                f"token counts must be non-negative integers; got {bad[1]!r} for token "
+                f"{bad[0]!r}"
+            )
+        self.token_count = self.token_count.astype(np.int64)
         self.token_start = np.zeros(len(escaped), dtype=np.int64)
         np.cumsum(self.token_len[:-1], out=self.token_start[1:])
         # Every (token, position) suffix, token after token.
@@ -507,23 +524,37 @@ class _BuildCorpus:
             r = self._ranges[s] = (lo, hi)
         return r
 
-    def split_weights(self, subtokens: Iterable[str]) -> np.ndarray:
+    def intervals_of(self, strings: Iterable[str]) -> dict[int, list[tuple[int, int]]]:
+        """Universe slices of `strings`, grouped by string length (see `split_weights`)."""
+        intervals: dict[int, list[tuple[int, int]]] = collections.defaultdict(list)
+        for s in strings:
+            intervals[len(s)].append(self.range_of(s))
+        return intervals
+
+    def split_weights(self, intervals: Mapping[int, Sequence]) -> np.ndarray:
         """Sum of token counts per suffix at which t2t's greedy split starts a subtoken.
 
         Args:
-          subtokens: the vocabulary that the greedy longest-match split uses.
+          intervals: for each subtoken length, the universe slices of the vocabulary's
+            subtokens of that length, as [n, 2] rows [lo, hi) (array or list of pairs).
 
         Returns:
           int64 [U] weights, U = number of distinct suffixes.
         """
         size = len(self.universe)
         # longest[r]: length of the longest subtoken that starts suffix r. A longer subtoken's
-        # slice lies inside its prefixes' slices, so painting from short to long leaves the
-        # longest match.
+        # slice lies inside each of its prefixes' slices, and the slices of equally long
+        # subtokens are disjoint, so filling them from the shortest length up leaves the
+        # longest match, as t2t's greedy split takes it.
         longest = np.zeros(size, dtype=np.int64)
-        for s in sorted(subtokens, key=len):
-            lo, hi = self.range_of(s)
-            longest[lo:hi] = len(s)
+        for length in sorted(intervals):
+            bounds = np.asarray(intervals[length], dtype=np.int64).reshape(-1, 2)
+            lo, hi = bounds[:, 0], bounds[:, 1]
+            sizes = hi - lo
+            total = int(sizes.sum())
+            if total:
+                first = np.concatenate(([0], np.cumsum(sizes)[:-1]))
+                longest[np.repeat(lo - first, sizes) + np.arange(total)] = length
         active = np.flatnonzero(self.token_len > 0)
         offset = np.zeros(len(self.token_len), dtype=np.int64)
         ranks, counts = [], []
@@ -547,7 +578,7 @@ class _BuildCorpus:
 
     def select_subtokens(
         self, weights: np.ndarray, min_count: float
-    ) -> tuple[list[tuple[int, str]], dict[str, int]]:
+    ) -> tuple[list[tuple[int, str]], dict[str, int], dict[int, np.ndarray]]:
         """One t2t selection step: the kept subtokens and the alphabet's remaining counts.
 
         t2t counts every substring x (len(x) <= span) of every window: count(x) = the weights of
@@ -563,12 +594,13 @@ class _BuildCorpus:
           min_count: the build's threshold.
 
         Returns:
-          ([(remaining count, subtoken)] for kept subtokens longer than one character,
-           {character: remaining count} for the characters that start some suffix).
+          [(remaining count, subtoken)] for the kept subtokens longer than one character,
+          {character: remaining count} for the characters that start some suffix, and
+          {length: [n, 2] universe slices} of the kept subtokens.
         """
         size = len(self.universe)
         if not size or (self.span is not None and self.span <= 0):
-            return [], {}
+            return [], {}, {}
         cumulative = np.zeros(size + 1, dtype=np.int64)
         np.cumsum(weights, out=cumulative[1:])
         levels = []  # per length: (lo, hi, count) of the groups kept for the next step
@@ -597,6 +629,7 @@ class _BuildCorpus:
             length += 1
 
         kept: list[tuple[int, str]] = []
+        kept_intervals: dict[int, np.ndarray] = {}
         removed = np.zeros(len(levels[-1][0]), dtype=np.int64)
         for depth in range(len(levels), 0, -1):
             lo, hi, count = levels[depth - 1]
@@ -604,14 +637,12 @@ class _BuildCorpus:
             keep = remaining >= min_count
             if depth == 1:
                 chars = [self.universe[i][0] for i in lo.tolist()]
-                for ch, i, j in zip(chars, lo.tolist(), hi.tolist()):
-                    self._ranges[ch] = (i, j)
-                return kept, dict(zip(chars, remaining.tolist()))
+                return kept, dict(zip(chars, remaining.tolist())), kept_intervals
             universe = self.universe
-            for i, j, c in zip(lo[keep].tolist(), hi[keep].tolist(), remaining[keep].tolist()):
-                s = universe[i][:depth]
-                kept.append((c, s))
-                self._ranges[s] = (i, j)
+            kept_lo = lo[keep]
+            strings = [universe[i][:depth] for i in kept_lo.tolist()]
+            kept.extend(zip(remaining[keep].tolist(), strings))
+            kept_intervals[depth] = np.stack([kept_lo, hi[keep]], axis=1)
             # Everything removed below a group, plus its own remaining count if kept, is
             # removed from its parent (the group one level up that contains it).
             passed = removed + np.where(keep, remaining, 0)
@@ -620,7 +651,56 @@ class _BuildCorpus:
             removed = np.rint(
                 np.bincount(parent, weights=passed, minlength=len(parent_lo))
             ).astype(np.int64)
-        return kept, {}
+        return kept, {}, kept_intervals
+
+
+def _merge_intervals(*groups: Mapping[int, Sequence]) -> dict[int, np.ndarray]:
+    """Concatenates {length: [n, 2] universe slices} mappings length by length."""
+    lengths = set().union(*groups)
+    return {
+        length: np.concatenate(
+            [np.asarray(g.get(length, []), dtype=np.int64).reshape(-1, 2) for g in groups]
+        )
+        for length in lengths
+    }
+
+
+# Placeholder for "the split regex was not compiled yet" (None means it cannot be used).
+_NOT_BUILT = object()
+# Longer subtokens nest the trie regex so deeply that compiling it may exceed Python's
+# recursion limit; such vocabularies use t2t's plain loop.
+_MAX_REGEX_SUBTOKEN_LEN = 200
+
+
+def _longest_match_regex(subtokens: Iterable[str], max_len: int) -> re.Pattern | None:
+    """A regex whose findall() gives t2t's greedy longest-match split, or None.
+
+    The alternatives form a trie: at a node, at most one child matches the next character,
+    and a node that ends a subtoken makes its children optional, so backtracking stops at the
+    deepest subtoken on the path, i.e. the longest match at that position.
+    """
+    if max_len > _MAX_REGEX_SUBTOKEN_LEN:
+        return None
+    root: dict = {}
+    for s in subtokens:
+        node = root
+        for ch in s:
+            node = node.setdefault(ch, {})
+        node[""] = {}  # "" (never a character) marks the end of a subtoken
+
+    def pattern(node: dict) -> str:
+        alternatives = [re.escape(ch) + pattern(child) for ch, child in sorted(node.items()) if ch]
+        if not alternatives:
+            return ""
+        if len(alternatives) == 1 and "" not in node:
+            return alternatives[0]
+        body = "(?:" + "|".join(alternatives) + ")"
+        return body + "?" if "" in node else body
+
+    try:
+        return re.compile(pattern(root))
+    except RecursionError:
+        return None
 
 
 def _check_reserved_tokens(reserved_tokens: Sequence[str]) -> None:
@@ -660,14 +740,15 @@ class SubwordTextEncoder(TextEncoder):
         Returns:
           [T] ids in [0, vocab_size).
         """
-        cache = self._cache
-        ret: list[int] = []
-        for token in tokenizer.encode(native_to_unicode(s)):
-            ids = cache.get(token)
-            if ids is None:
-                ids = self._token_to_subtoken_ids(token)
-            ret += ids
-        return ret
+        tokens = tokenizer.encode(native_to_unicode(s))
+        # Cache lookups and the concatenation run in C; only unseen tokens take the slow path.
+        parts = list(map(self._cache.get, tokens))
+        if None in parts:
+            parts = [
+                ids if ids is not None else self._token_to_subtoken_ids(token)
+                for ids, token in zip(parts, tokens)
+            ]
+        return list(itertools.chain.from_iterable(parts))
 
     def encode_without_tokenizing(self, token_text: str | bytes) -> list[int]:
         """Encodes `token_text` as one token (no tokenizer split).
@@ -748,34 +829,34 @@ class SubwordTextEncoder(TextEncoder):
         return ""
 
     def _escaped_token_to_subtoken_strings(self, escaped_token: str) -> list[str]:
-        """Greedy left-to-right longest-match split of an escaped token."""
-        if self._prefix_to_id is None:
-            self._prefix_to_id = self._build_prefix_table()
-        get_prefix = self._prefix_to_id.get
+        """Greedy left-to-right longest-match split of an escaped token (t2t's)."""
+        if self._split_regex is _NOT_BUILT:
+            self._split_regex = _longest_match_regex(
+                self._subtoken_string_to_id, self._max_subtoken_len
+            )
+        if self._split_regex is not None:
+            pieces = self._split_regex.findall(escaped_token)
+            # findall skips a character that starts no subtoken; then the pieces fall short
+            # and t2t's loop below reports it.
+            if sum(map(len, pieces)) == len(escaped_token):
+                return pieces
         ret = []
         start = 0
         n = len(escaped_token)
         while start < n:
-            # Walk forward while the text is a prefix of some subtoken; the last full subtoken
-            # seen is the longest match, as t2t finds by trying lengths from the longest down.
-            best = 0
-            end = start + 1
-            while end <= n:
-                id_ = get_prefix(escaped_token[start:end])
-                if id_ is None:
+            for end in range(min(n, start + self._max_subtoken_len), start, -1):
+                subtoken = escaped_token[start:end]
+                if subtoken in self._subtoken_string_to_id:
+                    ret.append(subtoken)
+                    start = end
                     break
-                if id_ >= 0:
-                    best = end
-                end += 1
-            if not best:
+            else:
                 raise ValueError(
                     f"character {escaped_token[start]!r} of the escaped token "
                     f"{escaped_token!r} is in the alphabet of vocab {self.filename!r} but is "
                     "not a subtoken by itself, so it cannot be encoded; a vocab built by t2t "
                     "always contains each alphabet character"
                 )
-            ret.append(escaped_token[start:best])
-            start = best
         return ret
 
     def _escaped_token_to_subtoken_ids(self, escaped_token: str) -> list[int]:
@@ -921,20 +1002,26 @@ class SubwordTextEncoder(TextEncoder):
         self._init_subtokens_from_list(sorted(alphabet), reserved_tokens=reserved_tokens)
         min_count = max(min_count, 1)
         escaped_reserved = [_escape_token(t, alphabet) for t in reserved_tokens]
+        # Universe slices of the subtokens every vocabulary holds besides the kept ones.
+        fixed_intervals = corpus.intervals_of(itertools.chain(alphabet, escaped_reserved))
+        intervals = None
         for i in range(num_iterations):
             logging.info("Iteration %d", i)
             if i == 0:
                 # The first split is into single characters whatever min_count is.
                 if corpus.first_weights is None:
-                    corpus.first_weights = corpus.split_weights(self._subtoken_string_to_id)
+                    corpus.first_weights = corpus.split_weights(
+                        corpus.intervals_of(self._subtoken_string_to_id)
+                    )
                 weights = corpus.first_weights
             else:
-                weights = corpus.split_weights(self._subtoken_string_to_id)
-            new_subtokens, char_counts = corpus.select_subtokens(weights, min_count)
+                weights = corpus.split_weights(intervals)
+            kept, char_counts, kept_intervals = corpus.select_subtokens(weights, min_count)
             # Every alphabet character stays, so every string can be encoded.
-            new_subtokens.extend((char_counts.get(a, 0), a) for a in alphabet)
+            new_subtokens = kept + [(char_counts.get(a, 0), a) for a in alphabet]
             new_subtokens.sort(reverse=True)
             self._init_subtokens_from_list(escaped_reserved + [s for _, s in new_subtokens])
+            intervals = _merge_intervals(fixed_intervals, kept_intervals)
             logging.info("vocab_size = %d", self.vocab_size)
 
     def _init_subtokens_from_list(
@@ -944,23 +1031,14 @@ class SubwordTextEncoder(TextEncoder):
         reserved_tokens = list(reserved_tokens or [])
         self._all_subtoken_strings = reserved_tokens + list(subtoken_strings)
         # As in t2t, the reserved tokens passed here do not count for the longest match.
-        self._max_subtoken_len = max(len(s) for s in subtoken_strings)
+        self._max_subtoken_len = max(map(len, subtoken_strings))
         offset = len(reserved_tokens)
         self._subtoken_string_to_id = {
             s: i + offset for i, s in enumerate(subtoken_strings) if s
         }
-        # Built on first use: vocabulary building does not need it.
-        self._prefix_to_id: dict[str, int] | None = None
+        # Compiled on first use: vocabulary building does not need it.
+        self._split_regex: re.Pattern | None | object = _NOT_BUILT
         self._cache: dict[str, tuple[int, ...]] = {}
-
-    def _build_prefix_table(self) -> dict[str, int]:
-        """Every prefix of every subtoken -> its id, or -1 if it is not a subtoken itself."""
-        prefix_to_id: dict[str, int] = {}
-        for s in self._subtoken_string_to_id:
-            for end in range(1, len(s)):
-                prefix_to_id.setdefault(s[:end], -1)
-        prefix_to_id.update(self._subtoken_string_to_id)
-        return prefix_to_id
 
     def _init_alphabet_from_tokens(self, tokens: Iterable[str]) -> None:
         self._alphabet = frozenset(c for token in tokens for c in token) | _ESCAPE_CHARS
@@ -987,6 +1065,8 @@ class SubwordTextEncoder(TextEncoder):
         quoted_file = None
         for lineno, line in lines:
             s = line.strip()
+            if not s:
+                raise VocabFileError(f"{filename}:{lineno}: malformed line {line!r}: empty line")
             # Some vocab files wrap subtokens in quotes, others do not (t2t's rule).
             quoted = len(s) >= 2 and s[0] == s[-1] and s[0] in "'\""
             if quoted_file is None:

@@ -22,8 +22,11 @@ from collections.abc import Iterator
 
 from absl import logging
 
-# One alternation: a run of alphanumeric characters or a run of non-alphanumeric characters.
-_RUN_RE = re.compile(r"[^\W_]+|[\W_]+")
+# t2t's tokens in one findall: alphanumeric runs, non-alphanumeric runs of 2+ characters, and
+# one-character non-alphanumeric runs except a lone space between two alphanumeric runs (the
+# only token t2t drops). A lone space is matched only at the very start or end of the text; in
+# the middle, no alternative matches it, so findall steps over it.
+_TOKEN_RE = re.compile(r"[^\W_]+|[\W_]{2,}|[^\w ]|_|\A | \Z")
 
 
 def is_alphanumeric(char: str) -> bool:
@@ -48,11 +51,7 @@ def encode(text: str) -> list[str]:
       the tokens, alternately alphanumeric and non-alphanumeric runs, without the single-space
       tokens that sit between two alphanumeric runs. `[]` for an empty string.
     """
-    tokens = _RUN_RE.findall(text)
-    if len(tokens) <= 2:
-        return tokens
-    # Only interior tokens may be dropped: t2t keeps a leading and a trailing " ".
-    return [tokens[0], *[t for t in tokens[1:-1] if t != " "], tokens[-1]]
+    return _TOKEN_RE.findall(text)
 
 
 def decode(tokens: list[str]) -> str:

@@ -1,0 +1,474 @@
+"""Data generation helpers (t2t's `generator_utils`): vocab building (engineer A) and
+TFRecord shard writing (engineer D)."""
+from __future__ import annotations
+
+import glob
+import gzip
+import os
+import random
+import shutil
+import struct
+import tarfile
+from collections.abc import Iterable, Iterator, Sequence
+
+import numpy as np
+import tensorflow as tf
+from absl import logging
+
+from t2t_lite.data_generators import text_encoder
+
+# --------------------------------------------------------------------------------------------
+# TFRecord shards (engineer D): t2t's file names, round-robin writing, shuffling.
+
+UNSHUFFLED_SUFFIX = "-unshuffled"
+# Suffix of a shard while it is being written; renamed to its final name only when complete.
+INCOMPLETE_SUFFIX = ".incomplete"
+
+
+def to_example(dictionary: dict) -> tf.train.Example:
+    """Builds a tf.train.Example from a dict of non-empty lists (t2t's `to_example`).
+
+    Args:
+      dictionary: feature name -> list (or 1-D numpy array) of ints, floats, str or bytes.
+
+    Returns:
+      tf.train.Example with an int64, float or bytes list per feature.
+
+    Raises:
+      ValueError: for an empty list (t2t rejects it).
+      TypeError: for a value of another type.
+    """
+    features = {}
+    for name, values in dictionary.items():
+        if isinstance(values, np.ndarray):
+            values = values.tolist()
+        if values is None or len(values) == 0:
+            raise ValueError(f"Empty generated field: {name!r}")
+        first = values[0]
+        if isinstance(first, (bool, np.bool_)):
+            raise TypeError(f"Feature {name!r}: bools are not a recognized type")
+        if isinstance(first, (int, np.integer)):
+            feature = tf.train.Feature(int64_list=tf.train.Int64List(value=values))
+        elif isinstance(first, (float, np.floating)):
+            feature = tf.train.Feature(float_list=tf.train.FloatList(value=values))
+        elif isinstance(first, str):
+            feature = tf.train.Feature(
+                bytes_list=tf.train.BytesList(value=[v.encode("utf-8") for v in values])
+            )
+        elif isinstance(first, bytes):
+            feature = tf.train.Feature(bytes_list=tf.train.BytesList(value=values))
+        else:
+            raise TypeError(
+                f"Value for {name!r} is not a recognized type: {first!r} ({type(first).__name__})"
+            )
+        features[name] = feature
+    return tf.train.Example(features=tf.train.Features(feature=features))
+
+
+def sharded_name(base_name: str, shard: int, total_shards: int) -> str:
+    """`<base>-%05d-of-%05d`, t2t's shard file name."""
+    return f"{base_name}-{shard:05d}-of-{total_shards:05d}"
+
+
+def shard_filepath(fname: str, num_shards: int) -> list[str]:
+    """Names of all `num_shards` shards of `fname`."""
+    return [sharded_name(fname, shard, num_shards) for shard in range(num_shards)]
+
+
+def _data_filenames(output_name: str, output_dir: str, num_shards: int) -> list[str]:
+    return [os.path.join(output_dir, f) for f in shard_filepath(output_name, num_shards)]
+
+
+def train_data_filenames(problem: str, output_dir: str, num_shards: int) -> list[str]:
+    """Paths `<output_dir>/<problem>-train-%05d-of-%05d`."""
+    return _data_filenames(problem + "-train", output_dir, num_shards)
+
+
+def dev_data_filenames(problem: str, output_dir: str, num_shards: int) -> list[str]:
+    """Paths `<output_dir>/<problem>-dev-%05d-of-%05d`."""
+    return _data_filenames(problem + "-dev", output_dir, num_shards)
+
+
+def test_data_filenames(problem: str, output_dir: str, num_shards: int) -> list[str]:
+    """Paths `<output_dir>/<problem>-test-%05d-of-%05d`."""
+    return _data_filenames(problem + "-test", output_dir, num_shards)
+
+
+def outputs_exist(filenames: list[str]) -> str | None:
+    """The first file whose final (shuffled) name already exists, else None."""
+    for name in filenames:
+        name = name.replace(UNSHUFFLED_SUFFIX, "")
+        if tf.io.gfile.exists(name):
+            return name
+    return None
+
+
+def remove_files(filenames) -> None:
+    """Deletes each existing file of `filenames` (and its `.incomplete` partner)."""
+    for name in filenames:
+        for path in (name, name + INCOMPLETE_SUFFIX):
+            if tf.io.gfile.exists(path):
+                tf.io.gfile.remove(path)
+
+
+def generate_files(
+    generator, output_filenames: list[str], max_cases: int | None = None, cycle_every_n: int = 1
+) -> int:
+    """Writes the examples of `generator` round-robin into TFRecord shards (t2t's).
+
+    Example k goes to shard (k // cycle_every_n) mod S. Shards are written as
+    `<name>.incomplete` and renamed when the generator is exhausted; if anything fails, the
+    partial files are deleted and the error re-raised. Skips everything when the final
+    (shuffled) outputs already exist.
+
+    Args:
+      generator: yields dicts of feature lists (see `to_example`); None entries are skipped.
+      output_filenames: the S shard paths.
+      max_cases: stop after this many examples (None or 0: no limit).
+      cycle_every_n: examples written to a shard before moving to the next one.
+
+    Returns:
+      Number of examples written (0 when skipped).
+    """
+    existing = outputs_exist(output_filenames)
+    if existing:
+        logging.info("Skipping generator because outputs files exist at %s", existing)
+        return 0
+    tmp_filenames = [name + INCOMPLETE_SUFFIX for name in output_filenames]
+    num_shards = len(tmp_filenames)
+    counter, shard = 0, 0
+    writers = [tf.io.TFRecordWriter(name) for name in tmp_filenames]
+    try:
+        for case in generator:
+            if case is None:
+                continue
+            if max_cases and counter >= max_cases:
+                break
+            if counter and counter % 100000 == 0:
+                logging.info("Generating case %d.", counter)
+            writers[shard].write(to_example(case).SerializeToString())
+            counter += 1
+            if counter % cycle_every_n == 0:
+                shard = (shard + 1) % num_shards
+    except BaseException:
+        for writer in writers:
+            writer.close()
+        remove_files(output_filenames)
+        raise
+    for writer in writers:
+        writer.close()
+    for tmp_name, final_name in zip(tmp_filenames, output_filenames):
+        tf.io.gfile.rename(tmp_name, final_name, overwrite=True)
+    logging.info("Generated %d examples into %d file(s) %s...", counter, num_shards,
+                 output_filenames[0] if output_filenames else "")
+    return counter
+
+
+def read_records(filename: str) -> list[bytes]:
+    """All serialized records of one (uncompressed) TFRecord file, in order.
+
+    Reads the TFRecord framing directly (8-byte length, 4-byte length CRC, data, 4-byte data
+    CRC); CRCs are not verified. Building a tf.data pipeline per file costs ~50 ms, which
+    dominated shuffling t2t's 100 small shards.
+
+    Args:
+      filename: path of the file (any tf.io.gfile path).
+
+    Returns:
+      The records as bytes.
+
+    Raises:
+      ValueError: the file ends inside a record (names the file and byte offset).
+    """
+    with tf.io.gfile.GFile(filename, "rb") as f:
+        data = f.read()
+    records = []
+    pos = 0
+    while pos < len(data):
+        if pos + 12 > len(data):
+            raise ValueError(f"{filename}: truncated TFRecord header at byte {pos}")
+        (length,) = struct.unpack_from("<Q", data, pos)
+        start, end = pos + 12, pos + 12 + length
+        if end + 4 > len(data):
+            raise ValueError(f"{filename}: truncated TFRecord of {length} bytes at byte {pos}")
+        records.append(data[start:end])
+        pos = end + 4
+    return records
+
+
+def write_records(records: list[bytes], out_filename: str) -> None:
+    """Writes `records` to a TFRecord file (via `.incomplete`, renamed when complete)."""
+    tmp_name = out_filename + INCOMPLETE_SUFFIX
+    try:
+        with tf.io.TFRecordWriter(tmp_name) as writer:
+            for record in records:
+                writer.write(record)
+    except BaseException:
+        remove_files([out_filename])
+        raise
+    tf.io.gfile.rename(tmp_name, out_filename, overwrite=True)
+
+
+def _shuffle_single(fname: str, extra_fn=None) -> None:
+    records = read_records(fname)
+    random.shuffle(records)
+    if extra_fn is not None:
+        records = extra_fn(records)
+    write_records(records, fname.replace(UNSHUFFLED_SUFFIX, ""))
+    tf.io.gfile.remove(fname)
+
+
+def shuffle_dataset(filenames: list[str], extra_fn=None) -> None:
+    """Shuffles each `-unshuffled` file in memory and writes it without the infix (t2t's).
+
+    Uses Python's global `random` (t2t-datagen seeds it with --random_seed), file by file in
+    the given order, so a seeded run reproduces t2t's record order. Deletes the unshuffled
+    files. Skips everything when a shuffled output already exists.
+
+    Args:
+      filenames: the unshuffled shard paths.
+      extra_fn: optional function applied to each shuffled list of records.
+    """
+    existing = outputs_exist(filenames)
+    if existing:
+        logging.info("Skipping shuffle because output files exist (%s)", existing)
+        return
+    logging.info("Shuffling data...")
+    for filename in filenames:
+        _shuffle_single(filename, extra_fn=extra_fn)
+    logging.info("Data shuffled.")
+
+
+def generate_dataset_and_shuffle(
+    train_gen, train_paths: list[str], dev_gen, dev_paths: list[str], shuffle: bool = True
+) -> None:
+    """Writes train and dev shards from two generators, then optionally shuffles them."""
+    generate_files(train_gen, train_paths)
+    generate_files(dev_gen, dev_paths)
+    if shuffle:
+        shuffle_dataset(train_paths + dev_paths)
+
+
+# --------------------------------------------------------------------------------------------
+# Vocabulary building (engineer A): t2t's `get_or_generate_vocab*` helpers.
+
+
+def get_or_generate_vocab_inner(
+    data_dir: str | None,
+    vocab_filename: str | None,
+    vocab_size: int,
+    generator: Iterable[str],
+    max_subtoken_length: int | None = None,
+    reserved_tokens: Sequence[str] | None = None,
+) -> text_encoder.SubwordTextEncoder:
+    """Loads `<data_dir>/<vocab_filename>` if it exists, else builds and stores it (t2t's).
+
+    Args:
+      data_dir: directory of the vocab file; None: build and do not store.
+      vocab_filename: file name inside `data_dir`; None: build and do not store.
+      vocab_size: approximate target size (t2t's bisection lands within 1% when it can).
+      generator: yields the text lines to count (only consumed when building).
+      max_subtoken_length: see `SubwordTextEncoder.build_from_generator`
+        (Text2TextProblem passes 200).
+      reserved_tokens: first tokens of the vocab; `text_encoder.RESERVED_TOKENS` must be a
+        prefix (default: exactly those).
+
+    Returns:
+      the SubwordTextEncoder.
+    """
+    vocab_filepath = None
+    if data_dir and vocab_filename:
+        vocab_filepath = os.path.join(data_dir, vocab_filename)
+        if os.path.exists(vocab_filepath):
+            logging.info("Found vocab file: %s", vocab_filepath)
+            return text_encoder.SubwordTextEncoder(vocab_filepath)
+    logging.info("Generating vocab file: %s", vocab_filepath)
+    vocab = text_encoder.SubwordTextEncoder.build_from_generator(
+        generator,
+        vocab_size,
+        max_subtoken_length=max_subtoken_length,
+        reserved_tokens=reserved_tokens,
+    )
+    if vocab_filepath:
+        os.makedirs(data_dir, exist_ok=True)
+        # Written under a temporary name and renamed, so a crash never leaves half a vocab.
+        vocab.store_to_file(vocab_filepath)
+    return vocab
+
+
+def get_or_generate_vocab(
+    data_dir: str,
+    tmp_dir: str,
+    vocab_filename: str,
+    vocab_size: int,
+    sources: Sequence,
+    file_byte_budget: float = 1e6,
+    max_subtoken_length: int | None = None,
+) -> text_encoder.SubwordTextEncoder:
+    """`get_or_generate_vocab_inner` over `generate_lines_for_vocab(tmp_dir, sources)`.
+
+    Args:
+      data_dir: directory of the vocab file.
+      tmp_dir: directory of the raw corpus files.
+      vocab_filename: vocab file name inside `data_dir`.
+      vocab_size: approximate target size.
+      sources: see `generate_lines_for_vocab`.
+      file_byte_budget: characters sampled per file.
+      max_subtoken_length: see `get_or_generate_vocab_inner`.
+
+    Returns:
+      the SubwordTextEncoder.
+    """
+    lines = generate_lines_for_vocab(tmp_dir, sources, file_byte_budget)
+    return get_or_generate_vocab_inner(
+        data_dir, vocab_filename, vocab_size, lines, max_subtoken_length
+    )
+
+
+def _source_files(tmp_dir: str, source) -> list[str]:
+    """Local paths of one source: a path, or t2t's `[url, [file, ...]]` (archive in tmp_dir)."""
+    if isinstance(source, (str, os.PathLike)):
+        return [os.path.join(tmp_dir, source)]
+    url, lang_files = source[0], source[1]
+    archive = os.path.join(tmp_dir, os.path.basename(url))
+    paths = []
+    for lang_file in lang_files:
+        filepath = os.path.join(tmp_dir, lang_file)
+        if not os.path.exists(filepath):
+            if not os.path.exists(archive):
+                raise FileNotFoundError(
+                    f"{filepath} is missing and so is the archive {archive} that holds it; "
+                    f"nothing is downloaded here: fetch {url} into {tmp_dir}"
+                )
+            logging.info("Extracting %s into %s", archive, tmp_dir)
+            with tarfile.open(archive, "r:gz" if archive.endswith("tgz") else "r") as tar:
+                if hasattr(tarfile, "data_filter"):
+                    tar.extractall(tmp_dir, filter="data")
+                else:
+                    tar.extractall(tmp_dir)
+        if lang_file.endswith(".gz"):
+            unpacked = os.path.join(tmp_dir, lang_file[: -len(".gz")])
+            if not os.path.exists(unpacked):
+                logging.info("Unpacking %s", filepath)
+                tmp_path = unpacked + ".incomplete"
+                with gzip.open(filepath, "rb") as src, open(tmp_path, "wb") as dst:
+                    shutil.copyfileobj(src, dst)
+                os.replace(tmp_path, unpacked)
+            filepath = unpacked
+        paths.append(filepath)
+    return paths
+
+
+def generate_lines_for_vocab(
+    tmp_dir: str, sources: Sequence, file_byte_budget: float = 1e6
+) -> Iterator[str]:
+    """t2t's vocab sample: about `file_byte_budget` characters of stripped lines per file.
+
+    For each file, `skip = int(file size in bytes / file_byte_budget / 2)`: skip `skip` lines,
+    yield the next one (stripped), and repeat until the yielded lines hold `file_byte_budget`
+    characters, so the sample spreads over about the first half of a large file (a small file
+    is read whole).
+
+    Args:
+      tmp_dir: directory of the corpus files.
+      sources: a list whose items are file paths (relative to `tmp_dir`, or absolute) or t2t's
+        `[url, [lang_file, ...]]` pairs, whose files are taken from `tmp_dir` or extracted from
+        the archive `basename(url)` already in `tmp_dir` (".gz" lang files are gunzipped next
+        to themselves). Nothing is downloaded.
+      file_byte_budget: characters to yield per file.
+
+    Yields:
+      stripped lines (empty ones included, as in t2t).
+
+    Raises:
+      FileNotFoundError: a file (and its archive) is missing.
+      ValueError: a file is not UTF-8 (names the file and line).
+    """
+    logging.info("Generating vocab from: %s", sources)
+    for source in sources:
+        for filepath in _source_files(tmp_dir, source):
+            logging.info("Reading file: %s", filepath)
+            budget = file_byte_budget
+            counter = 0
+            countermax = int(os.path.getsize(filepath) / budget / 2)
+            # newline="\n": lines end at "\n" only, as tf.gfile reads them.
+            with open(filepath, encoding="utf-8", newline="\n") as source_file:
+                lineno = 0
+                try:
+                    for line in source_file:
+                        lineno += 1
+                        if counter < countermax:
+                            counter += 1
+                            continue
+                        if budget <= 0:
+                            break
+                        line = line.strip()
+                        budget -= len(line)
+                        counter = 0
+                        yield line
+                except UnicodeDecodeError as e:
+                    raise ValueError(
+                        f"{filepath}: not valid UTF-8 after line {lineno} ({e.reason})"
+                    ) from e
+
+
+def get_or_generate_tabbed_vocab(
+    data_dir: str,
+    tmp_dir: str,
+    source_filename: str,
+    index: int,
+    vocab_filename: str,
+    vocab_size: int,
+) -> text_encoder.SubwordTextEncoder:
+    """Vocab from column `index` (0 or 1) of the tab-separated lines of a file (t2t's).
+
+    Args:
+      data_dir: directory of the vocab file.
+      tmp_dir: directory of `source_filename`.
+      source_filename: file of `source<TAB>target` lines; lines without a tab are skipped.
+      index: 0 for the source column, 1 for the target column.
+      vocab_filename: vocab file name inside `data_dir`.
+      vocab_size: approximate target size.
+
+    Returns:
+      the SubwordTextEncoder.
+    """
+
+    def generate() -> Iterator[str]:
+        filepath = os.path.join(tmp_dir, source_filename)
+        logging.info("Generating vocab from %s", filepath)
+        with open(filepath, encoding="utf-8", newline="\n") as source_file:
+            for line in source_file:
+                line = line.strip()
+                if line and "\t" in line:
+                    yield line.split("\t", 1)[index].strip()
+
+    return get_or_generate_vocab_inner(data_dir, vocab_filename, vocab_size, generate())
+
+
+def get_or_generate_txt_vocab(
+    data_dir: str, vocab_filename: str, vocab_size: int, filepatterns: str | Sequence[str]
+) -> text_encoder.SubwordTextEncoder:
+    """Vocab from every stripped line of the files matching `filepatterns` (t2t's).
+
+    Args:
+      data_dir: directory of the vocab file.
+      vocab_filename: vocab file name inside `data_dir`.
+      vocab_size: approximate target size.
+      filepatterns: one glob pattern or a list of them.
+
+    Returns:
+      the SubwordTextEncoder.
+    """
+    if isinstance(filepatterns, str):
+        filepatterns = [filepatterns]
+
+    def generate() -> Iterator[str]:
+        logging.info("Generating vocab from %s", filepatterns)
+        for filepattern in filepatterns:
+            for filename in sorted(glob.glob(filepattern)):
+                with open(filename, encoding="utf-8", newline="\n") as source_file:
+                    for line in source_file:
+                        yield line.strip()
+
+    return get_or_generate_vocab_inner(data_dir, vocab_filename, vocab_size, generate())
