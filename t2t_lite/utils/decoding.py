@@ -12,7 +12,9 @@ Three sources, as in t2t:
   beams of a line are tab-joined (`text\\t%.2f` per beam with `write_beam_scores`).
   `--decode_reference=R` then prints BLEU (sacrebleu and t2t's; see `bleu_hook`) and writes
   t2t's decode-hook summary `BLEU` (uncased t2t BLEU x 100) to `<output_dir>/decode`.
-* `--decode_interactive`: lines typed on standard input are decoded one at a time ("q" quits).
+* `--decode_interactive`: lines typed on standard input are decoded one at a time ("q" quits;
+  t2t's prompt commands ns=, dl=, it= for sampling, decode length and input type are not
+  offered: set extra_length in --decode_hparams).
 * neither: the problem's dev split is decoded; `.decodes`, `.targets` and `.inputs` files are
   written side by side under `--decode_to_file` (default `<output_dir>/dev`) plus t2t's
   suffix. Examples are batched in file order by `batch_size` (32 when 0); t2t's token
