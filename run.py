@@ -50,7 +50,8 @@ def _main(argv):
     mode = resolve_mode(FLAGS)
     module_name, function_name = MODE_FUNCTIONS[mode].split(":")
     module = importlib.import_module(module_name)
-    return getattr(module, function_name)(FLAGS)
+    # A mode's return value is its result (for library callers), never the exit status.
+    getattr(module, function_name)(FLAGS)
 
 
 def main():
