@@ -61,8 +61,9 @@ def cleaned_pairs(source_path: str, target_path: str) -> Iterator[tuple[str, str
     """
     is_sgm = source_path.endswith("sgm") and target_path.endswith("sgm")
     for sample in text_problems.text2text_txt_iterator(source_path, target_path):
-        source = _preprocess_sgm(sample["inputs"], is_sgm)
-        target = _preprocess_sgm(sample["targets"], is_sgm)
+        # t2t strips a <seg> text when it reads the compiled file back; strip it here already.
+        source = (_preprocess_sgm(sample["inputs"], is_sgm) or "").strip()
+        target = (_preprocess_sgm(sample["targets"], is_sgm) or "").strip()
         if source and target:
             yield source, target
 
