@@ -67,6 +67,23 @@ flags.DEFINE_bool("deterministic", False, "Enable TensorFlow op determinism (nee
 # --- t2t-datagen ----------------------------------------------------------------------------
 flags.DEFINE_integer("max_cases", 0, "Maximum examples per split for datagen (0 = all).")
 
+# --- t2t-datagen: selection and data sources (engineer D; t2t_lite.data_generators.datagen) --
+flags.DEFINE_string(
+    "exclude_problems", "", "Comma-separated substrings; problems containing any are skipped.")
+flags.DEFINE_bool("only_list", False, "Print the problems --problem selects, generate nothing.")
+flags.DEFINE_integer("num_shards", 0, "t2t's legacy shard count; must stay 0 for problems.")
+flags.DEFINE_string("train_src", None, "Translation datagen: training inputs file (UTF-8).")
+flags.DEFINE_string("train_tgt", None, "Translation datagen: training targets, line-parallel.")
+flags.DEFINE_string("dev_src", None, "Translation datagen: dev inputs file (.sgm allowed).")
+flags.DEFINE_string("dev_tgt", None, "Translation datagen: dev targets, line-parallel.")
+flags.DEFINE_integer(
+    "approx_vocab_size", 0,
+    "Datagen: subword vocab size instead of the problem's (0 = t2t's, e.g. 2**15); training "
+    "then finds that vocab in --data_dir.")
+flags.DEFINE_string(
+    "tfds_data_dir", None,
+    "Where TFDS keeps WMT data when translation datagen falls back to it (default: TFDS's).")
+
 # --- t2t-decoder ----------------------------------------------------------------------------
 flags.DEFINE_string("decode_hparams", "", 'Decoding hparams: "beam_size=4,alpha=0.6,...".')
 flags.DEFINE_string("decode_from_file", None, "Decode the lines of this file.")
