@@ -20,7 +20,13 @@ The tree side is pure Python:
   exactly the input words.
 * `write_wsj_tmp_dir`: the files t2t's `wsj_parsing` problem expects in tmp_dir
   (`wsjTrain.trees`, `wsjEval.trees`, `wsj.train.text.txt`, `wsj.train.tags.txt`), written from
-  the .mrg directory, since t2t ships no generator for them.
+  the .mrg directory, since t2t ships no generator for them; `write_sentences_and_trees`: the
+  sentences to decode (`--decode_from_file`) and the gold trees of any sections, e.g. 23 for
+  the test F1 (`t2t_lite.utils.parsing_eval.evalb_decode_files` scores the decodes).
+
+The problems (`wsj_parsing`, `parsing_english_ptb8k`, `parsing_english_ptb16k`, see their
+docstrings) read the treebank from `set_wsj_source(wsj_dir, train_sections, dev_sections)`
+(datagen's --wsj_dir, --wsj_train_sections, --wsj_dev_sections) or from tmp_dir.
 
 One-line trees (the `.trees` files and `Tree.to_string`) look like
 `(TOP (S (NP (DT The) (NN cat)) (VP (VBD sat)) (. .)))`: closing brackets attached to the last
@@ -59,6 +65,10 @@ PTB_PUNCTUATION_TAGS = {
     ".": ".", "?": ".", "!": ".", ",": ",", ":": ":", ";": ":", "-": ":", "--": ":",
     "...": ":", "``": "``", "`": "``", "''": "''",
 }
+
+# Words the treebank tags either as punctuation or not: the tags they may pair with when a
+# decode's tags are realigned to the words.
+_AMBIGUOUS_WORD_TAGS = {"'": frozenset({"POS", "''"})}
 
 # The 45 Penn Treebank POS tags (the empty-element tag -NONE- is removed by preprocessing).
 PTB_POS_TAGS = frozenset({
@@ -494,6 +504,66 @@ def linearize(tree: Tree) -> tuple[str, str]:
     return words_and_tags_from_wsj_tree(tree.to_string())
 
 
+def _align_tags_to_words(tags: Sequence[str], words: Sequence[str],
+                         punctuation_tags: Mapping[str, str]) -> tuple[list, list]:
+    """Monotone alignment of POS-tag tokens to words when their counts differ.
+
+    Minimum cost with: dropping a tag 1, leaving a word untagged 1, pairing a tag with a word
+    0 if they agree on being punctuation (a punctuation tag with a punctuation word, any other
+    tag with any other word; the ambiguous "'" with POS or ''), else never. Among optimal
+    alignments, the one that pairs tags and words as early as possible (untagged words and
+    dropped tags as late as possible) is chosen, as a left-to-right reading would.
+
+    Args:
+        tags: the m POS-tag tokens, in order.
+        words: the n words.
+        punctuation_tags: punctuation word -> its tag; its values are the punctuation tags.
+    Returns:
+        (match, gaps): match[i] = word index of tag i, or None if tag i is dropped;
+        gaps = [(j, i)] for each untagged word j, which goes before tag i (i = m: after all).
+    """
+    punct_tags = frozenset(punctuation_tags.values())
+    m, n = len(tags), len(words)
+    tag_is_punct = [t in punct_tags for t in tags]
+    word_is_punct = [w in punctuation_tags for w in words]
+
+    def compatible(i: int, j: int) -> bool:
+        if words[j] in _AMBIGUOUS_WORD_TAGS:
+            return tags[i] in _AMBIGUOUS_WORD_TAGS[words[j]]
+        return tag_is_punct[i] == word_is_punct[j]
+
+    big = m + n + 1
+    cost = [[0] * (n + 1) for _ in range(m + 1)]
+    for i in range(m + 1):
+        row, up = cost[i], cost[i - 1] if i else None
+        for j in range(n + 1):
+            if i == 0 and j == 0:
+                continue
+            best = big
+            if i and j and compatible(i - 1, j - 1):
+                best = up[j - 1]
+            if i and up[j] + 1 < best:
+                best = up[j] + 1
+            if j and row[j - 1] + 1 < best:
+                best = row[j - 1] + 1
+            row[j] = best
+    match: list = [None] * m
+    gaps: list[tuple[int, int]] = []
+    i, j = m, n
+    while i or j:
+        # Walking back from the end, prefer the moves that push gaps to the end.
+        if j and cost[i][j - 1] + 1 == cost[i][j]:
+            j -= 1
+            gaps.append((j, i))
+        elif i and cost[i - 1][j] + 1 == cost[i][j]:
+            i -= 1
+        else:
+            i, j = i - 1, j - 1
+            match[i] = j
+    gaps.reverse()
+    return match, gaps
+
+
 def tree_from_words_and_tags(
     words: str | Sequence[str],
     tags: str,
@@ -504,31 +574,38 @@ def tree_from_words_and_tags(
 ) -> Tree:
     """Inverts the linearization, repairing any sequence into a tree over exactly `words`.
 
-    The tokens of `tags` are read left to right with a stack of open constituents whose
-    bottom is the TOP root:
+    Tokens of `tags` that are neither a phrase label (in `phrase_labels`), a POS tag (in
+    `pos_tags`) nor a closer "/X" (unknown tokens, "TOP", "/" alone, subword debris) are
+    dropped. The rest is read left to right with a stack of open constituents whose bottom is
+    the TOP root:
 
-    * a phrase label (in `phrase_labels`) opens a constituent under the innermost open one;
-    * a POS tag (in `pos_tags`) takes the next input word as its preterminal; a POS tag left
-      over once every word is placed (too many tags) is dropped;
+    * a phrase label opens a constituent under the innermost open one;
+    * a POS tag is the preterminal of its word (below);
     * a closer "/X" closes the innermost open X, and with it any constituent opened inside X
       (missing closers); a closer whose label is not open closes the innermost open
-      constituent (wrong label); a closer with only TOP open is dropped (extra closer);
-    * any other token (unknown, "TOP", "/" alone, subword debris) is dropped.
+      constituent (wrong label); a closer with only TOP open is dropped (extra closer).
 
-    At the end, words not yet placed (too few POS tags, or empty output) become preterminals,
-    appended to the innermost constituent still open, or if none is, to the last phrase under
-    TOP, or else to TOP itself, so word order is kept. Their tag is the punctuation tag of
-    `punctuation_tags` for a punctuation word (so evalb deletes it as in the gold tree), else
-    `default_tag`. Constituents
-    still open are closed. A constituent that ends with no child (e.g. "NP /NP") is removed.
-    A well-formed sequence is rebuilt exactly.
+    Words and POS tags: when there are as many POS tags as words, the i-th tag takes the i-th
+    word, as the model says. Otherwise (too few or too many tags) tags and words are aligned
+    by `_align_tags_to_words`, which never pairs a punctuation tag with a non-punctuation word
+    or the reverse: unpaired tags are dropped, and each unpaired word becomes a preterminal
+    tagged by `punctuation_tags` (punctuation words, so evalb deletes them as in the gold
+    tree) or `default_tag`, placed between its neighbours: before the first phrase label or
+    POS tag that follows the previous word's tag (so after that word's closers), or just
+    before the first tag for a leading word. Unpaired words after the last tag go to the
+    innermost constituent still open at the end, or if none is, to the last phrase under
+    TOP, or else to TOP itself. Word order is always kept.
+
+    At the end, constituents still open are closed; a constituent that ends with no child
+    (e.g. "NP /NP") is removed. A well-formed sequence is rebuilt exactly.
 
     Args:
         words: the input sentence, a string (split on whitespace) or a list of words.
         tags: the decoded target text, e.g. "S NP DT NN /NP VP VBD /VP . /S".
         pos_tags: the POS tag inventory (PTB's 45 by default).
         phrase_labels: the phrase label inventory (PTB's by default).
-        punctuation_tags: word -> POS tag for untagged punctuation words.
+        punctuation_tags: punctuation word -> its POS tag (its values are the tags treated
+            as punctuation when aligning).
         default_tag: POS tag for the other words the sequence left untagged.
     Returns:
         A Tree rooted at TOP whose leaves are exactly `words`, in order.
@@ -545,6 +622,36 @@ def tree_from_words_and_tags(
                              f"bracketed tree; escape brackets as -LRB- / -RRB-")
     pos_tags = frozenset(pos_tags)
     phrase_labels = frozenset(phrase_labels)
+    tokens: list[tuple[str, str]] = []
+    for tok in tags.split():
+        if tok.startswith("/") and len(tok) > 1:
+            tokens.append(("close", tok[1:]))
+        elif tok in phrase_labels:
+            tokens.append(("open", tok))
+        elif tok in pos_tags:
+            tokens.append(("pos", tok))
+    pos_at = [k for k, (kind, _) in enumerate(tokens) if kind == "pos"]
+    if len(pos_at) == len(words):
+        match: list = list(range(len(words)))
+        gaps: list[tuple[int, int]] = []
+    else:
+        match, gaps = _align_tags_to_words([tokens[k][1] for k in pos_at], words,
+                                           punctuation_tags)
+    # Untagged words: token index before which they are attached (None: after the last).
+    inserted: dict[int | None, list[int]] = {}
+    for j, gap in gaps:
+        if gap == len(pos_at):
+            anchor = None
+        elif gap == 0:
+            anchor = pos_at[0]
+        else:
+            anchor = next(k for k in range(pos_at[gap - 1] + 1, len(tokens))
+                          if tokens[k][0] != "close")
+        inserted.setdefault(anchor, []).append(j)
+
+    def untagged(indices: list[int]) -> list[Tree]:
+        return [Tree(punctuation_tags.get(words[j], default_tag), [words[j]]) for j in indices]
+
     root = Tree(ROOT_LABEL)
     stack = [root]
 
@@ -553,32 +660,32 @@ def tree_from_words_and_tags(
         if not node.children:  # An empty constituent is the last child of its parent.
             stack[-1].children.pop()
 
-    n_placed = 0
-    for tok in tags.split():
-        if tok.startswith("/") and len(tok) > 1:
+    n_tags = 0
+    for k, (kind, label) in enumerate(tokens):
+        stack[-1].children.extend(untagged(inserted.get(k, [])))
+        if kind == "close":
             if len(stack) == 1:
                 continue
-            label = tok[1:]
-            depth = next((k for k in range(len(stack) - 1, 0, -1) if stack[k].label == label),
+            depth = next((d for d in range(len(stack) - 1, 0, -1) if stack[d].label == label),
                          len(stack) - 1)
             while len(stack) > depth:
                 close_innermost()
-        elif tok in phrase_labels:
-            node = Tree(tok)
+        elif kind == "open":
+            node = Tree(label)
             stack[-1].children.append(node)
             stack.append(node)
-        elif tok in pos_tags and n_placed < len(words):
-            stack[-1].children.append(Tree(tok, [words[n_placed]]))
-            n_placed += 1
-    if n_placed < len(words):
+        else:
+            if match[n_tags] is not None:
+                stack[-1].children.append(Tree(label, [words[match[n_tags]]]))
+            n_tags += 1
+    if None in inserted:
         if len(stack) > 1:
             target = stack[-1]
         elif root.children and not root.children[-1].is_preterminal:
             target = root.children[-1]
         else:
             target = root
-        target.children.extend(Tree(punctuation_tags.get(w, default_tag), [w])
-                               for w in words[n_placed:])
+        target.children.extend(untagged(inserted[None]))
     while len(stack) > 1:
         close_innermost()
     return root
@@ -628,6 +735,27 @@ def write_trees(trees: Iterable[Tree], path: str | os.PathLike) -> None:
         path: output file.
     """
     _write_lines_atomically(pathlib.Path(path), (t.to_string() for t in trees))
+
+
+def write_sentences_and_trees(wsj_dir: str | os.PathLike, sections: str | Sequence[str],
+                              sentences_path: str | os.PathLike,
+                              trees_path: str | os.PathLike) -> int:
+    """Writes the sentences (words joined by spaces) and gold trees of some sections.
+
+    Args:
+        wsj_dir: the treebank (see `wsj_root`).
+        sections: e.g. TEST_SECTIONS ("23").
+        sentences_path: one sentence per line, the input of `--decode_from_file`.
+        trees_path: the preprocessed gold trees, one per line.
+    Returns:
+        The number of sentences.
+    Raises:
+        FileNotFoundError, TreeError: see `read_wsj_sections`.
+    """
+    trees = read_wsj_sections(wsj_dir, sections)
+    _write_lines_atomically(pathlib.Path(sentences_path), (" ".join(t.leaves()) for t in trees))
+    write_trees(trees, trees_path)
+    return len(trees)
 
 
 def write_wsj_tmp_dir(

@@ -204,3 +204,18 @@ def test_summary_text():
     assert "Bracketing Recall         =  50.00" in text
     assert "Bracketing FMeasure       =  66.67" in text
     assert "-- len<=40 --" in text
+
+
+def test_command_line(tmp_path, capsys):
+    (tmp_path / "gold").write_text("(TOP (S (VP (VB Go))))\n")
+    (tmp_path / "test").write_text("(TOP (VP (VB Go)))\n")
+    assert pe.main([str(tmp_path / "gold"), str(tmp_path / "test")]) == 0
+    assert "Bracketing Precision      = 100.00" in capsys.readouterr().out
+    (tmp_path / "in").write_text("Go\n")
+    (tmp_path / "dec").write_text("S VP VB /VP /S\n")
+    assert pe.main(["--inputs", str(tmp_path / "in"), str(tmp_path / "gold"),
+                    str(tmp_path / "dec")]) == 0
+    assert "Bracketing FMeasure       = 100.00" in capsys.readouterr().out
+    (tmp_path / "test").write_text("")
+    with pytest.raises(ValueError, match="1 lines but .*test: 0 lines"):
+        pe.main([str(tmp_path / "gold"), str(tmp_path / "test")])

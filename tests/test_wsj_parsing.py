@@ -153,6 +153,21 @@ def test_unary_chains_are_kept():
     ("sat", "VBD NP", "(TOP (VBD sat))"),
     # POS tags only.
     ("The cat", "DT NN", "(TOP (DT The) (NN cat))"),
+    # One tag missing: tags pair with words as early as possible; the untagged word goes
+    # between its neighbours, and "." still pairs with the "." tag.
+    ("The cat sat .", "S NP DT /NP VP VBD /VP . /S",
+     "(TOP (S (NP (DT The)) (VP (VBD cat)) (XX sat) (. .)))"),
+    # An untagged word is attached after the previous word's closers (here at S level).
+    ("The cat , sat", "S NP DT NN /NP VP VBD /VP /S",
+     "(TOP (S (NP (DT The) (NN cat)) (, ,) (VP (VBD sat))))"),
+    # An untagged first word goes just before the first tag.
+    ("`` Go", "S VP VB /VP /S", "(TOP (S (VP (`` ``) (VB Go))))"),
+    # Too many tags: a punctuation tag never takes a word that is not punctuation.
+    ("The cat sat", "S NP DT , NN /NP VP VBD /VP /S",
+     "(TOP (S (NP (DT The) (NN cat)) (VP (VBD sat))))"),
+    ("The cat .", "S NP DT JJ NN /NP . /S", "(TOP (S (NP (DT The) (JJ cat)) (. .)))"),
+    # As many tags as words: each tag takes its word, as the model says, even "," on "b".
+    ("a b", "S NN , /S", "(TOP (S (NN a) (, b)))"),
 ])
 def test_repairs(words, tags, expected):
     tree = wsj.tree_from_words_and_tags(words, tags)
@@ -208,6 +223,39 @@ def test_random_corruptions_give_well_formed_trees(sample):
         tree = wsj.tree_from_words_and_tags(words, corrupted)
         assert wsj.is_well_formed(tree, words.split()), (words, corrupted)
         assert wsj.parse_tree(tree.to_string()) == tree
+
+
+@pytest.mark.slow
+def test_tag_count_errors_never_break_evalb(sample):
+    # Decodes with POS tags dropped, or added (so the tag count differs from the word count)
+    # and brackets corrupted: every repaired tree is scored by evalb (no "Length unmatch" /
+    # "Words unmatch"), except tree 452, whose gold tree tags the word "Wa" as ",", and maybe
+    # trees with the word "'", which the treebank tags as punctuation ('') or not (POS).
+    from t2t_lite.utils import parsing_eval
+
+    rng = random.Random(7)
+    inputs, decodes = [], []
+    for tree in sample:
+        words, tags = wsj.linearize(tree)
+        tokens = tags.split()
+        drop = rng.random() < 0.5
+        for _ in range(rng.randint(1, 3)):
+            pos = [k for k, t in enumerate(tokens) if t in wsj.PTB_POS_TAGS]
+            if drop and len(pos) > 1:
+                del tokens[rng.choice(pos)]
+            elif not drop:
+                tokens.insert(rng.randrange(len(tokens) + 1), rng.choice(sorted(wsj.PTB_POS_TAGS)))
+            k = rng.randrange(len(tokens))
+            if tokens[k].startswith("/") or tokens[k] in wsj.PTB_PHRASE_LABELS:
+                del tokens[k]
+        inputs.append(words)
+        decodes.append(" ".join(tokens))
+    result = parsing_eval.evalb_decodes(inputs, decodes, sample)
+    errors = {s.index for s in result["sentences"] if s.status}
+    assert 452 in errors
+    assert {i for i in errors if "'" not in sample[i].leaves()} == {452}
+    assert len(errors) <= 3
+    assert 0 < result["f1"] < 100
 
 
 @settings(max_examples=300, deadline=None)
@@ -457,3 +505,11 @@ def test_wsj_parsing_uses_existing_tmp_files(tmp_path):
     with pytest.raises(wsj.TreeError, match=r"wsjEval\.trees:1: .*unbalanced"):
         list(prob.generate_samples(None, str(tmp_path), "eval"))
     assert list(prob.generate_text_for_vocab(None, str(tmp_path))) == ["x", "x"]
+
+
+def test_write_sentences_and_trees(ptb_sample_dir, tmp_path, sample):
+    n = wsj.write_sentences_and_trees(ptb_sample_dir, "01", tmp_path / "s.txt", tmp_path / "t")
+    assert n == 1748
+    sentences = (tmp_path / "s.txt").read_text().splitlines()
+    assert sentences == [wsj.linearize(t)[0] for t in sample[1921:]]
+    assert (tmp_path / "t").read_text().splitlines() == [t.to_string() for t in sample[1921:]]

@@ -29,9 +29,15 @@ file has one too), which inflates scores when both files have it and penalises a
 TOP. evalb's limits (200 words and brackets per sentence) do not apply.
 
 Gold trees must be readable: a gold tree that is not raises a ValueError naming its index.
+
+Command line (like `evalb -p COLLINS.prm GOLD TEST`):
+    python -m t2t_lite.utils.parsing_eval GOLD_TREES TEST_TREES
+    python -m t2t_lite.utils.parsing_eval --inputs=SENTENCES GOLD DECODES
+The second form repairs decoded linearized trees first (`evalb_decode_files`).
 """
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import os
 from collections import Counter
@@ -357,3 +363,35 @@ def evalb_decode_files(inputs_path: str | os.PathLike, decodes_path: str | os.Pa
         raise ValueError(f"{inputs_path}: {len(inputs)} lines, {decodes_path}: {len(decodes)} "
                          f"lines, {gold_path}: {len(gold)} lines; they must match line by line")
     return evalb_decodes(inputs, decodes, gold, cutoff_len)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Prints evalb's summary for two tree files, or for decodes with `--inputs`.
+
+    Args:
+        argv: command-line arguments (default: sys.argv[1:]).
+    Returns:
+        The exit status (0).
+    """
+    parser = argparse.ArgumentParser(
+        prog="python -m t2t_lite.utils.parsing_eval",
+        description="EVALB (COLLINS.prm) bracketing scores.")
+    parser.add_argument("gold", help="gold trees, one per line (or t2t .targets with --inputs)")
+    parser.add_argument("test", help="test trees, one per line (decodes with --inputs)")
+    parser.add_argument("--inputs", help="sentences that were decoded; TEST is then decodes")
+    parser.add_argument("--cutoff_len", type=int, default=CUTOFF_LEN)
+    args = parser.parse_args(argv)
+    if args.inputs:
+        result = evalb_decode_files(args.inputs, args.test, args.gold, args.cutoff_len)
+    else:
+        gold, test = _read_lines(args.gold), _read_lines(args.test)
+        if len(gold) != len(test):
+            raise ValueError(f"{args.gold}: {len(gold)} lines but {args.test}: {len(test)} "
+                             f"lines; each line must hold one tree")
+        result = evalb(gold, test, args.cutoff_len)
+    print(summary_text(result))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
