@@ -85,6 +85,7 @@ PTB_PHRASE_LABELS = frozenset({
 })
 
 _TOKEN_RE = re.compile(r"\(|\)|[^\s()]+")
+_ATOM_RE = re.compile(r"[^\s()]+")
 
 
 class TreeError(ValueError):
@@ -704,13 +705,13 @@ def is_well_formed(tree: Tree, words: Sequence[str] | None = None) -> bool:
     for event, x in tree.walk():
         if event != "open":
             continue
-        if not x.label or not _TOKEN_RE.fullmatch(x.label) or x.label in "()":
+        if not _ATOM_RE.fullmatch(x.label):
             return False
         if not x.children:
             return False
         if not x.is_preterminal and any(isinstance(c, str) for c in x.children):
             return False
-        if x.is_preterminal and not _TOKEN_RE.fullmatch(x.children[0]):
+        if x.is_preterminal and not _ATOM_RE.fullmatch(x.children[0]):
             return False
     return words is None or tree.leaves() == list(words)
 

@@ -513,3 +513,13 @@ def test_write_sentences_and_trees(ptb_sample_dir, tmp_path, sample):
     sentences = (tmp_path / "s.txt").read_text().splitlines()
     assert sentences == [wsj.linearize(t)[0] for t in sample[1921:]]
     assert (tmp_path / "t").read_text().splitlines() == [t.to_string() for t in sample[1921:]]
+
+
+def test_is_well_formed_rejects_bad_trees():
+    tree = wsj.Tree
+    assert wsj.is_well_formed(tree("TOP", [tree("NN", ["a"])]), ["a"])
+    assert not wsj.is_well_formed(tree("TOP", [tree("NN", ["a"])]), ["b"])
+    for bad in [tree("", [tree("NN", ["a"])]), tree("TOP", [tree("NN", ["a b"])]),
+                tree("TOP", []), tree("TOP", [tree("NN", ["a"]), "b"]),
+                tree("(", [tree("NN", ["a"])]), tree("TOP", [tree("NP", [])])]:
+        assert not wsj.is_well_formed(bad), bad
