@@ -102,4 +102,7 @@ flags.DEFINE_integer("n", 8, "Number of last checkpoints to average.")
 flags.DEFINE_string("avg_output_dir", None, "Where to write the averaged checkpoint.")
 
 # --- t2t-exporter ---------------------------------------------------------------------------
-flags.DEFINE_string("export_dir", None, "SavedModel directory (default: output_dir/export).")
+flags.DEFINE_string(
+    "export_dir", None,
+    "Where --mode=export writes the SavedModel, as version folder <export_dir>/<unix time>/ "
+    "(TensorFlow Serving's --model_base_path layout). Default: <output_dir>/export.")
