@@ -1,6 +1,9 @@
 """Loading t2t checkpoints: both layouts (§2.11), shared/unshared vocab, all-or-nothing checks,
 optimizer-slot filtering and the import_t2t mode."""
 import json
+import pathlib
+import subprocess
+import sys
 import types
 
 import numpy as np
@@ -157,7 +160,7 @@ def test_missing_checkpoint_errors(tmp_path):
 
 def test_import_t2t_main_round_trip(tmp_path, t2t_fixtures):
     out = tmp_path / "imported"
-    flags = types.SimpleNamespace(t2t_checkpoint=str(t2t_fixtures / "ckpt_A_trained"),
+    flags = types.SimpleNamespace(checkpoint_path=str(t2t_fixtures / "ckpt_A_trained"),
                                   hparams_set="transformer_tiny", hparams="",
                                   output_dir=str(out))
     path = t2t_checkpoint.main(flags)
@@ -175,3 +178,21 @@ def test_import_t2t_main_round_trip(tmp_path, t2t_fixtures):
     np.testing.assert_allclose(logits, data["logits"][:, :, 0, 0], atol=1e-4)
     with pytest.raises(ValueError, match="already holds a checkpoint"):
         t2t_checkpoint.main(flags)
+    with pytest.raises(ValueError, match="--hparams_set is required"):
+        t2t_checkpoint.main(types.SimpleNamespace(
+            checkpoint_path=flags.checkpoint_path, hparams_set=None, hparams="",
+            output_dir=str(tmp_path / "other")))
+
+
+@pytest.mark.slow
+def test_import_t2t_through_run_py(tmp_path, t2t_fixtures):
+    repo = pathlib.Path(__file__).resolve().parents[1]
+    out = tmp_path / "imported"
+    result = subprocess.run(
+        [sys.executable, str(repo / "run.py"), "--mode=import_t2t",
+         f"--checkpoint_path={t2t_fixtures / 'ckpt_A' / 'model.ckpt-0'}",
+         "--hparams_set=transformer_tiny", f"--output_dir={out}"],
+        check=False, capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert tf.train.latest_checkpoint(str(out)).endswith("ckpt-0")
+    assert (out / "hparams.json").exists()

@@ -269,30 +269,35 @@ def _write_text_atomically(path: str, text: str) -> None:
 def main(flags) -> str:
     """run.py `--mode=import_t2t`: converts a t2t checkpoint into a t2t_lite checkpoint.
 
-    Reads `--t2t_checkpoint` (prefix or directory) with `--hparams_set` / `--hparams`, and
+    Reads the t2t checkpoint `--checkpoint_path` (prefix or directory) with `--hparams_set` /
+    `--hparams` (the hparams it was trained with), and
     writes `tf.train.Checkpoint(step=global_step, model=model)` under `--output_dir` (prefix
     "ckpt", managed by tf.train.CheckpointManager) plus `hparams.json`. Nothing is written if
     the checkpoint does not match the hparams. Refuses an output_dir that already holds a
     checkpoint.
 
     Args:
-      flags: parsed absl flags with t2t_checkpoint, hparams_set, hparams, output_dir.
+      flags: parsed absl flags with checkpoint_path, hparams_set, hparams, output_dir.
 
     Returns:
       The path of the written checkpoint.
     """
-    if not flags.t2t_checkpoint:
-        raise ValueError("--t2t_checkpoint is required for --mode=import_t2t")
-    if not flags.output_dir:
-        raise ValueError("--output_dir is required for --mode=import_t2t")
+    for name in ("checkpoint_path", "hparams_set", "output_dir"):
+        if not getattr(flags, name):
+            raise ValueError(
+                f"--{name} is required for --mode=import_t2t (--checkpoint_path=<t2t "
+                "model.ckpt-N or its directory> --hparams_set=<its hparams set> "
+                "--output_dir=<new t2t_lite directory>)"
+            )
     if tf.train.latest_checkpoint(flags.output_dir):
         raise ValueError(
             f"--output_dir={flags.output_dir} already holds a checkpoint; choose an empty "
             "directory"
         )
     hparams = create_hparams(flags.hparams_set, flags.hparams or "")
-    model = load_model(flags.t2t_checkpoint, hparams)
-    reader = tf.train.load_checkpoint(_resolve_checkpoint(flags.t2t_checkpoint))
+    source = _resolve_checkpoint(flags.checkpoint_path)
+    model = load_model(source, hparams)
+    reader = tf.train.load_checkpoint(source)
     step = 0
     if reader.has_tensor("global_step"):
         step = int(reader.get_tensor("global_step"))
@@ -307,7 +312,7 @@ def main(flags) -> str:
     _write_text_atomically(
         os.path.join(flags.output_dir, "t2t_import.json"),
         json.dumps({
-            "t2t_checkpoint": _resolve_checkpoint(flags.t2t_checkpoint),
+            "t2t_checkpoint": source,
             "global_step": step,
             "input_vocab_size": model.input_vocab_size,
             "target_vocab_size": model.target_vocab_size,
