@@ -268,3 +268,10 @@ def test_unencodable_alphabet_character_is_reported(tmp_path):
     assert enc.decode(enc.encode("a ☃")) == "a ☃"
     with pytest.raises(ValueError, match="'<' of the escaped token '<_'"):
         enc.encode("<")
+
+
+def test_load_from_file_object(fixture_vocab, t2t_fixtures):
+    enc = SubwordTextEncoder()
+    with open(t2t_fixtures / VOCAB_NAME, encoding="utf-8", newline="\n") as f:
+        enc._load_from_file_object(f)  # t2t's method name, for ported code
+    assert enc.all_subtoken_strings == fixture_vocab.all_subtoken_strings

@@ -867,27 +867,28 @@ class SubwordTextEncoder(TextEncoder):
     def build_from_generator(
         cls,
         generator: Iterable[str],
-        target_size: int,
+        target_vocab_size: int,
         max_subtoken_length: int | None = None,
         reserved_tokens: Sequence[str] | None = None,
     ) -> SubwordTextEncoder:
-        """Builds a vocabulary of about `target_size` subtokens from generated text.
+        """Builds a vocabulary of about `target_vocab_size` subtokens from generated text.
 
         Args:
           generator: yields text (e.g. the training inputs and targets in turn).
-          target_size: desired vocab size (t2t's `approx_vocab_size`).
+          target_vocab_size: desired vocab size (a problem's `approx_vocab_size`; t2t's
+            argument name).
           max_subtoken_length: subtokens get at most `max_subtoken_length - 1` characters;
             None: unbounded (quadratic in the longest token). Text2TextProblem passes 200.
           reserved_tokens: tokens with the first ids; `RESERVED_TOKENS` must be a prefix.
 
         Returns:
-          the encoder whose size is closest to `target_size` in t2t's min_count bisection.
+          the encoder whose size is closest to `target_vocab_size` in t2t's min_count bisection.
         """
         token_counts: collections.Counter = collections.Counter()
         for item in generator:
             token_counts.update(tokenizer.encode(native_to_unicode(item)))
         return cls.build_to_target_size(
-            target_size,
+            target_vocab_size,
             token_counts,
             1,
             1e3,
