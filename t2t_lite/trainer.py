@@ -9,8 +9,8 @@ any number of replicas; gradients are summed over replicas once, then clipped (t
 `clip_grad_norm`) and applied (`t2t_lite.utils.optimize`).
 
 Outputs in `output_dir`, as t2t's: checkpoints `ckpt-<n>` (tf.train.CheckpointManager: global
-step, model, optimizer slots, multistep accumulators; with --deterministic also the input
-pipeline position), `hparams.json` (sorted keys; on restart it overrides the hparams set, as in
+step, model, optimizer slots, multistep accumulators, dropout seed states; with --deterministic
+also the input pipeline position), `hparams.json` (sorted keys; on restart it overrides the hparams set, as in
 t2t), `flags.json`, TensorBoard events (training scalars here, eval metrics in `eval/`).
 Restarting resumes from the latest checkpoint.
 """
@@ -242,10 +242,19 @@ class Trainer:
         self._eval_step_fn = None
         self.last_eval_results: dict[str, float] = {}
 
+    @property
+    def step(self) -> int:
+        """The global step (micro-batches trained so far)."""
+        return int(self.global_step.numpy())
+
     # --- Checkpoints ------------------------------------------------------------------------
     def _checkpoint_manager(self, iterator=None) -> tf.train.CheckpointManager:
         objects = {"step": self.global_step, "model": self.model,
                    **self.optimizer.checkpoint_objects()}
+        # Keras' dropout seed-generator states are model variables that tf.train.Checkpoint
+        # does not reach through the layers; without them a resumed run draws other masks.
+        if self.model.non_trainable_variables:
+            objects["model_state"] = list(self.model.non_trainable_variables)
         if iterator is not None:
             objects["iterator"] = iterator
         checkpoint = tf.train.Checkpoint(**objects)
@@ -267,11 +276,11 @@ class Trainer:
         latest = tf.train.latest_checkpoint(self.config.output_dir)
         if latest:
             manager.checkpoint.restore(latest).expect_partial()
-            logging.info("Restored %s (global step %d)", latest, int(self.global_step))
-        return int(self.global_step)
+            logging.info("Restored %s (global step %d)", latest, self.step)
+        return self.step
 
     def _save(self, manager: tf.train.CheckpointManager) -> None:
-        path = manager.save(checkpoint_number=int(self.global_step))
+        path = manager.save(checkpoint_number=self.step)
         if not self.chief:
             shutil.rmtree(os.path.dirname(path), ignore_errors=True)
         else:
@@ -458,7 +467,7 @@ class Trainer:
             self.eval_metrics.update_graph({k: v.numpy() for k, v in summed["metrics"].items()})
             for outputs, targets in zip(local.get("outputs", ()), local.get("targets", ())):
                 self.eval_metrics.update_host(outputs.numpy(), targets.numpy())
-        step = int(self.global_step)
+        step = self.step
         results = {"loss": float(np.mean(batch_losses)) if batch_losses else 0.0}
         results.update(self.eval_metrics.results())
         logging.info(
@@ -524,7 +533,7 @@ class Trainer:
         for path in tf.train.checkpoints_iterator(self.config.output_dir, timeout=timeout_secs):
             manager.checkpoint.restore(path).expect_partial()
             self.evaluate()
-            if int(self.global_step) >= self.config.train_steps:
+            if self.step >= self.config.train_steps:
                 break
         return self.last_eval_results
 

@@ -27,7 +27,7 @@ def _trainer(output_dir, hparams=None, problem=None, **config):
 def test_train_and_eval_writes_checkpoints_and_events(tmp_path):
     trainer = _trainer(tmp_path)
     stats = trainer.train(eval_every=6)
-    assert int(trainer.global_step) == 12
+    assert trainer.step == 12
     assert np.isfinite(stats["loss"]) and stats["learning_rate"] > 0
     assert trainer.train_step_fns[True].experimental_get_tracing_count() == 1
     assert tf.train.latest_checkpoint(str(tmp_path)).endswith("ckpt-12")

@@ -173,10 +173,14 @@ def _main():
     parser.add_argument("--batch_examples", type=int, default=8)
     parser.add_argument("--deterministic", action="store_true")
     parser.add_argument("--step_delay", type=float, default=0.0)
+    parser.add_argument("--dump_weights", default="")
     args = parser.parse_args()
+
+    from absl import logging
 
     from t2t_lite import trainer as trainer_lib
 
+    logging.set_verbosity(logging.INFO)
     strategy = trainer_lib.create_strategy()
     trainer_lib.setup_determinism(7, args.deterministic)
     hparams = tiny_hparams()
@@ -198,7 +202,9 @@ def _main():
 
         trainer._save = slow_save
     stats = trainer.train()
-    print("RESULT " + json.dumps({"step": int(trainer.global_step), "loss": stats.get("loss")}),
+    if args.dump_weights:
+        np.savez(args.dump_weights, *[v.numpy() for v in trainer.model.trainable_variables])
+    print("RESULT " + json.dumps({"step": trainer.step, "loss": stats.get("loss")}),
           flush=True)
 
 

@@ -1,0 +1,190 @@
+"""Data parallelism and fault tolerance of the trainer, each in fresh processes:
+
+* 1 replica vs MirroredStrategy over 2 logical CPUs with the same global batch: same loss and
+  weights (plain Adam after one step; multistep with weight decay and clipping after two
+  updates);
+* two MultiWorkerMirroredStrategy workers on loopback agree on the weights;
+* SIGKILL mid-run, restart: resumes from the last checkpoint and, with op determinism, ends
+  with exactly the weights of an uninterrupted run.
+"""
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+
+import numpy as np
+import pytest
+
+from tests.trainer_utils import model_weights
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _env(**extra):
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=REPO)
+    env.pop("TF_CONFIG", None)
+    env.update(extra)
+    return env
+
+
+def _run_python(code: str, timeout: int = 240) -> str:
+    result = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], cwd=REPO, env=_env(),
+                            capture_output=True, text=True, timeout=timeout, check=False)
+    assert result.returncode == 0, result.stderr[-4000:]
+    return result.stdout
+
+
+REPLICA_CHECK = """
+    import json
+    import numpy as np
+    import tensorflow as tf
+
+    cpu = tf.config.list_physical_devices("CPU")[0]
+    tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+
+    from t2t_lite import trainer as trainer_lib
+    from tests.trainer_utils import ReverseProblem, model_fn, tiny_hparams
+
+    def run(strategy, per_replica_batch, output_dir, overrides, steps):
+        hparams = tiny_hparams(0.0, **overrides)  # no dropout: masks differ per replica
+        config = trainer_lib.RunConfig(output_dir=output_dir, train_steps=steps,
+                                       log_step_count_steps=1, num_decode_examples=0)
+        tf.keras.utils.set_random_seed(3)
+        trainer = trainer_lib.Trainer(model_fn(hparams), hparams,
+                                      ReverseProblem(per_replica_batch, shuffle=False), "",
+                                      config, strategy)
+        stats = trainer.train()
+        return stats["loss"], [v.numpy() for v in trainer.model.trainable_variables]
+
+    cases = {
+        "adam": ({}, 1),
+        "multistep_decay_clip": ({"optimizer": "multistep_adam",
+                                  "optimizer_multistep_accumulate_steps": 2,
+                                  "weight_decay": 0.01, "clip_grad_norm": 0.5}, 4),
+    }
+    mirrored = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+    report = {}
+    for name, (overrides, steps) in cases.items():
+        loss1, w1 = run(tf.distribute.get_strategy(), 8, f"{OUT}/{name}_1", overrides, steps)
+        loss2, w2 = run(mirrored, 4, f"{OUT}/{name}_2", overrides, steps)
+        report[name] = {
+            "loss": [loss1, loss2],
+            "max_weight_diff": max(float(np.max(np.abs(a - b))) for a, b in zip(w1, w2)),
+            "max_update": max(float(np.max(np.abs(a))) for a in w1),
+        }
+    print("REPORT " + json.dumps(report))
+"""
+
+
+@pytest.mark.slow
+def test_one_replica_equals_two_mirrored_replicas(tmp_path):
+    out = _run_python(f"OUT = {str(tmp_path)!r}\n" + textwrap.dedent(REPLICA_CHECK))
+    report = json.loads(out.split("REPORT ", 1)[1])
+    for name, case in report.items():
+        loss1, loss2 = case["loss"]
+        assert loss1 == pytest.approx(loss2, rel=1e-5, abs=1e-6), name
+        assert case["max_weight_diff"] < 1e-5, (name, case)
+
+
+def _free_ports(count):
+    sockets = [socket.socket() for _ in range(count)]
+    for s in sockets:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in sockets]
+    for s in sockets:
+        s.close()
+    return ports
+
+
+def _start(args, env, log_path):
+    with open(log_path, "w") as log:  # the child keeps its own copy of the descriptor
+        return subprocess.Popen([sys.executable, "-m", "tests.trainer_utils", *args], cwd=REPO,
+                                env=env, stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+
+
+def _stop(process):
+    if process.poll() is None:
+        os.killpg(process.pid, signal.SIGKILL)
+    process.wait(timeout=30)
+
+
+def _log(path, tail=3000):
+    with open(path) as f:
+        return f.read()[-tail:]
+
+
+@pytest.mark.slow
+def test_two_multi_worker_processes_agree_on_weights(tmp_path):
+    ports = _free_ports(2)
+    cluster = {"worker": [f"127.0.0.1:{p}" for p in ports]}
+    processes, logs = [], []
+    try:
+        for index in range(2):
+            env = _env(TF_CONFIG=json.dumps({"cluster": cluster,
+                                             "task": {"type": "worker", "index": index}}))
+            logs.append(tmp_path / f"worker{index}.log")
+            processes.append(_start(
+                ["--output_dir", str(tmp_path / "run"), "--train_steps", "4",
+                 "--save_checkpoints_steps", "2", "--batch_examples", "4",
+                 "--dump_weights", str(tmp_path / f"weights{index}.npz")],
+                env, logs[-1]))
+        deadline = time.time() + 240
+        while any(p.poll() is None for p in processes) and time.time() < deadline:
+            time.sleep(0.5)
+        for process, log in zip(processes, logs):
+            assert process.poll() == 0, _log(log)
+    finally:
+        for process in processes:
+            _stop(process)
+    for log in logs:
+        result = json.loads(_log(log).split("RESULT ", 1)[1].splitlines()[0])
+        assert result["step"] == 4 and np.isfinite(result["loss"])
+    w0, w1 = np.load(tmp_path / "weights0.npz"), np.load(tmp_path / "weights1.npz")
+    assert len(w0.files) > 0
+    for key in w0.files:
+        np.testing.assert_allclose(w0[key], w1[key], rtol=0, atol=1e-7)
+    # The chief wrote the checkpoints; the other worker's temporary copies are gone.
+    assert os.path.exists(tmp_path / "run" / "ckpt-4.index")
+    assert not os.path.exists(tmp_path / "run" / "tmp_worker" / "worker_1")
+
+
+@pytest.mark.slow
+def test_sigkill_and_restart_resumes_to_the_same_weights(tmp_path):
+    common = ["--train_steps", "12", "--save_checkpoints_steps", "4", "--deterministic"]
+    reference_log = tmp_path / "reference.log"
+    reference = _start(["--output_dir", str(tmp_path / "reference"), *common], _env(),
+                       reference_log)
+    killed_log = tmp_path / "killed.log"
+    # Sleeps after each checkpoint, so that the kill lands between ckpt-4 and ckpt-8.
+    killed = _start(["--output_dir", str(tmp_path / "run"), *common, "--step_delay", "30"],
+                    _env(), killed_log)
+    try:
+        deadline = time.time() + 180
+        while not os.path.exists(tmp_path / "run" / "ckpt-4.index"):
+            assert killed.poll() is None, _log(killed_log)
+            assert time.time() < deadline, "no checkpoint after 180 s"
+            time.sleep(0.2)
+        time.sleep(1.0)
+        os.killpg(killed.pid, signal.SIGKILL)
+        killed.wait(timeout=30)
+        assert killed.returncode == -signal.SIGKILL
+        assert not os.path.exists(tmp_path / "run" / "ckpt-8.index")
+
+        resumed_log = tmp_path / "resumed.log"
+        resumed = _start(["--output_dir", str(tmp_path / "run"), *common], _env(), resumed_log)
+        assert resumed.wait(timeout=240) == 0, _log(resumed_log)
+        assert "Restored" in _log(resumed_log, tail=100000)
+        assert reference.wait(timeout=240) == 0, _log(reference_log)
+    finally:
+        for process in (reference, killed):
+            _stop(process)
+    final, uninterrupted = model_weights(str(tmp_path / "run")), model_weights(
+        str(tmp_path / "reference"))
+    assert sorted(final) == sorted(uninterrupted) and final
+    for name in final:
+        np.testing.assert_array_equal(final[name], uninterrupted[name], err_msg=name)
