@@ -34,7 +34,7 @@ import itertools
 import numbers
 import os
 import re
-import tempfile
+import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
@@ -133,17 +133,15 @@ def _read_vocab_lines(filename: str) -> list[tuple[int, str]]:
 
 def _write_lines_atomically(filename: str, lines: Iterable[str]) -> None:
     """Writes "\\n"-terminated lines to a temporary file beside `filename`, then renames it."""
-    directory = os.path.dirname(os.path.abspath(filename))
-    fd, tmp_path = tempfile.mkstemp(
-        prefix=os.path.basename(filename) + ".", suffix=".incomplete", dir=directory
-    )
+    # A unique name opened with "x" (not mkstemp) so the file gets the usual umask permissions.
+    tmp_path = f"{filename}.{os.getpid()}.{uuid.uuid4().hex}.incomplete"
     try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
-            for line in lines:
-                f.write(line + "\n")
+        with open(tmp_path, "x", encoding="utf-8", newline="\n") as f:
+            f.writelines(line + "\n" for line in lines)
         os.replace(tmp_path, filename)
     except BaseException:
-        os.unlink(tmp_path)
+        if os.path.exists(tmp_path):
+            os.unlink(tmp_path)
         raise
 
 
