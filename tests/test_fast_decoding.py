@@ -116,3 +116,16 @@ def test_bad_decode_arguments():
         model.infer({"inputs": INPUTS}, beam_size=2, top_beams=3)
     with pytest.raises(ValueError, match="beam_size must be an int >= 1"):
         model.infer({"inputs": INPUTS}, beam_size=0)
+
+
+@pytest.mark.slow
+def test_xla_compiled_greedy_equals_graph_greedy(trained):
+    model, data = trained
+    out = model.infer({"inputs": data["inputs"]}, decode_length=20, jit_compile=True)
+    np.testing.assert_array_equal(out["outputs"], data["greedy_outputs"])
+    np.testing.assert_allclose(out["scores"], data["greedy_scores"], atol=1e-4)
+    # Early stop (rows 1 and 2 emit EOS) under XLA as well.
+    early = model.infer({"inputs": data["inputs"][1:]}, decode_length=20, jit_compile=True)
+    np.testing.assert_array_equal(early["outputs"], data["greedy_outputs"][1:, :12])
+    with pytest.raises(ValueError, match="cached greedy decoder only"):
+        model.infer({"inputs": data["inputs"]}, beam_size=2, jit_compile=True)

@@ -613,7 +613,8 @@ class Transformer(keras.Model):
             # Step 0 sees the zero vector ("GO"), as t2t's `preprocess_targets`.
             x *= tf.cast(i > 0, x.dtype)
             if self.hparams.pos == "timing":
-                x += tf.cast(timing[:, i: i + 1], x.dtype)
+                # A static-size slice (not timing[:, i:i + 1]) keeps the step XLA-compilable.
+                x += tf.cast(tf.slice(timing, [0, i, 0], [1, 1, self.hidden_size]), x.dtype)
             bias = tf.where(slots <= i, 0.0, common_attention.LARGE_NEGATIVE)
             bias = tf.reshape(bias, [1, 1, 1, max_length])
             x, cache = self.body.decoder(
@@ -736,12 +737,15 @@ class Transformer(keras.Model):
         top_beams: int = 1,
         use_cache: bool = True,
         eos_id: int = beam_search.EOS_ID,
+        jit_compile: bool = False,
     ) -> dict[str, tf.Tensor]:
         """Autoregressive decoding (t2t's `infer` with fast incremental decoding).
 
         At most `L_in + decode_length` tokens are generated (L_in = padded input length).
         Greedy (beam_size 1) stops early only when every row has produced EOS; tokens after a
         row's first EOS are kept, as in t2t. Beam search uses the GNMT length penalty `alpha`.
+        Called eagerly, the decoder runs as a tf.function (one trace per decoding
+        configuration); called inside a tf.function, it adds its ops to that graph.
 
         Args:
           features: {"inputs": int [B, L_in], optional "target_space_id": int scalar}.
@@ -751,6 +755,9 @@ class Transformer(keras.Model):
           top_beams: beams returned (<= beam_size).
           use_cache: False recomputes the whole decoder prefix every step (reference/slow path).
           eos_id: end-of-sequence id.
+          jit_compile: compile the cached greedy decoder with XLA (one compilation per input
+            shape; `decode_length` must then be a Python int). Not for beam search, whose
+            growing id prefix has no static shape. Ignored inside a tf.function.
 
         Returns:
           {"outputs": int32 [B, T'] (or [B, top_beams, T']), "scores": float32 [B] (or
@@ -763,10 +770,28 @@ class Transformer(keras.Model):
             raise ValueError(f"top_beams={top_beams} must be between 1 and beam_size={beam_size}")
         inputs = _ids_2d(features["inputs"])
         target_space_id = tf.cast(features.get("target_space_id", 0), tf.int32)
-        decode_length = tf.cast(decode_length, tf.int32)
         config = (beam_size, top_beams, float(alpha), bool(use_cache), int(eos_id))
         if tf.inside_function():
+            decode_length = tf.cast(decode_length, tf.int32)
             return self._infer_graph(inputs, target_space_id, decode_length, *config)
+        signature = [tf.TensorSpec([None, None], tf.int32), tf.TensorSpec(None, tf.int32)]
+        if jit_compile:
+            if beam_size != 1 or not use_cache or not isinstance(decode_length, int):
+                raise ValueError(
+                    "jit_compile=True supports the cached greedy decoder only (beam_size=1, "
+                    f"use_cache=True, Python int decode_length); got beam_size={beam_size}, "
+                    f"use_cache={use_cache}, decode_length={decode_length!r}"
+                )
+            # XLA needs the cache shapes at compile time: decode_length is part of the key.
+            key = config + ("xla", decode_length)
+            if key not in self._infer_functions:
+                self._infer_functions[key] = tf.function(
+                    lambda inputs, target_space_id: self._infer_graph(
+                        inputs, target_space_id, decode_length, *config
+                    ),
+                    autograph=False, jit_compile=True, input_signature=signature,
+                )
+            return self._infer_functions[key](inputs, target_space_id)
         if config not in self._infer_functions:
             self._infer_functions[config] = tf.function(
                 lambda inputs, target_space_id, decode_length: self._infer_graph(
@@ -774,10 +799,7 @@ class Transformer(keras.Model):
                 ),
                 # The loops are explicit tf.while_loops; autograph would only slow tracing.
                 autograph=False,
-                input_signature=[
-                    tf.TensorSpec([None, None], tf.int32),
-                    tf.TensorSpec(None, tf.int32),
-                    tf.TensorSpec([], tf.int32),
-                ],
+                input_signature=signature + [tf.TensorSpec([], tf.int32)],
             )
+        decode_length = tf.cast(decode_length, tf.int32)
         return self._infer_functions[config](inputs, target_space_id, decode_length)
