@@ -76,10 +76,10 @@ def cut_at_eos(ids: tf.Tensor) -> tf.RaggedTensor:
     Returns:
       int32 RaggedTensor [N, None].
     """
-    is_eos = tf.equal(ids, EOS_ID)
-    length = tf.where(tf.reduce_any(is_eos, axis=1),
-                      tf.argmax(tf.cast(is_eos, tf.int32), axis=1, output_type=tf.int32),
-                      tf.shape(ids)[1])
+    width = tf.shape(ids)[1]
+    eos_position = tf.where(tf.equal(ids, EOS_ID), tf.range(width)[tf.newaxis, :], width)
+    # min() over an empty row is the dtype's maximum: clip it to the width.
+    length = tf.minimum(tf.reduce_min(eos_position, axis=1), width)
     return tf.RaggedTensor.from_tensor(ids, lengths=length)
 
 
@@ -154,12 +154,17 @@ class ServingModule(tf.Module):
         self.encode_decode_ids = tf.function(
             self._translate_ids, input_signature=[tf.TensorSpec([None, None], tf.int32)])
 
+    @property
+    def signature_names(self) -> list[str]:
+        """The signatures this module exports."""
+        if self.text:
+            return ["serving_default", "encode_decode_ids", "encode", "decode"]
+        return ["encode_decode_ids"]
+
     def signatures(self) -> dict:
         """Concrete functions by signature name, for `tf.saved_model.save`."""
-        names = ["encode_decode_ids"]
-        if self.text:
-            names = ["serving_default", "encode_decode_ids", "encode", "decode"]
-        return {name: getattr(self, name).get_concrete_function() for name in names}
+        return {name: getattr(self, name).get_concrete_function()
+                for name in self.signature_names}
 
     # -------------------------------------------------------------------------- signatures
     def _translate(self, inputs: tf.Tensor) -> dict[str, tf.Tensor]:
