@@ -268,3 +268,21 @@ def test_initialization_follows_t2t_and_draws_every_variable_independently():
     again = Transformer(create_hparams("transformer_tiny", "initializer_gain=2.0"), 1018, 1018)
     np.testing.assert_array_equal(again.trainable_weights[20].numpy(),
                                   model.trainable_weights[20].numpy())
+
+
+@pytest.mark.slow
+def test_mixed_bfloat16_policy_runs_and_stays_close():
+    hp = create_hparams("transformer_tiny", "symbol_modality_num_shards=2")
+    reference = Transformer(hp, 40, 40)
+    features = {"inputs": tf.constant([[4, 5, 6, 1]]), "targets": tf.constant([[7, 8, 9, 1]])}
+    keras.mixed_precision.set_global_policy("mixed_bfloat16")
+    try:
+        mixed = Transformer(hp, 40, 40)
+        mixed.set_weights(reference.get_weights())
+        logits = mixed(features)
+        decoded = mixed.infer({"inputs": features["inputs"]}, decode_length=3)
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
+    assert logits.dtype == tf.float32
+    np.testing.assert_allclose(logits, reference(features), atol=0.25)
+    assert decoded["outputs"].shape == (1, 7)

@@ -26,6 +26,7 @@ import keras
 import tensorflow as tf
 
 from t2t_lite import registry
+from t2t_lite.hparams import HParams
 from t2t_lite.layers import common_attention, common_layers, modalities
 from t2t_lite.utils import beam_search
 
@@ -497,8 +498,6 @@ class Transformer(keras.Model):
 
     @classmethod
     def from_config(cls, config: dict) -> Transformer:
-        from t2t_lite.hparams import HParams
-
         config = dict(config)
         config["hparams"] = HParams.from_json(config["hparams"])
         return cls(**config)
@@ -590,15 +589,19 @@ class Transformer(keras.Model):
           max_length: M, the number of decode steps (int or scalar tensor).
 
         Returns:
-          {"layer_{l}": {"k": [B, H, M, Dk/H], "v": [B, H, M, Dv/H]}} float32 zeros.
+          {"layer_{l}": {"k": [B, H, M, Dk/H], "v": [B, H, M, Dv/H]}} zeros of the attention
+          layers' compute dtype.
         """
         cache = {}
         for layer in self.body.decoder.layers_:
             attention = layer.self_attention
             heads = attention.num_heads
+            dtype = attention.compute_dtype  # bfloat16/float16 under a mixed precision policy
             cache[layer.name] = {
-                "k": tf.zeros([batch_size, heads, max_length, attention.key_depth // heads]),
-                "v": tf.zeros([batch_size, heads, max_length, attention.value_depth // heads]),
+                "k": tf.zeros([batch_size, heads, max_length, attention.key_depth // heads],
+                              dtype),
+                "v": tf.zeros([batch_size, heads, max_length, attention.value_depth // heads],
+                              dtype),
             }
         return cache
 
