@@ -10,8 +10,8 @@ tests (tests/test_vocab_building.py) compare t2t_lite's builds with it.
 Measured in the same run, on the toy WMT corpus (train.en + train.de, each pair's English line
 then its German line, as a translate problem feeds its vocab generator):
   1. token counting (the tokenizer over all lines);
-  2. vocab building with build_from_generator at each target size (max_subtoken_length=200,
-     as Text2TextProblem passes), checking that both give the same subtoken list;
+  2. vocab building with build_from_generator at each target size (max_subtoken_length=200
+     by default, as Text2TextProblem passes), checking that both give the same subtokens;
   3. encoding throughput (lines/s) of every line with the fixture vocab, first pass (empty
      token cache) and second pass, checking identical ids.
 CPU time of this process (time.process_time) is reported next to wall time because the
@@ -20,7 +20,7 @@ machine may be shared.
 Usage:
   python bench/bench_text_encoder.py [--data_dir ../shared/data/wmt_toy_ende]
       [--vocab ../shared/fixtures/t2t/vocab.translate_toy_ende1k.1024.subwords]
-      [--sizes 1024,8192]
+      [--sizes 1024,8192] [--max_subtoken_length 200|none]
 """
 from __future__ import annotations
 
@@ -302,6 +302,9 @@ def main() -> int:
         default=str(SHARED / "fixtures" / "t2t" / "vocab.translate_toy_ende1k.1024.subwords"),
     )
     parser.add_argument("--sizes", default="1024,8192", help="target vocab sizes to build")
+    parser.add_argument(
+        "--max_subtoken_length", default="200", help="an integer, or 'none' for no bound"
+    )
     args = parser.parse_args()
 
     import_start = time.process_time()
@@ -338,12 +341,13 @@ def main() -> int:
     all_ok &= base == fast
     print(row("token counting", (b_cpu, b_wall), (f_cpu, f_wall), base == fast))
 
+    max_len = None if args.max_subtoken_length.lower() == "none" else int(args.max_subtoken_length)
     for size in [int(s) for s in args.sizes.split(",") if s]:
         base, b_cpu, b_wall = timed(
-            PlainSubwordTextEncoder.build_from_generator, iter(lines), size, 200
+            PlainSubwordTextEncoder.build_from_generator, iter(lines), size, max_len
         )
         fast, f_cpu, f_wall = timed(
-            text_encoder.SubwordTextEncoder.build_from_generator, iter(lines), size, 200
+            text_encoder.SubwordTextEncoder.build_from_generator, iter(lines), size, max_len
         )
         same = base.all_subtoken_strings == fast.all_subtoken_strings
         all_ok &= same
