@@ -103,6 +103,7 @@ TOKEN = st.text(
 )
 
 
+@pytest.mark.slow
 @settings(max_examples=60, deadline=None)
 @given(
     token_counts=st.dictionaries(TOKEN, st.integers(1, 6), max_size=25),
@@ -123,6 +124,7 @@ def test_build_matches_plain_transcription(
     assert fast.all_subtoken_strings == base.all_subtoken_strings
 
 
+@pytest.mark.slow
 @settings(max_examples=15, deadline=None)
 @given(
     lines=st.lists(st.text(st.sampled_from(list("abcab .,_-xyz")), max_size=30), max_size=40),
