@@ -283,6 +283,10 @@ class MultiheadAttention(keras.layers.Layer):
         if memory_kv is not None:
             (q,) = self._project(query, self.q)
             k, v = memory_kv["k"], memory_kv["v"]
+        elif cache is not None:
+            # Decoding one position: separate small matmuls; fusing would concatenate the
+            # kernels again at every step.
+            (q,), (k,), (v,) = (self._project(query, p) for p in (self.q, self.k, self.v))
         elif memory is None:
             q, k, v = self._project(query, self.q, self.k, self.v)
         else:

@@ -342,6 +342,26 @@ def _prepostprocess(hparams, sequence: str, name: str) -> LayerPrepostprocess:
     )
 
 
+def dense(x: tf.Tensor, layer: keras.layers.Dense) -> tf.Tensor:
+    """`x · kernel (+ bias)` of a built Dense layer as one batched matmul (no activation).
+
+    Keras' Dense call reshapes rank-3 inputs around a 2-D matmul (about ten ops); one
+    BatchMatMulV2 gives the same values with less per-op overhead, which dominates the
+    one-position steps of incremental decoding.
+
+    Args:
+      x: [..., D_in].
+      layer: a built keras.layers.Dense.
+
+    Returns:
+      [..., units].
+    """
+    y = tf.matmul(x, tf.cast(layer.kernel, x.dtype))
+    if layer.use_bias:
+        y = tf.nn.bias_add(y, tf.cast(layer.bias, y.dtype))
+    return y
+
+
 class DenseReluDense(keras.layers.Layer):
     """t2t's `dense_relu_dense`: `conv2(dropout(relu(conv1(x))))`, both dense with bias.
 
@@ -388,9 +408,9 @@ class DenseReluDense(keras.layers.Layer):
 
     def call(self, x: tf.Tensor, training: bool | None = None) -> tf.Tensor:
         """Args: x: [B, L, D]. Returns: [B, L, output_size]."""
-        h = self.conv1(x)
+        h = tf.nn.relu(dense(x, self.conv1))
         h = self.dropout(h, training=training)
-        return self.conv2(h)
+        return dense(h, self.conv2)
 
     def get_config(self) -> dict:
         config = super().get_config()
