@@ -1,4 +1,4 @@
-"""`run.py --mode=export` (t2t-exporter): a SavedModel that translates text, servable without Python.
+"""`run.py --mode=export` (t2t-exporter): a SavedModel that translates text without Python.
 
 t2t's exporter took serialized `tf.Example`s of ids, so every client had to run t2t's Python
 SubwordTextEncoder in front of TensorFlow Serving. Here the encoder and decoder are part of the
@@ -16,7 +16,8 @@ version folder is the layout TensorFlow Serving's `--model_base_path` expects) w
   float32 [B]; with `return_beams=True`, `outputs` string [B, K] and `scores` [B, K] (best first).
 * `encode_decode_ids`: `inputs` int32 [B, L] (subtoken ids, then EOS=1, right-padded with 0,
   as t2t's clients sent them) -> `outputs` int32 [B, T] (or [B, K, T]) cut after the first EOS
-  (later positions 0) and `scores`.
+  (later positions 0) and `scores`. Ids outside [0, input vocab size) are an
+  InvalidArgumentError that names the vocab size.
 * `encode`: `inputs` string [B] -> `outputs` int32 [B, L], the ids that `serving_default` feeds
   to the model (EOS included, 0-padded). `decode`: `inputs` int32 [B, T] -> `outputs`
   string [B] (ids cut at the first EOS, then decoded).
@@ -29,6 +30,11 @@ bytes are read as U+FFFD, and an empty string is translated like an empty line (
 
 The model comes from `--checkpoint_path` or the latest checkpoint of `--output_dir`: a t2t_lite
 checkpoint (training run, averaged or imported) or an original tensor2tensor checkpoint.
+Serving needs TensorFlow only (no Keras, tensorflow-text or t2t_lite):
+
+    model = tf.saved_model.load("<export_dir>/<version>")
+    model.signatures["serving_default"](inputs=tf.constant(["The debate is closed."]))
+    # or: tensorflow_model_server --model_name=t2t --model_base_path=<export_dir>
 """
 from __future__ import annotations
 
@@ -112,7 +118,8 @@ class ServingModule(tf.Module):
     """What the SavedModel holds: the model's variables, the graph encoders, the signatures.
 
     Args:
-      model: a Transformer (anything with t2t_lite's `infer` and `variables`).
+      model: a Transformer (anything with t2t_lite's `infer`, `variables` and
+        `input_vocab_size`).
       inputs_vocab, targets_vocab: subtoken strings of the input / target SubwordTextEncoder
         (`all_subtoken_strings`), or None to export the id signature only.
       decode_hparams: from `decoding.decode_hparams` (beam_size, alpha, extra_length,
