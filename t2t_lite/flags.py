@@ -84,6 +84,15 @@ flags.DEFINE_string(
     "tfds_data_dir", None,
     "Where TFDS keeps WMT data when translation datagen falls back to it (default: TFDS's).")
 
+# --- WSJ parsing datagen (problems/wsj_parsing.py) ----------------------------------------
+flags.DEFINE_string(
+    "wsj_dir", None,
+    "Penn Treebank folder holding wsj/SS/wsj_SSNN.mrg (LDC layout); default: --tmp_dir.")
+flags.DEFINE_string(
+    "wsj_train_sections", None, 'Treebank sections for training, e.g. "02-21" (the default).')
+flags.DEFINE_string(
+    "wsj_dev_sections", None, 'Treebank sections for the dev split, e.g. "22" (the default).')
+
 # --- t2t-decoder ----------------------------------------------------------------------------
 flags.DEFINE_string("decode_hparams", "", 'Decoding hparams: "beam_size=4,alpha=0.6,...".')
 flags.DEFINE_string("decode_from_file", None, "Decode the lines of this file.")
