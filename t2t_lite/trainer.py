@@ -59,6 +59,7 @@ class RunConfig:
         pipeline position so that a resumed run sees the same batches.
       num_decode_examples: eval examples decoded greedily into text summaries (0 = none).
       decode_length: extra decode length for those examples (t2t's decode_length).
+      eval_split: read this split for evaluation (e.g. "test"; None: the eval split).
     """
 
     output_dir: str
@@ -72,6 +73,7 @@ class RunConfig:
     deterministic: bool = False
     num_decode_examples: int = 3
     decode_length: int = 50
+    eval_split: str | None = None
 
     @property
     def checkpoint_every(self) -> int:
@@ -288,11 +290,13 @@ class Trainer:
 
     # --- Data ---------------------------------------------------------------------------------
     def _distributed_dataset(self, mode: str):
-        seed = self.config.random_seed if mode == TRAIN else None
+        kwargs = {"seed": self.config.random_seed} if mode == TRAIN else {}
+        if mode == EVAL and self.config.eval_split:
+            kwargs["dataset_split"] = self.config.eval_split
 
         def dataset_fn(input_context):
             return self.problem.dataset(
-                mode, self.data_dir, self.hparams, input_context=input_context, seed=seed
+                mode, self.data_dir, self.hparams, input_context=input_context, **kwargs
             )
 
         return self.strategy.distribute_datasets_from_function(dataset_fn)
@@ -355,11 +359,17 @@ class Trainer:
         return train_step
 
     # --- Training loop ------------------------------------------------------------------------
-    def train(self, eval_every: int | None = None) -> dict[str, float]:
+    def train(
+        self,
+        eval_every: int | None = None,
+        stop_when: Callable[[dict[str, float]], bool] | None = None,
+    ) -> dict[str, float]:
         """Trains until `config.train_steps`, resuming from the latest checkpoint.
 
         Args:
           eval_every: evaluate every this many steps and at the end (None: never).
+          stop_when: optional predicate on each evaluation's results; training stops early
+            (after a checkpoint) when it returns True.
 
         Returns:
           The last training statistics ({"loss", "learning_rate", ...}).
@@ -385,10 +395,15 @@ class Trainer:
             stats.add(out)
             if step % config.log_step_count_steps == 0 or step == config.train_steps:
                 last = self._log_progress(stats, step)
-            if step % config.checkpoint_every == 0 or step == config.train_steps:
-                self._save(manager)
+            stop = False
             if eval_every and (step % eval_every == 0 or step == config.train_steps):
-                self.evaluate()
+                results = self.evaluate()
+                stop = stop_when is not None and stop_when(results)
+            if step % config.checkpoint_every == 0 or step == config.train_steps or stop:
+                self._save(manager)
+            if stop:
+                logging.info("Stopping at step %d: the stop condition holds", step)
+                break
         return last
 
     def _log_progress(self, stats: _Stats, step: int) -> dict[str, float]:
@@ -609,6 +624,7 @@ def config_from_flags(flags_obj: Any) -> RunConfig:
         log_step_count_steps=flags_obj.log_step_count_steps,
         random_seed=flags_obj.random_seed,
         deterministic=flags_obj.deterministic,
+        eval_split="test" if flags_obj.eval_use_test_set else None,
     )
 
 
