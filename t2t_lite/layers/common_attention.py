@@ -228,9 +228,9 @@ class MultiheadAttention(keras.layers.Layer):
     def _project(self, x: tf.Tensor, *layers: keras.layers.Dense) -> list[tf.Tensor]:
         """x · [W_1 | W_2 | ...] as one matmul, split back per layer (fewer, larger matmuls;
         the same values as separate projections)."""
-        kernels = [tf.cast(layer.kernel, x.dtype) for layer in layers]
+        kernels = [layer.kernel for layer in layers]
         kernel = kernels[0] if len(kernels) == 1 else tf.concat(kernels, axis=1)
-        y = tf.matmul(x, kernel)
+        y = common_layers.matmul_last_axis(x, kernel)
         if len(layers) == 1:
             return [y]
         return tf.split(y, [layer.units for layer in layers], axis=-1)

@@ -342,12 +342,27 @@ def _prepostprocess(hparams, sequence: str, name: str) -> LayerPrepostprocess:
     )
 
 
-def dense(x: tf.Tensor, layer: keras.layers.Dense) -> tf.Tensor:
-    """`x · kernel (+ bias)` of a built Dense layer as one batched matmul (no activation).
+def matmul_last_axis(x: tf.Tensor, kernel: tf.Tensor) -> tf.Tensor:
+    """`x · kernel` over the last axis as one 2-D matmul.
 
-    Keras' Dense call reshapes rank-3 inputs around a 2-D matmul (about ten ops); one
-    BatchMatMulV2 gives the same values with less per-op overhead, which dominates the
-    one-position steps of incremental decoding.
+    A 2-D MatMul is the best-optimized path (GEMM, and TF's MatMul + BiasAdd (+ Relu) fusion);
+    a broadcast BatchMatMul of [B, T, D] by [D, U] measured about 20% slower forward+backward
+    on CPU.
+
+    Args:
+      x: [..., D_in].
+      kernel: [D_in, U].
+
+    Returns:
+      [..., U].
+    """
+    shape = tf.shape(x)
+    y = tf.matmul(tf.reshape(x, [-1, kernel.shape[0]]), tf.cast(kernel, x.dtype))
+    return tf.reshape(y, tf.concat([shape[:-1], [kernel.shape[1]]], axis=0))
+
+
+def dense(x: tf.Tensor, layer: keras.layers.Dense) -> tf.Tensor:
+    """`x · kernel (+ bias)` of a built Dense layer (its activation is not applied).
 
     Args:
       x: [..., D_in].
@@ -356,10 +371,11 @@ def dense(x: tf.Tensor, layer: keras.layers.Dense) -> tf.Tensor:
     Returns:
       [..., units].
     """
-    y = tf.matmul(x, tf.cast(layer.kernel, x.dtype))
+    shape = tf.shape(x)
+    y = tf.matmul(tf.reshape(x, [-1, layer.kernel.shape[0]]), tf.cast(layer.kernel, x.dtype))
     if layer.use_bias:
         y = tf.nn.bias_add(y, tf.cast(layer.bias, y.dtype))
-    return y
+    return tf.reshape(y, tf.concat([shape[:-1], [layer.units]], axis=0))
 
 
 class DenseReluDense(keras.layers.Layer):
