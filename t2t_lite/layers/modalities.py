@@ -120,7 +120,11 @@ def logits_from_matrix(x: tf.Tensor, matrix: tf.Tensor) -> tf.Tensor:
     Returns:
       [B, T, V] (or [N, V]).
     """
-    return tf.matmul(x, tf.cast(matrix, x.dtype), transpose_b=True)
+    # One 2-D GEMM over all positions (faster than a broadcast batched matmul).
+    shape = tf.shape(x)
+    logits = tf.matmul(tf.reshape(x, [-1, matrix.shape[1]]), tf.cast(matrix, x.dtype),
+                       transpose_b=True)
+    return tf.reshape(logits, tf.concat([shape[:-1], [matrix.shape[0]]], axis=0))
 
 
 class SymbolModality(keras.layers.Layer):
