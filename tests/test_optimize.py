@@ -241,3 +241,31 @@ def test_embedding_gradients_update_like_dense_adam():
         after = table.numpy().copy()
     assert np.all(after[0] == 1.0)
     assert np.all(after[1] < 1.0 - 0.1 - 1e-3)  # moved twice: by the gradient, then momentum
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_checkpoint_names_model_weights_under_the_model(tmp_path, dtype):
+    hp = _hparams("transformer_base", activation_dtype=dtype)
+    model = _TinyLM()
+    model(tf.constant([[1, 2]]))
+    state = optimize.OptimizerState(hp)
+    state.build(model.trainable_variables)
+    path = tf.train.Checkpoint(model=model, **state.checkpoint_objects()).write(
+        str(tmp_path / "ckpt"))
+    names = [n for n, _ in tf.train.list_variables(path)]
+    assert "model/out/_kernel/.ATTRIBUTES/VARIABLE_VALUE" in names
+    assert not any("_trainable_variables" in n for n in names)
+    # Adam's slots are still saved, and restore into a fresh model + optimizer.
+    assert any(n.startswith("optimizer/") and "_variables/" in n for n in names)
+    model2 = _TinyLM()
+    model2(tf.constant([[1, 2]]))
+    state2 = optimize.OptimizerState(hp)
+    state2.build(model2.trainable_variables)
+    state.inner_optimizer._momentums[0].assign(tf.ones_like(state.inner_optimizer._momentums[0]))
+    path = tf.train.Checkpoint(model=model, **state.checkpoint_objects()).save(
+        str(tmp_path / "c2"))
+    tf.train.Checkpoint(model=model2, **state2.checkpoint_objects()).restore(
+        path).assert_consumed()
+    for a, b in zip(model.trainable_variables, model2.trainable_variables):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
+    np.testing.assert_array_equal(state2.inner_optimizer._momentums[0].numpy(), 1.0)

@@ -152,3 +152,42 @@ def test_hparams_and_flags_files(tmp_path):
     flags.problem, flags.train_steps = "p", 3
     trainer_lib.save_flags(str(tmp_path), flags)
     assert json.loads((tmp_path / "flags.json").read_text()) == {"problem": "p", "train_steps": 3}
+
+
+def _run_default(tmp_path, *flags, timeout=900):
+    import subprocess
+    import sys
+    import time
+
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    env.pop("TF_CONFIG", None)
+    start = time.time()
+    result = subprocess.run(
+        [sys.executable, os.path.join(repo, "run.py"), f"--data_dir={tmp_path / 'data'}",
+         f"--output_dir={tmp_path / 'train'}", *flags],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=timeout, check=False)
+    assert result.returncode == 0, result.stderr[-4000:]
+    return result.stdout, time.time() - start
+
+
+@pytest.mark.slow
+def test_default_run_shortened(tmp_path):
+    """`python run.py` (no mode) with a 20-step budget: datagen, train, eval, decode, report."""
+    stdout, _ = _run_default(tmp_path, "--train_steps=20", "--local_eval_frequency=20")
+    assert "Greedy decodes of dev examples" in stdout
+    assert "Step 20: accuracy_per_sequence" in stdout and "did NOT reach" in stdout
+    assert f"tensorboard --logdir {tmp_path / 'train'}" in stdout
+    assert tf.train.latest_checkpoint(str(tmp_path / "train")).endswith("ckpt-20")
+    hparams = json.loads((tmp_path / "train" / "hparams.json").read_text())
+    assert hparams["batch_size"] == 1024 and hparams["hidden_size"] == 128
+    events = read_events(str(tmp_path / "train" / "eval"))
+    assert "metrics-algorithmic_identity_decimal40_small/targets/accuracy_per_sequence" in events
+
+
+@pytest.mark.skipif(not os.environ.get("T2T_LITE_FULL_DEFAULT_RUN"),
+                    reason="full embedded-default run (minutes); set T2T_LITE_FULL_DEFAULT_RUN=1")
+def test_default_run_reaches_99_percent_within_10_minutes(tmp_path):
+    stdout, seconds = _run_default(tmp_path)
+    assert "(reached 99%)" in stdout, stdout[-3000:]
+    assert seconds < 600, seconds

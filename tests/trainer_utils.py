@@ -10,7 +10,6 @@ import glob
 import json
 import os
 
-import keras
 import numpy as np
 import tensorflow as tf
 
@@ -96,51 +95,11 @@ def tiny_hparams(dropout: float = 0.1, **overrides) -> HParams:
     return hp
 
 
-class StandInModel(keras.Model):
-    """A small attention seq2seq with the Transformer's calling convention (see INTERFACES.md):
-    `model(features, training)` -> float32 logits [B, T, V]; `infer(features, decode_length)`
-    -> {"outputs": int32 [B, T']} greedily. Dropout draws from Keras seed generators."""
-
-    def __init__(self, hparams, vocab_size):
-        super().__init__()
-        d = hparams.hidden_size
-        self.vocab_size = vocab_size
-        self.embed = keras.layers.Embedding(vocab_size, d)
-        self.position = keras.layers.Embedding(64, d)
-        self.space = keras.layers.Embedding(32, d)
-        # No projection biases (as t2t): a key bias gets only rounding-noise gradients.
-        self.attend = keras.layers.MultiHeadAttention(
-            hparams.num_heads, d // hparams.num_heads, use_bias=False)
-        self.dropout = keras.layers.Dropout(hparams.layer_prepostprocess_dropout)
-        self.hidden = keras.layers.Dense(hparams.filter_size, activation="relu")
-        self.out = keras.layers.Dense(vocab_size)
-
-    def _positions(self, ids):
-        return self.position(tf.range(tf.shape(ids)[1]))[tf.newaxis]
-
-    def call(self, features, training=False):
-        inputs, targets = features["inputs"], features["targets"]
-        shifted = tf.pad(targets, [[0, 0], [1, 0]])[:, :-1]
-        memory = self.embed(inputs) + self._positions(inputs)
-        memory += self.space(features.get("target_space_id", tf.constant(0)))
-        query = self.embed(shifted) + self._positions(shifted)
-        mask = tf.cast(inputs != 0, tf.bool)[:, tf.newaxis, :]
-        x = query + self.attend(query, memory, attention_mask=mask)
-        x = self.dropout(self.hidden(x), training=training)
-        return tf.cast(self.out(x), tf.float32)
-
-    def infer(self, features, decode_length=10):
-        inputs = tf.convert_to_tensor(features["inputs"])
-        outputs = tf.zeros([tf.shape(inputs)[0], 0], tf.int32)
-        for _ in range(int(inputs.shape[1]) + decode_length):
-            logits = self({"inputs": inputs, "targets": tf.pad(outputs, [[0, 0], [0, 1]])})
-            outputs = tf.concat([outputs, tf.argmax(logits[:, -1:], -1, tf.int32)], 1)
-        return {"outputs": outputs}
-
-
 def model_fn(hparams):
-    """() -> the model under test."""
-    return lambda: StandInModel(hparams, VOCAB)
+    """() -> the model under test: t2t_lite's Transformer."""
+    from t2t_lite.models.transformer import Transformer
+
+    return lambda: Transformer(hparams, VOCAB, VOCAB)
 
 
 def read_events(directory: str) -> dict[str, list[tuple[int, object]]]:

@@ -34,12 +34,32 @@ class _PreReducedGradients:
         return list(grads_and_vars)
 
 
-class Adam(_PreReducedGradients, keras.optimizers.Adam):
+class _ModelOwnsItsWeights:
+    """Mixin: the optimizer's references to the model's weights stay out of checkpoints.
+
+    tf.train.Checkpoint names each variable by its shortest path from the root; through
+    `optimizer/_trainable_variables/<i>` that path is shorter than the model's own
+    (`model/body/encoder/...`), so the weights would be saved under the optimizer's name.
+    Restoring goes through the model either way; the names matter to name-based readers
+    (tf.train.list_variables, checkpoint averaging, t2t name maps).
+    """
+
+    def _trackable_children(self, save_type="checkpoint", **kwargs):
+        children = dict(super()._trackable_children(save_type, **kwargs))
+        children.pop("_trainable_variables", None)
+        return children
+
+
+class Adam(_ModelOwnsItsWeights, _PreReducedGradients, keras.optimizers.Adam):
     """Keras Adam (TF1's epsilon-hat form, bias correction by applied updates) for summed grads."""
 
 
-class SGD(_PreReducedGradients, keras.optimizers.SGD):
+class SGD(_ModelOwnsItsWeights, _PreReducedGradients, keras.optimizers.SGD):
     """Keras SGD / momentum for gradients already summed over replicas."""
+
+
+class LossScaleOptimizer(_ModelOwnsItsWeights, keras.optimizers.LossScaleOptimizer):
+    """Keras' dynamic loss scaling (float16 training) with clean checkpoint names."""
 
 
 def get_variable_initializer(hparams: HParams) -> keras.initializers.Initializer | None:
@@ -151,7 +171,7 @@ def optimizer_from_hparams(hparams: HParams) -> keras.optimizers.Optimizer:
                 "Mixed precision training only supports "
                 f"mixed_precision_optimizer_loss_scaler=exponential, got {scaler!r}"
             )
-        opt = keras.optimizers.LossScaleOptimizer(
+        opt = LossScaleOptimizer(
             opt,
             initial_scale=float(hparams.mixed_precision_optimizer_init_loss_scale),
             dynamic_growth_steps=2000,
