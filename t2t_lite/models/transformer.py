@@ -476,7 +476,9 @@ class Transformer(keras.Model):
             # t2t sets the hparam to 0 when the vocab sizes differ; record what is in effect.
             self.hparams.shared_embedding_and_softmax_weights = False
         self.body = TransformerBody(hparams, initializer)
-        self._infer_functions = {}
+        # Compiled decoders by configuration; set past Keras/TF attribute tracking so that
+        # checkpoints and SavedModels of the model never include them.
+        object.__setattr__(self, "_infer_functions", {})
         self.build()
 
     def build(self, input_shape=None) -> None:
