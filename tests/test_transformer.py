@@ -286,3 +286,15 @@ def test_mixed_bfloat16_policy_runs_and_stays_close():
     assert logits.dtype == tf.float32
     np.testing.assert_allclose(logits, reference(features), atol=0.25)
     assert decoded["outputs"].shape == (1, 7)
+
+
+@pytest.mark.parametrize("override, message", [
+    ("symbol_dropout=0.1", "symbol_dropout=0.1 is not supported"),
+    ("causal_decoder_self_attention=False", "causal_decoder_self_attention=False"),
+    ("num_heads=3", "hidden_size=128 is not divisible by hparams.num_heads=3"),
+    ("ffn_layer=conv_hidden_relu", "ffn_layer='conv_hidden_relu' is not supported"),
+    ("norm_type=batch", "norm_type='batch' is not supported"),
+])
+def test_unsupported_hparams_fail_early(override, message):
+    with pytest.raises(ValueError, match=message):
+        Transformer(create_hparams("transformer_tiny", override), 20, 20)

@@ -423,8 +423,18 @@ def _check_hparams(hparams) -> None:
             "hparams.max_relative_position / proximity_bias are not supported (set them to 0 / "
             "False)"
         )
-    if hparams.get("unidirectional_encoder", False):
-        raise ValueError("hparams.unidirectional_encoder=True is not supported")
+    unsupported = {
+        "unidirectional_encoder": False,
+        "causal_decoder_self_attention": True,
+        "prepend_mode": "none",
+        "symbol_dropout": 0.0,
+    }
+    for name, supported in unsupported.items():
+        if name in hparams and hparams.get(name) != supported:
+            raise ValueError(
+                f"hparams.{name}={hparams.get(name)!r} is not supported by t2t_lite's "
+                f"Transformer; use {supported!r} (the value of every t2t Transformer set)"
+            )
 
 
 def _ids_2d(ids) -> tf.Tensor:
