@@ -373,7 +373,7 @@ class Text2TextProblem(problem.Problem):
         final_paths = [p.replace(generator_utils.UNSHUFFLED_SUFFIX, "") for p in all_paths]
         created = [p for p in all_paths + final_paths if not os.path.exists(p)]
         vocab_path = os.path.join(data_dir, self.vocab_filename)
-        if self.vocab_type == VocabType.SUBWORD and not os.path.exists(vocab_path):
+        if self.vocab_type != VocabType.CHARACTER and not os.path.exists(vocab_path):
             created.append(vocab_path)
         try:
             if self.is_generate_per_split:
