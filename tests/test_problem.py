@@ -228,7 +228,6 @@ def test_modes_and_filepatterns(tmp_path):
         "/d/toy_tmpdir-unshuffled-train-00001-of-00002"]
 
 
-@pytest.mark.slow
 def test_vocab_built_like_t2t_equals_fixture(wmt_toy_dir, t2t_fixtures, tmp_path):
     prob = ToyEnde1k(str(wmt_toy_dir))
     prob.get_or_create_vocab(str(tmp_path), None)

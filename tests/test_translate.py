@@ -176,7 +176,6 @@ def test_sgm_files_are_stripped_like_t2t(tmp_path):
     assert pairs == [("Hello world .", "Hallo Welt ."), ("spaced", "geraeumig")]
 
 
-@pytest.mark.slow
 def test_datagen_flags_on_toy_files_give_t2t_vocab(wmt_toy_dir, t2t_fixtures, tmp_path):
     data_dir = tmp_path / "data"
     flags = _flags(problem="translate_ende_wmt32k", data_dir=str(data_dir),
@@ -317,3 +316,33 @@ def test_bpe32k_token_vocab_from_google_archive(tmp_path):
     assert encoder.encode("das rote Haus .") == [8, 12, 9, 7]  # "rote" is out of vocab: UNK = 12
     dev = _decoded_split(str(data_dir), "translate_ende_wmt_bpe32k", "dev", encoder)
     assert dev == collections.Counter({("the red hou@@ se .", "das UNK Haus ."): 1})
+
+
+def test_bad_raw_corpus_leaves_no_compiled_file_and_no_shard(wmt_toy_dir, tmp_path):
+    tmp_dir, data_dir = tmp_path / "tmp", tmp_path / "data"
+    os.makedirs(tmp_dir)
+    en, de = _lines(wmt_toy_dir / "train.en", 0, 50), _lines(wmt_toy_dir / "train.de", 0, 50)
+    corpora = translate_ende._ENDE_TRAIN_DATASETS
+    for i, (url, (f_en, f_de)) in enumerate(corpora):
+        _tgz(tmp_dir / os.path.basename(url), {f_en: en, f_de: de[:-1] if i == 1 else de})
+    _tgz(tmp_dir / "dev.tgz", {"dev/newstest2013.en": en[:5], "dev/newstest2013.de": de[:5]})
+    prob = translate_ende.TranslateEndeWmt32k(approx_vocab_size=2**7)
+    with pytest.raises(CorpusError, match=r"commoncrawl\.de-en\.de has 49 lines but .*"
+                                          r"commoncrawl\.de-en\.en continues at line 50"):
+        prob.generate_data(str(data_dir), str(tmp_dir))
+    assert not [f for f in os.listdir(tmp_dir) if "compiled" in f]
+    assert os.listdir(data_dir) == []
+
+
+def test_non_utf8_user_file_is_named_with_its_line(wmt_toy_dir, tmp_path):
+    data_dir = tmp_path / "data"
+    _write(str(tmp_path / "train.en"), _lines(wmt_toy_dir / "train.en", 0, 100))
+    lines = [line.encode("utf-8") for line in _lines(wmt_toy_dir / "train.de", 0, 100)]
+    lines[41] = b"Stra\xdfe"  # latin-1
+    (tmp_path / "train.de").write_bytes(b"\n".join(lines) + b"\n")
+    prob = translate_files.TranslateFiles(approx_vocab_size=2**7)
+    prob.set_source_files(str(tmp_path / "train.en"), str(tmp_path / "train.de"),
+                          str(tmp_path / "train.en"), str(tmp_path / "train.en"))
+    with pytest.raises(CorpusError, match=r"train\.de:42: not valid UTF-8 \(byte 0xdf at column 5\)"):
+        prob.generate_data(str(data_dir), str(tmp_path))
+    assert os.listdir(data_dir) == []

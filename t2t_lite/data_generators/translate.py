@@ -164,6 +164,23 @@ def compile_data(tmp_dir: str, datasets: list, filename: str) -> str:
     return base
 
 
+def _locate_decode_errors(lines: Iterator[str], files: list[str]) -> Iterator[str]:
+    """Passes `lines` through; turns a UTF-8 error into a CorpusError naming file and line.
+
+    The vocab sampler decodes its files in buffered chunks, so its error cannot say which
+    line is bad; on that (rare) path the files are re-read line by line to find it.
+    """
+    try:
+        yield from lines
+    except ValueError as e:
+        if not isinstance(e.__cause__, UnicodeDecodeError):
+            raise
+        for path in files:
+            for _ in text_problems.txt_line_iterator(path):
+                pass
+        raise
+
+
 class TranslateProblem(text_problems.Text2TextProblem):
     """Base of translation problems: per-split parallel corpora (t2t's)."""
 
@@ -318,7 +335,10 @@ class TranslateProblem(text_problems.Text2TextProblem):
         if train not in self._user_files and corpora:
             raw = raw_corpus_files(tmp_dir, corpora)
         if raw is not None:
-            return generator_utils.generate_lines_for_vocab(tmp_dir, corpora)
-        budget = VOCAB_FILE_BYTE_BUDGET * max(1, len(corpora))
-        files = list(self.split_files(tmp_dir, train))
-        return generator_utils.generate_lines_for_vocab(tmp_dir, files, budget)
+            files = [path for pair in raw for path in pair]
+            lines = generator_utils.generate_lines_for_vocab(tmp_dir, corpora)
+        else:
+            budget = VOCAB_FILE_BYTE_BUDGET * max(1, len(corpora))
+            files = list(self.split_files(tmp_dir, train))
+            lines = generator_utils.generate_lines_for_vocab(tmp_dir, files, budget)
+        return _locate_decode_errors(lines, files)
