@@ -85,7 +85,8 @@ def configure_problem(name: str, flags: Any):
     Args:
       name: registered problem name.
       flags: parsed flags (train_src, train_tgt, dev_src, dev_tgt, approx_vocab_size,
-        tfds_data_dir are used when defined and set).
+        tfds_data_dir, wsj_dir, wsj_train_sections, wsj_dev_sections are used when defined
+        and set).
 
     Returns:
       A Problem instance.
@@ -108,6 +109,12 @@ def configure_problem(name: str, flags: Any):
         problem.set_source_files(**source_flags)
     if hasattr(problem, "tfds_data_dir"):
         problem.tfds_data_dir = _flag(flags, "tfds_data_dir")
+    if hasattr(problem, "set_wsj_source"):
+        problem.set_wsj_source(
+            _flag(flags, "wsj_dir"),
+            _flag(flags, "wsj_train_sections"),
+            _flag(flags, "wsj_dev_sections"),
+        )
     return problem
 
 
