@@ -191,3 +191,42 @@ def test_default_run_reaches_99_percent_within_10_minutes(tmp_path):
     stdout, seconds = _run_default(tmp_path)
     assert "(reached 99%)" in stdout, stdout[-3000:]
     assert seconds < 600, seconds
+
+
+@pytest.mark.slow
+def test_run_py_datagen_then_train_and_eval_then_restart(tmp_path):
+    """run.py --mode=datagen, then --schedule=train_and_evaluate twice: the second run reads
+    hparams.json (which overrides the set, as in t2t) and resumes from the checkpoint."""
+    import subprocess
+    import sys
+
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    env.pop("TF_CONFIG", None)
+    common = ["--problem=algorithmic_reverse_binary40_test", f"--data_dir={tmp_path / 'data'}"]
+    train = common + ["--hparams_set=transformer_tiny", f"--output_dir={tmp_path / 'train'}",
+                      "--local_eval_frequency=6", "--eval_steps=2", "--log_step_count_steps=3",
+                      "--random_seed=3"]
+
+    def run(*flags):
+        result = subprocess.run([sys.executable, os.path.join(repo, "run.py"), *flags],
+                                cwd=tmp_path, env=env, capture_output=True, text=True,
+                                timeout=600, check=False)
+        assert result.returncode == 0, result.stderr[-4000:]
+        return result.stderr
+
+    run("--mode=datagen", *common)
+    run("--schedule=train_and_evaluate", "--train_steps=6",
+        "--hparams=hidden_size=32,filter_size=64,num_heads=2,symbol_modality_num_shards=4",
+        *train)
+    hparams = json.loads((tmp_path / "train" / "hparams.json").read_text())
+    assert hparams["hidden_size"] == 32
+    flags = json.loads((tmp_path / "train" / "flags.json").read_text())
+    assert flags["train_steps"] == 6 and flags["problem"] == "algorithmic_reverse_binary40_test"
+    log = run("--schedule=train_and_evaluate", "--train_steps=9", *train)
+    assert "Restored" in log and "ckpt-6" in log
+    assert tf.train.latest_checkpoint(str(tmp_path / "train")).endswith("ckpt-9")
+    events = read_events(str(tmp_path / "train" / "eval"))
+    accuracy = events["metrics-algorithmic_reverse_binary40_test/targets/accuracy"]
+    assert [step for step, _ in accuracy] == [6, 9]
+    assert json.loads((tmp_path / "train" / "flags.json").read_text())["train_steps"] == 9
