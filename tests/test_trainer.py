@@ -84,8 +84,13 @@ def test_restart_resumes_from_latest_checkpoint(tmp_path):
         np.testing.assert_array_equal(a, b.numpy())
     assert int(second.optimizer.inner_optimizer.iterations) == 6
     second.train()
-    assert int(second.global_step) == 9
+    assert second.step == 9
     assert tf.train.latest_checkpoint(str(tmp_path)).endswith("ckpt-9")
+    # t2t's continuous_eval: evaluates the newest checkpoint, stops once it is at train_steps.
+    evaluator = _trainer(tmp_path, train_steps=9, num_decode_examples=0)
+    results = evaluator.continuous_eval(timeout_secs=5)
+    assert evaluator.step == 9 and "loss" in results
+    assert [s for s, _ in read_events(str(tmp_path / "eval"))["loss"]][-1] == 9
 
 
 @pytest.mark.slow
