@@ -113,7 +113,7 @@ def create_strategy(worker_gpu: int = 1) -> tf.distribute.Strategy:
     return tf.distribute.get_strategy()
 
 
-def is_chief(strategy: tf.distribute.Strategy | None = None) -> bool:
+def is_chief() -> bool:
     """Whether this process writes summaries, hparams.json and the real checkpoints."""
     tf_config = _tf_config()
     if _cluster_workers(tf_config) <= 1:
@@ -210,7 +210,7 @@ class Trainer:
         self.data_dir = data_dir
         self.config = config
         self.strategy = strategy or tf.distribute.get_strategy()
-        self.chief = is_chief(self.strategy)
+        self.chief = is_chief()
         self.problem_hparams = problem.get_hparams(hparams, data_dir=data_dir)
         self.loss_multiplier = float(self.problem_hparams.get("loss_multiplier", 1.0))
         self.target_space_id = int(self.problem_hparams.get("target_space_id", 0))
@@ -660,7 +660,7 @@ def build_trainer(flags_obj: Any, strategy: tf.distribute.Strategy) -> Trainer:
     def model_fn():
         return model_cls(hparams, input_vocab, vocab["targets"])
 
-    if is_chief(strategy):
+    if is_chief():
         save_hparams(config.output_dir, hparams)
         save_flags(config.output_dir, flags_obj)
     trainer = Trainer(model_fn, hparams, problem, data_dir, config, strategy)
