@@ -9,7 +9,8 @@ on the same synthetic batch (`batch_tokens / length` sequences of `length` sourc
 tokens, no padding), each in its own loop that fetches the loss every step:
 * t2t_lite: the `Trainer`'s compiled train step (default strategy, t2t's label-smoothed loss
   over the global token count, gradient norm, Adam with t2t's schedule) on the `transformer`
-  model, reading loss, token count and gradient norm every step as `Trainer.train` does;
+  model, reading loss, token count and gradient norm back every step (`Trainer.train` reads
+  them only at each progress line, so this is the conservative setting);
 * baseline: the same shapes written plainly with `keras.layers.MultiHeadAttention`,
   `LayerNormalization`, `Dense`, an `Embedding` shared with the softmax, Keras' Adam and a
   masked sparse cross-entropy, in one `tf.function` train step.
@@ -182,8 +183,8 @@ class _FixedBatchProblem:
 def t2t_lite_step(hp: HParams, batch: dict, vocab: int, output_dir: str):
     """t2t_lite's Trainer train step (as `Trainer.train` runs it) on `batch`; () -> loss.
 
-    The loop of `Trainer.train` adds only host-side bookkeeping per step (reading the loss,
-    token count and gradient norm, which this function reads too).
+    The loop of `Trainer.train` adds only host-side bookkeeping per step; it reads the loss,
+    token count and gradient norm at progress lines, this function after every step.
     """
     keras.utils.set_random_seed(0)
     config = trainer_lib.RunConfig(output_dir=output_dir, num_decode_examples=0)

@@ -563,31 +563,33 @@ def _decode(encoder, ids) -> str:
 
 
 class _Stats:
-    """Training statistics between two progress lines."""
+    """Training statistics between two progress lines.
+
+    Step outputs are kept as tensors and read only at `flush`, so that the host does not wait
+    for every step to finish before dispatching the next one (on accelerators).
+    """
 
     def __init__(self, step: int):
         self.start_step = step
         self.start_time = time.time()
-        self.loss = self.tokens = self.grad_norm = 0.0
-        self.count = 0
+        self.outputs: list[dict] = []
 
     def add(self, out: dict) -> None:
-        tokens = float(out["tokens"])
-        self.loss += float(out["loss"]) * tokens
-        self.tokens += tokens
-        self.grad_norm += float(out["grad_norm"])
-        self.count += 1
+        self.outputs.append(out)
 
     def flush(self, step: int) -> dict[str, float]:
+        values = {key: np.array([float(o[key]) for o in self.outputs])
+                  for key in ("loss", "tokens", "grad_norm")}
         elapsed = max(time.time() - self.start_time, 1e-9)
-        values = {
-            "loss": self.loss / max(self.tokens, 1.0),
-            "global_norm/gradient_norm": self.grad_norm / max(self.count, 1),
+        tokens = float(values["tokens"].sum())
+        result = {
+            "loss": float((values["loss"] * values["tokens"]).sum()) / max(tokens, 1.0),
+            "global_norm/gradient_norm": float(values["grad_norm"].mean()),
             "global_step/sec": (step - self.start_step) / elapsed,
-            "tokens/sec": self.tokens / elapsed,
+            "tokens/sec": tokens / elapsed,
         }
         self.__init__(step)
-        return values
+        return result
 
 
 class _dtype_policy:
