@@ -235,3 +235,14 @@ def test_run_py_datagen_then_train_and_eval_then_restart(tmp_path):
     accuracy = events["metrics-algorithmic_reverse_binary40_test/targets/accuracy"]
     assert [step for step, _ in accuracy] == [6, 9]
     assert json.loads((tmp_path / "train" / "flags.json").read_text())["train_steps"] == 9
+
+
+@pytest.mark.slow
+def test_bfloat16_training_and_eval_without_loss_scaling(tmp_path):
+    trainer = _trainer(tmp_path, tiny_hparams(activation_dtype="bfloat16"), train_steps=2,
+                       log_step_count_steps=2, eval_steps=1)
+    stats = trainer.train(eval_every=2)
+    assert np.isfinite(stats["loss"]) and np.isfinite(trainer.last_eval_results["loss"])
+    assert trainer.optimizer.loss_scale is None
+    assert trainer.model.dtype_policy.compute_dtype == "bfloat16"
+    assert trainer.model.trainable_variables[0].dtype == tf.float32
