@@ -298,3 +298,20 @@ def test_mixed_bfloat16_policy_runs_and_stays_close():
 def test_unsupported_hparams_fail_early(override, message):
     with pytest.raises(ValueError, match=message):
         Transformer(create_hparams("transformer_tiny", override), 20, 20)
+
+
+def test_more_shards_than_symbols_gives_empty_shards_as_t2t():
+    """Every transformer_* set has 16 shards; a 12-symbol problem gets 4 zero-row shards."""
+    from t2t_lite.layers.modalities import shard_sizes
+
+    assert shard_sizes(12, 16) == [1] * 12 + [0] * 4
+    assert shard_sizes(1018, 16) == [64] * 10 + [63] * 6
+    hp = create_hparams("transformer_tiny", "hidden_size=32,filter_size=64,num_heads=2")
+    model = Transformer(hp, 12, 12)
+    features = {"inputs": tf.constant([[3, 4, 5, 1]]), "targets": tf.constant([[5, 4, 1]])}
+    assert model(features).shape == (1, 3, 12)
+    shapes = [tuple(w.shape) for w in model.weights if "/shared/weights_" in w.path]
+    assert shapes == [(1, 32)] * 12 + [(0, 32)] * 4
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_sum(model(features, training=True))
+    assert all(g is not None for g in tape.gradient(loss, model.trainable_variables))

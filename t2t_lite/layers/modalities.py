@@ -20,13 +20,12 @@ def shard_sizes(vocab_size: int, num_shards: int) -> list[int]:
       num_shards: S (hparams.symbol_modality_num_shards).
 
     Returns:
-      S row counts summing to V; the first `V % S` shards have one extra row.
+      S row counts summing to V; the first `V % S` shards have one extra row. When S > V the
+      last shards have 0 rows, as t2t creates them (a 12-symbol algorithmic problem with the
+      16 shards of every transformer_* set).
     """
-    if num_shards < 1 or num_shards > vocab_size:
-        raise ValueError(
-            f"symbol_modality_num_shards={num_shards} must be between 1 and the vocab size "
-            f"{vocab_size}"
-        )
+    if num_shards < 1:
+        raise ValueError(f"symbol_modality_num_shards={num_shards} must be at least 1")
     return [vocab_size // num_shards + (1 if i < vocab_size % num_shards else 0)
             for i in range(num_shards)]
 

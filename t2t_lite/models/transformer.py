@@ -28,39 +28,17 @@ import tensorflow as tf
 from t2t_lite import registry
 from t2t_lite.hparams import HParams
 from t2t_lite.layers import common_attention, common_layers, modalities
-from t2t_lite.utils import beam_search
+from t2t_lite.utils import beam_search, optimize
 
 NUM_TARGET_SPACES = 32
 
 
 def get_variable_initializer(hparams) -> keras.initializers.Initializer:
-    """t2t's default variable initializer for `hparams.initializer` and `initializer_gain`.
+    """t2t's default kernel initializer for `hparams` (see `optimize.get_variable_initializer`).
 
-    Args:
-      hparams: model HParams.
-
-    Returns:
-      A Keras initializer. "uniform_unit_scaling" = VarianceScaling(gain, fan_avg, uniform).
+    An empty `hparams.initializer` means TF1's `get_variable` default, Glorot uniform.
     """
-    gain = hparams.initializer_gain
-    name = hparams.initializer
-    if name == "uniform_unit_scaling":
-        return keras.initializers.VarianceScaling(gain, mode="fan_avg", distribution="uniform")
-    if name == "normal_unit_scaling":
-        # TF1's variance_scaling "normal" is the truncated normal.
-        return keras.initializers.VarianceScaling(
-            gain, mode="fan_avg", distribution="truncated_normal"
-        )
-    if name == "uniform":
-        return keras.initializers.RandomUniform(-0.1 * gain, 0.1 * gain)
-    if name == "orthogonal":
-        return keras.initializers.Orthogonal(gain)
-    if name == "xavier":
-        return keras.initializers.GlorotUniform()
-    raise ValueError(
-        f"hparams.initializer={name!r} is not supported; use uniform_unit_scaling, "
-        "normal_unit_scaling, uniform, orthogonal or xavier"
-    )
+    return optimize.get_variable_initializer(hparams) or keras.initializers.GlorotUniform()
 
 
 class TargetSpaceEmbedding(keras.layers.Layer):
