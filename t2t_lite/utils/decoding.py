@@ -429,8 +429,11 @@ def make_infer_fn(model: Any, decode_hp: HParams, target_space_id: int = 0) -> I
     return infer_fn
 
 
-def _run_flags(output_dir: str | None) -> dict:
-    """The training run's flags.json (empty when absent)."""
+def read_run_flags(output_dir: str | None) -> dict:
+    """The training run's `output_dir/flags.json` as a dict (empty when absent).
+
+    Decode and export take --problem, --hparams_set and --data_dir from it when not given.
+    """
     path = os.path.join(output_dir, "flags.json") if output_dir else None
     if path and os.path.exists(path):
         with open(path, encoding="utf-8") as f:
@@ -453,7 +456,7 @@ def load_hparams(output_dir: str | None, hparams_set: str | None, overrides: str
         with open(json_path, encoding="utf-8") as f:
             hparams = HParams.from_json(f.read())
         return hparams.parse(overrides) if overrides else hparams
-    raise ValueError("--mode=decode needs --hparams_set, or an --output_dir holding the run's "
+    raise ValueError("Decoding needs --hparams_set, or an --output_dir holding the run's "
                      "hparams.json")
 
 
@@ -472,7 +475,7 @@ def checkpoint_to_restore(checkpoint_path: str | None, output_dir: str | None) -
             raise ValueError(f"--checkpoint_path={checkpoint_path}: no {checkpoint_path}.index")
         return checkpoint_path
     if not output_dir:
-        raise ValueError("--mode=decode needs --output_dir or --checkpoint_path")
+        raise ValueError("Decoding needs --output_dir or --checkpoint_path")
     path = tf.train.latest_checkpoint(output_dir)
     if path is None:
         raise ValueError(f"No checkpoint in --output_dir={output_dir}; train first or give "
@@ -547,7 +550,7 @@ def main(flags) -> None:
     if flags.decode_interactive and flags.decode_from_file:
         raise SystemExit("--decode_interactive and --decode_from_file exclude each other")
     decode_hp = decode_hparams(flags.decode_hparams or "")
-    run_flags = _run_flags(flags.output_dir)
+    run_flags = read_run_flags(flags.output_dir)
     problem_name = flags.problem or run_flags.get("problem")
     hparams_set = flags.hparams_set or run_flags.get("hparams_set")
     data_dir = flags.data_dir or run_flags.get("data_dir")

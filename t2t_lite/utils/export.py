@@ -38,7 +38,6 @@ Serving needs TensorFlow only (no Keras, tensorflow-text or t2t_lite):
 """
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import tempfile
@@ -253,15 +252,6 @@ def export(module: ServingModule, export_dir: str) -> str:
     return final
 
 
-def _run_flags(output_dir: str | None) -> dict:
-    """The training run's flags.json (empty when absent), for defaults as in decode mode."""
-    path = os.path.join(output_dir, "flags.json") if output_dir else None
-    if path and os.path.exists(path):
-        with open(path, encoding="utf-8") as f:
-            return json.load(f)
-    return {}
-
-
 def main(flags) -> None:
     """run.py `--mode=export`: writes the SavedModel (see the module docstring) and prints
     its path. (Programs that want the path call `ServingModule` and `export` directly.)
@@ -271,7 +261,7 @@ def main(flags) -> None:
         hparams_set, hparams, model, decode_hparams); problem, hparams_set, data_dir and
         model default to the run's flags.json, as in decode mode.
     """
-    run_flags = _run_flags(flags.output_dir)
+    run_flags = decoding.read_run_flags(flags.output_dir)
     problem_name = flags.problem or run_flags.get("problem")
     hparams_set = flags.hparams_set or run_flags.get("hparams_set")
     data_dir = flags.data_dir or run_flags.get("data_dir")
