@@ -240,27 +240,29 @@ class TransformerDecoderLayer(_TransformerLayer):
         return x if cache is None else (x, cache)
 
 
-class TransformerEncoder(keras.layers.Layer):
-    """t2t's `transformer_encoder` (scope "encoder"): N layers, then one more preprocess
-    (the final layer norm of pre-norm sets; identity for "none").
+class _LayerStack(keras.layers.Layer):
+    """N layers `layer_0 .. layer_{N-1}` of one class, then one more preprocess (the final
+    layer norm of pre-norm sets; identity for "none"): what t2t's encoder and decoder share.
 
     Args:
       hparams: model HParams.
       initializer: kernel initializer.
+      layer_class: TransformerEncoderLayer or TransformerDecoderLayer.
+      num_layers: N.
     """
 
-    def __init__(self, hparams, initializer, name: str = "encoder", **kwargs):
+    def __init__(self, hparams, initializer, layer_class, num_layers: int, name: str,
+                 **kwargs):
         super().__init__(name=name, **kwargs)
         self.hidden_size = hparams.hidden_size
-        self.num_layers = hparams.num_encoder_layers or hparams.num_hidden_layers
+        self.num_layers = num_layers
         for i in range(self.num_layers):
             # Attributes, not a list: tf.train.Checkpoint only follows attributes.
-            setattr(self, f"layer_{i}", TransformerEncoderLayer(
-                hparams, initializer, name=f"layer_{i}"))
+            setattr(self, f"layer_{i}", layer_class(hparams, initializer, name=f"layer_{i}"))
         self.output_norm = common_layers.layer_preprocess(hparams)
 
     @property
-    def layers_(self) -> list[TransformerEncoderLayer]:
+    def layers_(self) -> list[keras.layers.Layer]:
         """The layers `layer_0 .. layer_{N-1}`, in order."""
         return [getattr(self, f"layer_{i}") for i in range(self.num_layers)]
 
@@ -268,6 +270,19 @@ class TransformerEncoder(keras.layers.Layer):
         for layer in self.layers_:
             layer.build()
         self.output_norm.build((None, None, self.hidden_size))
+
+
+class TransformerEncoder(_LayerStack):
+    """t2t's `transformer_encoder` (scope "encoder").
+
+    Args:
+      hparams: model HParams.
+      initializer: kernel initializer.
+    """
+
+    def __init__(self, hparams, initializer, name: str = "encoder", **kwargs):
+        super().__init__(hparams, initializer, TransformerEncoderLayer,
+                         hparams.num_encoder_layers or hparams.num_hidden_layers, name, **kwargs)
 
     def call(self, x: tf.Tensor, bias: tf.Tensor, training: bool | None = None) -> tf.Tensor:
         """Args: x: [B, L, D] prepared input; bias: [B, 1, 1, L]. Returns: [B, L, D]."""
@@ -276,8 +291,8 @@ class TransformerEncoder(keras.layers.Layer):
         return self.output_norm(x, training=training)
 
 
-class TransformerDecoder(keras.layers.Layer):
-    """t2t's `transformer_decoder` (scope "decoder"): N layers, then the final preprocess.
+class TransformerDecoder(_LayerStack):
+    """t2t's `transformer_decoder` (scope "decoder").
 
     Args:
       hparams: model HParams.
@@ -285,24 +300,8 @@ class TransformerDecoder(keras.layers.Layer):
     """
 
     def __init__(self, hparams, initializer, name: str = "decoder", **kwargs):
-        super().__init__(name=name, **kwargs)
-        self.hidden_size = hparams.hidden_size
-        self.num_layers = hparams.num_decoder_layers or hparams.num_hidden_layers
-        for i in range(self.num_layers):
-            # Attributes, not a list: tf.train.Checkpoint only follows attributes.
-            setattr(self, f"layer_{i}", TransformerDecoderLayer(
-                hparams, initializer, name=f"layer_{i}"))
-        self.output_norm = common_layers.layer_preprocess(hparams)
-
-    @property
-    def layers_(self) -> list[TransformerDecoderLayer]:
-        """The layers `layer_0 .. layer_{N-1}`, in order."""
-        return [getattr(self, f"layer_{i}") for i in range(self.num_layers)]
-
-    def build(self, input_shape=None) -> None:
-        for layer in self.layers_:
-            layer.build()
-        self.output_norm.build((None, None, self.hidden_size))
+        super().__init__(hparams, initializer, TransformerDecoderLayer,
+                         hparams.num_decoder_layers or hparams.num_hidden_layers, name, **kwargs)
 
     def call(
         self,
