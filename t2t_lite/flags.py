@@ -61,7 +61,14 @@ flags.DEFINE_bool("eval_use_test_set", False, "Evaluate on the test split instea
 flags.DEFINE_integer("log_step_count_steps", 100, "Print a progress line every this many steps.")
 flags.DEFINE_integer("worker_gpu", 1, "Number of GPUs (replicas) on this host.")
 flags.DEFINE_integer("worker_replicas", 1, "Number of worker hosts (TF_CONFIG describes them).")
-flags.DEFINE_string("warm_start_from", None, "Checkpoint to initialise the model from.")
+flags.DEFINE_string(
+    "warm_start_from", None,
+    "t2t_lite or original t2t checkpoint (prefix or directory) to initialise the model from "
+    "when output_dir has no checkpoint yet; every model variable must match.")
+flags.DEFINE_bool(
+    "warm_start_partial", False,
+    "With --warm_start_from: load the model variables that match and keep the others' "
+    "initial values (they are listed) instead of stopping.")
 flags.DEFINE_bool("deterministic", False, "Enable TensorFlow op determinism (needs --random_seed).")
 
 # --- t2t-datagen ----------------------------------------------------------------------------

@@ -8,8 +8,13 @@ all-reduced first), so the summed gradient is the gradient of the global per-tok
 any number of replicas; gradients are summed over replicas once, then clipped (t2t's
 `clip_grad_norm`) and applied (`t2t_lite.utils.optimize`).
 
+Dropout draws independent masks on every replica, worker and step: each replica's step
+function seeds the stateless dropout of the model's layers with (--random_seed, global step,
+replica id) (`common_layers.dropout_seed`), so masks are reproducible from --random_seed and
+a resumed run draws the masks of an uninterrupted one without any RNG state in checkpoints.
+
 Outputs in `output_dir`, as t2t's: checkpoints `ckpt-<n>` (tf.train.CheckpointManager: global
-step, model, optimizer slots, multistep accumulators, dropout seed states; with --deterministic
+step, model, optimizer slots, multistep accumulators; with --deterministic
 also the input pipeline position), `hparams.json` (sorted keys; on restart it overrides the hparams set, as in
 t2t), `flags.json`, TensorBoard events (training scalars here, eval metrics in `eval/`).
 Restarting resumes from the latest checkpoint.
@@ -19,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import random
 import shutil
 import time
 from collections.abc import Callable
@@ -35,7 +41,7 @@ from t2t_lite import registry
 from t2t_lite.hparams import HParams, create_hparams
 from t2t_lite.layers import common_layers
 from t2t_lite.utils import metrics as metrics_lib
-from t2t_lite.utils import optimize
+from t2t_lite.utils import optimize, warm_start
 
 TRAIN, EVAL = "train", "eval"
 CHECKPOINT_PREFIX = "ckpt"
@@ -54,7 +60,8 @@ class RunConfig:
       save_checkpoints_steps: checkpoint every this many steps (None: local_eval_frequency).
       keep_checkpoint_max: checkpoints kept.
       log_step_count_steps: progress line and training summaries every this many steps.
-      random_seed: seeds Python, NumPy, TensorFlow, Keras and the input pipeline.
+      random_seed: seeds Python, NumPy, TensorFlow, Keras, the input pipeline and the
+        dropout masks (None: a random seed per run).
       deterministic: TensorFlow op determinism (needs random_seed); also checkpoints the input
         pipeline position so that a resumed run sees the same batches.
       num_decode_examples: eval examples decoded greedily into text summaries (0 = none).
@@ -243,6 +250,11 @@ class Trainer:
             )
         self._eval_step_fn = None
         self.last_eval_results: dict[str, float] = {}
+        # Dropout masks derive from this seed, the global step and the replica id.
+        common_layers.number_dropout_layers(self.model)
+        self.dropout_base_seed = (
+            config.random_seed if config.random_seed is not None
+            else random.SystemRandom().randrange(2**31))
 
     @property
     def step(self) -> int:
@@ -253,8 +265,8 @@ class Trainer:
     def _checkpoint_manager(self, iterator=None) -> tf.train.CheckpointManager:
         objects = {"step": self.global_step, "model": self.model,
                    **self.optimizer.checkpoint_objects()}
-        # Keras' dropout seed-generator states are model variables that tf.train.Checkpoint
-        # does not reach through the layers; without them a resumed run draws other masks.
+        # Non-trainable model state (none in the Transformer) is not reached by
+        # tf.train.Checkpoint through Keras 3 layers: save it explicitly.
         if self.model.non_trainable_variables:
             objects["model_state"] = list(self.model.non_trainable_variables)
         if iterator is not None:
@@ -307,13 +319,20 @@ class Trainer:
         return features
 
     # --- Train step -------------------------------------------------------------------------
+    def replica_dropout_context(self):
+        """Context (entered in replica context) in which the model's dropout layers draw
+        this replica's masks for the current global step (see `common_layers.dropout_seed`)."""
+        replica_id = tf.distribute.get_replica_context().replica_id_in_sync_group
+        return common_layers.dropout_seed(common_layers.step_dropout_seed(
+            self.dropout_base_seed, tf.convert_to_tensor(self.global_step), replica_id))
+
     def _replica_train_step(self, features: dict, update: bool) -> dict:
         ctx = tf.distribute.get_replica_context()
         replicas = ctx.num_replicas_in_sync
         variables = self.model.trainable_variables
         features = self._features(features)
         targets = features["targets"]
-        with tf.GradientTape() as tape:
+        with tf.GradientTape() as tape, self.replica_dropout_context():
             logits = self.model(features, training=True)
             num, den = common_layers.padded_cross_entropy(
                 logits, targets, self.hparams.label_smoothing
@@ -379,6 +398,9 @@ class Trainer:
         iterator = iter(dataset)
         manager = self._checkpoint_manager(iterator if config.deterministic else None)
         step = self.restore(manager)
+        if step:
+            logging.info("Resuming training at global step %d: %s", step,
+                         self._resumed_data_order())
         if step >= config.train_steps:
             logging.info("Global step %d >= train_steps %d: nothing to train", step,
                          config.train_steps)
@@ -405,6 +427,17 @@ class Trainer:
                 logging.info("Stopping at step %d: the stop condition holds", step)
                 break
         return last
+
+    def _resumed_data_order(self) -> str:
+        """What a resumed run reads first (for the log line at resume)."""
+        if self.config.deterministic:
+            return "the input pipeline continues where the checkpoint left it (--deterministic)"
+        if self.config.random_seed is not None:
+            return ("the training data order restarts from its beginning: the batches of steps "
+                    f"0, 1, ... of --random_seed={self.config.random_seed} are read again, as "
+                    "in t2t (--deterministic restores the input position instead)")
+        return ("the training data order restarts with a new random shuffle, as in t2t "
+                "(--deterministic with --random_seed restores the input position instead)")
 
     def _log_progress(self, stats: _Stats, step: int) -> dict[str, float]:
         values = stats.flush(step)
@@ -667,10 +700,8 @@ def build_trainer(flags_obj: Any, strategy: tf.distribute.Strategy) -> Trainer:
         save_flags(config.output_dir, flags_obj)
     trainer = Trainer(model_fn, hparams, problem, data_dir, config, strategy)
     if flags_obj.warm_start_from and not tf.train.latest_checkpoint(config.output_dir):
-        tf.train.Checkpoint(model=trainer.model).restore(
-            tf.train.latest_checkpoint(flags_obj.warm_start_from) or flags_obj.warm_start_from
-        ).expect_partial()
-        logging.info("Warm-started the model from %s", flags_obj.warm_start_from)
+        warm_start.warm_start(trainer.model, os.path.expanduser(flags_obj.warm_start_from),
+                              allow_partial=getattr(flags_obj, "warm_start_partial", False))
     return trainer
 
 

@@ -2,7 +2,9 @@
 
 * 1 replica vs MirroredStrategy over 2 logical CPUs with the same global batch: same loss and
   weights (plain Adam after one step; multistep with weight decay and clipping after two
-  updates);
+  updates), dropout off;
+* dropout on, 2 mirrored replicas: each replica draws its own masks, new ones at every step,
+  the same ones again for the same (--random_seed, step), and training runs;
 * two MultiWorkerMirroredStrategy workers on loopback agree on the weights;
 * SIGKILL mid-run, restart: resumes from the last checkpoint and, with op determinism, ends
   with exactly the weights of an uninterrupted run.
@@ -76,18 +78,82 @@ REPLICA_CHECK = """
             "max_weight_diff": max(float(np.max(np.abs(a - b))) for a, b in zip(w1, w2)),
             "max_update": max(float(np.max(np.abs(a))) for a in w1),
         }
+
+    # Dropout on: the same features on both replicas, teacher-forced logits under the
+    # trainer's per-replica dropout seeds.
+    hparams = tiny_hparams(0.3)
+    problem = ReverseProblem(4, shuffle=False)
+
+    def dropout_trainer(name, seed):
+        config = trainer_lib.RunConfig(output_dir=f"{OUT}/{name}", train_steps=2,
+                                       log_step_count_steps=1, num_decode_examples=0,
+                                       random_seed=seed)
+        return trainer_lib.Trainer(model_fn(hparams), hparams, problem, "", config, mirrored)
+
+    def per_replica_logits(trainer, step):
+        trainer.global_step.assign(step)
+        features = trainer._features(
+            {k: tf.constant(v[:4]) for k, v in problem.data["eval"].items()})
+
+        @tf.function
+        def logits_under_dropout():
+            with trainer.replica_dropout_context():
+                return trainer.model(features, training=True)
+
+        out = mirrored.run(logits_under_dropout)
+        return [t.numpy() for t in mirrored.experimental_local_results(out)]
+
+    def differ(a, b):
+        return float(np.max(np.abs(a - b)))
+
+    seed5, seed6 = dropout_trainer("seed5", 5), dropout_trainer("seed6", 6)
+    seed6.model.set_weights(seed5.model.get_weights())
+    step0, step0_again = per_replica_logits(seed5, 0), per_replica_logits(seed5, 0)
+    step1 = per_replica_logits(seed5, 1)
+    step0_seed6 = per_replica_logits(seed6, 0)
+    no_dropout = seed5.model(seed5._features(
+        {k: tf.constant(v[:4]) for k, v in problem.data["eval"].items()}), training=False)
+    report["dropout"] = {
+        "replica0_vs_replica1": differ(*step0),
+        "step0_vs_step1": [differ(a, b) for a, b in zip(step0, step1)],
+        "step0_vs_step0_again": [differ(a, b) for a, b in zip(step0, step0_again)],
+        "seed5_vs_seed6": [differ(a, b) for a, b in zip(step0, step0_seed6)],
+        "dropout_vs_none": differ(step0[0], no_dropout.numpy()),
+    }
+    seed5.global_step.assign(0)
+    report["dropout_training_loss"] = seed5.train()["loss"]
     print("REPORT " + json.dumps(report))
 """
 
 
+@pytest.fixture(scope="module")
+def replica_report(tmp_path_factory):
+    """Runs REPLICA_CHECK once (one process with 2 logical CPUs) for the tests below."""
+    out = tmp_path_factory.mktemp("replicas")
+    stdout = _run_python(f"OUT = {str(out)!r}\n" + textwrap.dedent(REPLICA_CHECK), timeout=400)
+    return json.loads(stdout.split("REPORT ", 1)[1])
+
+
 @pytest.mark.slow
-def test_one_replica_equals_two_mirrored_replicas(tmp_path):
-    out = _run_python(f"OUT = {str(tmp_path)!r}\n" + textwrap.dedent(REPLICA_CHECK))
-    report = json.loads(out.split("REPORT ", 1)[1])
-    for name, case in report.items():
+def test_one_replica_equals_two_mirrored_replicas(replica_report):
+    for name in ("adam", "multistep_decay_clip"):
+        case = replica_report[name]
         loss1, loss2 = case["loss"]
         assert loss1 == pytest.approx(loss2, rel=1e-5, abs=1e-6), name
         assert case["max_weight_diff"] < 1e-5, (name, case)
+
+
+@pytest.mark.slow
+def test_dropout_masks_differ_per_replica_and_step_and_repeat_per_seed(replica_report):
+    report = replica_report["dropout"]
+    # Identical inputs on both replicas: only the dropout masks can make the logits differ.
+    assert report["replica0_vs_replica1"] > 1e-3
+    assert min(report["step0_vs_step1"]) > 1e-3
+    assert min(report["seed5_vs_seed6"]) > 1e-3
+    assert report["dropout_vs_none"] > 1e-3
+    # Same (random_seed, step, replica): the same masks, e.g. after a restart at that step.
+    assert max(report["step0_vs_step0_again"]) == 0.0
+    assert np.isfinite(replica_report["dropout_training_loss"])
 
 
 def _free_ports(count):
@@ -178,7 +244,10 @@ def test_sigkill_and_restart_resumes_to_the_same_weights(tmp_path):
         resumed_log = tmp_path / "resumed.log"
         resumed = _start(["--output_dir", str(tmp_path / "run"), *common], _env(), resumed_log)
         assert resumed.wait(timeout=240) == 0, _log(resumed_log)
-        assert "Restored" in _log(resumed_log, tail=100000)
+        resumed_text = _log(resumed_log, tail=100000)
+        assert "Restored" in resumed_text
+        assert ("Resuming training at global step 4: the input pipeline continues where the "
+                "checkpoint left it" in resumed_text)
         assert reference.wait(timeout=240) == 0, _log(reference_log)
     finally:
         for process in (reference, killed):

@@ -1,5 +1,6 @@
 """The training loop on one device: outputs, TensorBoard events, resume, multistep, fp16."""
 import json
+import logging
 import os
 
 import numpy as np
@@ -74,7 +75,7 @@ def test_eval_metrics_match_a_direct_computation(tmp_path):
 
 
 @pytest.mark.slow
-def test_restart_resumes_from_latest_checkpoint(tmp_path):
+def test_restart_resumes_from_latest_checkpoint(tmp_path, caplog):
     first = _trainer(tmp_path, train_steps=6, save_checkpoints_steps=3)
     first.train()
     saved = [v.numpy() for v in first.model.trainable_variables]
@@ -83,7 +84,12 @@ def test_restart_resumes_from_latest_checkpoint(tmp_path):
     for a, b in zip(saved, second.model.trainable_variables):
         np.testing.assert_array_equal(a, b.numpy())
     assert int(second.optimizer.inner_optimizer.iterations) == 6
-    second.train()
+    with caplog.at_level(logging.INFO):
+        second.train()
+    # One line says where training resumes and that the data order starts over (t2t's).
+    assert ("Resuming training at global step 6: the training data order restarts from its "
+            "beginning" in caplog.text)
+    assert "--deterministic restores the input position" in caplog.text
     assert second.step == 9
     assert tf.train.latest_checkpoint(str(tmp_path)).endswith("ckpt-9")
     # t2t's continuous_eval: evaluates the newest checkpoint, stops once it is at train_steps.

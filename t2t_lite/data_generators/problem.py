@@ -386,12 +386,15 @@ class Problem:
         repeat = is_training if repeat is None else repeat
         self.get_hparams(hparams, data_dir=data_dir)
         files = self.data_filenames(data_dir, dataset_split or mode, shard=shard)
-        rng = random.Random(seed)
         # t2t reads training data sloppily (fastest); a seed asks for a reproducible order.
         deterministic = not is_training or seed is not None
 
         record_shard = None
-        if input_context is not None and input_context.num_input_pipelines > 1:
+        pipelines = input_context.num_input_pipelines if input_context is not None else 1
+        # Each input pipeline (worker) shuffles and skips with its own stream of the seed.
+        rng = random.Random(seed if seed is None or pipelines == 1
+                            else f"{seed}/{input_context.input_pipeline_id}")
+        if pipelines > 1:
             num, index = input_context.num_input_pipelines, input_context.input_pipeline_id
             if len(files) >= num:
                 files = files[index::num]

@@ -8,7 +8,9 @@ Activations are 3-D `[B, L, D]` (t2t's 4-D `[B, L, 1, D]` layout is not used).
 """
 from __future__ import annotations
 
+import contextlib
 import math
+import threading
 from collections.abc import Sequence
 
 import keras
@@ -74,15 +76,89 @@ def fresh_initializer(initializer) -> keras.initializers.Initializer:
     return initializer.__class__.from_config(initializer.get_config())
 
 
+_SEEDS = threading.local()
+
+
+@contextlib.contextmanager
+def dropout_seed(seed):
+    """Makes every `Dropout` called inside draw its mask from stateless RNG seeded by `seed`.
+
+    Each Dropout folds its own `salt` (see `number_dropout_layers`) into `seed`, so the layers
+    of one step draw independent masks, and a step's masks depend on nothing but `seed`: no
+    random-generator state to mirror across replicas, to checkpoint or to restore. The
+    trainer derives `seed` from (--random_seed, global step, replica id) inside each replica's
+    step function (`step_dropout_seed`). The context is per thread, as tf.distribute runs each
+    replica's function on its own thread.
+
+    Args:
+      seed: int32/int64 [2] tensor, or None to leave the enclosing seed (if any) in force.
+
+    Yields:
+      None.
+    """
+    stack = _SEEDS.__dict__.setdefault("stack", [])
+    stack.append(seed if seed is not None else current_dropout_seed())
+    try:
+        yield
+    finally:
+        stack.pop()
+
+
+def current_dropout_seed() -> tf.Tensor | None:
+    """The seed of the innermost `dropout_seed` context of this thread, or None."""
+    stack = _SEEDS.__dict__.get("stack")
+    return stack[-1] if stack else None
+
+
+def step_dropout_seed(base_seed: int, step, replica_id) -> tf.Tensor:
+    """The dropout seed of one replica at one training step.
+
+    Args:
+      base_seed: --random_seed (or a random number drawn once per run without one).
+      step: int scalar global step (micro-batches, before this step's increment).
+      replica_id: int scalar replica id in the sync group (global across workers under
+        MultiWorkerMirroredStrategy).
+
+    Returns:
+      int64 [2]: a seed that differs for every (base_seed, step, replica_id).
+    """
+    seed = tf.constant([base_seed % 2**63, 0x7432_7432], tf.int64)
+    seed = tf.random.experimental.stateless_fold_in(seed, tf.cast(step, tf.int64))
+    return tf.random.experimental.stateless_fold_in(seed, tf.cast(replica_id, tf.int64))
+
+
+def number_dropout_layers(layer: keras.layers.Layer) -> int:
+    """Gives every Dropout inside `layer` its own salt 1, 2, ... in layer-tracking order.
+
+    The order is the order in which the model creates its layers, so the salts are the same
+    in every process that builds the same architecture.
+
+    Args:
+      layer: a model or layer.
+
+    Returns:
+      The number of Dropout layers numbered.
+    """
+    count = 0
+    for sublayer in layer._flatten_layers(include_self=True, recursive=True):
+        if isinstance(sublayer, Dropout):
+            count += 1
+            sublayer.salt = count
+    return count
+
+
 class Dropout(keras.layers.Layer):
     """Inverted dropout whose mask may be shared along axes (t2t's `dropout_with_broadcast_dims`).
 
-    Active only when called with `training=True` and `rate > 0`.
+    Active only when called with `training=True` and `rate > 0`. Inside a `dropout_seed`
+    context the mask comes from `tf.nn.experimental.stateless_dropout` with the context's seed
+    folded with this layer's `salt`; outside one it comes from TensorFlow's stateful RNG
+    (seeded by `seed` and the global seed), for direct use of a layer or model.
 
     Args:
       rate: probability of dropping a unit (t2t passes `1 - rate` as keep_prob).
       broadcast_dims: axes sharing one mask; a t2t `"0,1"`-style string or a list of ints.
-      seed: optional integer seed.
+      seed: optional integer op seed of the stateful fallback.
     """
 
     def __init__(
@@ -100,18 +176,25 @@ class Dropout(keras.layers.Layer):
         self.rate = float(rate)
         self.broadcast_dims = list(broadcast_dims)
         self.seed = seed
-        # Only layers that can drop anything own a seed state variable.
-        self.seed_generator = keras.random.SeedGenerator(seed) if self.rate > 0 else None
+        # Which stream of the step seed this layer draws from (`number_dropout_layers`).
+        self.salt = 0
         self.built = True
 
     def call(self, inputs: tf.Tensor, training: bool | None = None) -> tf.Tensor:
         """Args: inputs: any shape. Returns: the same shape, dropped out when training."""
         if not training or self.rate == 0.0:
             return inputs
-        noise_shape = broadcast_noise_shape(len(inputs.shape), self.broadcast_dims)
-        return keras.random.dropout(
-            inputs, self.rate, noise_shape=noise_shape, seed=self.seed_generator
-        )
+        rank = len(inputs.shape)
+        shape = tf.shape(inputs)
+        broadcast = broadcast_noise_shape(rank, self.broadcast_dims)
+        noise_shape = None if broadcast is None else tf.where(
+            tf.constant([d == 1 for d in broadcast]), 1, shape)
+        seed = current_dropout_seed()
+        if seed is None:
+            return tf.nn.dropout(inputs, self.rate, noise_shape=noise_shape, seed=self.seed)
+        seed = tf.random.experimental.stateless_fold_in(seed, self.salt)
+        return tf.nn.experimental.stateless_dropout(
+            inputs, self.rate, seed, noise_shape=noise_shape)
 
     def get_config(self) -> dict:
         config = super().get_config()

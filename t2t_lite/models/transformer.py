@@ -467,6 +467,7 @@ class Transformer(keras.Model):
         # checkpoints and SavedModels of the model never include them.
         object.__setattr__(self, "_infer_functions", {})
         self.build()
+        common_layers.number_dropout_layers(self)
 
     def build(self, input_shape=None) -> None:
         self.modality.build()
