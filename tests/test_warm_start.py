@@ -82,14 +82,16 @@ def test_t2t_checkpoint_of_another_architecture_fails_with_the_list(t2t_fixtures
 
 
 def _flags(tmp_path, output, **overrides):
-    values = dict(
-        problem="algorithmic_reverse_binary40_test", hparams_set="transformer_tiny",
-        hparams="hidden_size=32,filter_size=64,num_heads=2,symbol_modality_num_shards=4",
-        output_dir=str(tmp_path / output), data_dir=str(tmp_path / "data"), model="transformer",
-        generate_data=False, tmp_dir=str(tmp_path / "tmp"), train_steps=2, eval_steps=1,
-        local_eval_frequency=2, save_checkpoints_steps=None, keep_checkpoint_max=3,
-        log_step_count_steps=1, random_seed=1, deterministic=False, eval_use_test_set=False,
-        warm_start_from=None, warm_start_partial=False)
+    values = {
+        "problem": "algorithmic_reverse_binary40_test", "hparams_set": "transformer_tiny",
+        "hparams": "hidden_size=32,filter_size=64,num_heads=2,symbol_modality_num_shards=4",
+        "output_dir": str(tmp_path / output), "data_dir": str(tmp_path / "data"),
+        "model": "transformer", "generate_data": False, "tmp_dir": str(tmp_path / "tmp"),
+        "train_steps": 2, "eval_steps": 1, "local_eval_frequency": 2,
+        "save_checkpoints_steps": None, "keep_checkpoint_max": 3, "log_step_count_steps": 1,
+        "random_seed": 1, "deterministic": False, "eval_use_test_set": False,
+        "warm_start_from": None, "warm_start_partial": False,
+    }
     values.update(overrides)
     return types.SimpleNamespace(**values)
 
@@ -124,5 +126,5 @@ def test_t2t_lite_checkpoint_warm_start_through_build_trainer(tmp_path):
                 "num_hidden_layers=3"), strategy)
     layer0 = "transformer/body/encoder/layer_0/ffn/conv1/kernel"
     np.testing.assert_array_equal(
-        [v for v in partial.model.trainable_variables if v.path == layer0][0].numpy(),
+        next(v for v in partial.model.trainable_variables if v.path == layer0).numpy(),
         trained[layer0])
