@@ -334,3 +334,37 @@ def test_matches_tensor2tensor(alpha, stop_early):
     expected_ids, expected_scores = T2T_EXPECTED[(alpha, stop_early)]
     np.testing.assert_array_equal(ids.numpy(), expected_ids)
     np.testing.assert_allclose(scores.numpy(), expected_scores, rtol=1e-6)
+
+
+def test_t2t_calling_conventions_and_layout():
+    """t2t's `fn(ids)` without states (and `fn(ids, i)` with use_tpu) give the same search as
+    t2t_lite's `fn(ids, i, states)`; keep_start_column returns t2t's [B, K, T + 1] layout."""
+    table = tf.constant(GREEDY_IS_WRONG)
+
+    def t2t_fn(ids):  # t2t's convention without states: ids in, logits out
+        return tf.gather(table, ids[:, -1])
+
+    def t2t_tpu_fn(ids, i):
+        del i
+        return tf.gather(table, ids[:, -1])
+
+    def lite_fn(ids, i, states):
+        return tf.gather(table, ids[:, -1]), states
+
+    initial = tf.zeros([2], tf.int32)
+    want_ids, want_scores, want_states = beam_search.beam_search(
+        lite_fn, initial, 2, 5, V, 0.0)
+    assert want_states is None
+    assert want_ids.numpy()[0, 0].tolist()[:2] == [B, EOS]
+    for fn, kwargs in ((t2t_fn, {}), (t2t_tpu_fn, {"use_tpu": True}),
+                       (t2t_fn, {"use_tpu": False, "use_top_k_with_unique": False})):
+        ids, scores, states = beam_search.beam_search(fn, initial, 2, 5, V, 0.0, **kwargs)
+        np.testing.assert_array_equal(ids.numpy(), want_ids.numpy())
+        np.testing.assert_array_equal(scores.numpy(), want_scores.numpy())
+        assert states is None
+    t2t_ids, t2t_scores, _ = beam_search.beam_search(
+        t2t_fn, initial, 2, 5, V, 0.0, keep_start_column=True)
+    assert t2t_ids.shape == (2, 2, want_ids.shape[2] + 1)
+    np.testing.assert_array_equal(t2t_ids.numpy()[:, :, 0], 0)
+    np.testing.assert_array_equal(t2t_ids.numpy()[:, :, 1:], want_ids.numpy())
+    np.testing.assert_array_equal(t2t_scores.numpy(), want_scores.numpy())

@@ -25,6 +25,7 @@ same rows). The output keeps t2t's length: the number of steps actually run.
 """
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from typing import Any
 
@@ -95,11 +96,25 @@ def beam_search(
     states: Any = None,
     eos_id: int = EOS_ID,
     stop_early: bool = True,
+    use_tpu: bool = False,
+    use_top_k_with_unique: bool = True,
+    keep_start_column: bool = False,
 ) -> tuple[tf.Tensor, tf.Tensor, Any]:
     """Beam search with length penalty ((5 + length) / 6)^alpha (t2t's `beam_search`).
 
     Runs as a `tf.while_loop`; call it inside a `tf.function` for speed (it also runs
     eagerly, one Python iteration per step).
+
+    t2t compatibility: t2t's arguments and calling conventions are accepted, so code written
+    for `tensor2tensor.utils.beam_search.beam_search` runs unchanged apart from the output
+    layout, which is t2t_lite's by default and t2t's with `keep_start_column=True`:
+    * With `states=None`, a `symbols_to_logits_fn` that takes only `ids` is called t2t's way,
+      `fn(ids) -> logits` (with `use_tpu=True`, one taking `(ids, i)` as `fn(ids, i)`).
+    * `use_tpu` and `use_top_k_with_unique` select t2t's TPU variants of the same search;
+      the fixed-size buffers here are already t2t's TPU layout, so they change nothing.
+    * t2t returns the start column (ids `[B, K, T + 1]`, column 0 = `initial_ids`) and its
+      Transformer drops it; t2t_lite's callers want the decoded tokens only, so by default
+      the column is dropped here (`[B, K, T]`); `keep_start_column=True` gives t2t's layout.
 
     Args:
       symbols_to_logits_fn: `fn(ids, i, states) -> (logits, states)`. `ids` int32
@@ -107,6 +122,7 @@ def beam_search(
         int32 scalar step, `states` the nested structure below with every tensor merged to
         [B * K, ...]; returns float logits [B * K, V] for the next token and the updated
         states, which must keep their shapes (preallocate caches, write position i).
+        With `states=None` also t2t's `fn(ids) -> logits` (see above).
       initial_ids: int32 [B], the start symbol of every batch element (0 in t2t).
       beam_size: K >= 1.
       decode_length: maximum number of steps (int or int32 scalar tensor).
@@ -118,18 +134,27 @@ def beam_search(
       stop_early: stop when the best finished score of every batch element can no longer be
         beaten (t2t uses True when returning one beam). With False, stop only once the
         lowest finished score over the whole batch beats every best alive bound.
+      use_tpu: t2t's flag; with `states=None` it makes a two-argument `fn(ids, i)` valid.
+      use_top_k_with_unique: t2t's TPU top-k flag; accepted, no effect.
+      keep_start_column: return t2t's `[B, K, T + 1]` ids with the start column.
 
     Returns:
       (ids, scores, states):
-        ids int32 [B, K, T], best first, without the start column; T = number of steps run.
+        ids int32 [B, K, T], best first, without the start column (with
+          `keep_start_column`, [B, K, T + 1] starting with `initial_ids`); T = number of
+          steps run.
           Finished hypotheses are 0-padded after their EOS. A batch element with no finished
           hypothesis gets its alive hypotheses instead.
         scores float32 [B, K]: finished hypotheses' length-normalised log-probabilities
           (log p / ((5 + length) / 6)^alpha, length including EOS), -1e7 for empty finished
           slots; for a batch element without any finished hypothesis, the alive
           hypotheses' raw log-probabilities.
-        states: the final states, [B, K, ...] (ordered like the final alive hypotheses).
+        states: the final states, [B, K, ...] (ordered like the final alive hypotheses);
+          None when `states` was None.
     """
+    del use_top_k_with_unique  # t2t's TPU top-k; the search here is exact either way.
+    caller_states = states
+    symbols_to_logits_fn = _accept_t2t_convention(symbols_to_logits_fn, states, use_tpu)
     if not isinstance(beam_size, int) or beam_size < 1:
         raise ValueError(f"beam_search: beam_size must be an int >= 1, got {beam_size!r}")
     if isinstance(vocab_size, int) and vocab_size < 2:
@@ -231,8 +256,39 @@ def beam_search(
     has_finished = tf.reduce_any(finished_flags, axis=1)
     seq = tf.where(has_finished[:, None, None], finished_seq, alive_seq)
     scores = tf.where(has_finished[:, None], finished_scores, alive_log_probs)
-    seq = seq[:, :, 1: steps + 1]
+    seq = seq[:, :, (0 if keep_start_column else 1): steps + 1]
+    if caller_states is None:
+        return seq, scores, None
     out_states = tf.nest.map_structure(
         lambda s: unmerge_beam_dim(s, batch_size, k), flat_states
     )
     return seq, scores, out_states
+
+
+def _accept_t2t_convention(fn: Callable, states: Any, use_tpu: bool) -> SymbolsToLogitsFn:
+    """`fn` as `fn(ids, i, states) -> (logits, states)`.
+
+    Without states t2t calls `fn(ids)` (`fn(ids, i)` on TPU) and gets logits only; a
+    function that cannot take `(ids, i, states)` but takes those arguments is wrapped.
+    """
+    if states is not None:
+        return fn
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return fn
+
+    def accepts(count: int) -> bool:
+        try:
+            signature.bind(*range(count))
+        except TypeError:
+            return False
+        return True
+
+    if accepts(3):
+        return fn
+    if use_tpu and accepts(2):
+        return lambda ids, i, unused_states: (fn(ids, i), unused_states)
+    if accepts(1):
+        return lambda ids, i, unused_states: (fn(ids), unused_states)
+    return fn
