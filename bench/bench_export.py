@@ -70,7 +70,7 @@ def main() -> None:
         start = time.perf_counter()
         module = export.ServingModule(
             model, encoder.all_subtoken_strings, encoder.all_subtoken_strings, decode_hp,
-            export.input_length_limit(hparams, decode_hp), 0)
+            decoding.input_length_limit(decode_hp), 0)
         path = export.export(module, tmp)
         export_s = time.perf_counter() - start
         start = time.perf_counter()

@@ -25,9 +25,10 @@ CKPT = "ckpt_A_trained"
 SIGNATURES = ("serving_default", "encode_decode_ids", "encode", "decode")
 # Decode hparams of the exported model (and of decode mode when compared with it): t2t's
 # defaults (beam 4, alpha 0.6) with a shorter extra length, because the fixture model often
-# repeats a token until the length limit.
+# repeats a token until the length limit, and t2t's max_input_size=256 (decode and export cut
+# inputs by this one rule; without it both decode inputs whole).
 EXTRA_LENGTH = 30
-DECODE_HPARAMS = f"extra_length={EXTRA_LENGTH}"
+DECODE_HPARAMS = f"extra_length={EXTRA_LENGTH},max_input_size=256"
 
 # Runs in a fresh interpreter: only TensorFlow is imported, then the SavedModel translates
 # the batches given as JSON and reports which packages got loaded.
@@ -129,12 +130,38 @@ def test_cut_at_eos():
     assert export.cut_at_eos(tf.zeros([2, 0], tf.int32)).to_list() == [[], []]
 
 
-def test_input_length_limit():
-    hp = create_hparams("transformer_tiny")
-    assert export.input_length_limit(hp, decoding.decode_hparams()) == hp.max_length == 256
-    assert export.input_length_limit(hp, decoding.decode_hparams("max_input_size=20")) == 20
-    hp.max_length = 0
-    assert export.input_length_limit(hp, decoding.decode_hparams()) is None
+def test_input_length_limit_is_max_input_size_alone():
+    # One rule for decode mode and export: t2t's max_input_size; the model's max_length
+    # (a training filter) plays no part.
+    assert decoding.input_length_limit(decoding.decode_hparams()) is None
+    assert decoding.input_length_limit(decoding.decode_hparams("max_input_size=20")) == 20
+    assert decoding.encode_input("1 2 3", text_encoder.TextEncoder(), 3) == [3, 4, 1]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("max_input_size", [-1, 100])
+def test_decode_and_export_agree_on_a_400_subtoken_input(fixture_model, encoder, wmt_toy_dir,
+                                                          max_input_size):
+    dev = (wmt_toy_dir / "dev.en").read_text(encoding="utf-8").split("\n")
+    text = ""
+    for line in dev:
+        text = f"{text} {line}".strip()
+        if len(encoder.encode(text)) >= 400:
+            break
+    ids = encoder.encode(text)[:400]
+    text = encoder.decode(ids)
+    assert len(encoder.encode(text)) == 400
+    hp = decoding.decode_hparams(f"beam_size=2,extra_length=5,max_input_size={max_input_size},"
+                                 "log_results=False")
+    decoded = decoding.decode_lines([text], decoding.make_infer_fn(fixture_model, hp),
+                                    encoder, encoder, hp)
+    vocab = encoder.all_subtoken_strings
+    module = export.ServingModule(fixture_model, vocab, vocab, hp,
+                                  decoding.input_length_limit(hp), 0)
+    served_ids = module.encode(tf.constant([text]))["outputs"].numpy()[0].tolist()
+    assert served_ids == decoding.encode_input(text, encoder, max_input_size)
+    assert len(served_ids) == (401 if max_input_size < 0 else 100)
+    assert _texts(module.serving_default(tf.constant([text]))["outputs"]) == decoded
 
 
 def test_problem_without_subword_vocab_exports_ids_only(fixture_model):
@@ -256,7 +283,7 @@ def test_edge_inputs_give_defined_outputs(served, encoder, fixture_model, wmt_to
     serve = served.signatures["serving_default"]
     encode = served.signatures["encode"]
     dev = (wmt_toy_dir / "dev.en").read_text(encoding="utf-8").split("\n")
-    long_text = " ".join(dev[:40])  # far more than max_length = 256 subtokens
+    long_text = " ".join(dev[:40])  # far more than max_input_size = 256 subtokens
     assert len(encoder.encode(long_text)) > 256
     batch = ["", long_text, b"caf\xc3 \xff\xfe bad bytes", "\x00\x01 \U0001F600", "a" * 2000]
     texts = [t.decode("utf-8", errors="replace") if isinstance(t, bytes) else t for t in batch]
@@ -269,7 +296,7 @@ def test_edge_inputs_give_defined_outputs(served, encoder, fixture_model, wmt_to
     assert result["outputs"].shape == (5,) and result["outputs"].dtype == tf.string
     assert np.all(np.isfinite(result["scores"].numpy()))
     # The long input alone is translated like decode mode with max_input_size=256.
-    hp = decoding.decode_hparams(f"{DECODE_HPARAMS},max_input_size=256,log_results=False")
+    hp = decoding.decode_hparams(f"{DECODE_HPARAMS},log_results=False")
     python = decoding.decode_lines([long_text], decoding.make_infer_fn(fixture_model, hp),
                                    encoder, encoder, hp)
     assert _texts(serve(inputs=tf.constant([long_text]))["outputs"]) == python

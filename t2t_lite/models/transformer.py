@@ -645,8 +645,9 @@ class Transformer(keras.Model):
         return draws[:, 0]
 
     def _greedy(self, symbols_to_logits_fn, batch_size, max_length, states, full_ids: bool,
-                eos_id: int):
-        """t2t's greedy loop: runs until `max_length` steps or every row has emitted EOS.
+                eos_id: int, force_decode_length: bool = False):
+        """t2t's greedy loop: runs until `max_length` steps or every row has emitted EOS
+        (only the former with `force_decode_length`).
 
         Returns:
           (ids int32 [B, steps], scores float32 [B]): scores sum the log-probs of the chosen
@@ -670,6 +671,8 @@ class Transformer(keras.Model):
             return i + 1, hit_eos, token[:, tf.newaxis], decoded, states, log_prob
 
         def not_finished(i, hit_eos, *unused):
+            if force_decode_length:
+                return i < max_length
             return tf.logical_and(i < max_length, tf.logical_not(tf.reduce_all(hit_eos)))
 
         loop_vars = (
@@ -686,7 +689,8 @@ class Transformer(keras.Model):
         return decoded[:, :steps], log_prob
 
     def _infer_graph(self, inputs, target_space_id, decode_length, beam_size: int,
-                     top_beams: int, alpha: float, use_cache: bool, eos_id: int):
+                     top_beams: int, alpha: float, use_cache: bool, eos_id: int,
+                     force_decode_length: bool = False):
         inputs = _ids_2d(inputs)
         batch_size = tf.shape(inputs)[0]
         # t2t: decode_length = padded input length + extra length.
@@ -710,7 +714,8 @@ class Transformer(keras.Model):
             states = {}
         if beam_size == 1:
             outputs, scores = self._greedy(
-                fn, batch_size, max_length, states, full_ids=not use_cache, eos_id=eos_id
+                fn, batch_size, max_length, states, full_ids=not use_cache, eos_id=eos_id,
+                force_decode_length=force_decode_length,
             )
             return {"outputs": outputs, "scores": scores}
         ids, scores, _ = beam_search.beam_search(
@@ -731,6 +736,7 @@ class Transformer(keras.Model):
         use_cache: bool = True,
         eos_id: int = beam_search.EOS_ID,
         jit_compile: bool = False,
+        force_decode_length: bool = False,
     ) -> dict[str, tf.Tensor]:
         """Autoregressive decoding (t2t's `infer` with fast incremental decoding).
 
@@ -751,6 +757,8 @@ class Transformer(keras.Model):
           jit_compile: compile the cached greedy decoder with XLA (one compilation per input
             shape; `decode_length` must then be a Python int). Not for beam search, whose
             growing id prefix has no static shape. Ignored inside a tf.function.
+          force_decode_length: greedy decoding runs all `L_in + decode_length` steps even
+            when every row has emitted EOS (t2t's decode hparam; beam search ignores it).
 
         Returns:
           {"outputs": int32 [B, T'] (or [B, top_beams, T']), "scores": float32 [B] (or
@@ -763,7 +771,8 @@ class Transformer(keras.Model):
             raise ValueError(f"top_beams={top_beams} must be between 1 and beam_size={beam_size}")
         inputs = _ids_2d(features["inputs"])
         target_space_id = tf.cast(features.get("target_space_id", 0), tf.int32)
-        config = (beam_size, top_beams, float(alpha), bool(use_cache), int(eos_id))
+        config = (beam_size, top_beams, float(alpha), bool(use_cache), int(eos_id),
+                  bool(force_decode_length))
         if tf.inside_function():
             decode_length = tf.cast(decode_length, tf.int32)
             return self._infer_graph(inputs, target_space_id, decode_length, *config)

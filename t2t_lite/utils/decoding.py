@@ -52,19 +52,34 @@ EOS_ID = 1
 InferFn = Callable[[np.ndarray], "tuple[np.ndarray, np.ndarray]"]
 
 
-def decode_hparams(overrides: str = "") -> HParams:
-    """t2t's decode hparams (T2T reference §7.1) with `--decode_hparams` applied.
+# t2t's decode hparams that do not apply to text decoding with t2t_lite: name -> why. Each is
+# refused (one line naming it) when set to anything but t2t's default.
+UNSUPPORTED_DECODE_HPARAMS = {
+    "save_images": "image problems only",
+    "min_length_ratio": "t2t declares it but never reads it",
+    "eos_penalty": "t2t declares it but never reads it",
+    "block_size": "blockwise parallel decoding models only",
+    "guess_and_check_top_k": "blockwise parallel decoding models only",
+    "guess_and_check_epsilon": "blockwise parallel decoding models only",
+    "insertion_parallel": "insertion models only",
+    "decode_timeout_mins": "continuous decoding of new checkpoints is not implemented",
+    "display_decoded_images": "image problems only",
+    "multiproblem_task_id": "multi-problem models only",
+    "frames_per_second": "video problems only",
+    "border_percent": "video problems only",
+    "max_display_outputs": "video problems only",
+    "max_display_decodes": "video problems only",
+    "vgg_ckpt_path": "video problems only",
+    "mlperf_decode_step": "MLPerf compliance logging only",
+    "mlperf_threshold": "MLPerf compliance logging only",
+    "mlperf_success": "MLPerf compliance logging only",
+    "export_extra_infer_outputs": "t2t-exporter's extra infer() outputs are not exported",
+}
 
-    Args:
-      overrides: "beam_size=4,alpha=0.6,..." (t2t's override syntax).
 
-    Returns:
-      HParams. Used here: beam_size, alpha, extra_length, batch_size, return_beams,
-      write_beam_scores, max_input_size, num_samples, delimiter, decode_to_file,
-      decode_reference, shards, shard_id, shards_start_offset, log_results. The others are
-      accepted for compatibility with t2t command lines and have no effect.
-    """
-    hp = HParams(
+def _t2t_decode_hparams() -> HParams:
+    """t2t's `decoding.decode_hparams()` defaults, every one of them."""
+    return HParams(
         save_images=False,
         log_results=True,
         extra_length=100,
@@ -73,6 +88,10 @@ def decode_hparams(overrides: str = "") -> HParams:
         beam_size=4,
         alpha=0.6,
         eos_penalty=0.0,
+        block_size=0,
+        guess_and_check_top_k=0,
+        guess_and_check_epsilon=-1,
+        insertion_parallel=False,
         return_beams=False,
         write_beam_scores=False,
         max_input_size=-1,
@@ -87,17 +106,88 @@ def decode_hparams(overrides: str = "") -> HParams:
         shards=1,
         shard_id=0,
         shards_start_offset=0,
+        shard_google_format=False,
         num_decodes=1,
         force_decode_length=False,
+        display_decoded_images=False,
+        multiproblem_task_id=-1,
+        frames_per_second=10,
         skip_eos_postprocess=False,
+        border_percent=2,
+        max_display_outputs=10,
+        max_display_decodes=5,
+        vgg_ckpt_path="",
+        mlperf_decode_step=0.0,
+        mlperf_threshold=25.0,
+        mlperf_success=False,
+        export_extra_infer_outputs="",
     )
+
+
+def decode_hparams(overrides: str = "") -> HParams:
+    """t2t's decode hparams (T2T reference §7.1) with `--decode_hparams` applied.
+
+    Every t2t decode hparam exists under its name. Those that apply to text decoding have
+    t2t's meaning: beam_size, alpha, extra_length, batch_size, return_beams,
+    write_beam_scores, max_input_size, num_samples, delimiter, decode_to_file,
+    decode_reference, shards, shard_id, shards_start_offset, shard_google_format,
+    log_results, num_decodes, force_decode_length, skip_eos_postprocess, identity_output,
+    summaries_log_dir, and decode_in_memory (t2t_lite always decodes in memory, the only
+    thing t2t's flag changes for text). The others (`UNSUPPORTED_DECODE_HPARAMS`) are refused
+    when set to anything but their default.
+
+    Args:
+      overrides: "beam_size=4,alpha=0.6,..." (t2t's override syntax).
+
+    Returns:
+      HParams.
+
+    Raises:
+      ValueError: one line naming a bad, unknown or unsupported decode hparam.
+    """
+    hp = _t2t_decode_hparams()
     if overrides:
         hp.parse(overrides)
+    defaults = _t2t_decode_hparams()
+    for name, reason in UNSUPPORTED_DECODE_HPARAMS.items():
+        if hp.get(name) != defaults.get(name):
+            raise ValueError(
+                f"--decode_hparams: {name}={hp.get(name)!r} is not supported ({reason}); "
+                f"leave it at {defaults.get(name)!r}")
     if hp.beam_size < 1:
         raise ValueError(f"--decode_hparams: beam_size={hp.beam_size} must be >= 1")
     if hp.extra_length < 0:
         raise ValueError(f"--decode_hparams: extra_length={hp.extra_length} must be >= 0")
+    if hp.num_decodes < 1:
+        raise ValueError(f"--decode_hparams: num_decodes={hp.num_decodes} must be >= 1")
+    if hp.force_decode_length and hp.beam_size > 1:
+        raise ValueError("--decode_hparams: force_decode_length=True applies to greedy decoding "
+                         f"(beam_size=1), as in t2t; beam_size={hp.beam_size} ignores it")
     return hp
+
+
+def check_sampling(model_hparams: HParams, decode_hp: HParams) -> None:
+    """Refuses sampling settings that would have no effect (t2t's beam search ignores them).
+
+    Args:
+      model_hparams: with sampling_method, sampling_temp, sampling_keep_top_k.
+      decode_hp: decode hparams (beam_size).
+
+    Raises:
+      ValueError: one line naming the setting.
+    """
+    method = model_hparams.get("sampling_method", "argmax")
+    if method not in ("argmax", "random"):
+        raise ValueError(f"hparams.sampling_method={method!r} is not supported; use 'argmax' "
+                         "or 'random' ('random_per_example' reads temperatures from the input "
+                         "examples, which text decoding does not have)")
+    top_k = model_hparams.get("sampling_keep_top_k", -1)
+    if top_k != -1 and top_k <= 0:
+        raise ValueError(f"hparams.sampling_keep_top_k={top_k} must be -1 (all) or positive")
+    if method == "random" and decode_hp.beam_size > 1:
+        raise ValueError("hparams.sampling_method=random applies to greedy decoding: set "
+                         f"beam_size=1 in --decode_hparams (beam_size={decode_hp.beam_size} "
+                         "ignores sampling, as in t2t)")
 
 
 # ------------------------------------------------------------------------------ pure steps
@@ -132,6 +222,19 @@ def sort_inputs(inputs: Sequence[str]) -> tuple[list[str], list[int]]:
     for position, index in enumerate(order):
         sorted_keys[index] = position
     return [inputs[i] for i in order], sorted_keys
+
+
+def input_length_limit(decode_hp: HParams) -> int | None:
+    """The one input-length rule of decode mode and export (t2t's `max_input_size`).
+
+    Args:
+      decode_hp: decode hparams.
+
+    Returns:
+      `max_input_size` when > 0: an input longer than that is cut to its first
+      `max_input_size - 1` ids plus EOS; else None: inputs are never cut (t2t's default).
+    """
+    return int(decode_hp.max_input_size) if decode_hp.max_input_size > 0 else None
 
 
 def encode_input(text: str, encoder: Any, max_input_size: int = -1) -> list[int]:
@@ -178,7 +281,9 @@ def save_until_eos(ids: np.ndarray) -> np.ndarray:
 
 
 def format_decodes(outputs: np.ndarray, scores: np.ndarray | None, targets_encoder: Any,
-                   return_beams: bool = False, write_beam_scores: bool = False) -> list[str]:
+                   return_beams: bool = False, write_beam_scores: bool = False,
+                   skip_eos_postprocess: bool = False,
+                   identity_output: bool = False) -> list[str]:
     """One output record per batch row, as t2t writes them.
 
     Args:
@@ -187,27 +292,45 @@ def format_decodes(outputs: np.ndarray, scores: np.ndarray | None, targets_encod
       targets_encoder: `.decode(ids) -> str`.
       return_beams: tab-join the K beams of a row.
       write_beam_scores: with return_beams, follow each beam by "\\t%.2f" of its score.
+      skip_eos_postprocess: decode every id, not only those before the first EOS.
+      identity_output: write the ids as space-separated numbers instead of text (all of
+        them, as t2t's identity_output does).
 
     Returns:
       B strings.
     """
+
+    def text(ids) -> str:
+        if identity_output:
+            return " ".join(str(i) for i in np.asarray(ids).reshape(-1))
+        ids = np.asarray(ids).reshape(-1) if skip_eos_postprocess else save_until_eos(ids)
+        return targets_encoder.decode(ids)
+
     outputs = np.asarray(outputs)
     if not return_beams:
         if outputs.ndim == 3:  # several beams but only the best is wanted
             outputs = outputs[:, 0]
-        return [targets_encoder.decode(save_until_eos(row)) for row in outputs]
+        return [text(row) for row in outputs]
     if outputs.ndim == 2:  # beam_size 1: one beam per row
         outputs = outputs[:, None, :]
         scores = None if scores is None else np.asarray(scores).reshape(-1, 1)
     records = []
     for row, beams in enumerate(outputs):
-        texts = [targets_encoder.decode(save_until_eos(beam)) for beam in beams]
+        texts = [text(beam) for beam in beams]
         if write_beam_scores:
             if scores is None:
                 raise ValueError("write_beam_scores needs the model's scores")
-            texts = [f"{text}\t{score:.2f}" for text, score in zip(texts, scores[row])]
+            texts = [f"{t}\t{score:.2f}" for t, score in zip(texts, scores[row])]
         records.append("\t".join(texts))
     return records
+
+
+def format_options(decode_hp: HParams) -> dict:
+    """The `format_decodes` keyword arguments that the decode hparams select."""
+    return {"return_beams": decode_hp.return_beams,
+            "write_beam_scores": decode_hp.write_beam_scores,
+            "skip_eos_postprocess": decode_hp.skip_eos_postprocess,
+            "identity_output": decode_hp.identity_output}
 
 
 def decode_lines(lines: Sequence[str], infer_fn: InferFn, inputs_encoder: Any,
@@ -232,8 +355,7 @@ def decode_lines(lines: Sequence[str], infer_fn: InferFn, inputs_encoder: Any,
     batches = batch_inputs(sorted_inputs, inputs_encoder, batch_size, decode_hp.max_input_size)
     for number, batch in enumerate(batches):
         outputs, scores = infer_fn(batch)
-        records = format_decodes(outputs, scores, targets_encoder, decode_hp.return_beams,
-                                 decode_hp.write_beam_scores)
+        records = format_decodes(outputs, scores, targets_encoder, **format_options(decode_hp))
         if decode_hp.log_results:
             for row, record in enumerate(records):
                 logging.info("Inference results INPUT: %s",
@@ -248,9 +370,13 @@ def decode_lines(lines: Sequence[str], infer_fn: InferFn, inputs_encoder: Any,
 
 
 def add_shard_to_filename(filename: str, decode_hp: HParams) -> str:
-    """t2t's `%.3d` shard suffix when decoding one of several shards."""
+    """t2t's shard suffix when decoding one of several shards: `%.3d`, or
+    `-%05d-of-%05d` with shard_google_format."""
     if decode_hp.shards > 1:
-        return f"{filename}{decode_hp.shard_id + decode_hp.shards_start_offset:03d}"
+        shard_id = decode_hp.shard_id + decode_hp.shards_start_offset
+        if decode_hp.shard_google_format:
+            return f"{filename}-{shard_id:05d}-of-{decode_hp.shards:05d}"
+        return f"{filename}{shard_id:03d}"
     return filename
 
 
@@ -296,6 +422,9 @@ def decode_from_file(infer_fn: InferFn, filename: str, encoders: dict, decode_hp
     Returns:
       The path written.
     """
+    if decode_hp.num_decodes != 1:
+        raise ValueError("--decode_hparams: num_decodes applies to decoding the dev set (no "
+                         "--decode_from_file), as in t2t; a file is decoded once")
     filename = add_shard_to_filename(filename, decode_hp)
     if not os.path.isfile(filename):
         raise FileNotFoundError(f"--decode_from_file={filename}: no such file")
@@ -343,7 +472,11 @@ def decode_interactively(infer_fn: InferFn, encoders: dict, decode_hp: HParams,
                 beam_text = encoders["targets"].decode(save_until_eos(beam))
                 output_stream.write(f'"{beam_text}"\tScore:{beam_scores[k]:f}\n')
         else:
-            output_stream.write(format_decodes(outputs, scores, encoders["targets"])[0] + "\n")
+            record = format_decodes(
+                outputs, scores, encoders["targets"],
+                skip_eos_postprocess=decode_hp.skip_eos_postprocess,
+                identity_output=decode_hp.identity_output)[0]
+            output_stream.write(record + "\n")
         output_stream.flush()
         count += 1
 
@@ -365,8 +498,13 @@ def decode_examples(infer_fn: InferFn, examples: Iterable[dict], encoders: dict,
         batch = pad_batch([list(np.asarray(ex["inputs"]).reshape(-1)) for ex in chunk])
         outputs, scores = infer_fn(batch)
         decodes.extend(format_decodes(outputs, scores, encoders["targets"],
-                                      decode_hp.return_beams, decode_hp.write_beam_scores))
+                                      **format_options(decode_hp)))
         for ex in chunk:
+            if decode_hp.identity_output:
+                inputs.append(" ".join(str(i) for i in np.asarray(ex["inputs"]).reshape(-1)))
+                targets.append(" ".join(str(i) for i in np.asarray(ex.get("targets", []))
+                                        .reshape(-1)))
+                continue
             inputs.append(inputs_encoder.decode(save_until_eos(ex["inputs"])))
             targets.append(encoders["targets"].decode(save_until_eos(ex["targets"]))
                            if "targets" in ex else "")
@@ -394,9 +532,24 @@ def decode_from_dataset(infer_fn: InferFn, examples: Iterable[dict], encoders: d
       base: file name base (t2t's `decode_to_file`).
       name_parts: (model name, hparams_set, problem name).
 
+    With num_decodes = N > 1 the examples are decoded N times (t2t's "number of times to go
+    over the dataset", which differ when sampling); as in t2t each pass rewrites the same
+    files, so they hold the last pass.
+
     Returns:
       The `.decodes` path.
     """
+    examples = list(examples)
+    for decode_id in range(decode_hp.num_decodes):
+        if decode_hp.num_decodes > 1:
+            logging.info("Decoding pass %d of %d", decode_id + 1, decode_hp.num_decodes)
+        output = _decode_dataset_once(infer_fn, examples, encoders, decode_hp, base, name_parts)
+    return output
+
+
+def _decode_dataset_once(infer_fn: InferFn, examples: list[dict], encoders: dict,
+                         decode_hp: HParams, base: str,
+                         name_parts: tuple[str, str, str]) -> str:
     decodes, targets, inputs = decode_examples(infer_fn, examples, encoders, decode_hp)
     output = decode_filename(base, *name_parts, decode_hp)
     parts = output.split(".")
@@ -423,6 +576,7 @@ def make_infer_fn(model: Any, decode_hp: HParams, target_space_id: int = 0) -> I
             {"inputs": tf.constant(inputs, tf.int32), "target_space_id": target_space_id},
             decode_length=decode_hp.extra_length, beam_size=decode_hp.beam_size,
             alpha=decode_hp.alpha, top_beams=top_beams,
+            force_decode_length=decode_hp.force_decode_length,
         )
         return np.asarray(result["outputs"]), np.asarray(result["scores"])
 

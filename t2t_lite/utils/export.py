@@ -23,9 +23,10 @@ version folder is the layout TensorFlow Serving's `--model_base_path` expects) w
   string [B] (ids cut at the first EOS, then decoded).
 
 Beam size, alpha, extra decode length and return_beams are fixed at export time from
-`--decode_hparams`; the target space id from the problem. Inputs longer than the input limit
-(`max_input_size` of --decode_hparams when > 0, else the model's `max_length` when > 0) are cut
-to `limit - 1` subtokens plus EOS, as t2t's decoder cuts with max_input_size. Invalid UTF-8
+`--decode_hparams`; the target space id from the problem. Input length follows the same rule
+as decode mode (`decoding.input_length_limit`, t2t's `max_input_size`): with max_input_size > 0
+longer inputs are cut to `max_input_size - 1` subtokens plus EOS, otherwise they are decoded
+whole, as t2t-decoder decodes them, so both modes give the same output. Invalid UTF-8
 bytes are read as U+FFFD, and an empty string is translated like an empty line (EOS only).
 
 The model comes from `--checkpoint_path` or the latest checkpoint of `--output_dir`: a t2t_lite
@@ -52,24 +53,6 @@ from t2t_lite.hparams import HParams
 from t2t_lite.utils import decoding, subword_graph
 
 EOS_ID = text_encoder.EOS_ID
-
-
-def input_length_limit(model_hparams: HParams, decode_hparams: HParams) -> int | None:
-    """Maximum encoded input length (EOS included) the exported model accepts.
-
-    Args:
-      model_hparams: model hparams (`max_length`).
-      decode_hparams: decode hparams (`max_input_size`).
-
-    Returns:
-      decode_hparams.max_input_size if > 0, else model_hparams.max_length if > 0, else None
-      (no limit).
-    """
-    if decode_hparams.max_input_size > 0:
-        return int(decode_hparams.max_input_size)
-    if model_hparams.get("max_length", 0) > 0:
-        return int(model_hparams.max_length)
-    return None
 
 
 def cut_at_eos(ids: tf.Tensor) -> tf.RaggedTensor:
@@ -123,7 +106,7 @@ class ServingModule(tf.Module):
         (`all_subtoken_strings`), or None to export the id signature only.
       decode_hparams: from `decoding.decode_hparams` (beam_size, alpha, extra_length,
         return_beams).
-      max_input_length: from `input_length_limit` (None: no limit).
+      max_input_length: from `decoding.input_length_limit` (None: no limit).
       target_space_id: the problem's target space id.
     """
 
@@ -283,7 +266,7 @@ def main(flags) -> None:
             logging.warning("%s does not use SubwordTextEncoders for inputs and targets: "
                             "exporting the encode_decode_ids signature only", problem_name)
         module = ServingModule(model, inputs_vocab, targets_vocab, decode_hp,
-                               input_length_limit(hparams, decode_hp),
+                               decoding.input_length_limit(decode_hp),
                                int(problem_hparams.get("target_space_id", 0)))
     except (ValueError, FileNotFoundError) as e:
         raise SystemExit(str(e)) from None
