@@ -107,6 +107,10 @@ flags.DEFINE_string("decode_to_file", None, "Write decodes here.")
 flags.DEFINE_string("decode_reference", None, "Reference translations, for BLEU after decoding.")
 flags.DEFINE_bool("decode_interactive", False, "Decode lines typed on standard input.")
 flags.DEFINE_string("checkpoint_path", None, "Checkpoint to use (default: latest in output_dir).")
+flags.DEFINE_string(
+    "score_file", None,
+    "Score given targets instead of decoding: each line 'input<TAB>target'; writes each "
+    "line's mean per-token loss (un-smoothed, '%.6f') to --decode_to_file.")
 
 # --- t2t-bleu -------------------------------------------------------------------------------
 flags.DEFINE_string("translation", None, "File of translations (one per line).")

@@ -206,7 +206,8 @@ def _flags(**kwargs):
         "problem": None, "hparams_set": None, "hparams": "", "data_dir": None,
         "output_dir": None, "model": "transformer", "checkpoint_path": None,
         "decode_hparams": "", "decode_from_file": None, "decode_to_file": None,
-        "decode_reference": None, "decode_interactive": False,
+        "decode_reference": None, "decode_interactive": False, "score_file": None,
+        "random_seed": None,
     }
     values.update(kwargs)
     return types.SimpleNamespace(**values)
@@ -331,3 +332,134 @@ def test_run_py_decodes_the_dev_set(t2t_fixtures, wmt_toy_dir, tmp_path):
     info = json.loads((t2t_fixtures / "model_A.json").read_text())
     assert _read(base + "targets").split("\n")[:-1] == info["examples"]["target_text"]
     assert _read(base + "inputs").split("\n")[:-1] == info["examples"]["source_text"]
+
+
+# t2t 1.15's decode_hparams() names, written out independently of the code under test.
+T2T_DECODE_HPARAMS = [
+    "save_images", "log_results", "extra_length", "min_length_ratio", "batch_size", "beam_size",
+    "alpha", "eos_penalty", "block_size", "guess_and_check_top_k", "guess_and_check_epsilon",
+    "insertion_parallel", "return_beams", "write_beam_scores", "max_input_size",
+    "identity_output", "num_samples", "delimiter", "decode_to_file", "decode_reference",
+    "decode_in_memory", "decode_timeout_mins", "summaries_log_dir", "shards", "shard_id",
+    "shards_start_offset", "shard_google_format", "num_decodes", "force_decode_length",
+    "display_decoded_images", "multiproblem_task_id", "frames_per_second", "skip_eos_postprocess",
+    "border_percent", "max_display_outputs", "max_display_decodes", "vgg_ckpt_path",
+    "mlperf_decode_step", "mlperf_threshold", "mlperf_success", "export_extra_infer_outputs",
+]
+NON_DEFAULT = {bool: "true", int: "7", float: "0.5", str: "x"}
+
+
+def test_every_t2t_decode_hparam_exists_and_unsupported_ones_are_refused_by_name():
+    defaults = decoding.decode_hparams()
+    assert sorted(defaults.values()) == sorted(T2T_DECODE_HPARAMS)
+    assert set(decoding.UNSUPPORTED_DECODE_HPARAMS) < set(T2T_DECODE_HPARAMS)
+    for name in decoding.UNSUPPORTED_DECODE_HPARAMS:
+        value = NON_DEFAULT[defaults.type_of(name)[0]]
+        with pytest.raises(ValueError) as info:
+            decoding.decode_hparams(f"{name}={value}")
+        text = str(info.value)
+        assert f"{name}=" in text and "is not supported" in text and "\n" not in text
+        # Its default is accepted.
+        decoding.decode_hparams(f"{name}={getattr(defaults, name)}" if
+                                defaults.type_of(name)[0] is not str else f"{name}=")
+
+
+def test_decode_hparam_combinations_that_t2t_ignores_are_refused():
+    with pytest.raises(ValueError, match="force_decode_length=True applies to greedy"):
+        decoding.decode_hparams("force_decode_length=true,beam_size=4")
+    decoding.decode_hparams("force_decode_length=true,beam_size=1")
+    greedy, beam = decoding.decode_hparams("beam_size=1"), decoding.decode_hparams()
+    sampling = types.SimpleNamespace(
+        get=lambda name, default=None: {"sampling_method": "random"}.get(name, default))
+    decoding.check_sampling(sampling, greedy)
+    with pytest.raises(ValueError, match="sampling_method=random applies to greedy"):
+        decoding.check_sampling(sampling, beam)
+    per_example = types.SimpleNamespace(
+        get=lambda name, default=None: {"sampling_method": "random_per_example"}.get(
+            name, default))
+    with pytest.raises(ValueError, match="sampling_method='random_per_example' is not"):
+        decoding.check_sampling(per_example, greedy)
+    top_k = types.SimpleNamespace(
+        get=lambda name, default=None: {"sampling_keep_top_k": 0}.get(name, default))
+    with pytest.raises(ValueError, match="sampling_keep_top_k=0"):
+        decoding.check_sampling(top_k, greedy)
+
+
+def test_skip_eos_postprocess_and_identity_output():
+    outputs = np.array([[5, 6, EOS, 9, 0]])
+    assert decoding.format_decodes(outputs, None, ENCODER) == ["3 4"]
+    # All ids decoded (TextEncoder shows EOS and padding as their reserved tokens).
+    assert decoding.format_decodes(outputs, None, ENCODER, skip_eos_postprocess=True) == [
+        ENCODER.decode([5, 6, EOS, 9, 0])]
+    assert decoding.format_decodes(outputs, None, ENCODER, identity_output=True) == [
+        "5 6 1 9 0"]
+    lines = decoding.decode_lines(["1 2"], FakeModel(), ENCODER, ENCODER,
+                                  hp(skip_eos_postprocess=True))
+    assert lines == [ENCODER.decode([4, 3, EOS, 7, 7])]
+
+
+def test_shard_google_format():
+    assert decoding.add_shard_to_filename("f", hp(shards=4, shard_id=2)) == "f002"
+    assert decoding.add_shard_to_filename(
+        "f", hp(shards=4, shard_id=2, shard_google_format=True)) == "f-00002-of-00004"
+
+
+def test_num_decodes_goes_over_the_dev_set_n_times(tmp_path):
+    model = FakeModel()
+    examples = [{"inputs": np.array([5, 6, EOS]), "targets": np.array([6, 5, EOS])}]
+    output = decoding.decode_from_dataset(model, iter(examples), ENCODERS, hp(num_decodes=3),
+                                          str(tmp_path / "dev"), ("m", "h", "p"))
+    assert len(model.batches) == 3
+    assert _read(output) == "4 3\n"
+    with pytest.raises(ValueError, match="num_decodes applies to decoding the dev set"):
+        decoding.decode_from_file(model, str(tmp_path / "x"), ENCODERS, hp(num_decodes=2),
+                                  None, ("m", "h", "p"))
+
+
+@pytest.mark.slow
+def test_force_decode_length_runs_every_greedy_step(t2t_fixtures):
+    from t2t_lite.hparams import create_hparams
+    from t2t_lite.utils import t2t_checkpoint
+
+    model = t2t_checkpoint.load_model(str(t2t_fixtures / "ckpt_A_trained"),
+                                      create_hparams("transformer_tiny"))
+    # Rows 1 and 2 of the fixture emit EOS: greedy decoding stops once both have.
+    inputs = np.load(t2t_fixtures / "model_A_trained.npz")["inputs"][1:]
+    free = decoding.make_infer_fn(model, hp(beam_size=1, extra_length=20))(inputs)[0]
+    forced = decoding.make_infer_fn(
+        model, hp(beam_size=1, extra_length=20, force_decode_length=True))(inputs)[0]
+    assert free.shape[1] < inputs.shape[1] + 20 == forced.shape[1]
+    np.testing.assert_array_equal(forced[:, :free.shape[1]], free)
+
+
+@pytest.mark.slow
+def test_score_file_gives_t2t_per_line_losses(t2t_fixtures, wmt_toy_dir, tmp_path):
+    """The per-line scores, weighted by their token counts, average to t2t's eval loss of
+    the three fixture pairs (model_A_trained.npz loss_eval)."""
+    data_dir, _, _ = _fixture_setup(t2t_fixtures, wmt_toy_dir, tmp_path)
+    info = json.loads((t2t_fixtures / "model_A.json").read_text())
+    pairs = list(zip(info["examples"]["source_text"], info["examples"]["target_text"]))
+    score_file = tmp_path / "pairs.tsv"
+    score_file.write_text("".join(f"{s}\t{t}\n" for s, t in pairs), encoding="utf-8")
+    out = tmp_path / "scores.txt"
+    decoding.main(_flags(
+        problem="translate_files", hparams_set="transformer_tiny", data_dir=str(data_dir),
+        checkpoint_path=str(t2t_fixtures / "ckpt_A_trained"), score_file=str(score_file),
+        decode_to_file=str(out)))
+    lines = out.read_text(encoding="utf-8").split("\n")
+    assert lines[-1] == "" and all(len(v.split(".")[1]) == 6 for v in lines[:-1])
+    scores = [float(v) for v in lines[:-1]]
+    vocab = text_encoder.SubwordTextEncoder(str(data_dir / "vocab.translate_files.1024.subwords"))
+    tokens = [len(vocab.encode(t)) + 1 for _, t in pairs]
+    fixture = np.load(t2t_fixtures / "model_A_trained.npz")
+    assert tokens == [int((row != 0).sum()) for row in fixture["targets"]]
+    weighted = sum(s * n for s, n in zip(scores, tokens)) / sum(tokens)
+    assert weighted == pytest.approx(float(fixture["loss_eval"]), abs=1e-5)
+    with pytest.raises(SystemExit, match="--score_file needs --decode_to_file"):
+        decoding.main(_flags(problem="translate_files", score_file=str(score_file)))
+    score_file.write_text("no tab here\n", encoding="utf-8")
+    with pytest.raises(SystemExit, match=r"pairs.tsv:1: expected 'input<TAB>target'"):
+        decoding.main(_flags(
+            problem="translate_files", hparams_set="transformer_tiny", data_dir=str(data_dir),
+            checkpoint_path=str(t2t_fixtures / "ckpt_A_trained"), score_file=str(score_file),
+            decode_to_file=str(out)))

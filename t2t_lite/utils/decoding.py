@@ -21,8 +21,14 @@ Three sources, as in t2t:
   bucketing for batch_size 0 groups them differently, which changes a result only where the
   padded input length limits the decode length.
 
+* `--score_file=F` (t2t-decoder's): no decoding; each line `input<TAB>target` of F gets its
+  teacher-forced mean per-token loss (t2t's eval loss, no label smoothing), written as `%.6f`
+  lines to `--decode_to_file`.
+
 The decode length of a batch is its padded input length plus `extra_length` (t2t's rule, in
-`Transformer.infer`). The model, its hparams and its checkpoint come from the training run:
+`Transformer.infer`). Every t2t decode hparam exists under its name; those that do not apply to
+text decoding are refused by name when set (`UNSUPPORTED_DECODE_HPARAMS`), as are settings t2t
+would silently ignore (force_decode_length or sampling_method=random with beam search). The model, its hparams and its checkpoint come from the training run:
 `<output_dir>/hparams.json` (over `--hparams_set`, under `--hparams`), the latest checkpoint of
 `--output_dir` or `--checkpoint_path` (a t2t_lite checkpoint or an original t2t one), and the
 problem's vocabulary in `--data_dir`. `--problem`, `--hparams_set`, `--data_dir` default to
@@ -666,8 +672,64 @@ def _checkpoint_step(path: str) -> int:
     return int(match.group(1)) if match else 0
 
 
+def read_score_file(filename: str) -> list[tuple[str, str]]:
+    """The (input, target) pairs of a `--score_file` (one `input<TAB>target` per line).
+
+    Raises:
+      ValueError: naming file:line of a line without exactly one tab.
+    """
+    pairs = []
+    with open(filename, encoding="utf-8") as f:
+        for number, line in enumerate(f, start=1):
+            fields = line.rstrip("\n").split("\t")
+            if len(fields) != 2:
+                raise ValueError(f"{filename}:{number}: expected 'input<TAB>target', got "
+                                 f"{len(fields) - 1} tabs")
+            pairs.append((fields[0].strip(), fields[1].strip()))
+    return pairs
+
+
+def score_pairs(model: Any, pairs: Sequence[tuple[str, str]], encoders: dict,
+                target_space_id: int = 0, loss_multiplier: float = 1.0,
+                batch_size: int = 32) -> list[float]:
+    """t2t-decoder's `--score_file` scores: each pair's mean per-token loss.
+
+    The loss is t2t's eval loss of the teacher-forced model on that one pair (no dropout, no
+    label smoothing, EOS appended to both sides, times the problem's loss_multiplier).
+    Pairs are run in padded batches; padding changes no pair's loss.
+
+    Args:
+      model: the Transformer (`model(features, training=False) -> logits [B, T, V]`).
+      pairs: (input text, target text).
+      encoders: {"inputs", "targets"} text encoders.
+      target_space_id: the problem's target space id.
+      loss_multiplier: the problem's loss_multiplier.
+      batch_size: pairs per forward pass.
+
+    Returns:
+      One float per pair.
+    """
+    import tensorflow as tf
+
+    from t2t_lite.layers import common_layers
+
+    inputs_encoder = encoders.get("inputs", encoders["targets"])
+    scores = []
+    for start in range(0, len(pairs), batch_size):
+        chunk = pairs[start: start + batch_size]
+        inputs = pad_batch([encode_input(source, inputs_encoder) for source, _ in chunk])
+        targets = pad_batch([encode_input(target, encoders["targets"]) for _, target in chunk])
+        logits = model({"inputs": tf.constant(inputs), "targets": tf.constant(targets),
+                        "target_space_id": tf.constant(target_space_id)}, training=False)
+        for row in range(len(chunk)):
+            num, den = common_layers.padded_cross_entropy(
+                logits[row: row + 1], targets[row: row + 1], 0.0)
+            scores.append(float(num) * loss_multiplier / max(float(den), 1.0))
+    return scores
+
+
 def _report_bleu(reference: str, decodes_file: str, output_dir: str | None,
-                 checkpoint: str) -> None:
+                 checkpoint: str, summaries_log_dir: str = "decode") -> None:
     """Prints BLEU of the decodes and writes t2t's decode-hook `BLEU` summary."""
     from t2t_lite.utils import bleu_hook
 
@@ -682,7 +744,7 @@ def _report_bleu(reference: str, decodes_file: str, output_dir: str | None,
         import tensorflow as tf
 
         bleu = 100 * float(bleu_hook.bleu_wrapper(reference, decodes_file))
-        writer = tf.summary.create_file_writer(os.path.join(output_dir, "decode"))
+        writer = tf.summary.create_file_writer(os.path.join(output_dir, summaries_log_dir))
         with writer.as_default():
             tf.summary.scalar("BLEU", bleu, step=_checkpoint_step(checkpoint))
         writer.close()
@@ -696,14 +758,28 @@ def main(flags) -> None:
     Args:
       flags: absl FLAGS (output_dir, checkpoint_path, problem, data_dir, model, hparams_set,
         hparams, decode_hparams, decode_from_file, decode_to_file, decode_reference,
-        decode_interactive).
+        decode_interactive, score_file, random_seed).
     """
     from t2t_lite import registry
     from t2t_lite.data_generators.problem import ModeKeys
 
     if flags.decode_interactive and flags.decode_from_file:
         raise SystemExit("--decode_interactive and --decode_from_file exclude each other")
-    decode_hp = decode_hparams(flags.decode_hparams or "")
+    score_file = getattr(flags, "score_file", None)
+    if score_file:
+        score_file = os.path.expanduser(score_file)
+        if not os.path.isfile(score_file):
+            raise SystemExit(f"--score_file={score_file}: no such file")
+        if not flags.decode_to_file:
+            raise SystemExit("--score_file needs --decode_to_file for the scores")
+    try:
+        decode_hp = decode_hparams(flags.decode_hparams or "")
+    except ValueError as e:
+        raise SystemExit(str(e)) from None
+    if getattr(flags, "random_seed", None) is not None:
+        import keras
+
+        keras.utils.set_random_seed(flags.random_seed)  # sampling_method=random
     run_flags = read_run_flags(flags.output_dir)
     problem_name = flags.problem or run_flags.get("problem")
     hparams_set = flags.hparams_set or run_flags.get("hparams_set")
@@ -716,12 +792,22 @@ def main(flags) -> None:
         hparams = load_hparams(flags.output_dir, hparams_set, flags.hparams)
         problem = registry.problem(problem_name)
         problem_hparams = problem.get_hparams(hparams, data_dir=data_dir)
+        check_sampling(hparams, decode_hp)
         checkpoint = checkpoint_to_restore(flags.checkpoint_path, flags.output_dir)
         model = load_model(model_name, hparams, problem_hparams, checkpoint)
+        encoders = problem_hparams.vocabulary
+        if score_file:
+            scores = score_pairs(model, read_score_file(score_file), encoders,
+                                 int(problem_hparams.get("target_space_id", 0)),
+                                 float(problem_hparams.get("loss_multiplier", 1.0)))
     except (ValueError, FileNotFoundError) as e:
         raise SystemExit(str(e)) from None
+    if score_file:
+        write_records(os.path.expanduser(flags.decode_to_file),
+                      [f"{score:.6f}" for score in scores], "\n")
+        print(f"Scores of {len(scores)} lines written to {flags.decode_to_file}")
+        return
     logging.info("Decoding with %s", checkpoint)
-    encoders = problem_hparams.vocabulary
     infer_fn = make_infer_fn(model, decode_hp,
                              int(problem_hparams.get("target_space_id", 0)))
     name_parts = (model_name, str(hparams_set), problem_name)
@@ -735,7 +821,7 @@ def main(flags) -> None:
         try:
             output = decode_from_file(infer_fn, flags.decode_from_file, encoders, decode_hp,
                                       decode_to_file, name_parts)
-        except FileNotFoundError as e:
+        except (FileNotFoundError, ValueError) as e:
             raise SystemExit(str(e)) from None
     else:
         if not data_dir:
@@ -747,4 +833,4 @@ def main(flags) -> None:
                                      decode_hp, base, name_parts)
     print(f"Decodes written to {output}")
     if reference:
-        _report_bleu(reference, output, flags.output_dir, checkpoint)
+        _report_bleu(reference, output, flags.output_dir, checkpoint, decode_hp.summaries_log_dir)
