@@ -239,6 +239,115 @@ def shuffle_dataset(filenames: list[str], extra_fn=None) -> None:
     logging.info("Data shuffled.")
 
 
+class SequencePacker:
+    """One packed sequence under construction (t2t's `SequencePacker`).
+
+    Args:
+      first_sequence: ids of the first example.
+      spacing: zeros inserted between two examples.
+    """
+
+    def __init__(self, first_sequence: list[int], spacing: int = 2):
+        self._spacing = spacing
+        self._ids = list(first_sequence)
+        self._segmentation = [1] * len(first_sequence)
+        self._position = list(range(len(first_sequence)))
+
+    def add(self, ids: list[int]) -> None:
+        """Appends one more example."""
+        padding = [0] * self._spacing
+        self._ids.extend(padding + list(ids))
+        next_segment = self._segmentation[-1] + 1 if self._segmentation else 1
+        self._segmentation.extend(padding + [next_segment] * len(ids))
+        self._position.extend(padding + list(range(len(ids))))
+
+    def can_fit(self, ids: list[int], packed_length: int) -> bool:
+        """Whether `ids` (after the spacing) still fits in `packed_length`."""
+        return len(self._ids) + self._spacing + len(ids) <= packed_length
+
+    def to_dict(self) -> dict[str, list[int]]:
+        """{"inputs": [0], "targets", "targets_segmentation", "targets_position"}."""
+        return {"inputs": [0], "targets": self._ids,
+                "targets_segmentation": self._segmentation,
+                "targets_position": self._position}
+
+
+class SequencePairPacker:
+    """One packed (inputs, targets) pair under construction (t2t's `SequencePairPacker`)."""
+
+    def __init__(self, first_sequence_pair: tuple[list[int], list[int]], spacing: int = 2):
+        self._inputs = SequencePacker(first_sequence_pair[0], spacing)
+        self._targets = SequencePacker(first_sequence_pair[1], spacing)
+
+    def add(self, pair: tuple[list[int], list[int]]) -> None:
+        """Appends one more example pair."""
+        self._inputs.add(pair[0])
+        self._targets.add(pair[1])
+
+    def can_fit(self, pair: tuple[list[int], list[int]], packed_length: int) -> bool:
+        """Whether both sides of `pair` still fit."""
+        return (self._inputs.can_fit(pair[0], packed_length)
+                and self._targets.can_fit(pair[1], packed_length))
+
+    def to_dict(self) -> dict[str, list[int]]:
+        """The six features of a packed pair."""
+        result = self._targets.to_dict()
+        inputs = self._inputs.to_dict()
+        result["inputs"] = inputs["targets"]
+        result["inputs_segmentation"] = inputs["targets_segmentation"]
+        result["inputs_position"] = inputs["targets_position"]
+        return result
+
+
+def pack_examples(examples, has_inputs: bool, packed_length: int = 256, spacing: int = 2,
+                  queue_size: int = 10, chop_long_sequences: bool = False):
+    """Packs examples into longer ones (t2t's `pack_examples`, same algorithm and output).
+
+    Each example goes into the first of at most `queue_size` open packs where it fits
+    (`spacing` zeros between examples, at most `packed_length` ids per side); when none has
+    room and the queue is full, the oldest pack is emitted. Features of a packed example:
+    "inputs", "targets" (concatenations) and, aligned with them, "*_segmentation" (1-based
+    example number, 0 for spacing) and "*_position" (position within the example). An
+    example longer than `packed_length` becomes a pack of its own (or, targets only with
+    `chop_long_sequences`, is cut into `packed_length` pieces).
+
+    Args:
+      examples: iterable of {"inputs": [ids], "targets": [ids]} (targets only unless
+        has_inputs).
+      has_inputs: pack (inputs, targets) pairs, else targets alone.
+      packed_length: maximum length of a packed sequence.
+      spacing: zeros between examples.
+      queue_size: open packs.
+      chop_long_sequences: cut long target-only sequences.
+
+    Yields:
+      Packed examples (dicts of int lists).
+    """
+    packer = SequencePairPacker if has_inputs else SequencePacker
+    combined = []
+    for example in examples:
+        x = ((list(example["inputs"]), list(example["targets"])) if has_inputs
+             else list(example["targets"]))
+        if chop_long_sequences and len(x) > packed_length:
+            if has_inputs:
+                raise ValueError("chop_long_sequences packs targets-only examples")
+            num_fragments = len(x) // packed_length
+            for i in range(num_fragments):
+                yield packer(x[packed_length * i:packed_length * (i + 1)], spacing).to_dict()
+            x = x[packed_length * num_fragments:]
+        for pack in combined:
+            if pack.can_fit(x, packed_length):
+                pack.add(x)
+                break
+        else:
+            if len(combined) == queue_size:
+                yield combined[0].to_dict()
+                combined = combined[1:]
+            combined.append(packer(x, spacing))
+    for pack in combined:
+        yield pack.to_dict()
+
+
 def generate_dataset_and_shuffle(
     train_gen, train_paths: list[str], dev_gen, dev_paths: list[str], shuffle: bool = True
 ) -> None:

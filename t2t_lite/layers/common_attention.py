@@ -77,6 +77,52 @@ def add_timing_signal_1d(
     return x + tf.cast(signal, x.dtype)
 
 
+def add_timing_signal_1d_given_position(
+    x: tf.Tensor,
+    position: tf.Tensor,
+    min_timescale: float = 1.0,
+    max_timescale: float = 1.0e4,
+) -> tf.Tensor:
+    """Adds the timing signal of explicit positions (t2t's, for packed examples whose
+    positions restart at 0 in every segment).
+
+    Args:
+      x: [B, L, C].
+      position: int [B, L] position of each element within its own example.
+      min_timescale, max_timescale: as in `get_timing_signal_1d`.
+
+    Returns:
+      [B, L, C].
+    """
+    channels = x.shape[-1]
+    num_timescales = channels // 2
+    log_timescale_increment = math.log(float(max_timescale) / float(min_timescale)) / (
+        float(num_timescales) - 1)
+    inv_timescales = min_timescale * tf.exp(
+        tf.cast(tf.range(num_timescales), tf.float32) * -log_timescale_increment
+    )
+    scaled_time = tf.cast(position, tf.float32)[:, :, tf.newaxis] * inv_timescales
+    signal = tf.concat([tf.sin(scaled_time), tf.cos(scaled_time)], axis=2)
+    signal = tf.pad(signal, [[0, 0], [0, 0], [0, channels % 2]])
+    return x + tf.cast(signal, x.dtype)
+
+
+def attention_bias_same_segment(query_segment_id: tf.Tensor,
+                                memory_segment_id: tf.Tensor) -> tf.Tensor:
+    """Bias that keeps the examples packed into one row from attending to each other.
+
+    Args:
+      query_segment_id: int [B, Lq] (1-based example number; 0 = padding).
+      memory_segment_id: int [B, Lm].
+
+    Returns:
+      float32 [B, 1, Lq, Lm]: `-1e9` where the segments differ, 0 where they are equal.
+    """
+    different = tf.not_equal(query_segment_id[:, :, tf.newaxis],
+                             memory_segment_id[:, tf.newaxis, :])
+    return (tf.cast(different, tf.float32) * LARGE_NEGATIVE)[:, tf.newaxis]
+
+
 def attention_bias_lower_triangle(length) -> tf.Tensor:
     """Causal bias: `-1e9` strictly above the diagonal, 0 elsewhere.
 

@@ -31,6 +31,9 @@ from t2t_lite.layers import common_attention, common_layers, modalities
 from t2t_lite.utils import beam_search, optimize
 
 NUM_TARGET_SPACES = 32
+# The features of packed examples (t2t's generator_utils.pack_examples / pack_dataset).
+PACKED_FEATURES = ("inputs_segmentation", "inputs_position", "targets_segmentation",
+                   "targets_position")
 
 
 def get_variable_initializer(hparams) -> keras.initializers.Initializer:
@@ -496,7 +499,8 @@ class Transformer(keras.Model):
     # Teacher-forced computation.
 
     def encode(self, inputs, target_space_id=0, training: bool | None = None,
-               matrices: dict[str, tf.Tensor] | None = None):
+               matrices: dict[str, tf.Tensor] | None = None,
+               packing: dict[str, tf.Tensor] | None = None):
         """t2t's `transformer_prepare_encoder` + `transformer_encoder`.
 
         Args:
@@ -504,47 +508,72 @@ class Transformer(keras.Model):
           target_space_id: int scalar (or [B]) row of the target-space embedding.
           training: enables dropout.
           matrices: optional `self.modality.matrices()` shared with `decode`.
+          packing: for packed examples (t2t's `*_packed` problems, `pack_dataset`), the
+            features "inputs_segmentation", "inputs_position" [B, L] and
+            "targets_segmentation" [B, T]: attention stays within each example and the
+            timing signal follows the positions within it.
 
         Returns:
-          (encoder_output [B, L, D], encoder-decoder bias float32 [B, 1, 1, L]).
+          (encoder_output [B, L, D], encoder-decoder bias float32 [B, 1, 1, L], or
+          [B, 1, T, L] with packing).
         """
         inputs = _ids_2d(inputs)
         x = self.modality.bottom(inputs, "inputs", matrices)
-        padding = tf.cast(tf.equal(inputs, 0), tf.float32)
-        bias = common_attention.attention_bias_ignore_padding(padding)
+        if packing is None:
+            padding = tf.cast(tf.equal(inputs, 0), tf.float32)
+            bias = encdec_bias = common_attention.attention_bias_ignore_padding(padding)
+        else:
+            segments = _ids_2d(packing["inputs_segmentation"])
+            bias = common_attention.attention_bias_same_segment(segments, segments)
+            encdec_bias = common_attention.attention_bias_same_segment(
+                _ids_2d(packing["targets_segmentation"]), segments)
         if self.body.use_target_space_embedding:
             target_space_id = tf.cast(target_space_id, tf.int32)
             x += tf.cast(self.body.target_space_embedding(target_space_id), x.dtype)
-        if self.hparams.pos == "timing":
-            x = common_attention.add_timing_signal_1d(x)
+        x = self._add_timing(x, None if packing is None else packing["inputs_position"])
         x = self.body.encoder_input_dropout(x, training=training)
-        return self.body.encoder(x, bias, training=training), bias
+        return self.body.encoder(x, bias, training=training), encdec_bias
 
     def decode(self, targets, encoder_output: tf.Tensor, encdec_bias: tf.Tensor,
                training: bool | None = None,
-               matrices: dict[str, tf.Tensor] | None = None) -> tf.Tensor:
+               matrices: dict[str, tf.Tensor] | None = None,
+               packing: dict[str, tf.Tensor] | None = None) -> tf.Tensor:
         """Teacher-forced decoder: shifted-right targets -> logits.
 
         Args:
           targets: int [B, T] target ids (ending with EOS, 0-padded).
           encoder_output: [B, L, D].
-          encdec_bias: [B, 1, 1, L].
+          encdec_bias: [B, 1, 1, L] (or [B, 1, T, L] with packing).
           training: enables dropout.
           matrices: optional `self.modality.matrices()` shared with `encode`.
+          packing: "targets_segmentation", "targets_position" [B, T] of packed examples.
+            As in t2t the whole packed row is shifted right, so an example after the first
+            sees the previous example's EOS where an unpacked one sees the zero vector.
 
         Returns:
           float32 logits [B, T, V].
         """
         targets = _ids_2d(targets)
-        x = self._decoder_input(common_layers.shift_right(targets), training, matrices)
+        position = None if packing is None else packing["targets_position"]
+        x = self._decoder_input(common_layers.shift_right(targets), training, matrices, position)
         bias = common_attention.attention_bias_lower_triangle(tf.shape(targets)[1])
+        if packing is not None:
+            segments = _ids_2d(packing["targets_segmentation"])
+            bias += common_attention.attention_bias_same_segment(segments, segments)
         x = self.body.decoder(x, encoder_output, bias, encdec_bias, training=training)
         return tf.cast(self.modality.top(x, matrices), tf.float32)
 
-    def _decoder_input(self, shifted_ids: tf.Tensor, training, matrices=None) -> tf.Tensor:
+    def _add_timing(self, x: tf.Tensor, position: tf.Tensor | None) -> tf.Tensor:
+        if self.hparams.pos != "timing":
+            return x
+        if position is None:
+            return common_attention.add_timing_signal_1d(x)
+        return common_attention.add_timing_signal_1d_given_position(x, _ids_2d(position))
+
+    def _decoder_input(self, shifted_ids: tf.Tensor, training, matrices=None,
+                       position: tf.Tensor | None = None) -> tf.Tensor:
         x = self.modality.bottom(shifted_ids, "targets", matrices)
-        if self.hparams.pos == "timing":
-            x = common_attention.add_timing_signal_1d(x)
+        x = self._add_timing(x, position)
         return self.body.decoder_input_dropout(x, training=training)
 
     def call(self, features: dict, training: bool | None = None) -> tf.Tensor:
@@ -552,20 +581,24 @@ class Transformer(keras.Model):
 
         Args:
           features: {"inputs": int [B, L], "targets": int [B, T], optional
-            "target_space_id": int scalar}.
+            "target_space_id": int scalar; for packed examples also "inputs_segmentation",
+            "inputs_position" [B, L], "targets_segmentation", "targets_position" [B, T]}.
           training: enables dropout.
 
         Returns:
           float32 logits [B, T, V].
         """
         matrices = self.modality.matrices()
+        packing = None
+        if "inputs_segmentation" in features:
+            packing = {name: features[name] for name in PACKED_FEATURES}
         encoder_output, encdec_bias = self.encode(
             features["inputs"], features.get("target_space_id", 0), training=training,
-            matrices=matrices,
+            matrices=matrices, packing=packing,
         )
         return self.decode(
             features["targets"], encoder_output, encdec_bias, training=training,
-            matrices=matrices,
+            matrices=matrices, packing=packing,
         )
 
     # ----------------------------------------------------------------------------------------

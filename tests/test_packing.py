@@ -1,0 +1,86 @@
+"""Packed examples (t2t's `*_packed` problems and `pack_dataset`): the packer, the model's
+attention confined to each example with per-example positions, and reading packed data."""
+import numpy as np
+import tensorflow as tf
+
+from t2t_lite.data_generators import generator_utils
+from t2t_lite.hparams import create_hparams
+from t2t_lite.layers import common_attention
+from t2t_lite.models.transformer import Transformer
+
+VOCAB = 20
+
+
+def _model():
+    tf.keras.utils.set_random_seed(4)
+    hp = create_hparams("transformer_tiny", "hidden_size=16,filter_size=32,num_heads=2,"
+                        "symbol_modality_num_shards=2")
+    return Transformer(hp, VOCAB, VOCAB)
+
+
+def test_timing_signal_given_positions_equals_the_plain_one_per_segment():
+    x = tf.zeros([1, 7, 8])
+    position = tf.constant([[0, 1, 2, 0, 1, 0, 0]])
+    signal = common_attention.add_timing_signal_1d_given_position(x, position).numpy()[0]
+    plain = common_attention.get_timing_signal_1d(3, 8).numpy()[0]
+    np.testing.assert_allclose(signal[:3], plain, atol=1e-6)
+    np.testing.assert_allclose(signal[3:5], plain[:2], atol=1e-6)
+    np.testing.assert_allclose(signal[5], plain[0], atol=1e-6)
+
+
+def test_same_segment_bias():
+    bias = common_attention.attention_bias_same_segment(
+        tf.constant([[1, 1, 2, 0]]), tf.constant([[1, 2, 2]])).numpy()
+    assert bias.shape == (1, 1, 4, 3)
+    np.testing.assert_array_equal(bias[0, 0] == 0, [[1, 0, 0], [1, 0, 0], [0, 1, 1], [0, 0, 0]])
+
+
+def _packed(*pairs):
+    """One packed row (t2t's layout) of (inputs, targets) id lists that end with EOS."""
+    (row,) = list(generator_utils.pack_examples(
+        [{"inputs": list(i), "targets": list(t)} for i, t in pairs], True, packed_length=64,
+        spacing=0))
+    return {k: tf.constant([v]) for k, v in row.items()}
+
+
+def test_packed_row_keeps_examples_apart():
+    model = _model()
+    first = ([3, 4, 5, 1], [6, 7, 1])
+    second = ([8, 9, 1], [10, 11, 12, 1])
+    other_first = ([13, 14, 15, 16, 17, 1], [18, 1])
+    packed = model(_packed(first, second), training=False).numpy()[0]
+    alone = model({"inputs": tf.constant([first[0]]), "targets": tf.constant([first[1]])},
+                  training=False).numpy()[0]
+    # The first example of a row is computed exactly as on its own.
+    np.testing.assert_allclose(packed[:3], alone, atol=1e-5)
+    # The second one does not depend on what the first one is (only on its final EOS, which
+    # t2t's shift of the whole row feeds in as its first decoder input), nor on its length:
+    # its positions restart at 0.
+    other = model(_packed(other_first, second), training=False).numpy()[0]
+    np.testing.assert_allclose(packed[3:7], other[2:6], atol=1e-5)
+    second_alone = model({"inputs": tf.constant([second[0]]),
+                          "targets": tf.constant([second[1]])}, training=False).numpy()[0]
+    assert np.abs(packed[3:7] - second_alone).max() > 1e-3  # the EOS "GO" input
+
+
+def test_pack_examples_is_t2ts_first_fit_over_a_queue():
+    examples = [{"inputs": [5] * n, "targets": [6] * m}
+                for n, m in ((3, 2), (4, 4), (2, 2), (6, 1), (1, 1))]
+    packed = list(generator_utils.pack_examples(examples, True, packed_length=8, spacing=0,
+                                                queue_size=2))
+    # (3,2) opens A; (4,4) fits A (7 inputs, 6 targets); (2,2) does not: opens B; (6,1) fits
+    # B (8 inputs); (1,1) fits A, the first pack with room.
+    assert [p["inputs_segmentation"] for p in packed] == [
+        [1, 1, 1, 2, 2, 2, 2, 3], [1, 1, 2, 2, 2, 2, 2, 2]]
+    assert packed[0]["targets_position"] == [0, 1, 0, 1, 2, 3, 0]
+    assert packed[1]["inputs"] == [5] * 8 and packed[1]["targets"] == [6, 6, 6]
+    # A queue of one pack: a pack is emitted as soon as an example does not fit it.
+    packed = list(generator_utils.pack_examples(examples, True, packed_length=8, spacing=0,
+                                                queue_size=1))
+    assert [p["targets_segmentation"] for p in packed] == [
+        [1, 1, 2, 2, 2, 2], [1, 1, 2], [1]]
+    # Spacing zeros between examples (t2t's default 2) have segment and position 0.
+    (spaced,) = generator_utils.pack_examples(examples[:2], True, packed_length=16)
+    assert spaced["inputs"] == [5, 5, 5, 0, 0, 5, 5, 5, 5]
+    assert spaced["inputs_segmentation"] == [1, 1, 1, 0, 0, 2, 2, 2, 2]
+    assert spaced["inputs_position"] == [0, 1, 2, 0, 0, 0, 1, 2, 3]
