@@ -195,7 +195,9 @@ class Trainer:
     Args:
       model_fn: () -> keras model; `model(features, training)` gives float32 logits
         [B, T, V] for features {"inputs": [B, L], "targets": [B, T], "target_space_id"}.
-        Called under the strategy's scope and the hparams' mixed-precision policy.
+        Called under the strategy's scope and the hparams' mixed-precision policy. A model
+        with `training_loss(features, label_smoothing, training) -> (num, den)` computes its
+        training loss itself (the Transformer: logits of non-padding positions only).
       hparams: model hparams.
       problem: a Problem (`dataset`, `get_hparams`, `eval_metrics`, `get_feature_encoders`).
       data_dir: the problem's data directory.
@@ -333,10 +335,15 @@ class Trainer:
         features = self._features(features)
         targets = features["targets"]
         with tf.GradientTape() as tape, self.replica_dropout_context():
-            logits = self.model(features, training=True)
-            num, den = common_layers.padded_cross_entropy(
-                logits, targets, self.hparams.label_smoothing
-            )
+            if hasattr(self.model, "training_loss"):
+                # The model's own loss skips the logits of padding positions (same values).
+                num, den = self.model.training_loss(
+                    features, self.hparams.label_smoothing, training=True)
+            else:
+                logits = self.model(features, training=True)
+                num, den = common_layers.padded_cross_entropy(
+                    logits, targets, self.hparams.label_smoothing
+                )
             num = num * self.loss_multiplier
             global_den = ctx.all_reduce(tf.distribute.ReduceOp.SUM, den) if replicas > 1 else den
             loss = num / tf.maximum(global_den, 1.0)

@@ -52,6 +52,27 @@ def test_fixture_eval_loss(t2t_fixtures):
     np.testing.assert_allclose(num / den, data["loss_eval"], atol=1e-5)
 
 
+def test_training_loss_skips_padding_logits_with_the_same_loss_and_gradients(t2t_fixtures):
+    model = t2t_checkpoint.load_model(
+        str(t2t_fixtures / "ckpt_A_trained"), create_hparams("transformer_tiny"))
+    data = np.load(t2t_fixtures / "model_A_trained.npz")
+    features = {"inputs": data["inputs"], "targets": data["targets"]}
+    assert (data["targets"] == 0).any()  # padded rows: the case the shortcut is for
+    with tf.GradientTape(persistent=True) as tape:
+        num, den = model.training_loss(features, 0.1)
+        ref_num, ref_den = common_layers.padded_cross_entropy(
+            model(features), data["targets"], 0.1)
+    assert float(den) == float(ref_den) == (data["targets"] != 0).sum()
+    np.testing.assert_allclose(num, ref_num, rtol=1e-6)
+    variables = model.trainable_variables
+    for got, want in zip(tape.gradient(num, variables), tape.gradient(ref_num, variables)):
+        np.testing.assert_allclose(tf.convert_to_tensor(got), tf.convert_to_tensor(want),
+                                   atol=1e-5, rtol=1e-4)
+    # The eval loss of t2t's fixture (no smoothing) through the same path.
+    num, den = model.training_loss(features, 0.0)
+    np.testing.assert_allclose(num / den, data["loss_eval"], atol=1e-5)
+
+
 def test_weight_paths_are_t2t_names(t2t_fixtures):
     model = Transformer(create_hparams("transformer_tiny"), 1018, 1018)
     expected = [v["name"] for v in json.loads(

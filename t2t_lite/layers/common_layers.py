@@ -571,8 +571,8 @@ def padded_cross_entropy(
     measured twice as slow: its gradient broadcasts and scatter-adds three `[B, T, V]` terms.
 
     Args:
-      logits: [B, T, V] (any float dtype; computed in float32).
-      labels: int [B, T]; 0 = padding.
+      logits: [B, T, V] or [N, V] (any float dtype; computed in float32).
+      labels: int [B, T] or [N]; 0 = padding.
       label_smoothing: eps (0 in eval).
       weights_fn: optional `labels -> float32 [B, T]` weights; default `labels != 0`.
 
