@@ -62,8 +62,10 @@ def train_flops(hp: HParams, batch: int, length: int, vocab: int) -> float:
     """Matmul + attention FLOPs of one training step (forward x 3), source = target length."""
     d, f, n = hp.hidden_size, hp.filter_size, hp.num_hidden_layers
     tokens = batch * length
-    attention = 4 * d * d * tokens + 4 * batch * length * length * d  # projections + QK, AV
-    ffn = 4 * d * f * tokens
+    # Q, K, V and output projections: 4 matmuls of 2 * d * d per token; QK^T and AV: 2 * L * d
+    # each per query token.
+    attention = 8 * d * d * tokens + 4 * batch * length * length * d
+    ffn = 4 * d * f * tokens  # two matmuls of 2 * d * f per token
     encoder = n * (attention + ffn)
     decoder = n * (2 * attention + ffn)
     softmax = 2 * d * vocab * tokens
