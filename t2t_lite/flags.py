@@ -70,6 +70,10 @@ flags.DEFINE_bool(
     "With --warm_start_from: load the model variables that match and keep the others' "
     "initial values (they are listed) instead of stopping.")
 flags.DEFINE_bool("deterministic", False, "Enable TensorFlow op determinism (needs --random_seed).")
+flags.DEFINE_bool(
+    "xla_compile", False,
+    "Compile the training step with XLA (jit_compile); training batches are padded to their "
+    "length bucket's boundary so that it compiles once per bucket.")
 
 # --- t2t-datagen ----------------------------------------------------------------------------
 flags.DEFINE_integer("max_cases", 0, "Maximum examples per split for datagen (0 = all).")

@@ -22,6 +22,7 @@ Restarting resumes from the latest checkpoint.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import json
 import os
 import random
@@ -67,6 +68,8 @@ class RunConfig:
       num_decode_examples: eval examples decoded greedily into text summaries (0 = none).
       decode_length: extra decode length for those examples (t2t's decode_length).
       eval_split: read this split for evaluation (e.g. "test"; None: the eval split).
+      xla_compile: compile the training step with XLA; training batches are padded to
+        their length bucket's boundary (one shape, one compilation, per bucket).
     """
 
     output_dir: str
@@ -81,6 +84,7 @@ class RunConfig:
     num_decode_examples: int = 3
     decode_length: int = 50
     eval_split: str | None = None
+    xla_compile: bool = False
 
     @property
     def checkpoint_every(self) -> int:
@@ -196,8 +200,9 @@ class Trainer:
       model_fn: () -> keras model; `model(features, training)` gives float32 logits
         [B, T, V] for features {"inputs": [B, L], "targets": [B, T], "target_space_id"}.
         Called under the strategy's scope and the hparams' mixed-precision policy. A model
-        with `training_loss(features, label_smoothing, training) -> (num, den)` computes its
-        training loss itself (the Transformer: logits of non-padding positions only).
+        with `training_loss(features, label_smoothing, training, skip_padding) -> (num, den)`
+        computes its training loss itself (the Transformer: with skip_padding, logits of
+        non-padding positions only).
       hparams: model hparams.
       problem: a Problem (`dataset`, `get_hparams`, `eval_metrics`, `get_feature_encoders`).
       data_dir: the problem's data directory.
@@ -305,6 +310,10 @@ class Trainer:
     # --- Data ---------------------------------------------------------------------------------
     def _distributed_dataset(self, mode: str):
         kwargs = {"seed": self.config.random_seed} if mode == TRAIN else {}
+        if (mode == TRAIN and self.config.xla_compile and "pad_to_bucket_boundaries"
+                in inspect.signature(self.problem.dataset).parameters):
+            # Few batch shapes, so that XLA compiles the step a few times only.
+            kwargs["pad_to_bucket_boundaries"] = True
         if mode == EVAL and self.config.eval_split:
             kwargs["dataset_split"] = self.config.eval_split
 
@@ -337,8 +346,10 @@ class Trainer:
         with tf.GradientTape() as tape, self.replica_dropout_context():
             if hasattr(self.model, "training_loss"):
                 # The model's own loss skips the logits of padding positions (same values).
+                # XLA needs static shapes: keep the padding positions' logits there.
                 num, den = self.model.training_loss(
-                    features, self.hparams.label_smoothing, training=True)
+                    features, self.hparams.label_smoothing, training=True,
+                    skip_padding=not self.config.xla_compile)
             else:
                 logits = self.model(features, training=True)
                 num, den = common_layers.padded_cross_entropy(
@@ -373,7 +384,7 @@ class Trainer:
     def _make_train_step(self, element_spec, update: bool):
         strategy = self.strategy
 
-        @tf.function(input_signature=[element_spec])
+        @tf.function(input_signature=[element_spec], jit_compile=self.config.xla_compile or None)
         def train_step(features):
             out = strategy.run(self._replica_train_step, args=(features, update))
             num = strategy.reduce(tf.distribute.ReduceOp.SUM, out["num"], axis=None)
@@ -667,6 +678,7 @@ def config_from_flags(flags_obj: Any) -> RunConfig:
         random_seed=flags_obj.random_seed,
         deterministic=flags_obj.deterministic,
         eval_split="test" if flags_obj.eval_use_test_set else None,
+        xla_compile=getattr(flags_obj, "xla_compile", False),
     )
 
 

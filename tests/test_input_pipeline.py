@@ -177,6 +177,28 @@ def test_train_batches_respect_token_budget_and_max_length(ids_data):
     assert num_batches == 150
 
 
+def test_pad_to_bucket_boundaries_gives_one_shape_per_bucket(ids_data):
+    data_dir, _, _ = ids_data
+    hp = _hparams(batch_size=512, max_length=64)
+    scheme = data_reader.hparams_to_batching_scheme(hp)
+    prob = IdsProblem()
+    plain = prob.dataset(problem.ModeKeys.TRAIN, data_dir, hp, seed=3).take(60)
+    padded = prob.dataset(problem.ModeKeys.TRAIN, data_dir, hp, seed=3,
+                          pad_to_bucket_boundaries=True).take(60)
+    shapes, buckets = set(), set()
+    for a, b in zip(plain, padded):
+        rows = _rows(a)
+        assert _rows(b) == rows  # same examples; only more zero padding
+        bucket = bisect.bisect_right(scheme["boundaries"], max(_length(*r) for r in rows))
+        if bucket < len(scheme["boundaries"]):
+            expected = scheme["boundaries"][bucket] - 1
+            assert b["inputs"].shape[1] == b["targets"].shape[1] == expected
+        shapes.add(tuple(b["inputs"].shape))
+        buckets.add(bucket)
+    # One shape per bucket: fewer distinct shapes than with per-batch lengths.
+    assert len(shapes) == len(buckets) < len({tuple(a["inputs"].shape) for a in plain})
+
+
 def test_train_single_pass_keeps_exactly_the_examples_within_length(ids_data):
     data_dir, train, _ = ids_data
     hp = _hparams(batch_size=512, max_length=64, min_length=3)

@@ -347,6 +347,7 @@ class Problem:
         max_records: int = -1,
         shuffle_buffer_size: int = 1024,
         seed: int | None = None,
+        pad_to_bucket_boundaries: bool = False,
     ) -> tf.data.Dataset:
         """Reads the shards of `mode` as t2t's input pipeline does.
 
@@ -376,6 +377,8 @@ class Problem:
           max_records: read at most this many records per pipeline (-1: all).
           shuffle_buffer_size: record shuffle buffer in training.
           seed: seed of every shuffle and of the random skip (None: nondeterministic).
+          pad_to_bucket_boundaries: pad bucketed batches to their bucket's longest length
+            (few distinct shapes, for XLA; see `data_reader.bucket_by_length`).
 
         Returns:
           Dataset of dicts {"inputs": int32 [B, Lin], "targets": int32 [B, Lt]}, 0-padded,
@@ -447,7 +450,7 @@ class Problem:
             dense = examples.map(lambda ex: {k: tf.identity(v) for k, v in ex.items()})
             return dense.prefetch(tf.data.AUTOTUNE)
 
-        batches = self._batch_examples(examples, hparams)
+        batches = self._batch_examples(examples, hparams, pad_to_bucket_boundaries)
         batch_shuffle_size = hparams.get("batch_shuffle_size", 0)
         if is_training and batch_shuffle_size:
             batches = batches.shuffle(batch_shuffle_size, seed=rng.randrange(2**31))
@@ -455,7 +458,8 @@ class Problem:
         options.deterministic = deterministic
         return batches.with_options(options).prefetch(tf.data.AUTOTUNE)
 
-    def _batch_examples(self, examples: tf.data.Dataset, hparams: HParams) -> tf.data.Dataset:
+    def _batch_examples(self, examples: tf.data.Dataset, hparams: HParams,
+                        pad_to_bucket_boundaries: bool = False) -> tf.data.Dataset:
         """Token-bucketed padded batches (or fixed-size ones with use_fixed_batch_size)."""
         if hparams.get("use_fixed_batch_size", False) or not self.batch_size_means_tokens:
             return data_reader.batch_examples(examples, hparams.batch_size)
@@ -463,7 +467,7 @@ class Problem:
             hparams, length_multiplier=self.get_hparams().batch_size_multiplier
         )
         return data_reader.bucket_by_length(
-            examples, scheme["boundaries"], scheme["batch_sizes"]
+            examples, scheme["boundaries"], scheme["batch_sizes"], pad_to_bucket_boundaries
         )
 
     def _maybe_reverse_and_copy(self, features: dict) -> dict:

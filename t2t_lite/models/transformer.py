@@ -608,7 +608,8 @@ class Transformer(keras.Model):
         )
 
     def training_loss(self, features: dict, label_smoothing: float,
-             training: bool | None = None) -> tuple[tf.Tensor, tf.Tensor]:
+                      training: bool | None = None,
+                      skip_padding: bool = True) -> tuple[tf.Tensor, tf.Tensor]:
         """t2t's training loss, `padded_cross_entropy(self(features), targets, eps)`, with the
         softmax layer applied to the non-padding target positions only.
 
@@ -621,6 +622,8 @@ class Transformer(keras.Model):
           features: as for `call`.
           label_smoothing: eps (hparams.label_smoothing in training).
           training: enables dropout.
+          skip_padding: leave out the padding positions' logits (their number varies, so
+            False under XLA, which needs static shapes).
 
         Returns:
           (num, den): float32 scalars, the summed token losses and the number of non-padding
@@ -637,6 +640,9 @@ class Transformer(keras.Model):
         targets = _ids_2d(features["targets"])
         x = self._decoder_output(targets, encoder_output, encdec_bias, training, matrices,
                                  packing)
+        if not skip_padding:
+            return common_layers.padded_cross_entropy(
+                self.modality.top(x, matrices), targets, label_smoothing)
         positions = tf.where(tf.not_equal(targets, 0))
         logits = self.modality.top(tf.gather_nd(x, positions), matrices)
         return common_layers.padded_cross_entropy(

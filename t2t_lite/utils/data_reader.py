@@ -238,7 +238,8 @@ def batch_examples(dataset: tf.data.Dataset, batch_size: int) -> tf.data.Dataset
 
 
 def bucket_by_length(
-    dataset: tf.data.Dataset, boundaries: list[int], batch_sizes: list[int]
+    dataset: tf.data.Dataset, boundaries: list[int], batch_sizes: list[int],
+    pad_to_boundaries: bool = False,
 ) -> tf.data.Dataset:
     """Groups examples into length buckets and emits padded batches (t2t's bucketing).
 
@@ -250,10 +251,16 @@ def bucket_by_length(
     Examples coming from `unbatch` of ragged batches are batched as ragged and densified
     once per batch, which keeps the per-example work to the bucket lookup.
 
+    With `pad_to_boundaries` every feature of a batch from bucket i < n is padded to the
+    bucket's longest possible length `b_i - 1` instead, so that full batches come in one
+    shape per bucket (what an XLA-compiled step needs to compile only a few times); the last
+    bucket (no upper bound) keeps per-batch lengths.
+
     Args:
       dataset: examples, dicts of 1-D int32 values.
       boundaries: bucket boundaries (len n, increasing).
       batch_sizes: sentences per batch for each bucket (len n + 1).
+      pad_to_boundaries: pad lengths to the bucket boundary (see above).
 
     Returns:
       Dataset of dicts of int32 [B, L_feature].
@@ -284,4 +291,20 @@ def bucket_by_length(
         reduce_func=reduce_func,
         window_size_func=lambda key: sizes_t[key],
     )
-    return batches.map(to_dense_batch) if ragged else batches
+    if ragged:
+        batches = batches.map(to_dense_batch)
+    if not pad_to_boundaries:
+        return batches
+    # All examples of a batch share a bucket: the batch's longest example names it. The last
+    # bucket (-1: no upper bound) keeps the batch's own length.
+    pad_lengths_t = tf.constant([b - 1 for b in boundaries] + [-1], tf.int32)
+
+    def pad_batch(batch):
+        length = tf.reduce_max([tf.shape(value)[1] for value in batch.values()])
+        bucket = tf.searchsorted(boundaries_t, tf.reshape(length, [1]), side="right")[0]
+        target = tf.gather(pad_lengths_t, bucket)
+        target = tf.where(target < 0, length, target)
+        return {name: tf.pad(value, [[0, 0], [0, target - tf.shape(value)[1]]])
+                for name, value in batch.items()}
+
+    return batches.map(pad_batch)
