@@ -189,3 +189,23 @@ def test_padded_cross_entropy_gradient_is_softmax_minus_soft_target():
     q[0, 1] = q[1, 2] = 0.9
     np.testing.assert_allclose(grad[:2], p[:2] - q[:2], atol=1e-6)
     np.testing.assert_allclose(grad[2], 0.0)  # padding position carries no gradient
+
+
+@pytest.mark.parametrize("eps", [0.1, 0.0])
+def test_fused_softmax_cross_entropy_matches_full_logits_in_value_and_gradients(eps):
+    rng = np.random.RandomState(3)
+    x = tf.constant(rng.normal(size=[13, 8]), tf.float32)
+    matrix = tf.constant(rng.normal(size=[11, 8]), tf.float32)
+    labels = tf.constant(rng.randint(1, 11, size=[13]), tf.int32)
+    with tf.GradientTape(persistent=True) as tape:
+        tape.watch([x, matrix])
+        # chunk_size 5: two full chunks and a ragged one of 3 rows.
+        fused = common_layers.fused_softmax_cross_entropy(x, matrix, labels, eps, chunk_size=5)
+        num, den = common_layers.padded_cross_entropy(
+            tf.matmul(x, matrix, transpose_b=True), labels, eps)
+        fused_scaled, num_scaled = 3.0 * fused, 3.0 * num
+    assert float(den) == 13
+    np.testing.assert_allclose(fused, num, rtol=1e-6)
+    for got, want in zip(tape.gradient(fused_scaled, [x, matrix]),
+                         tape.gradient(num_scaled, [x, matrix])):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
