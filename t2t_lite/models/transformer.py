@@ -647,8 +647,14 @@ class Transformer(keras.Model):
                 self.modality.top(x, matrices), targets, label_smoothing)
         positions = tf.where(tf.not_equal(targets, 0))
         labels = tf.gather_nd(targets, positions)
+        x = tf.gather_nd(x, positions)
+        if x.dtype == tf.float16:
+            # The fused loss casts the unscaled logit gradients to the compute dtype; with
+            # float16 loss scaling they must be scaled first, as autodiff does.
+            return common_layers.padded_cross_entropy(
+                self.modality.top(x, matrices), labels, label_smoothing)
         num = common_layers.fused_softmax_cross_entropy(
-            tf.gather_nd(x, positions), matrices["softmax"], labels, label_smoothing)
+            x, matrices["softmax"], labels, label_smoothing)
         return num, tf.cast(tf.size(labels), tf.float32)
 
     # ----------------------------------------------------------------------------------------
