@@ -2,7 +2,7 @@
 
     python bench/profile_train_step.py --data_dir=DIR --problem=translate_files \
         --hparams_set=transformer_tiny [--hparams=...] [--approx_vocab_size=8192] \
-        [--steps 40] [--trace_steps 10] [--top 30] [--xla]
+        [--steps 40] [--windows 1] [--trace_steps 10] [--top 30] [--xla_compile]
 
 Builds the Trainer exactly as `run.py --mode=train` does (same flags, same bucketed input
 pipeline), runs `--steps` warm-up/timing steps, then traces `--trace_steps` more with
@@ -84,10 +84,14 @@ def print_table(title: str, counter: collections.Counter, steps: int, top: int) 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--steps", type=int, default=40)
+    ap.add_argument("--windows", type=int, default=1, help="timed windows of --steps steps")
     ap.add_argument("--trace_steps", type=int, default=10)
     ap.add_argument("--top", type=int, default=30)
     ap.add_argument("--t2t_timeline_glob", default="")
+    ap.add_argument("--inter_op_threads", type=int, default=0, help="0: TensorFlow's default")
     args, rest = ap.parse_known_args()
+    if args.inter_op_threads:
+        tf.config.threading.set_inter_op_parallelism_threads(args.inter_op_threads)
     if args.t2t_timeline_glob:
         paths = sorted(glob.glob(args.t2t_timeline_glob))[1:]  # the first includes warm-up
         by_type, by_name, steps = timeline_op_times(paths)
@@ -104,12 +108,14 @@ def main() -> None:
     iterator = iter(dataset)
     step_fn = trainer._make_train_step(iterator.element_spec, update=True)
     step_fn(next(iterator))["loss"].numpy()
-    start, tokens = time.perf_counter(), 0.0
-    for _ in range(args.steps):
-        tokens += float(step_fn(next(iterator))["tokens"])
-    elapsed = time.perf_counter() - start
-    print(f"t2t_lite: {args.steps / elapsed:.2f} steps/s, {tokens / elapsed:.0f} target tokens/s "
-          f"(first {args.steps} steps after the first, incl. retracing)")
+    for window in range(args.windows):
+        start, tokens = time.perf_counter(), 0.0
+        for _ in range(args.steps):
+            tokens += float(step_fn(next(iterator))["tokens"])
+        elapsed = time.perf_counter() - start
+        print(f"t2t_lite: {args.steps / elapsed:.2f} steps/s, {tokens / elapsed:.0f} target "
+              f"tokens/s (steps {window * args.steps + 1}-{(window + 1) * args.steps} after "
+              "the first; new batch shapes retrace / recompile)", flush=True)
     logdir = tempfile.mkdtemp(prefix="profile_logs_")
     tf.profiler.experimental.start(logdir)
     for _ in range(args.trace_steps):
