@@ -45,6 +45,8 @@ from t2t_lite.utils import optimize, warm_start
 
 TRAIN, EVAL = "train", "eval"
 CHECKPOINT_PREFIX = "ckpt"
+# t2t's `eval_autoregressive` decodes this many steps beyond the input length.
+AUTOREGRESSIVE_EVAL_DECODE_LENGTH = 50
 _POLICIES = {"float32": "float32", "float16": "mixed_float16", "bfloat16": "mixed_bfloat16"}
 
 
@@ -455,10 +457,49 @@ class Trainer:
         return values
 
     # --- Evaluation ---------------------------------------------------------------------------
+    def _autoregressive_logits(self, features: dict) -> tf.Tensor:
+        """t2t's `eval_run_autoregressive` logits: greedy decoding on the model's own outputs.
+
+        Position t is predicted from the inputs and the model's argmax at positions < t (not
+        the reference targets), as t2t's `_slow_greedy_infer`, which runs
+        `len(inputs) + AUTOREGRESSIVE_EVAL_DECODE_LENGTH` steps; target positions beyond
+        that get zero logits (t2t pads its logits with zeros to the targets' length).
+        Quadratic in the target length, as t2t's.
+
+        Args:
+          features: eval features with "targets" int [B, T] (and "inputs" [B, L]).
+
+        Returns:
+          float32 logits [B, T, V].
+        """
+        targets = tf.cast(features["targets"], tf.int32)
+        length = tf.shape(targets)[1]
+        steps = length
+        if "inputs" in features:
+            steps = tf.minimum(length, tf.shape(features["inputs"])[1]
+                               + AUTOREGRESSIVE_EVAL_DECODE_LENGTH)
+        positions = tf.range(length)
+
+        def step(t, ids, collected):
+            logits = self.model(dict(features, targets=ids), training=False)
+            current = logits[:, t]
+            best = tf.argmax(current, axis=-1, output_type=tf.int32)
+            ids = tf.where(positions[None, :] == t, best[:, None], ids)
+            return t + 1, ids, collected.write(t, current)
+
+        collected = tf.TensorArray(tf.float32, size=steps)
+        _, _, collected = tf.while_loop(
+            lambda t, *_: t < steps, step, (0, tf.zeros_like(targets), collected))
+        logits = tf.transpose(collected.stack(), [1, 0, 2])
+        return tf.pad(logits, [[0, 0], [0, length - steps], [0, 0]])
+
     def _replica_eval_step(self, features: dict) -> dict:
         features = self._features(features)
         targets = features["targets"]
-        logits = self.model(features, training=False)
+        if self.hparams.get("eval_run_autoregressive", False):
+            logits = self._autoregressive_logits(features)
+        else:
+            logits = self.model(features, training=False)
         num, den = common_layers.padded_cross_entropy(logits, targets, 0.0)
         out = {"num": num * self.loss_multiplier, "den": den,
                "metrics": self.eval_metrics.graph_sums(logits, targets)}
@@ -492,7 +533,11 @@ class Trainer:
     def evaluate(self) -> dict[str, float]:
         """One pass of at most `eval_steps` eval batches with the current weights.
 
-        Dropout is off and label smoothing 0 (t2t's eval mode). Writes `loss` and the
+        Dropout is off and label smoothing 0 (t2t's eval mode). With
+        `hparams.eval_run_autoregressive` the logits come from greedy decoding instead of
+        teacher forcing (`_autoregressive_logits`); loss and metrics compare them with the
+        targets (t2t's metrics do the same; t2t's reported loss is instead that of the model
+        on its own outputs). Writes `loss` and the
         problem's `metrics-<problem>/targets/*` to output_dir/eval and a few greedy decodes.
 
         Returns:

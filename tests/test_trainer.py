@@ -252,3 +252,32 @@ def test_bfloat16_training_and_eval_without_loss_scaling(tmp_path):
     assert trainer.optimizer.loss_scale is None
     assert trainer.model.dtype_policy.compute_dtype == "bfloat16"
     assert trainer.model.trainable_variables[0].dtype == tf.float32
+
+
+def test_eval_run_autoregressive_feeds_back_the_models_own_outputs(tmp_path):
+    hparams = tiny_hparams(eval_run_autoregressive=True)
+    trainer = _trainer(tmp_path, hparams=hparams, eval_steps=1, num_decode_examples=0)
+    trainer.train()  # 12 steps: the model's outputs are still often wrong
+    results = trainer.evaluate()
+    batch = {k: v[:8] for k, v in ReverseProblem().data["eval"].items()}
+    labels = batch["targets"]
+
+    def logits_of(targets):
+        return trainer.model({"inputs": batch["inputs"], "targets": targets,
+                              "target_space_id": tf.constant(0)}, training=False).numpy()
+
+    # Greedy decoding written out: position t sees the argmax of positions < t.
+    ids = np.zeros_like(labels)
+    for t in range(labels.shape[1]):
+        ids[:, t] = logits_of(ids)[:, t].argmax(-1)
+    logits = logits_of(ids)
+    assert (logits.argmax(-1) != labels)[labels != 0].any()  # not the teacher-forced outputs
+    weights = labels != 0
+    logp = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
+    xent = -np.take_along_axis(logp, labels[..., None], -1)[..., 0] * weights
+    assert results["loss"] == pytest.approx(xent.sum() / weights.sum(), rel=1e-4)
+    accuracy = ((logits.argmax(-1) == labels) * weights).sum() / weights.sum()
+    assert results["metrics-reverse_standin/targets/accuracy"] == pytest.approx(accuracy)
+    teacher_forced = _trainer(tmp_path, eval_steps=1, num_decode_examples=0)
+    teacher_forced.restore()
+    assert teacher_forced.evaluate()["loss"] != pytest.approx(results["loss"], rel=1e-3)
