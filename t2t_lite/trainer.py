@@ -99,17 +99,26 @@ def _cluster_workers(tf_config: dict) -> int:
     return len(cluster.get("chief", [])) + len(cluster.get("worker", []))
 
 
-def create_strategy(worker_gpu: int = 1) -> tf.distribute.Strategy:
+def create_strategy(worker_gpu: int = 1, worker_replicas: int = 1) -> tf.distribute.Strategy:
     """The strategy for this machine (create it before any other TensorFlow work).
 
     Args:
       worker_gpu: replicas on this host (t2t's --worker_gpu); > 1 needs as many GPUs.
+      worker_replicas: t2t's number of workers. TF_CONFIG is what starts the workers here,
+        so this only checks it: a value > 1 must equal TF_CONFIG's chief + workers.
 
     Returns:
       MultiWorkerMirroredStrategy if TF_CONFIG names several workers, MirroredStrategy over
       `worker_gpu` GPUs if worker_gpu > 1, else the default strategy (one device).
     """
-    if _cluster_workers(_tf_config()) > 1:
+    workers = _cluster_workers(_tf_config())
+    if worker_replicas > 1 and worker_replicas != workers:
+        raise ValueError(
+            f"--worker_replicas={worker_replicas} but TF_CONFIG lists {workers} worker(s) "
+            "(chief + worker); workers are started from TF_CONFIG: set it on every worker, or "
+            "leave --worker_replicas at 1"
+        )
+    if workers > 1:
         return tf.distribute.MultiWorkerMirroredStrategy()
     if worker_gpu > 1:
         gpus = tf.config.list_logical_devices("GPU")
@@ -384,6 +393,7 @@ class Trainer:
         self,
         eval_every: int | None = None,
         stop_when: Callable[[dict[str, float]], bool] | None = None,
+        after_eval: Callable[[int], Any] | None = None,
     ) -> dict[str, float]:
         """Trains until `config.train_steps`, resuming from the latest checkpoint.
 
@@ -391,6 +401,8 @@ class Trainer:
           eval_every: evaluate every this many steps and at the end (None: never).
           stop_when: optional predicate on each evaluation's results; training stops early
             (after a checkpoint) when it returns True.
+          after_eval: optional function of the global step called after each evaluation
+            (train_eval_and_decode decodes the dev set there).
 
         Returns:
           The last training statistics ({"loss", "learning_rate", ...}).
@@ -422,6 +434,8 @@ class Trainer:
             stop = False
             if eval_every and (step % eval_every == 0 or step == config.train_steps):
                 results = self.evaluate()
+                if after_eval is not None:
+                    after_eval(step)
                 stop = stop_when is not None and stop_when(results)
             if step % config.checkpoint_every == 0 or step == config.train_steps or stop:
                 self._save(manager)
@@ -560,6 +574,8 @@ class Trainer:
             self.eval_metrics.update_graph({k: v.numpy() for k, v in summed["metrics"].items()})
             for outputs, targets in zip(local.get("outputs", ()), local.get("targets", ())):
                 self.eval_metrics.update_host(outputs.numpy(), targets.numpy())
+        if self.eval_metrics.host_metrics and self.strategy.num_replicas_in_sync > 1:
+            self._sum_host_metrics_over_workers()
         step = self.step
         results = {"loss": float(np.mean(batch_losses)) if batch_losses else 0.0}
         results.update(self.eval_metrics.results())
@@ -572,6 +588,22 @@ class Trainer:
             self._summarize_decodes(first_batch, step)
         self.last_eval_results = results
         return results
+
+    def _sum_host_metrics_over_workers(self) -> None:
+        """Adds up the host metrics' sums of all workers (each evaluated its own share of the
+        eval set), so that every worker reports the metrics of the whole eval run, as the
+        graph metrics already are. Every worker must call it (a collective)."""
+        local = tf.constant(self.eval_metrics.host_sums(), tf.float64)
+        local_replicas = len(self.strategy.extended.worker_devices)
+
+        def one_copy_per_worker(context):
+            # This worker's sums cover all its local replicas: only its first one adds them.
+            first = context.replica_id_in_sync_group % local_replicas == 0
+            return local if first else tf.zeros_like(local)
+
+        values = self.strategy.experimental_distribute_values_from_function(one_copy_per_worker)
+        total = self.strategy.reduce(tf.distribute.ReduceOp.SUM, values, axis=None)
+        self.eval_metrics.set_host_sums(total.numpy())
 
     def decode_examples(self, features: dict, count: int) -> list[dict[str, str]]:
         """Greedy decodes of the first `count` examples of an eval batch, as text.
@@ -759,7 +791,7 @@ def main(flags_obj: Any) -> dict[str, float]:
     Returns:
       The last evaluation results (eval modes) or training statistics (train).
     """
-    strategy = create_strategy(flags_obj.worker_gpu)
+    strategy = create_strategy(flags_obj.worker_gpu, flags_obj.worker_replicas)
     setup_determinism(flags_obj.random_seed, flags_obj.deterministic)
     trainer = build_trainer(flags_obj, strategy)
     mode = flags_obj.mode or t2t_flags.SCHEDULES.get(flags_obj.schedule, "train_and_eval")
@@ -772,5 +804,28 @@ def main(flags_obj: Any) -> dict[str, float]:
             logging.warning("No checkpoint in %s: evaluating the initial weights",
                             trainer.config.output_dir)
         return trainer.evaluate()
-    trainer.train(eval_every=trainer.config.local_eval_frequency)
+    after_eval = None
+    if flags_obj.schedule == "train_eval_and_decode":
+        after_eval = _dev_decoder(trainer, flags_obj)
+    trainer.train(eval_every=trainer.config.local_eval_frequency, after_eval=after_eval)
     return trainer.last_eval_results
+
+
+def _dev_decoder(trainer: Trainer, flags_obj: Any) -> Callable[[int], Any]:
+    """t2t's train_eval_and_decode: after each eval the chief decodes the dev set with
+    --decode_hparams and logs its BLEU (`decoding.decode_dev_and_bleu`)."""
+    from t2t_lite.utils import decoding
+
+    decode_hp = decoding.decode_hparams(flags_obj.decode_hparams or "")
+    decoding.check_sampling(trainer.hparams, decode_hp)
+    reference = flags_obj.decode_reference or decode_hp.decode_reference or None
+    name_parts = (flags_obj.model, flags_obj.hparams_set, trainer.problem.name)
+
+    def decode(step: int):
+        if trainer.chief:
+            return decoding.decode_dev_and_bleu(
+                trainer.model, trainer.problem, trainer.hparams, trainer.data_dir, decode_hp,
+                trainer.config.output_dir, step, name_parts, reference)
+        return None
+
+    return decode

@@ -435,10 +435,12 @@ class Problem:
         min_length = hparams.get("min_length", 0)
         max_length = self.max_length(hparams) if drop_long else data_reader.NO_MAX_LENGTH
         names = self.example_reading_spec()
-        # t2t's pack_dataset: pack on the fly to max_length, in every mode, unless the data
-        # are packed already (a `*_packed` problem).
+        # t2t's pack_dataset: pack on the fly to max_length in training and eval, unless the
+        # data are packed already (a `*_packed` problem). Never for PREDICT: decoding needs
+        # one example per row.
         pack_length = None
-        if hparams.get("pack_dataset", False) and "targets_segmentation" not in names:
+        if (hparams.get("pack_dataset", False) and mode != ModeKeys.PREDICT
+                and "targets_segmentation" not in names):
             pack_length = self.max_length(hparams)
         parse_batch = _PARSE_BATCH if pack_length is None else max(
             _PARSE_BATCH, pack_length * _PACK_WINDOW_PER_LENGTH)
