@@ -358,3 +358,14 @@ def test_dev_decode_bleu_is_t2ts_bleu_of_the_decodes(tmp_path):
     assert 0 < worse < 100
     events = dict(read_events(str(tmp_path / "decode_eval"))["BLEU"])
     assert float(events[5]) == pytest.approx(100.0) and float(events[6]) == pytest.approx(worse)
+
+
+def test_worker_replicas_must_match_tf_config(monkeypatch):
+    monkeypatch.delenv("TF_CONFIG", raising=False)
+    with pytest.raises(ValueError, match=r"^--worker_replicas=2 but TF_CONFIG lists 0 worker"):
+        trainer_lib.create_strategy(worker_gpu=1, worker_replicas=2)
+    cluster = {"chief": ["127.0.0.1:1"], "worker": ["127.0.0.1:2", "127.0.0.1:3"]}
+    monkeypatch.setenv("TF_CONFIG", json.dumps({"cluster": cluster,
+                                                "task": {"type": "chief", "index": 0}}))
+    with pytest.raises(ValueError, match=r"--worker_replicas=2 but TF_CONFIG lists 3 worker"):
+        trainer_lib.create_strategy(worker_gpu=1, worker_replicas=2)
