@@ -224,3 +224,15 @@ def test_packed_training_matches_unpacked_training_on_unpacked_eval(toy_problems
     learned = losses["initial"] - losses["plain"]
     assert learned > 1.0, losses
     assert abs(losses["packed"] - losses["plain"]) < 0.1 * learned, losses
+
+
+def test_decoding_reads_the_unpacked_dev_set_of_a_packed_problem():
+    from t2t_lite import registry
+    from t2t_lite.utils import decoding
+
+    packed = registry.problem("translate_ende_wmt8k_packed")
+    assert packed.packed_length == 256
+    assert decoding.unpacked_problem(packed).name == "translate_ende_wmt8k"
+    assert packed.vocab_filename == registry.problem("translate_ende_wmt8k").vocab_filename
+    plain = registry.problem("translate_ende_wmt8k")
+    assert decoding.unpacked_problem(plain) is plain

@@ -570,6 +570,18 @@ def _decode_dataset_once(infer_fn: InferFn, examples: list[dict], encoders: dict
     return output
 
 
+def unpacked_problem(problem: Any) -> Any:
+    """For a `*_packed` problem, its registered unpacked problem (whose dev examples come one
+    per row, as decoding needs; t2t swaps them the same way), else `problem`."""
+    from t2t_lite import registry
+
+    if problem.name.endswith("_packed"):
+        unpacked = problem.name[: -len("_packed")]
+        if unpacked in registry.list_problems():
+            return registry.problem(unpacked)
+    return problem
+
+
 def decode_dev_and_bleu(model: Any, problem: Any, hparams: HParams, data_dir: str,
                         decode_hp: HParams, output_dir: str, step: int,
                         name_parts: tuple[str, str, str],
@@ -602,13 +614,10 @@ def decode_dev_and_bleu(model: Any, problem: Any, hparams: HParams, data_dir: st
     """
     import tensorflow as tf
 
-    from t2t_lite import registry
     from t2t_lite.data_generators.problem import ModeKeys
     from t2t_lite.utils import bleu_hook
 
-    unpacked = problem.name[: -len("_packed")] if problem.name.endswith("_packed") else ""
-    if unpacked and unpacked in registry.list_problems():
-        problem = registry.problem(unpacked)
+    problem = unpacked_problem(problem)
     if not getattr(problem, "has_inputs", True):
         logging.info("train_eval_and_decode: %s has no inputs to decode", problem.name)
         return None
@@ -891,8 +900,8 @@ def main(flags) -> None:
     else:
         if not data_dir:
             raise SystemExit("Decoding the dev set needs --data_dir (or --decode_from_file)")
-        examples = problem.dataset(ModeKeys.PREDICT, data_dir, hparams, batch=False,
-                                   max_records=decode_hp.num_samples)
+        examples = unpacked_problem(problem).dataset(
+            ModeKeys.PREDICT, data_dir, hparams, batch=False, max_records=decode_hp.num_samples)
         base = decode_to_file or os.path.join(flags.output_dir or ".", "dev")
         output = decode_from_dataset(infer_fn, examples.as_numpy_iterator(), encoders,
                                      decode_hp, base, name_parts)
