@@ -10,7 +10,7 @@ from t2t_lite.registry import register_hparams
 
 def basic_params1() -> HParams:
     """t2t's `common_hparams.basic_params1`: the defaults every set starts from."""
-    return HParams(
+    hparams = HParams(
         batch_size=4096,
         batch_shuffle_size=512,
         use_fixed_batch_size=False,
@@ -131,6 +131,10 @@ def basic_params1() -> HParams:
         use_custom_ops=True,
         pack_dataset=False,
     )
+    # None in t2t (a floor on the learning rate when set, see utils/learning_rate.py); typed
+    # so that --hparams can set it.
+    hparams.declare_type("learning_rate_minimum", float)
+    return hparams
 
 
 @register_hparams

@@ -5,6 +5,9 @@
   (`vocab.translate_ende_wmt32k.32768.subwords`). TFDS fallback: `wmt_t2t_translate/de-en`,
   the same corpora.
 * `translate_ende_wmt8k`: the same data, ~2^13 subwords.
+* `translate_ende_wmt32k_packed`, `translate_ende_wmt8k_packed`: the same data and vocab
+  files, examples packed at datagen into sequences of up to 256 ids (t2t's packed problems;
+  the model keeps the packed examples apart).
 * `translate_ende_wmt_bpe32k` (removed from t2t in Feb 2019): Google's BPE-tokenized
   WMT'16 data from `wmt16_en_de.tar.gz` (`train.tok.clean.bpe.32000.{en,de}`,
   `newstest2013.tok.bpe.32000.{en,de}`, `vocab.bpe.32000`), read from tmp_dir; a TOKEN vocab
@@ -73,6 +76,32 @@ class TranslateEndeWmt8k(TranslateEndeWmt32k):
     @property
     def default_approx_vocab_size(self) -> int:
         return 2**13
+
+
+@register_problem("translate_ende_wmt32k_packed")
+class TranslateEndeWmt32kPacked(TranslateEndeWmt32k):
+    """translate_ende_wmt32k with its examples packed into sequences of 256 ids (t2t's)."""
+
+    @property
+    def packed_length(self) -> int:
+        return 256
+
+    @property
+    def use_vocab_from_other_problem(self) -> TranslateEndeWmt32k:
+        return TranslateEndeWmt32k(approx_vocab_size=self._approx_vocab_size)
+
+
+@register_problem("translate_ende_wmt8k_packed")
+class TranslateEndeWmt8kPacked(TranslateEndeWmt8k):
+    """translate_ende_wmt8k with its examples packed into sequences of 256 ids (t2t's)."""
+
+    @property
+    def packed_length(self) -> int:
+        return 256
+
+    @property
+    def use_vocab_from_other_problem(self) -> TranslateEndeWmt8k:
+        return TranslateEndeWmt8k(approx_vocab_size=self._approx_vocab_size)
 
 
 @register_problem("translate_ende_wmt_bpe32k")

@@ -8,6 +8,8 @@
 * `translate_enfr_wmt_small32k` / `translate_enfr_wmt_small8k`: OpenNMT's
   `baseline-1M-enfr` (1M pairs train, `baseline-1M_valid` dev), vocab built from the small
   data. TFDS has no such builder: the archive or its files must be in tmp_dir.
+* `translate_enfr_wmt32k_packed`: translate_enfr_wmt32k's data and vocab file, examples
+  packed into sequences of up to 256 ids (t2t's).
 
 Inputs are English, targets French. Sources and their order: see
 `t2t_lite.data_generators.translate`.
@@ -109,3 +111,16 @@ class TranslateEnfrWmt32k(TranslateEnfrWmtSmall32k):
     @property
     def use_small_dataset(self) -> bool:
         return False
+
+
+@register_problem("translate_enfr_wmt32k_packed")
+class TranslateEnfrWmt32kPacked(TranslateEnfrWmt32k):
+    """translate_enfr_wmt32k with its examples packed into sequences of 256 ids (t2t's)."""
+
+    @property
+    def packed_length(self) -> int:
+        return 256
+
+    @property
+    def use_vocab_from_other_problem(self) -> TranslateEnfrWmt32k:
+        return TranslateEnfrWmt32k(approx_vocab_size=self._approx_vocab_size)

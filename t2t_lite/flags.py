@@ -60,7 +60,9 @@ flags.DEFINE_integer("random_seed", None, "Seed for Python, NumPy and TensorFlow
 flags.DEFINE_bool("eval_use_test_set", False, "Evaluate on the test split instead of dev.")
 flags.DEFINE_integer("log_step_count_steps", 100, "Print a progress line every this many steps.")
 flags.DEFINE_integer("worker_gpu", 1, "Number of GPUs (replicas) on this host.")
-flags.DEFINE_integer("worker_replicas", 1, "Number of worker hosts (TF_CONFIG describes them).")
+flags.DEFINE_integer(
+    "worker_replicas", 1,
+    "Number of worker hosts. TF_CONFIG starts and describes them; a value > 1 must match it.")
 flags.DEFINE_string(
     "warm_start_from", None,
     "t2t_lite or original t2t checkpoint (prefix or directory) to initialise the model from "

@@ -134,6 +134,19 @@ class HParams:
             value = _cast_if_compatible(name, param_type, value)
         object.__setattr__(self, name, value)
 
+    def declare_type(self, name: str, param_type: type) -> None:
+        """Gives hparam `name`, declared with default None, a type so that it can be set.
+
+        t2t code assigned such hparams directly (`hparams.learning_rate_minimum = 1e-5`);
+        a declared type lets sets, --hparams and hparams.json set them, with the usual checks
+        (None stays allowed).
+        """
+        if name not in self._types:
+            raise HParamsError(self._unknown_message(name))
+        if self._types[name][0] is not None:
+            raise HParamsError(f"Hparam '{name}' already has a type")
+        self._types[name] = (param_type, False)
+
     def del_hparam(self, name: str) -> None:
         """Removes hparam `name` (no error if it does not exist)."""
         if name in self._types:

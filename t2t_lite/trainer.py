@@ -46,6 +46,8 @@ from t2t_lite.utils import optimize, warm_start
 
 TRAIN, EVAL = "train", "eval"
 CHECKPOINT_PREFIX = "ckpt"
+# t2t's `eval_autoregressive` decodes this many steps beyond the input length.
+AUTOREGRESSIVE_EVAL_DECODE_LENGTH = 50
 _POLICIES = {"float32": "float32", "float16": "mixed_float16", "bfloat16": "mixed_bfloat16"}
 
 
@@ -101,17 +103,26 @@ def _cluster_workers(tf_config: dict) -> int:
     return len(cluster.get("chief", [])) + len(cluster.get("worker", []))
 
 
-def create_strategy(worker_gpu: int = 1) -> tf.distribute.Strategy:
+def create_strategy(worker_gpu: int = 1, worker_replicas: int = 1) -> tf.distribute.Strategy:
     """The strategy for this machine (create it before any other TensorFlow work).
 
     Args:
       worker_gpu: replicas on this host (t2t's --worker_gpu); > 1 needs as many GPUs.
+      worker_replicas: t2t's number of workers. TF_CONFIG is what starts the workers here,
+        so this only checks it: a value > 1 must equal TF_CONFIG's chief + workers.
 
     Returns:
       MultiWorkerMirroredStrategy if TF_CONFIG names several workers, MirroredStrategy over
       `worker_gpu` GPUs if worker_gpu > 1, else the default strategy (one device).
     """
-    if _cluster_workers(_tf_config()) > 1:
+    workers = _cluster_workers(_tf_config())
+    if worker_replicas > 1 and worker_replicas != workers:
+        raise ValueError(
+            f"--worker_replicas={worker_replicas} but TF_CONFIG lists {workers} worker(s) "
+            "(chief + worker); workers are started from TF_CONFIG: set it on every worker, or "
+            "leave --worker_replicas at 1"
+        )
+    if workers > 1:
         return tf.distribute.MultiWorkerMirroredStrategy()
     if worker_gpu > 1:
         gpus = tf.config.list_logical_devices("GPU")
@@ -400,6 +411,7 @@ class Trainer:
         self,
         eval_every: int | None = None,
         stop_when: Callable[[dict[str, float]], bool] | None = None,
+        after_eval: Callable[[int], Any] | None = None,
     ) -> dict[str, float]:
         """Trains until `config.train_steps`, resuming from the latest checkpoint.
 
@@ -407,6 +419,8 @@ class Trainer:
           eval_every: evaluate every this many steps and at the end (None: never).
           stop_when: optional predicate on each evaluation's results; training stops early
             (after a checkpoint) when it returns True.
+          after_eval: optional function of the global step called after each evaluation
+            (train_eval_and_decode decodes the dev set there).
 
         Returns:
           The last training statistics ({"loss", "learning_rate", ...}).
@@ -438,6 +452,8 @@ class Trainer:
             stop = False
             if eval_every and (step % eval_every == 0 or step == config.train_steps):
                 results = self.evaluate()
+                if after_eval is not None:
+                    after_eval(step)
                 stop = stop_when is not None and stop_when(results)
             if step % config.checkpoint_every == 0 or step == config.train_steps or stop:
                 self._save(manager)
@@ -473,10 +489,49 @@ class Trainer:
         return values
 
     # --- Evaluation ---------------------------------------------------------------------------
+    def _autoregressive_logits(self, features: dict) -> tf.Tensor:
+        """t2t's `eval_run_autoregressive` logits: greedy decoding on the model's own outputs.
+
+        Position t is predicted from the inputs and the model's argmax at positions < t (not
+        the reference targets), as t2t's `_slow_greedy_infer`, which runs
+        `len(inputs) + AUTOREGRESSIVE_EVAL_DECODE_LENGTH` steps; target positions beyond
+        that get zero logits (t2t pads its logits with zeros to the targets' length).
+        Quadratic in the target length, as t2t's.
+
+        Args:
+          features: eval features with "targets" int [B, T] (and "inputs" [B, L]).
+
+        Returns:
+          float32 logits [B, T, V].
+        """
+        targets = tf.cast(features["targets"], tf.int32)
+        length = tf.shape(targets)[1]
+        steps = length
+        if "inputs" in features:
+            steps = tf.minimum(length, tf.shape(features["inputs"])[1]
+                               + AUTOREGRESSIVE_EVAL_DECODE_LENGTH)
+        positions = tf.range(length)
+
+        def step(t, ids, collected):
+            logits = self.model(dict(features, targets=ids), training=False)
+            current = logits[:, t]
+            best = tf.argmax(current, axis=-1, output_type=tf.int32)
+            ids = tf.where(positions[None, :] == t, best[:, None], ids)
+            return t + 1, ids, collected.write(t, current)
+
+        collected = tf.TensorArray(tf.float32, size=steps)
+        _, _, collected = tf.while_loop(
+            lambda t, *_: t < steps, step, (0, tf.zeros_like(targets), collected))
+        logits = tf.transpose(collected.stack(), [1, 0, 2])
+        return tf.pad(logits, [[0, 0], [0, length - steps], [0, 0]])
+
     def _replica_eval_step(self, features: dict) -> dict:
         features = self._features(features)
         targets = features["targets"]
-        logits = self.model(features, training=False)
+        if self.hparams.get("eval_run_autoregressive", False):
+            logits = self._autoregressive_logits(features)
+        else:
+            logits = self.model(features, training=False)
         num, den = common_layers.padded_cross_entropy(logits, targets, 0.0)
         out = {"num": num * self.loss_multiplier, "den": den,
                "metrics": self.eval_metrics.graph_sums(logits, targets)}
@@ -510,7 +565,11 @@ class Trainer:
     def evaluate(self) -> dict[str, float]:
         """One pass of at most `eval_steps` eval batches with the current weights.
 
-        Dropout is off and label smoothing 0 (t2t's eval mode). Writes `loss` and the
+        Dropout is off and label smoothing 0 (t2t's eval mode). With
+        `hparams.eval_run_autoregressive` the logits come from greedy decoding instead of
+        teacher forcing (`_autoregressive_logits`); loss and metrics compare them with the
+        targets (t2t's metrics do the same; t2t's reported loss is instead that of the model
+        on its own outputs). Writes `loss` and the
         problem's `metrics-<problem>/targets/*` to output_dir/eval and a few greedy decodes.
 
         Returns:
@@ -533,6 +592,8 @@ class Trainer:
             self.eval_metrics.update_graph({k: v.numpy() for k, v in summed["metrics"].items()})
             for outputs, targets in zip(local.get("outputs", ()), local.get("targets", ())):
                 self.eval_metrics.update_host(outputs.numpy(), targets.numpy())
+        if self.eval_metrics.host_metrics and self.strategy.num_replicas_in_sync > 1:
+            self._sum_host_metrics_over_workers()
         step = self.step
         results = {"loss": float(np.mean(batch_losses)) if batch_losses else 0.0}
         results.update(self.eval_metrics.results())
@@ -545,6 +606,22 @@ class Trainer:
             self._summarize_decodes(first_batch, step)
         self.last_eval_results = results
         return results
+
+    def _sum_host_metrics_over_workers(self) -> None:
+        """Adds up the host metrics' sums of all workers (each evaluated its own share of the
+        eval set), so that every worker reports the metrics of the whole eval run, as the
+        graph metrics already are. Every worker must call it (a collective)."""
+        local = tf.constant(self.eval_metrics.host_sums(), tf.float64)
+        local_replicas = len(self.strategy.extended.worker_devices)
+
+        def one_copy_per_worker(context):
+            # This worker's sums cover all its local replicas: only its first one adds them.
+            first = context.replica_id_in_sync_group % local_replicas == 0
+            return local if first else tf.zeros_like(local)
+
+        values = self.strategy.experimental_distribute_values_from_function(one_copy_per_worker)
+        total = self.strategy.reduce(tf.distribute.ReduceOp.SUM, values, axis=None)
+        self.eval_metrics.set_host_sums(total.numpy())
 
     def decode_examples(self, features: dict, count: int) -> list[dict[str, str]]:
         """Greedy decodes of the first `count` examples of an eval batch, as text.
@@ -733,7 +810,7 @@ def main(flags_obj: Any) -> dict[str, float]:
     Returns:
       The last evaluation results (eval modes) or training statistics (train).
     """
-    strategy = create_strategy(flags_obj.worker_gpu)
+    strategy = create_strategy(flags_obj.worker_gpu, flags_obj.worker_replicas)
     setup_determinism(flags_obj.random_seed, flags_obj.deterministic)
     trainer = build_trainer(flags_obj, strategy)
     mode = flags_obj.mode or t2t_flags.SCHEDULES.get(flags_obj.schedule, "train_and_eval")
@@ -746,5 +823,28 @@ def main(flags_obj: Any) -> dict[str, float]:
             logging.warning("No checkpoint in %s: evaluating the initial weights",
                             trainer.config.output_dir)
         return trainer.evaluate()
-    trainer.train(eval_every=trainer.config.local_eval_frequency)
+    after_eval = None
+    if flags_obj.schedule == "train_eval_and_decode":
+        after_eval = _dev_decoder(trainer, flags_obj)
+    trainer.train(eval_every=trainer.config.local_eval_frequency, after_eval=after_eval)
     return trainer.last_eval_results
+
+
+def _dev_decoder(trainer: Trainer, flags_obj: Any) -> Callable[[int], Any]:
+    """t2t's train_eval_and_decode: after each eval the chief decodes the dev set with
+    --decode_hparams and logs its BLEU (`decoding.decode_dev_and_bleu`)."""
+    from t2t_lite.utils import decoding
+
+    decode_hp = decoding.decode_hparams(flags_obj.decode_hparams or "")
+    decoding.check_sampling(trainer.hparams, decode_hp)
+    reference = flags_obj.decode_reference or decode_hp.decode_reference or None
+    name_parts = (flags_obj.model, flags_obj.hparams_set, trainer.problem.name)
+
+    def decode(step: int):
+        if trainer.chief:
+            return decoding.decode_dev_and_bleu(
+                trainer.model, trainer.problem, trainer.hparams, trainer.data_dir, decode_hp,
+                trainer.config.output_dir, step, name_parts, reference)
+        return None
+
+    return decode

@@ -5,7 +5,8 @@
   updates), dropout off;
 * dropout on, 2 mirrored replicas: each replica draws its own masks, new ones at every step,
   the same ones again for the same (--random_seed, step), and training runs;
-* two MultiWorkerMirroredStrategy workers on loopback agree on the weights;
+* two MultiWorkerMirroredStrategy workers on loopback agree on the weights, and both report
+  host-side eval metrics (approx_bleu, ROUGE) over the whole eval set;
 * SIGKILL mid-run, restart: resumes from the last checkpoint and, with op determinism, ends
   with exactly the weights of an uninterrupted run.
 """
@@ -196,7 +197,7 @@ def test_two_multi_worker_processes_agree_on_weights(tmp_path):
             logs.append(tmp_path / f"worker{index}.log")
             processes.append(_start(
                 ["--output_dir", str(tmp_path / "run"), "--train_steps", "4",
-                 "--save_checkpoints_steps", "2", "--batch_examples", "4",
+                 "--save_checkpoints_steps", "2", "--batch_examples", "4", "--host_metrics",
                  "--dump_weights", str(tmp_path / f"weights{index}.npz")],
                 env, logs[-1]))
         deadline = time.time() + 240
@@ -207,9 +208,23 @@ def test_two_multi_worker_processes_agree_on_weights(tmp_path):
     finally:
         for process in processes:
             _stop(process)
+    results = []
     for log in logs:
         result = json.loads(_log(log).split("RESULT ", 1)[1].splitlines()[0])
         assert result["step"] == 4 and np.isfinite(result["loss"])
+        results.append(result)
+    # Host-side metrics (approx_bleu, ROUGE) cover the whole eval set on every worker: the
+    # sums of both workers' own batches, not the chief's share alone.
+    local = [np.array(r["local_host_sums"]) for r in results]
+    assert local[0][:, 1].sum() > 0 and local[1][:, 1].sum() > 0
+    total = local[0] + local[1]
+    for index, name in enumerate(("approx_bleu_score", "rouge_2_fscore", "rouge_L_fscore")):
+        expected = total[index, 0] / total[index, 1]
+        for result in results:
+            value = result["eval"][f"metrics-reverse_standin/targets/{name}"]
+            assert value == pytest.approx(expected, rel=1e-9), name
+    assert any(abs(local[0][i, 0] / local[0][i, 1] - total[i, 0] / total[i, 1]) > 1e-6
+               for i in range(3)), "the workers' shares happen to agree: the test shows nothing"
     w0, w1 = np.load(tmp_path / "weights0.npz"), np.load(tmp_path / "weights1.npz")
     assert len(w0.files) > 0
     for key in w0.files:

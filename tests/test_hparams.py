@@ -141,7 +141,7 @@ BAD_OVERRIDES = [
     ("hidden_size", "Malformed hparams override at 'hidden_size'"),
     ("=3", "Malformed hparams override"),
     ("hidden_size=[1,2]", "'hidden_size' expects an int, got a list"),
-    ("learning_rate_minimum=0.1", "'learning_rate_minimum' has default None"),
+    ("learning_rate_minimum=fast", "'learning_rate_minimum': value 'fast' is not a float"),
     ("hidden_size=", "'hidden_size' expects an int, got an empty value"),
     ("num_heads=4;hidden_size=3", "num_heads"),
     ("1abc=2", "Malformed hparams override"),
@@ -159,6 +159,21 @@ def test_bad_override_gives_one_clear_line(override, message):
     assert message in text
     assert "\n" not in text
     assert hp.values() == before  # nothing applied from a bad string
+
+
+def test_a_none_default_can_be_set_only_with_a_declared_type():
+    hp = HParams(floor=None, other=None)
+    with pytest.raises(HParamsError, match="'floor' has default None and cannot be set"):
+        hp.parse("floor=0.1")
+    hp.declare_type("floor", float)
+    assert hp.parse("floor=1").floor == 1.0
+    assert hp.copy().parse("floor=0.5").floor == 0.5
+    with pytest.raises(HParamsError, match="'other' has default None and cannot be set"):
+        hp.other = 2
+    # t2t's learning_rate_minimum (None) is typed so that --hparams and hparams.json set it.
+    tiny = create_hparams("transformer_tiny", "learning_rate_minimum=1e-5")
+    assert tiny.learning_rate_minimum == 1e-5
+    assert create_hparams("transformer_tiny").parse_json(tiny.to_json()) == tiny
 
 
 def test_set_type_checks():

@@ -247,3 +247,21 @@ def test_schedule_is_serializable():
     clone = type(sched).from_config(sched.get_config())
     assert float(clone(5000)) == float(sched(5000))
     assert np.float32(float(sched(5000))) == np.float32(float(sched(np.int64(5000))))
+
+
+def test_learning_rate_minimum_floors_the_schedule():
+    base = create_hparams("transformer_base")
+    floor = 3e-4
+    floored = create_hparams("transformer_base", f"learning_rate_minimum={floor}")
+    for step in (0, 1, 100, 4000, 8000, 100000, 300000):
+        expected = max(_value(base, step), floor)
+        assert _value(floored, step) == pytest.approx(expected, rel=1e-6)
+    # The floor is reached early (warmup) and late (decay), and left alone in between.
+    assert _value(floored, 100) == pytest.approx(floor) and _value(base, 100) < floor
+    assert _value(floored, 8000) == _value(base, 8000) > floor
+    # 0 (like None) sets no floor, as in t2t (`if hparams.learning_rate_minimum:`).
+    assert _value(create_hparams("transformer_base", "learning_rate_minimum=0"), 1) == \
+        _value(base, 1)
+    clone = learning_rate_schedule(floored)
+    clone = type(clone).from_config(clone.get_config())
+    assert float(clone(100)) == pytest.approx(floor)

@@ -1,12 +1,16 @@
 """Packed examples (t2t's `*_packed` problems and `pack_dataset`): the packer, the model's
 attention confined to each example with per-example positions, and reading packed data."""
+import random
+
 import numpy as np
+import pytest
 import tensorflow as tf
 
 from t2t_lite.data_generators import generator_utils
 from t2t_lite.hparams import create_hparams
 from t2t_lite.layers import common_attention
 from t2t_lite.models.transformer import Transformer
+from t2t_lite.problems import translate_files
 
 VOCAB = 20
 
@@ -84,3 +88,151 @@ def test_pack_examples_is_t2ts_first_fit_over_a_queue():
     assert spaced["inputs"] == [5, 5, 5, 0, 0, 5, 5, 5, 5]
     assert spaced["inputs_segmentation"] == [1, 1, 1, 0, 0, 2, 2, 2, 2]
     assert spaced["inputs_position"] == [0, 1, 2, 0, 0, 0, 1, 2, 3]
+
+
+# --- Packed data: the *_packed problems' datagen and pack_dataset -------------------------
+_PACKED_LENGTH = 128
+
+
+class _ToyPacked(translate_files.TranslateFiles):
+    """translate_files with t2t's packing at datagen (as translate_ende_wmt32k_packed)."""
+
+    registered_name = "toy_packed"
+
+    @property
+    def packed_length(self) -> int:
+        return _PACKED_LENGTH
+
+    @property
+    def use_vocab_from_other_problem(self):
+        return translate_files.TranslateFiles(approx_vocab_size=self._approx_vocab_size)
+
+
+@pytest.fixture(scope="module")
+def toy_problems(wmt_toy_dir, tmp_path_factory):
+    """(data_dir, unpacked problem, packed problem) over the first 400 toy pairs (vocab ~2^10:
+    examples of 30-130 subtokens)."""
+    tmp_path = tmp_path_factory.mktemp("packed")
+    for name in ("train.en", "train.de", "dev.en", "dev.de"):
+        text = (wmt_toy_dir / name).read_text(encoding="utf-8").split("\n")
+        keep = 400 if name.startswith("train") else 100
+        (tmp_path / name).write_text("\n".join(text[:keep]) + "\n", encoding="utf-8")
+    data_dir = str(tmp_path / "data")
+    problems = []
+    for cls in (translate_files.TranslateFiles, _ToyPacked):
+        prob = cls(approx_vocab_size=2**10)
+        prob.set_source_files(str(tmp_path / "train.en"), str(tmp_path / "train.de"),
+                              str(tmp_path / "dev.en"), str(tmp_path / "dev.de"))
+        random.seed(1)
+        prob.generate_data(data_dir, str(tmp_path / "tmp"))
+        problems.append(prob)
+    return (data_dir, *problems)
+
+
+def _unpack(rows):
+    """Original (inputs, targets) examples of packed rows, via their segmentation."""
+    examples = []
+    for row in rows:
+        for segment in sorted(set(row["targets_segmentation"].tolist()) - {0}):
+            pick = {k: row[k][row[k + "_segmentation"] == segment].tolist()
+                    for k in ("inputs", "targets")}
+            examples.append((tuple(pick["inputs"]), tuple(pick["targets"])))
+            for k in ("inputs", "targets"):
+                positions = row[k + "_position"][row[k + "_segmentation"] == segment]
+                assert positions.tolist() == list(range(len(positions)))
+    return examples
+
+
+def _examples(prob, data_dir, hp, mode="eval"):
+    """Every example of `mode`'s split, unbatched (training: one pass, files in order)."""
+    return list(prob.dataset(mode, data_dir, hp, batch=False, shuffle_files=False,
+                             repeat=False).as_numpy_iterator())
+
+
+def _longest(pair) -> int:
+    return max(len(pair[0]), len(pair[1]))
+
+
+def test_packed_problem_holds_the_unpacked_examples(toy_problems):
+    data_dir, plain, packed = toy_problems
+    assert packed.vocab_filename == plain.vocab_filename == "vocab.translate_files.1024.subwords"
+    hp = create_hparams("transformer_tiny")
+    for mode in ("train", "eval"):
+        rows = _examples(packed, data_dir, hp, mode)
+        pairs = [(tuple(e["inputs"].tolist()), tuple(e["targets"].tolist()))
+                 for e in _examples(plain, data_dir, hp, mode)]
+        assert len(rows) < 0.7 * len(pairs)
+        assert any(_longest(pair) > _PACKED_LENGTH for pair in pairs)
+        # An example longer than packed_length is a pack of its own (t2t's); training drops it
+        # with every sequence longer than the problem's max_length (packed_length).
+        if mode == "train":
+            pairs = [pair for pair in pairs if _longest(pair) <= _PACKED_LENGTH]
+            assert max(_longest((r["inputs"], r["targets"])) for r in rows) <= _PACKED_LENGTH
+        else:
+            assert all(len(set(r["targets_segmentation"].tolist())) == 1 for r in rows
+                       if _longest((r["inputs"], r["targets"])) > _PACKED_LENGTH)
+        assert sorted(_unpack(rows)) == sorted(pairs)
+
+
+def test_pack_dataset_packs_on_the_fly_to_max_length(toy_problems):
+    data_dir, plain, _ = toy_problems
+    hp = create_hparams("transformer_tiny", "max_length=96,pack_dataset=true")
+    rows = _examples(plain, data_dir, hp)
+    originals = _examples(plain, data_dir, create_hparams("transformer_tiny"))
+    assert len(rows) < 0.8 * len(originals)
+    assert max(_longest((r["inputs"], r["targets"])) for r in rows) <= 96
+    # Examples longer than max_length are cut to it, as t2t's pack_dataset does.
+    assert any(_longest((e["inputs"], e["targets"])) > 96 for e in originals)
+    assert sorted(_unpack(rows)) == sorted(
+        (tuple(e["inputs"][:96].tolist()), tuple(e["targets"][:96].tolist())) for e in originals)
+    batches = list(plain.dataset("eval", data_dir, hp).as_numpy_iterator())
+    assert all("targets_position" in b and "inputs_segmentation" in b for b in batches)
+
+
+def _toy_trainer(problem, data_dir, output_dir, hparams, train_steps):
+    from t2t_lite import trainer as trainer_lib
+
+    vocab = problem.get_hparams(hparams, data_dir=data_dir).vocab_size["targets"]
+    config = trainer_lib.RunConfig(
+        output_dir=str(output_dir), train_steps=train_steps, eval_steps=0,
+        log_step_count_steps=train_steps, random_seed=3, num_decode_examples=0)
+    tf.keras.utils.set_random_seed(3)
+    return trainer_lib.Trainer(lambda: Transformer(hparams, vocab, vocab), hparams, problem,
+                               data_dir, config)
+
+
+@pytest.mark.slow
+def test_packed_training_matches_unpacked_training_on_unpacked_eval(toy_problems, tmp_path):
+    """Trained on the packed problem, the model's loss on the UNPACKED dev set is that of the
+    same model trained on the unpacked problem, within the noise of two training runs."""
+    data_dir, plain, packed = toy_problems
+    hparams = create_hparams(
+        "transformer_tiny", "hidden_size=64,filter_size=128,num_heads=2,num_hidden_layers=1,"
+        "batch_size=1024,learning_rate_warmup_steps=40,learning_rate_constant=1.0,"
+        f"max_length={_PACKED_LENGTH}")
+    steps = 120
+    losses = {}
+    for name, problem in (("plain", plain), ("packed", packed)):
+        trainer = _toy_trainer(problem, data_dir, tmp_path / name, hparams, steps)
+        trainer.train()
+        if name == "plain":
+            losses["initial"] = _toy_trainer(plain, data_dir, tmp_path / "init", hparams,
+                                             steps).evaluate()["loss"]
+        evaluator = _toy_trainer(plain, data_dir, tmp_path / name, hparams, steps)
+        assert evaluator.restore() == steps
+        losses[name] = evaluator.evaluate()["loss"]
+    learned = losses["initial"] - losses["plain"]
+    assert learned > 1.0, losses
+    assert abs(losses["packed"] - losses["plain"]) < 0.1 * learned, losses
+
+
+def test_decoding_reads_the_unpacked_dev_set_of_a_packed_problem():
+    from t2t_lite import registry
+    from t2t_lite.utils import decoding
+
+    packed = registry.problem("translate_ende_wmt8k_packed")
+    assert packed.packed_length == 256
+    assert decoding.unpacked_problem(packed).name == "translate_ende_wmt8k"
+    assert packed.vocab_filename == registry.problem("translate_ende_wmt8k").vocab_filename
+    plain = registry.problem("translate_ende_wmt8k")
+    assert decoding.unpacked_problem(plain) is plain

@@ -266,3 +266,120 @@ def test_bfloat16_training_and_eval_without_loss_scaling(tmp_path):
     assert trainer.optimizer.loss_scale is None
     assert trainer.model.dtype_policy.compute_dtype == "bfloat16"
     assert trainer.model.trainable_variables[0].dtype == tf.float32
+
+
+def test_eval_run_autoregressive_feeds_back_the_models_own_outputs(tmp_path):
+    hparams = tiny_hparams(eval_run_autoregressive=True)
+    trainer = _trainer(tmp_path, hparams=hparams, eval_steps=1, num_decode_examples=0)
+    trainer.train()  # 12 steps: the model's outputs are still often wrong
+    results = trainer.evaluate()
+    batch = {k: v[:8] for k, v in ReverseProblem().data["eval"].items()}
+    labels = batch["targets"]
+
+    def logits_of(targets):
+        return trainer.model({"inputs": batch["inputs"], "targets": targets,
+                              "target_space_id": tf.constant(0)}, training=False).numpy()
+
+    # Greedy decoding written out: position t sees the argmax of positions < t.
+    ids = np.zeros_like(labels)
+    for t in range(labels.shape[1]):
+        ids[:, t] = logits_of(ids)[:, t].argmax(-1)
+    logits = logits_of(ids)
+    assert (logits.argmax(-1) != labels)[labels != 0].any()  # not the teacher-forced outputs
+    weights = labels != 0
+    logp = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
+    xent = -np.take_along_axis(logp, labels[..., None], -1)[..., 0] * weights
+    assert results["loss"] == pytest.approx(xent.sum() / weights.sum(), rel=1e-4)
+    accuracy = ((logits.argmax(-1) == labels) * weights).sum() / weights.sum()
+    assert results["metrics-reverse_standin/targets/accuracy"] == pytest.approx(accuracy)
+    teacher_forced = _trainer(tmp_path, eval_steps=1, num_decode_examples=0)
+    teacher_forced.restore()
+    assert teacher_forced.evaluate()["loss"] != pytest.approx(results["loss"], rel=1e-3)
+
+
+def _flags(**values):
+    """run.py's flags as a namespace: t2t_lite's defaults, then `values`."""
+    import types
+
+    from t2t_lite import flags as t2t_flags
+
+    defaults = {f.name: f.default
+                for f in t2t_flags.FLAGS.get_flags_for_module("t2t_lite.flags")}
+    return types.SimpleNamespace(**{**defaults, **values})
+
+
+@pytest.mark.slow
+def test_train_eval_and_decode_decodes_the_dev_set_after_each_eval(tmp_path, caplog):
+    from t2t_lite import registry
+    from t2t_lite.utils import bleu_hook
+
+    problem = "algorithmic_reverse_binary40_test"
+    registry.problem(problem).generate_data(str(tmp_path / "data"), str(tmp_path / "tmp"))
+    output_dir = tmp_path / "train"
+    flags = _flags(
+        schedule="train_eval_and_decode", problem=problem, hparams_set="transformer_tiny",
+        hparams="hidden_size=32,filter_size=64,num_heads=2,symbol_modality_num_shards=4",
+        data_dir=str(tmp_path / "data"), output_dir=str(output_dir), train_steps=12,
+        local_eval_frequency=6, eval_steps=2, random_seed=3,
+        decode_hparams="num_samples=20,batch_size=8")
+    caplog.set_level(logging.INFO)
+    trainer_lib.main(flags)
+    events = read_events(str(output_dir / "decode_eval"))
+    assert [step for step, _ in events["BLEU"]] == [6, 12]
+    for step, bleu in events["BLEU"]:
+        decodes = output_dir / "decode_eval" / (
+            f"dev-{step}.transformer.transformer_tiny.{problem}.beam4.alpha0.6.decodes")
+        targets = str(decodes).replace(".decodes", ".targets")
+        assert len(decodes.read_text().splitlines()) == 20
+        expected = 100 * float(bleu_hook.bleu_wrapper(targets, str(decodes)))
+        assert float(bleu) == pytest.approx(expected, rel=1e-5)
+        assert f"Decode at step {step}: BLEU = {expected:.2f}" in caplog.text
+
+
+def test_dev_decode_bleu_is_t2ts_bleu_of_the_decodes(tmp_path):
+    """decode_dev_and_bleu with a model that reverses its inputs (the reverse problem's exact
+    answer, except where it is told to be wrong): BLEU 100, then less."""
+    from t2t_lite import registry
+    from t2t_lite.utils import decoding
+
+    problem = registry.problem("algorithmic_reverse_binary40_test")
+    data_dir = str(tmp_path / "data")
+    problem.generate_data(data_dir, str(tmp_path / "tmp"))
+
+    class Reverser:
+        wrong = False
+
+        def infer(self, features, **unused):
+            inputs = features["inputs"].numpy()
+            outputs = np.zeros_like(inputs)
+            for row, ids in enumerate(inputs):
+                ids = [i for i in ids if i > 1]
+                outputs[row, :len(ids) + 1] = ids[::-1] + [1]  # then EOS
+                if self.wrong and ids and row % 2:
+                    outputs[row, 0] = 2 + (ids[-1] == 2)
+            return {"outputs": outputs, "scores": np.zeros(len(inputs))}
+
+    hparams = tiny_hparams()
+    decode_hp = decoding.decode_hparams("num_samples=30,batch_size=8,beam_size=1")
+    names = ("transformer", "transformer_tiny", problem.name)
+    model = Reverser()
+    bleu = decoding.decode_dev_and_bleu(model, problem, hparams, data_dir, decode_hp,
+                                        str(tmp_path), 5, names)
+    assert bleu == pytest.approx(100.0)
+    model.wrong = True
+    worse = decoding.decode_dev_and_bleu(model, problem, hparams, data_dir, decode_hp,
+                                         str(tmp_path), 6, names)
+    assert 0 < worse < 100
+    events = dict(read_events(str(tmp_path / "decode_eval"))["BLEU"])
+    assert float(events[5]) == pytest.approx(100.0) and float(events[6]) == pytest.approx(worse)
+
+
+def test_worker_replicas_must_match_tf_config(monkeypatch):
+    monkeypatch.delenv("TF_CONFIG", raising=False)
+    with pytest.raises(ValueError, match=r"^--worker_replicas=2 but TF_CONFIG lists 0 worker"):
+        trainer_lib.create_strategy(worker_gpu=1, worker_replicas=2)
+    cluster = {"chief": ["127.0.0.1:1"], "worker": ["127.0.0.1:2", "127.0.0.1:3"]}
+    monkeypatch.setenv("TF_CONFIG", json.dumps({"cluster": cluster,
+                                                "task": {"type": "chief", "index": 0}}))
+    with pytest.raises(ValueError, match=r"--worker_replicas=2 but TF_CONFIG lists 3 worker"):
+        trainer_lib.create_strategy(worker_gpu=1, worker_replicas=2)

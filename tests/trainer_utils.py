@@ -133,6 +133,8 @@ def _main():
     parser.add_argument("--deterministic", action="store_true")
     parser.add_argument("--step_delay", type=float, default=0.0)
     parser.add_argument("--dump_weights", default="")
+    parser.add_argument("--host_metrics", action="store_true",
+                        help="evaluate at the end with approx_bleu and ROUGE too")
     args = parser.parse_args()
 
     from absl import logging
@@ -147,8 +149,12 @@ def _main():
         output_dir=args.output_dir, train_steps=args.train_steps, log_step_count_steps=1,
         save_checkpoints_steps=args.save_checkpoints_steps, random_seed=7,
         deterministic=args.deterministic, num_decode_examples=0)
+    metrics = None
+    if args.host_metrics:
+        metrics = ["accuracy", "approx_bleu_score", "rouge_2_fscore", "rouge_L_fscore"]
     trainer = trainer_lib.Trainer(model_fn(hparams), hparams,
-                                  ReverseProblem(args.batch_examples), "", config, strategy)
+                                  ReverseProblem(args.batch_examples, metrics=metrics), "",
+                                  config, strategy)
     if args.step_delay:
         # Slows training down so that a test can kill it between two checkpoints.
         original = trainer._save
@@ -163,8 +169,20 @@ def _main():
     stats = trainer.train()
     if args.dump_weights:
         np.savez(args.dump_weights, *[v.numpy() for v in trainer.model.trainable_variables])
-    print("RESULT " + json.dumps({"step": trainer.step, "loss": stats.get("loss")}),
-          flush=True)
+    result = {"step": trainer.step, "loss": stats.get("loss")}
+    if args.host_metrics:
+        # This worker's own host sums, recorded before they are added up over workers.
+        local_sums = []
+        original_host_sums = trainer.eval_metrics.host_sums
+
+        def recording_host_sums():
+            local_sums.append(original_host_sums().tolist())
+            return original_host_sums()
+
+        trainer.eval_metrics.host_sums = recording_host_sums
+        result["eval"] = trainer.evaluate()
+        result["local_host_sums"] = local_sums[-1] if local_sums else original_host_sums().tolist()
+    print("RESULT " + json.dumps(result), flush=True)
 
 
 if __name__ == "__main__":

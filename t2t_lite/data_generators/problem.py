@@ -85,6 +85,9 @@ _PARSE_BATCH = 256
 _READ_BUFFER_BYTES = 8 * 1024 * 1024
 # t2t's parallel_interleave cycle length over training files.
 _INTERLEAVE_CYCLE = 8
+# pack_dataset packs windows of this many examples per unit of packed length (t2t's
+# SequenceDatasetPacker window: packed_length / 8 * queue_size * 10 = 12.5 * length).
+_PACK_WINDOW_PER_LENGTH = 12
 
 
 def default_model_hparams() -> HParams:
@@ -113,10 +116,13 @@ def _default_problem_hparams() -> types.SimpleNamespace:
 
 
 def _swap_inputs_targets(mapping: dict) -> dict:
-    """Swaps the values under "inputs" and "targets" (keys present in both only)."""
+    """Swaps the values under "inputs" and "targets" (keys present in both only), and those
+    under their packed-example features "*_segmentation" and "*_position"."""
     swapped = dict(mapping)
-    if "inputs" in mapping and "targets" in mapping:
-        swapped["inputs"], swapped["targets"] = mapping["targets"], mapping["inputs"]
+    for suffix in ("", "_segmentation", "_position"):
+        source, target = "inputs" + suffix, "targets" + suffix
+        if source in mapping and target in mapping:
+            swapped[source], swapped[target] = mapping[target], mapping[source]
     return swapped
 
 
@@ -432,15 +438,26 @@ class Problem:
         min_length = hparams.get("min_length", 0)
         max_length = self.max_length(hparams) if drop_long else data_reader.NO_MAX_LENGTH
         names = self.example_reading_spec()
+        # t2t's pack_dataset: pack on the fly to max_length in training and eval, unless the
+        # data are packed already (a `*_packed` problem). Never for PREDICT: decoding needs
+        # one example per row.
+        pack_length = None
+        if (hparams.get("pack_dataset", False) and mode != ModeKeys.PREDICT
+                and "targets_segmentation" not in names):
+            pack_length = self.max_length(hparams)
+        parse_batch = _PARSE_BATCH if pack_length is None else max(
+            _PARSE_BATCH, pack_length * _PACK_WINDOW_PER_LENGTH)
 
         def parse(serialized):
             features = data_reader.parse_example_batch(serialized, names)
             features = self.preprocess_examples(features, mode, hparams)
             features = self._maybe_reverse_and_copy(features)
+            if pack_length is not None:
+                features = data_reader.pack_ragged_examples(features, pack_length)
             return data_reader.filter_by_length(features, min_length, max_length)
 
         examples = (
-            records.batch(_PARSE_BATCH)
+            records.batch(parse_batch)
             .map(parse, num_parallel_calls=tf.data.AUTOTUNE, deterministic=deterministic)
             .unbatch()
         )

@@ -228,8 +228,29 @@ class Text2TextProblem(problem.Problem):
         return 200
 
     @property
+    def packed_length(self) -> int | None:
+        """Pack examples into sequences of at most this many ids per side at datagen (t2t's
+        `*_packed` problems: 256), or None."""
+        return None
+
+    @property
+    def packed_spacing(self) -> int:
+        """Zeros between packed examples (t2t: 0)."""
+        return 0
+
+    @property
+    def use_vocab_from_other_problem(self) -> Text2TextProblem | None:
+        """A problem whose vocab file this one shares (t2t's; the packed variants use their
+        unpacked problem's), or None."""
+        return None
+
+    @property
     def has_inputs(self) -> bool:
         return True
+
+    def max_length(self, model_hparams: HParams) -> int:
+        """`packed_length` for packed problems, else the model's max_length (t2t's)."""
+        return self.packed_length or super().max_length(model_hparams)
 
     @property
     def already_shuffled(self) -> bool:
@@ -237,7 +258,10 @@ class Text2TextProblem(problem.Problem):
         return False
 
     def example_reading_spec(self) -> tuple[str, ...]:
-        return ("inputs", "targets") if self.has_inputs else ("targets",)
+        names = ("inputs", "targets") if self.has_inputs else ("targets",)
+        if self.packed_length:
+            names += tuple(f"{n}_{f}" for n in names for f in ("segmentation", "position"))
+        return names
 
     def eval_metrics(self) -> list[str]:
         m = problem.Metrics
@@ -249,7 +273,11 @@ class Text2TextProblem(problem.Problem):
     # Vocabulary ------------------------------------------------------------------------------
     @property
     def vocab_filename(self) -> str:
-        """`vocab.<problem>.<size>.subwords` (SUBWORD) or `vocab.<problem>.tokens` (TOKEN)."""
+        """`vocab.<problem>.<size>.subwords` (SUBWORD) or `vocab.<problem>.tokens` (TOKEN);
+        the other problem's with `use_vocab_from_other_problem`."""
+        other = self.use_vocab_from_other_problem
+        if other is not None:
+            return other.vocab_filename
         if self.vocab_type == VocabType.SUBWORD:
             return f"vocab.{self.dataset_filename()}.{self.approx_vocab_size}.{VocabType.SUBWORD}"
         return f"vocab.{self.dataset_filename()}.{VocabType.TOKEN}"
@@ -384,10 +412,33 @@ class Text2TextProblem(problem.Problem):
                     data_dir, tmp_dir, problem.DatasetSplit.TRAIN, all_paths, max_cases
                 )
             if not self.already_shuffled:
-                generator_utils.shuffle_dataset(all_paths)
+                generator_utils.shuffle_dataset(all_paths, extra_fn=self._pack_fn())
         except BaseException:
             generator_utils.remove_files(created)
             raise
+
+    def _pack_fn(self):
+        """For packed problems, records -> packed records (applied after shuffling each
+        file, as t2t does), else None."""
+        if not self.packed_length:
+            return None
+        import tensorflow as tf
+
+        from t2t_lite.data_generators import generator_utils
+
+        def pack(records: list[bytes]) -> list[bytes]:
+            examples = []
+            for record in records:
+                example = tf.train.Example.FromString(record)
+                feature = example.features.feature
+                examples.append({name: list(feature[name].int64_list.value)
+                                 for name in ("inputs", "targets") if name in feature})
+            packed = generator_utils.pack_examples(
+                examples, self.has_inputs, self.packed_length, spacing=self.packed_spacing,
+                chop_long_sequences=not self.has_inputs)
+            return [generator_utils.to_example(p).SerializeToString() for p in packed]
+
+        return pack
 
     def _generate_split(self, data_dir, tmp_dir, split, paths, max_cases) -> None:
         from t2t_lite.data_generators import generator_utils

@@ -25,7 +25,7 @@ from typing import Any
 import keras
 import tensorflow as tf
 
-from t2t_lite import registry
+from t2t_lite import hparams_support, registry
 from t2t_lite.hparams import HParams
 from t2t_lite.layers import common_attention, common_layers, modalities
 from t2t_lite.utils import beam_search, optimize
@@ -387,6 +387,7 @@ class TransformerBody(keras.layers.Layer):
 
 
 def _check_hparams(hparams) -> None:
+    hparams_support.check_supported(hparams)
     if hparams.hidden_size % hparams.num_heads:
         raise ValueError(
             f"hparams.hidden_size={hparams.hidden_size} is not divisible by "

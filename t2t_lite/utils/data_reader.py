@@ -11,8 +11,10 @@ padded with 0 to its own longest example in the batch.
 """
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
+import numpy as np
 import tensorflow as tf
 
 # t2t picks the window of its bucketing from these (a window must be divisible by every bucket
@@ -183,6 +185,61 @@ def parse_example_batch(
     }
     parsed = tf.io.parse_example(serialized, spec)
     return {name: tf.cast(parsed[name], tf.int32) for name in feature_names}
+
+
+def pack_ragged_examples(
+    features: dict[str, tf.RaggedTensor], length: int, spacing: int = 0, queue_size: int = 10
+) -> dict[str, tf.RaggedTensor]:
+    """Packs a ragged batch of examples into fewer, longer ones (t2t's `pack_dataset`).
+
+    Each example is first cut to `length` ids per feature, then packed with t2t's greedy
+    first-fit over a queue of `queue_size` open packs (`generator_utils.pack_examples`), so
+    that no packed sequence is longer than `length`. Packing happens within the batch.
+
+    Args:
+      features: {"inputs" (optional), "targets"} int32 ragged [N, None].
+      length: longest packed sequence (t2t: hparams.max_length).
+      spacing: zeros between examples (0 in t2t's pack_dataset).
+      queue_size: open packs.
+
+    Returns:
+      int32 ragged [M, None] features, M <= N: "inputs" and "targets" plus
+      "inputs_segmentation", "inputs_position", "targets_segmentation" and
+      "targets_position" ("targets_*" only without inputs).
+    """
+    from t2t_lite.data_generators import generator_utils
+
+    has_inputs = "inputs" in features
+    keys = ("inputs", "targets") if has_inputs else ("targets",)
+    out_keys = [k + suffix for k in keys for suffix in ("", "_segmentation", "_position")]
+
+    def pack(*flat):
+        columns = {}
+        for index, key in enumerate(keys):
+            values, splits = flat[2 * index].numpy(), flat[2 * index + 1].numpy()
+            columns[key] = [values[a:b][:length].tolist() for a, b in itertools.pairwise(splits)]
+        examples = [dict(zip(keys, row)) for row in zip(*(columns[k] for k in keys))]
+        packed = list(generator_utils.pack_examples(
+            examples, has_inputs, length, spacing=spacing, queue_size=queue_size))
+        result = []
+        for key in out_keys:
+            rows = [p[key] for p in packed]
+            result.append(np.array([i for row in rows for i in row], np.int32))
+            result.append(np.cumsum([0] + [len(row) for row in rows]).astype(np.int64))
+        return result
+
+    inputs = []
+    for key in keys:
+        inputs += [features[key].values, tf.cast(features[key].row_splits, tf.int64)]
+    flat = tf.py_function(pack, inputs, [tf.int32, tf.int64] * len(out_keys))
+    packed = {}
+    for index, key in enumerate(out_keys):
+        values, splits = flat[2 * index], flat[2 * index + 1]
+        values.set_shape([None])
+        splits.set_shape([None])
+        packed[key] = tf.RaggedTensor.from_row_splits(
+            values, tf.cast(splits, features["targets"].row_splits.dtype), validate=False)
+    return packed
 
 
 def filter_by_length(

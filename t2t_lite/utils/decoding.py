@@ -570,6 +570,80 @@ def _decode_dataset_once(infer_fn: InferFn, examples: list[dict], encoders: dict
     return output
 
 
+def unpacked_problem(problem: Any) -> Any:
+    """For a `*_packed` problem, its registered unpacked problem (whose dev examples come one
+    per row, as decoding needs; t2t swaps them the same way), else `problem`."""
+    from t2t_lite import registry
+
+    if problem.name.endswith("_packed"):
+        unpacked = problem.name[: -len("_packed")]
+        if unpacked in registry.list_problems():
+            return registry.problem(unpacked)
+    return problem
+
+
+def decode_dev_and_bleu(model: Any, problem: Any, hparams: HParams, data_dir: str,
+                        decode_hp: HParams, output_dir: str, step: int,
+                        name_parts: tuple[str, str, str],
+                        reference: str | None = None) -> float | None:
+    """Decodes the dev set with the current weights and logs its BLEU: what t2t's
+    `train_eval_and_decode` schedule does after each evaluation.
+
+    The dev examples of `problem` (its unpacked problem for a `*_packed` one, as t2t swaps
+    them; never packed by `pack_dataset`) are decoded with `decode_hp` and written as
+    `<output_dir>/decode_eval/dev-<step>` + t2t's suffix (`.decodes`, `.targets`,
+    `.inputs`). BLEU (t2t's uncased `bleu_wrapper`, x 100) compares the decodes with
+    `reference` when given (t2t's decode_reference), else with the `.targets` file (the dev
+    targets as text); it is logged and written as the `BLEU` scalar at `step` to
+    `<output_dir>/decode_eval` (t2t's `<summaries_log_dir>_eval`).
+
+    Args:
+      model: a model with `infer` (the Transformer).
+      problem: the training problem.
+      hparams: model hparams.
+      data_dir: the problem's data.
+      decode_hp: decode hparams (--decode_hparams).
+      output_dir: the training run's directory.
+      step: global step of the weights.
+      name_parts: (model name, hparams_set, problem name) for the file names.
+      reference: optional reference file, one line per dev example.
+
+    Returns:
+      BLEU x 100, or None when the problem has no inputs to decode or BLEU cannot be
+      computed (logged).
+    """
+    import tensorflow as tf
+
+    from t2t_lite.data_generators.problem import ModeKeys
+    from t2t_lite.utils import bleu_hook
+
+    problem = unpacked_problem(problem)
+    if not getattr(problem, "has_inputs", True):
+        logging.info("train_eval_and_decode: %s has no inputs to decode", problem.name)
+        return None
+    problem_hparams = problem.get_hparams(hparams, data_dir=data_dir)
+    examples = problem.dataset(ModeKeys.PREDICT, data_dir, hparams, batch=False,
+                               max_records=decode_hp.num_samples)
+    infer_fn = make_infer_fn(model, decode_hp, int(problem_hparams.get("target_space_id", 0)))
+    directory = os.path.join(output_dir, f"{decode_hp.summaries_log_dir}_eval")
+    tf.io.gfile.makedirs(directory)
+    output = _decode_dataset_once(infer_fn, list(examples.as_numpy_iterator()),
+                                  problem_hparams.vocabulary, decode_hp,
+                                  os.path.join(directory, f"dev-{step}"), name_parts)
+    reference = reference or output[: -len("decodes")] + "targets"
+    try:
+        bleu = 100 * float(bleu_hook.bleu_wrapper(reference, output))
+    except ValueError as e:
+        logging.warning("No BLEU at step %d: %s", step, e)
+        return None
+    logging.info("Decode at step %d: BLEU = %.2f (%s against %s)", step, bleu, output, reference)
+    writer = tf.summary.create_file_writer(directory)
+    with writer.as_default():
+        tf.summary.scalar("BLEU", bleu, step=step)
+    writer.close()
+    return bleu
+
+
 # ------------------------------------------------------------------------------ the model
 def make_infer_fn(model: Any, decode_hp: HParams, target_space_id: int = 0) -> InferFn:
     """Wraps `model.infer` (Transformer API) as an `infer_fn` on numpy batches."""
@@ -826,8 +900,8 @@ def main(flags) -> None:
     else:
         if not data_dir:
             raise SystemExit("Decoding the dev set needs --data_dir (or --decode_from_file)")
-        examples = problem.dataset(ModeKeys.PREDICT, data_dir, hparams, batch=False,
-                                   max_records=decode_hp.num_samples)
+        examples = unpacked_problem(problem).dataset(
+            ModeKeys.PREDICT, data_dir, hparams, batch=False, max_records=decode_hp.num_samples)
         base = decode_to_file or os.path.join(flags.output_dir or ".", "dev")
         output = decode_from_dataset(infer_fn, examples.as_numpy_iterator(), encoders,
                                      decode_hp, base, name_parts)

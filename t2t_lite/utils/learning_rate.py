@@ -5,7 +5,8 @@ reads *before* incrementing it for this update) is t2t's: the product of the fac
 `hparams.learning_rate_schedule` ("constant*linear_warmup*rsqrt_decay*rsqrt_hidden_size", ...),
 where the factor `legacy` is the older schedule picked by `learning_rate_decay_scheme` ("noam",
 "exp", "sqrt", "cosine", "piecewise", "cyclelinear10x", "none") and scaled by
-`learning_rate * (0.002 if "adam" in optimizer else 1)`.
+`learning_rate * (0.002 if "adam" in optimizer else 1)`. A non-zero `learning_rate_minimum`
+floors the result (`max(lr, learning_rate_minimum)`, t2t's meaning of that hparam).
 With gradient accumulation (`optimizer_multistep_accumulate_steps = n > 0`) every factor sees
 `step / n`, as t2t's `_global_step` does. Arithmetic is float32, like t2t's graph.
 See T2T_REFERENCE.md §4.2.
@@ -222,6 +223,9 @@ class T2TLearningRateSchedule(keras.optimizers.schedules.LearningRateSchedule):
         self.hparams = hparams.copy()
         self._factors = [_factor_fn(name, hparams) for name in _schedule_names(hparams)]
         self._multistep = int(hparams.get("optimizer_multistep_accumulate_steps", 0) or 0)
+        # t2t's floor on the learning rate (t2t_model.optimize before t2t 1.5; declared but
+        # unread in 1.15): None or 0 leaves the schedule as it is.
+        self._minimum = float(hparams.get("learning_rate_minimum") or 0.0)
 
     def __call__(self, step) -> tf.Tensor:
         step = tf.cast(tf.convert_to_tensor(step), tf.float32)
@@ -230,6 +234,8 @@ class T2TLearningRateSchedule(keras.optimizers.schedules.LearningRateSchedule):
         value = tf.constant(1.0, tf.float32)
         for factor in self._factors:
             value = value * factor(step)
+        if self._minimum:
+            value = tf.maximum(value, self._minimum)
         return value
 
     def get_config(self) -> dict:

@@ -304,6 +304,18 @@ class EvalMetrics:
         for metric in self.host_metrics:
             self._means[metric].update(HOST_METRICS[metric](outputs, labels), 1.0)
 
+    def host_sums(self) -> np.ndarray:
+        """float64 [len(host_metrics), 2]: each host metric's (sum of values, sum of weights)
+        so far, to be added up over workers (`set_host_sums`)."""
+        return np.array([[self._means[m].total, self._means[m].weight]
+                         for m in self.host_metrics], np.float64).reshape(-1, 2)
+
+    def set_host_sums(self, sums: np.ndarray) -> None:
+        """Replaces the host metrics' sums (rows in `host_metrics` order), e.g. with their
+        totals over all workers."""
+        for metric, (total, weight) in zip(self.host_metrics, np.asarray(sums, np.float64)):
+            self._means[metric].total, self._means[metric].weight = float(total), float(weight)
+
     def results(self) -> dict[str, float]:
         """{"metrics-<problem>/targets/<metric>": mean} for every metric."""
         return {

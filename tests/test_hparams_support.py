@@ -1,0 +1,72 @@
+"""The hparams walk: every hparam of every registered set is used with t2t's meaning, has no
+effect on the numbers in t2t either, or is refused by name when not at its accepted value."""
+import importlib
+import inspect
+import re
+
+import pytest
+
+from t2t_lite import hparams_support, registry
+from t2t_lite.hparams import create_hparams
+from t2t_lite.models.transformer import Transformer
+
+SETS = registry.list_hparams()
+TABLES = (hparams_support.USED, hparams_support.NO_EFFECT, hparams_support.NOT_SUPPORTED)
+
+
+def _other_value(value):
+    """A value of the same type that differs from `value`."""
+    if isinstance(value, bool):
+        return not value
+    if isinstance(value, (int, float)):
+        return value + 1
+    return value + "_other"
+
+
+def test_every_hparam_of_every_set_is_in_exactly_one_table():
+    assert len(SETS) >= 13
+    for name in SETS:
+        for hparam in create_hparams(name).values():
+            assert sum(hparam in table for table in TABLES) == 1, (name, hparam)
+
+
+@pytest.mark.parametrize("set_name", SETS)
+def test_every_registered_set_is_accepted(set_name):
+    hparams = create_hparams(set_name)
+    hparams_support.check_supported(hparams)
+    for hparam, (accepted, _) in hparams_support.NOT_SUPPORTED.items():
+        assert hparams.get(hparam) == accepted, (set_name, hparam)
+
+
+@pytest.mark.parametrize("set_name", SETS)
+def test_every_unsupported_hparam_is_refused_by_name(set_name):
+    for hparam, (accepted, _) in hparams_support.NOT_SUPPORTED.items():
+        hparams = create_hparams(set_name)
+        setattr(hparams, hparam, _other_value(accepted))
+        with pytest.raises(ValueError) as info:
+            hparams_support.check_supported(hparams)
+        message = str(info.value)
+        assert message.startswith(f"hparams.{hparam}=") and "not supported" in message
+        assert "\n" not in message
+
+
+def test_no_effect_hparams_are_accepted_at_any_value():
+    hparams = create_hparams("transformer_tiny")
+    for hparam in hparams_support.NO_EFFECT:
+        setattr(hparams, hparam, _other_value(hparams.get(hparam)))
+    hparams_support.check_supported(hparams)
+
+
+@pytest.mark.parametrize("hparam,module", sorted(hparams_support.USED.items()))
+def test_used_hparams_are_read_where_the_table_says(hparam, module):
+    source = inspect.getsource(importlib.import_module(module))
+    reads = (rf"hparams\.{hparam}\b", rf"hp\.{hparam}\b", rf"\.get\(\s*\"{hparam}\"",
+             rf"\"{hparam}\"")
+    assert any(re.search(pattern, source) for pattern in reads), (hparam, module)
+
+
+def test_the_model_refuses_an_unsupported_hparam_in_one_line():
+    hparams = create_hparams("transformer_tiny", "weight_noise=0.1")
+    with pytest.raises(ValueError, match=r"^hparams.weight_noise=0.1 is not supported .*"
+                                         r"weight noise.*leave it at 0.0$"):
+        Transformer(hparams, 10, 10)
