@@ -19,10 +19,9 @@ same order):
 Implementation choices (results unchanged): the sequences live in fixed `[B, K, decode_length
 + 1]` buffers written at column i + 1 (t2t concatenates a column per step, its TPU path uses
 the same buffer), so the loop carries fixed shapes; the decoder states are kept merged as
-`[B * K, ...]` and reordered once per step by the parent beam of each new alive hypothesis
+`[B * K, ...]` and gathered once per step by the parent beam of each new alive hypothesis
 (t2t gathers them twice, to the 2K candidates and then to the K survivors, which selects the
-same rows), copying only the rows whose parent changed (`_reorder_rows`). The output keeps
-t2t's length: the number of steps actually run.
+same rows). The output keeps t2t's length: the number of steps actually run.
 """
 from __future__ import annotations
 
@@ -206,7 +205,9 @@ def beam_search(
         parent_rows = tf.reshape(
             tf.gather(topk_beam_index, alive_index, batch_dims=1) + row_offsets, [-1]
         )
-        new_states = _reorder_rows(new_states, parent_rows)
+        new_states = tf.nest.map_structure(
+            lambda s: tf.gather(s, parent_rows, axis=0), new_states
+        )
 
         # grow_finished: old finished hypotheses (one 0 column longer, already so in the
         # buffer) compete with the candidates that did emit EOS.
@@ -262,27 +263,6 @@ def beam_search(
         lambda s: unmerge_beam_dim(s, batch_size, k), flat_states
     )
     return seq, scores, out_states
-
-
-def _reorder_rows(states: Any, parent_rows: tf.Tensor) -> Any:
-    """`tf.gather(s, parent_rows)` for every tensor of `states`, copying only changed rows.
-
-    Most hypotheses keep their own parent from one step to the next, so only the rows whose
-    parent differs are gathered and scattered over the state; TensorFlow scatters in place
-    when nothing else holds the state, which makes the reorder of a [B * K, H, M, d] cache
-    cost O(changed rows) instead of a full copy. Same values as the full gather.
-
-    Args:
-      states: nested structure of [B * K, ...] tensors.
-      parent_rows: int32 [B * K], the row each new row comes from.
-
-    Returns:
-      The structure with rows reordered.
-    """
-    changed = tf.where(tf.not_equal(parent_rows, tf.range(tf.shape(parent_rows)[0])))
-    sources = tf.gather_nd(parent_rows, changed)
-    return tf.nest.map_structure(
-        lambda s: tf.tensor_scatter_nd_update(s, changed, tf.gather(s, sources)), states)
 
 
 def _accept_t2t_convention(fn: Callable, states: Any, use_tpu: bool) -> SymbolsToLogitsFn:
