@@ -367,15 +367,7 @@ class MultiheadAttention(keras.layers.Layer):
 
 
 def _write_cache(cache: tf.Tensor, new: tf.Tensor, step) -> tf.Tensor:
-    """Writes `new` [B, H, 1, d] into slot `step` of `cache` [B, H, M, d] (fixed shape).
-
-    A scatter of the B * H new rows: TensorFlow updates the cache in place when nothing else
-    holds it (as in the decode loops, where the beam reorder made a fresh copy), so the write
-    costs O(B * H * d) instead of a select over the whole O(B * H * M * d) cache (measured:
-    write + beam reorder per step 2.3 ms -> 1.2 ms at [128, 4, 100, 32]).
-    """
-    shape = tf.shape(cache)
-    rows = tf.stack(tf.meshgrid(tf.range(shape[0]), tf.range(shape[1]), indexing="ij"), axis=-1)
-    slots = tf.fill(tf.concat([shape[:2], [1]], axis=0), tf.cast(step, tf.int32))
-    indices = tf.concat([rows, slots], axis=-1)  # [B, H, 3]: (batch row, head, slot)
-    return tf.tensor_scatter_nd_update(cache, indices, new[:, :, 0, :])
+    """Writes `new` [B, H, 1, d] into slot `step` of `cache` [B, H, M, d] (fixed shape)."""
+    slots = tf.range(tf.shape(cache)[2])
+    mask = tf.reshape(tf.equal(slots, step), [1, 1, -1, 1])
+    return tf.where(mask, new, cache)
