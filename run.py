@@ -17,6 +17,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 from absl import app
 
 from t2t_lite import flags as t2t_flags
+from t2t_lite.errors import report_user_errors
 
 FLAGS = t2t_flags.FLAGS
 
@@ -51,7 +52,8 @@ def _main(argv):
     module_name, function_name = MODE_FUNCTIONS[mode].split(":")
     module = importlib.import_module(module_name)
     # A mode's return value is its result (for library callers), never the exit status.
-    getattr(module, function_name)(FLAGS)
+    with report_user_errors(debug=FLAGS.debug):
+        getattr(module, function_name)(FLAGS)
 
 
 def main():

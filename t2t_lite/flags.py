@@ -39,6 +39,10 @@ flags.DEFINE_enum(
 flags.DEFINE_enum(
     "schedule", None, sorted(SCHEDULES),
     "t2t-trainer's schedule name; an alias of --mode for the training modes.")
+flags.DEFINE_bool(
+    "debug", False,
+    "Show the Python traceback of a user error (bad flag, value or file) instead of the "
+    "one line `error: ...`.")
 
 # --- Common (t2t-trainer) -----------------------------------------------------------------
 flags.DEFINE_string("problem", None, "Registered problem name, e.g. translate_ende_wmt32k.")

@@ -1,0 +1,57 @@
+"""The error a user can fix, and how an entry point reports it.
+
+Every mistake in the flags, the hparams, the inputs or the files a run reads is raised as a
+`UserError` (or one of the library's ValueError subclasses that already carry one clear
+sentence: `HParamsError`, `RegistryError`, `VocabFileError`, ...). Entry points catch them in
+`report_user_errors` and print one line, `error: <message>`, on stderr with exit status 1;
+`--debug` shows the traceback instead.
+"""
+from __future__ import annotations
+
+import contextlib
+import sys
+import traceback
+from collections.abc import Iterator
+
+
+class UserError(ValueError):
+    """A mistake in a flag, a value, a file or a directory the user gave.
+
+    The message is one sentence naming the flag, the file (with the line where there is one)
+    or the value, and what to do about it.
+    """
+
+
+def user_error_types() -> tuple[type[BaseException], ...]:
+    """The exception types whose message is meant for the user as it is.
+
+    Returns:
+      UserError and the library's own error classes (imported lazily so that this module
+      stays importable without TensorFlow).
+    """
+    from t2t_lite.hparams import HParamsError
+    from t2t_lite.registry import RegistryError
+
+    return (UserError, HParamsError, RegistryError)
+
+
+def one_line(error: BaseException) -> str:
+    """The error's message on one line (KeyError's quotes removed)."""
+    message = error.args[0] if isinstance(error, KeyError) and error.args else error
+    return " ".join(str(message).split()) or type(error).__name__
+
+
+@contextlib.contextmanager
+def report_user_errors(debug: bool = False) -> Iterator[None]:
+    """Turns a user error raised inside the block into `error: ...` on stderr and exit 1.
+
+    Args:
+      debug: print the traceback too (run.py's --debug).
+    """
+    try:
+        yield
+    except user_error_types() as e:
+        if debug:
+            traceback.print_exc()
+        print(f"error: {one_line(e)}", file=sys.stderr)
+        sys.exit(1)

@@ -1,0 +1,42 @@
+"""file_io.atomic_write: whole files only, on local and ram:// (tf.io.gfile) paths."""
+import os
+
+import pytest
+import tensorflow as tf
+
+from t2t_lite import file_io
+
+
+@pytest.mark.parametrize("root", ["local", "ram://file_io_test"])
+def test_atomic_write_round_trips_text_bytes_and_chunks(tmp_path, root):
+    base = str(tmp_path) if root == "local" else root
+    text_path = f"{base}/sub/dir/a.txt"
+    file_io.atomic_write(text_path, "über\r\nline\n")
+    with tf.io.gfile.GFile(text_path, "rb") as f:
+        assert f.read() == "über\r\nline\n".encode()
+    file_io.atomic_write(f"{base}/b.bin", b"\x00\xff")
+    with tf.io.gfile.GFile(f"{base}/b.bin", "rb") as f:
+        assert f.read() == b"\x00\xff"
+    file_io.atomic_write_lines(f"{base}/c.txt", ["x", "y"])
+    with tf.io.gfile.GFile(f"{base}/c.txt") as f:
+        assert f.read() == "x\ny\n"
+    # Overwrites, and leaves no temporary file beside the target.
+    file_io.atomic_write(text_path, "new")
+    with tf.io.gfile.GFile(text_path) as f:
+        assert f.read() == "new"
+    assert tf.io.gfile.listdir(f"{base}/sub/dir") == ["a.txt"]
+
+
+def test_failure_while_writing_keeps_the_old_file_and_no_temporary(tmp_path):
+    path = os.path.join(tmp_path, "out.txt")
+    file_io.atomic_write(path, "old\n")
+
+    def chunks():
+        yield "half"
+        raise RuntimeError("crash while writing")
+
+    with pytest.raises(RuntimeError):
+        file_io.atomic_write(path, chunks())
+    with open(path) as f:
+        assert f.read() == "old\n"
+    assert os.listdir(tmp_path) == ["out.txt"]
