@@ -25,9 +25,9 @@ FLAGS = t2t_flags.FLAGS
 MODE_FUNCTIONS = {
     "default": "t2t_lite.default_run:main",
     "datagen": "t2t_lite.data_generators.datagen:main",
-    "train": "t2t_lite.trainer:main",
-    "eval": "t2t_lite.trainer:main",
-    "train_and_eval": "t2t_lite.trainer:main",
+    "train": "t2t_lite.utils.trainer_lib:main",
+    "eval": "t2t_lite.utils.trainer_lib:main",
+    "train_and_eval": "t2t_lite.utils.trainer_lib:main",
     "decode": "t2t_lite.utils.decoding:main",
     "bleu": "t2t_lite.utils.bleu_hook:main",
     "average": "t2t_lite.utils.avg_checkpoints:main",

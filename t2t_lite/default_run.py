@@ -28,10 +28,10 @@ from typing import Any
 from absl import logging
 
 from t2t_lite import registry
-from t2t_lite import trainer as trainer_lib
 from t2t_lite.data_generators import datagen
 from t2t_lite.data_generators.problem import ModeKeys
 from t2t_lite.hparams import create_hparams
+from t2t_lite.utils import trainer_lib
 
 DEFAULT_PROBLEM = "algorithmic_identity_decimal40_small"
 DEFAULT_HPARAMS_SET = "transformer_tiny"
