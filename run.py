@@ -23,7 +23,7 @@ FLAGS = t2t_flags.FLAGS
 
 # mode -> "module:function"; modules are imported only when their mode runs.
 MODE_FUNCTIONS = {
-    "default": "t2t_lite.default_run:main",
+    "default": "t2t_lite.bin.default_run:main",
     "datagen": "t2t_lite.data_generators.datagen:main",
     "train": "t2t_lite.utils.trainer_lib:main",
     "eval": "t2t_lite.utils.trainer_lib:main",
