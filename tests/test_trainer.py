@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from t2t_lite.bin import t2t_trainer
 from t2t_lite.utils import trainer_lib
 from tests.trainer_utils import LENGTH, ReverseProblem, model_fn, read_events, tiny_hparams
 
@@ -323,7 +324,7 @@ def test_train_eval_and_decode_decodes_the_dev_set_after_each_eval(tmp_path, cap
         local_eval_frequency=6, eval_steps=2, random_seed=3,
         decode_hparams="num_samples=20,batch_size=8")
     caplog.set_level(logging.INFO)
-    trainer_lib.main(flags)
+    t2t_trainer.main(flags)
     events = read_events(str(output_dir / "decode_eval"))
     assert [step for step, _ in events["BLEU"]] == [6, 12]
     for step, bleu in events["BLEU"]:
