@@ -25,9 +25,9 @@ FLAGS = t2t_flags.FLAGS
 MODE_FUNCTIONS = {
     "default": "t2t_lite.bin.default_run:main",
     "datagen": "t2t_lite.bin.t2t_datagen:main",
-    "train": "t2t_lite.bin.t2t_trainer:main",
-    "eval": "t2t_lite.bin.t2t_trainer:main",
-    "train_and_eval": "t2t_lite.bin.t2t_trainer:main",
+    "train": "t2t_lite.bin.t2t_trainer:train",
+    "eval": "t2t_lite.bin.t2t_trainer:evaluate",
+    "train_and_eval": "t2t_lite.bin.t2t_trainer:train_and_eval",
     "decode": "t2t_lite.bin.t2t_decoder:main",
     "bleu": "t2t_lite.bin.t2t_bleu:main",
     "average": "t2t_lite.bin.t2t_avg_all:main",

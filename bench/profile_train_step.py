@@ -105,7 +105,7 @@ def main() -> None:
     flags([sys.argv[0], "--mode=train", f"--output_dir={out}", "--random_seed=1"] + rest)
     trainer_lib.setup_determinism(flags.random_seed, False)
     trainer = t2t_trainer.build_trainer(flags, trainer_lib.create_strategy(1))
-    dataset = trainer._distributed_dataset(trainer_lib.TRAIN)
+    dataset = trainer.distributed_dataset(trainer_lib.TRAIN)
     iterator = iter(dataset)
     step_fn = trainer._make_train_step(iterator.element_spec, update=True)
     step_fn(next(iterator))["loss"].numpy()

@@ -197,6 +197,6 @@ def test_datagen_problem_selection_and_flag_errors(tmp_path, capsys):
     with pytest.raises(ValueError, match="--num_shards should not be set"):
         t2t_datagen.main(_flags(problem="algorithmic_sort_problem", num_shards=3))
     with pytest.raises(ValueError, match="--approx_vocab_size does not apply"):
-        datagen.configure_problem("algorithmic_sort_problem", _flags(approx_vocab_size=100))
+        datagen.configure_problem("algorithmic_sort_problem", approx_vocab_size=100)
     with pytest.raises(ValueError, match="do not apply to algorithmic_sort_problem"):
-        datagen.configure_problem("algorithmic_sort_problem", _flags(train_src="a"))
+        datagen.configure_problem("algorithmic_sort_problem", source_files={"train_src": "a"})

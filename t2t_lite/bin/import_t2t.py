@@ -4,13 +4,10 @@ Reads the flags and runs `t2t_lite.utils.t2t_checkpoint`.
 """
 from __future__ import annotations
 
-import json
-import os
-
 import tensorflow as tf
 
 from t2t_lite.hparams import create_hparams
-from t2t_lite.utils.t2t_checkpoint import _resolve_checkpoint, _write_text_atomically, load_model
+from t2t_lite.utils.t2t_checkpoint import import_checkpoint
 
 
 def main(flags) -> str:
@@ -42,27 +39,4 @@ def main(flags) -> str:
             "directory"
         )
     hparams = create_hparams(flags.hparams_set, flags.hparams or "")
-    source = _resolve_checkpoint(flags.checkpoint_path)
-    model = load_model(source, hparams)
-    reader = tf.train.load_checkpoint(source)
-    step = 0
-    if reader.has_tensor("global_step"):
-        step = int(reader.get_tensor("global_step"))
-    tf.io.gfile.makedirs(flags.output_dir)
-    checkpoint = tf.train.Checkpoint(step=tf.Variable(step, dtype=tf.int64), model=model)
-    manager = tf.train.CheckpointManager(checkpoint, flags.output_dir, max_to_keep=None,
-                                         checkpoint_name="ckpt")
-    path = manager.save(checkpoint_number=step)
-    _write_text_atomically(
-        os.path.join(flags.output_dir, "hparams.json"), model.hparams.to_json(indent=1)
-    )
-    _write_text_atomically(
-        os.path.join(flags.output_dir, "t2t_import.json"),
-        json.dumps({
-            "t2t_checkpoint": source,
-            "global_step": step,
-            "input_vocab_size": model.input_vocab_size,
-            "target_vocab_size": model.target_vocab_size,
-        }, indent=1, sort_keys=True),
-    )
-    return path
+    return import_checkpoint(flags.checkpoint_path, hparams, flags.output_dir)

@@ -13,11 +13,10 @@ from typing import Any
 from t2t_lite.data_generators.datagen import (
     DEFAULT_DATA_DIR,
     DEFAULT_RANDOM_SEED,
-    _flag,
-    _summarize,
     configure_problem,
     select_problems,
     set_random_seed,
+    summarize,
 )
 
 
@@ -52,14 +51,37 @@ def main(flags: Any) -> None:
     # Progress lines come from absl logging at INFO (cases written, files compiled).
     logging.set_verbosity(logging.INFO)
     for name in names:
-        problem = configure_problem(name, flags)
+        problem = configure_problem_from_flags(name, flags)
         set_random_seed(seed)
         start = time.time()
         print(f"[datagen] {name}: data_dir={data_dir} tmp_dir={tmp_dir}", flush=True)
         problem.generate_data(data_dir, tmp_dir, max_cases=max_cases)
         print(
             f"[datagen] {name}: done in {time.time() - start:.1f}s "
-            f"({_summarize(data_dir, problem.dataset_filename())})",
+            f"({summarize(data_dir, problem.dataset_filename())})",
             file=sys.stdout,
             flush=True,
         )
+
+
+def _flag(flags: Any, name: str, default: Any = None) -> Any:
+    """`flags.name`, or `default` when that flag is not defined or unset."""
+    try:
+        value = getattr(flags, name)
+    except AttributeError:
+        return default
+    return default if value is None else value
+
+
+def configure_problem_from_flags(name: str, flags: Any):
+    """`datagen.configure_problem` with --approx_vocab_size, --train_src/--train_tgt/
+    --dev_src/--dev_tgt, --tfds_data_dir and --wsj_dir/--wsj_train_sections/
+    --wsj_dev_sections (each used when defined and set)."""
+    return configure_problem(
+        name,
+        approx_vocab_size=_flag(flags, "approx_vocab_size", 0),
+        source_files={k: _flag(flags, k) for k in ("train_src", "train_tgt", "dev_src", "dev_tgt")},
+        tfds_data_dir=_flag(flags, "tfds_data_dir"),
+        wsj_source=(_flag(flags, "wsj_dir"), _flag(flags, "wsj_train_sections"),
+                    _flag(flags, "wsj_dev_sections")),
+    )

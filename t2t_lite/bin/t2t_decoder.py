@@ -11,7 +11,6 @@ import sys
 from absl import logging
 
 from t2t_lite.utils.decoding import (
-    _report_bleu,
     check_sampling,
     checkpoint_to_restore,
     decode_from_dataset,
@@ -23,6 +22,7 @@ from t2t_lite.utils.decoding import (
     make_infer_fn,
     read_run_flags,
     read_score_file,
+    report_bleu,
     score_pairs,
     unpacked_problem,
     write_records,
@@ -112,4 +112,4 @@ def main(flags) -> None:
                                      decode_hp, base, name_parts)
     print(f"Decodes written to {output}")
     if reference:
-        _report_bleu(reference, output, flags.output_dir, checkpoint, decode_hp.summaries_log_dir)
+        report_bleu(reference, output, flags.output_dir, checkpoint, decode_hp.summaries_log_dir)

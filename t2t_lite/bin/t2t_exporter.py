@@ -11,7 +11,7 @@ from absl import logging
 
 from t2t_lite import registry
 from t2t_lite.utils import decoding
-from t2t_lite.utils.export import ServingModule, _subtoken_strings, export
+from t2t_lite.utils.export import ServingModule, export, subtoken_strings
 
 
 def main(flags) -> None:
@@ -39,8 +39,8 @@ def main(flags) -> None:
         checkpoint = decoding.checkpoint_to_restore(flags.checkpoint_path, flags.output_dir)
         model = decoding.load_model(model_name, hparams, problem_hparams, checkpoint)
         encoders = problem_hparams.vocabulary
-        inputs_vocab = _subtoken_strings(encoders.get("inputs"))
-        targets_vocab = _subtoken_strings(encoders.get("targets"))
+        inputs_vocab = subtoken_strings(encoders.get("inputs"))
+        targets_vocab = subtoken_strings(encoders.get("targets"))
         if inputs_vocab is None or targets_vocab is None:
             logging.warning("%s does not use SubwordTextEncoders for inputs and targets: "
                             "exporting the encode_decode_ids signature only", problem_name)

@@ -11,17 +11,12 @@ from typing import Any
 import tensorflow as tf
 from absl import logging
 
-from t2t_lite import flags as t2t_flags
 from t2t_lite import registry
-from t2t_lite.hparams import create_hparams
-from t2t_lite.utils import warm_start
 from t2t_lite.utils.trainer_lib import (
     RunConfig,
     Trainer,
     create_strategy,
-    is_chief,
-    save_flags,
-    save_hparams,
+    create_trainer,
     setup_determinism,
 )
 
@@ -43,43 +38,56 @@ def config_from_flags(flags_obj: Any) -> RunConfig:
     )
 
 
+def flag_values(flags_obj: Any) -> dict[str, Any]:
+    """The t2t_lite flags (name -> value) of absl FLAGS, or the attributes of a namespace."""
+    if hasattr(flags_obj, "get_flags_for_module"):
+        return {f.name: f.value for f in flags_obj.get_flags_for_module("t2t_lite.flags")}
+    return dict(vars(flags_obj))
+
+
 def build_trainer(flags_obj: Any, strategy: tf.distribute.Strategy) -> Trainer:
     """Hparams (set -> output_dir/hparams.json -> --hparams), problem and model from flags."""
     for name in ("problem", "hparams_set", "output_dir", "data_dir"):
         if not getattr(flags_obj, name):
             raise ValueError(f"--{name} is required for --mode=train/eval/train_and_eval")
     config = config_from_flags(flags_obj)
-    hparams = create_hparams(
-        flags_obj.hparams_set, flags_obj.hparams,
-        hparams_json_path=os.path.join(config.output_dir, "hparams.json"),
-    )
     data_dir = os.path.expanduser(flags_obj.data_dir)
     problem = registry.problem(flags_obj.problem)
     if getattr(flags_obj, "generate_data", False):
         problem.generate_data(data_dir, os.path.expanduser(flags_obj.tmp_dir))
-    problem_hparams = problem.get_hparams(hparams, data_dir=data_dir)
-    vocab = problem_hparams.vocab_size
-    model_cls = registry.model(flags_obj.model)
-    input_vocab = vocab.get("inputs", vocab["targets"])
-
-    def model_fn():
-        return model_cls(hparams, input_vocab, vocab["targets"])
-
-    if is_chief():
-        save_hparams(config.output_dir, hparams)
-        save_flags(config.output_dir, flags_obj)
-    trainer = Trainer(model_fn, hparams, problem, data_dir, config, strategy)
-    if flags_obj.warm_start_from and not tf.train.latest_checkpoint(config.output_dir):
-        warm_start.warm_start(trainer.model, os.path.expanduser(flags_obj.warm_start_from),
-                              allow_partial=getattr(flags_obj, "warm_start_partial", False))
-    return trainer
+    warm_start_from = flags_obj.warm_start_from
+    return create_trainer(
+        problem, flags_obj.hparams_set, flags_obj.hparams, flags_obj.model, data_dir, config,
+        strategy,
+        warm_start_from=os.path.expanduser(warm_start_from) if warm_start_from else None,
+        warm_start_partial=getattr(flags_obj, "warm_start_partial", False),
+        flag_values=flag_values(flags_obj),
+    )
 
 
-def main(flags_obj: Any) -> dict[str, float]:
-    """run.py's --mode=train|eval|train_and_eval (t2t-trainer's schedules).
+def train(flags_obj: Any) -> dict[str, float]:
+    """`--mode=train` (t2t's schedule "train"): trains until --train_steps."""
+    return main(flags_obj, "train")
+
+
+def evaluate(flags_obj: Any) -> dict[str, float]:
+    """`--mode=eval` (t2t's "evaluate"; "continuous_eval" evaluates each new checkpoint)."""
+    return main(flags_obj, "eval")
+
+
+def train_and_eval(flags_obj: Any) -> dict[str, float]:
+    """`--mode=train_and_eval` (t2t's "train_and_evaluate", "continuous_train_and_eval",
+    "train_eval_and_decode")."""
+    return main(flags_obj, "train_and_eval")
+
+
+def main(flags_obj: Any, mode: str) -> dict[str, float]:
+    """t2t-trainer's schedules: run.py has resolved --mode / --schedule into `mode`.
 
     Args:
       flags_obj: absl FLAGS (t2t_lite.flags).
+      mode: "train", "eval" or "train_and_eval"; --schedule picks its variant
+        (continuous_eval, train_eval_and_decode).
 
     Returns:
       The last evaluation results (eval modes) or training statistics (train).
@@ -87,7 +95,6 @@ def main(flags_obj: Any) -> dict[str, float]:
     strategy = create_strategy(flags_obj.worker_gpu, flags_obj.worker_replicas)
     setup_determinism(flags_obj.random_seed, flags_obj.deterministic)
     trainer = build_trainer(flags_obj, strategy)
-    mode = flags_obj.mode or t2t_flags.SCHEDULES.get(flags_obj.schedule, "train_and_eval")
     if mode == "train":
         return trainer.train()
     if mode == "eval":

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import os
 import random
-from typing import Any
 
 import numpy as np
 
@@ -23,15 +22,6 @@ from t2t_lite import registry
 
 DEFAULT_RANDOM_SEED = 429459
 DEFAULT_DATA_DIR = "/tmp/t2t_data"
-
-
-def _flag(flags: Any, name: str, default: Any = None) -> Any:
-    """`flags.name`, or `default` when that flag is not defined or unset."""
-    try:
-        value = getattr(flags, name)
-    except AttributeError:
-        return default
-    return default if value is None else value
 
 
 def select_problems(problem_flag: str, exclude: str = "") -> list[str]:
@@ -77,14 +67,22 @@ def set_random_seed(seed: int) -> None:
     tf.random.set_seed(seed)
 
 
-def configure_problem(name: str, flags: Any):
-    """The problem instance for `name`, with datagen's source and vocab flags applied.
+def configure_problem(
+    name: str,
+    approx_vocab_size: int = 0,
+    source_files: dict[str, str | None] | None = None,
+    tfds_data_dir: str | None = None,
+    wsj_source: tuple[str | None, str | None, str | None] = (None, None, None),
+):
+    """The problem instance for `name`, with datagen's source and vocab settings applied.
 
     Args:
       name: registered problem name.
-      flags: parsed flags (train_src, train_tgt, dev_src, dev_tgt, approx_vocab_size,
-        tfds_data_dir, wsj_dir, wsj_train_sections, wsj_dev_sections are used when defined
-        and set).
+      approx_vocab_size: subword vocab size instead of the problem's (0: the problem's).
+      source_files: {"train_src", "train_tgt", "dev_src", "dev_tgt"} -> path or None: the
+        parallel text files of a translation problem.
+      tfds_data_dir: where TFDS keeps its data, for problems that fall back to TFDS.
+      wsj_source: (treebank folder, train sections, dev sections) of the WSJ problems.
 
     Returns:
       A Problem instance.
@@ -92,31 +90,26 @@ def configure_problem(name: str, flags: Any):
     from t2t_lite.data_generators import text_problems
 
     problem = registry.problem(name)
-    vocab_size = _flag(flags, "approx_vocab_size", 0)
-    if vocab_size:
+    if approx_vocab_size:
         if not isinstance(problem, text_problems.Text2TextProblem):
             raise ValueError(f"--approx_vocab_size does not apply to {name} (it has no vocab)")
-        problem = type(problem)(approx_vocab_size=vocab_size)
-    source_flags = {k: _flag(flags, k) for k in ("train_src", "train_tgt", "dev_src", "dev_tgt")}
-    if any(source_flags.values()):
+        problem = type(problem)(approx_vocab_size=approx_vocab_size)
+    source_files = source_files or {}
+    if any(source_files.values()):
         if not hasattr(problem, "set_source_files"):
             raise ValueError(
                 f"--train_src/--train_tgt/--dev_src/--dev_tgt do not apply to {name}; they "
                 "name the parallel text files of translation problems"
             )
-        problem.set_source_files(**source_flags)
+        problem.set_source_files(**source_files)
     if hasattr(problem, "tfds_data_dir"):
-        problem.tfds_data_dir = _flag(flags, "tfds_data_dir")
+        problem.tfds_data_dir = tfds_data_dir
     if hasattr(problem, "set_wsj_source"):
-        problem.set_wsj_source(
-            _flag(flags, "wsj_dir"),
-            _flag(flags, "wsj_train_sections"),
-            _flag(flags, "wsj_dev_sections"),
-        )
+        problem.set_wsj_source(*wsj_source)
     return problem
 
 
-def _summarize(data_dir: str, name: str) -> str:
+def summarize(data_dir: str, name: str) -> str:
     files = sorted(f for f in os.listdir(data_dir) if f.startswith(name + "-"))
     size = sum(os.path.getsize(os.path.join(data_dir, f)) for f in files)
     return f"{len(files)} files, {size / 1e6:.1f} MB"

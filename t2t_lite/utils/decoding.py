@@ -802,7 +802,7 @@ def score_pairs(model: Any, pairs: Sequence[tuple[str, str]], encoders: dict,
     return scores
 
 
-def _report_bleu(reference: str, decodes_file: str, output_dir: str | None,
+def report_bleu(reference: str, decodes_file: str, output_dir: str | None,
                  checkpoint: str, summaries_log_dir: str = "decode") -> None:
     """Prints BLEU of the decodes and writes t2t's decode-hook `BLEU` summary."""
     from t2t_lite.utils import bleu_hook

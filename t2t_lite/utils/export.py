@@ -202,7 +202,8 @@ class ServingModule(tf.Module):
 
 
 # ---------------------------------------------------------------------------------- main
-def _subtoken_strings(encoder) -> list[str] | None:
+def subtoken_strings(encoder) -> list[str] | None:
+    """The subtoken strings of a SubwordTextEncoder (for the in-graph encoder), else None."""
     if isinstance(encoder, text_encoder.SubwordTextEncoder):
         return list(encoder.all_subtoken_strings)
     return None

@@ -37,10 +37,11 @@ import tensorflow as tf
 from absl import logging
 from tensorflow.core.framework import summary_pb2
 
-from t2t_lite.hparams import HParams
+from t2t_lite import registry
+from t2t_lite.hparams import HParams, create_hparams
 from t2t_lite.layers import common_layers
 from t2t_lite.utils import metrics as metrics_lib
-from t2t_lite.utils import optimize
+from t2t_lite.utils import optimize, warm_start
 
 TRAIN, EVAL = "train", "eval"
 CHECKPOINT_PREFIX = "ckpt"
@@ -185,12 +186,9 @@ def save_hparams(output_dir: str, hparams: HParams) -> None:
     _write_atomically(os.path.join(output_dir, "hparams.json"), hparams.to_json(indent=0))
 
 
-def save_flags(output_dir: str, flags_obj: Any) -> None:
-    """Writes the t2t_lite flags (name -> value, sorted) to `output_dir/flags.json`."""
-    if hasattr(flags_obj, "get_flags_for_module"):
-        values = {f.name: f.value for f in flags_obj.get_flags_for_module("t2t_lite.flags")}
-    else:
-        values = dict(vars(flags_obj))
+def save_flags(output_dir: str, values: dict[str, Any]) -> None:
+    """Writes the run's flag values (name -> value, sorted) to `output_dir/flags.json`
+    (decode and export take --problem, --hparams_set, --data_dir and --model from it)."""
     tf.io.gfile.makedirs(output_dir)
     _write_atomically(
         os.path.join(output_dir, "flags.json"), json.dumps(values, indent=0, sort_keys=True)
@@ -317,7 +315,9 @@ class Trainer:
             logging.info("Saved checkpoint %s", path)
 
     # --- Data ---------------------------------------------------------------------------------
-    def _distributed_dataset(self, mode: str):
+    def distributed_dataset(self, mode: str):
+        """The TRAIN or EVAL dataset of the problem, distributed over the strategy's replicas
+        (each replica's batch is a dict of int tensors [B, T])."""
         kwargs = {"seed": self.config.random_seed} if mode == TRAIN else {}
         if (mode == TRAIN and self.config.xla_compile and "pad_to_bucket_boundaries"
                 in inspect.signature(self.problem.dataset).parameters):
@@ -424,7 +424,7 @@ class Trainer:
           The last training statistics ({"loss", "learning_rate", ...}).
         """
         config = self.config
-        dataset = self._distributed_dataset(TRAIN)
+        dataset = self.distributed_dataset(TRAIN)
         iterator = iter(dataset)
         manager = self._checkpoint_manager(iterator if config.deterministic else None)
         step = self.restore(manager)
@@ -573,7 +573,7 @@ class Trainer:
         Returns:
           {"loss": mean batch loss, "metrics-...": value, ...}.
         """
-        dataset = self._distributed_dataset(EVAL)
+        dataset = self.distributed_dataset(EVAL)
         iterator = iter(dataset)
         if self._eval_step_fn is None:
             self._eval_step_fn = self._make_eval_step(iterator.element_spec)
@@ -737,6 +737,61 @@ class _dtype_policy:
 
     def __exit__(self, *exc):
         keras.config.set_dtype_policy(self.previous)
+
+
+def create_trainer(
+    problem: Any,
+    hparams_set: str,
+    hparams_overrides: str,
+    model_name: str,
+    data_dir: str,
+    config: RunConfig,
+    strategy: tf.distribute.Strategy | None = None,
+    warm_start_from: str | None = None,
+    warm_start_partial: bool = False,
+    flag_values: dict[str, Any] | None = None,
+) -> Trainer:
+    """A Trainer for `model_name` on `problem`, as t2t-trainer builds it.
+
+    The hparams are the set, then `config.output_dir/hparams.json` (a restarted run keeps
+    its hparams, as in t2t), then `hparams_overrides`. The chief writes hparams.json (and
+    flags.json when `flag_values` is given).
+
+    Args:
+      problem: a Problem instance whose data is in `data_dir`.
+      hparams_set: registered hparams set name.
+      hparams_overrides: "a=1,b=2" overrides ("" for none).
+      model_name: registered model name.
+      data_dir: the problem's data directory.
+      config: RunConfig.
+      strategy: tf.distribute strategy (default: the current one).
+      warm_start_from: checkpoint (prefix or directory) to initialise the model from when
+        output_dir holds no checkpoint yet.
+      warm_start_partial: load the variables that match and keep the others' initial values.
+      flag_values: the run's flags (name -> value) for flags.json.
+
+    Returns:
+      The Trainer (not yet restored).
+    """
+    hparams = create_hparams(
+        hparams_set, hparams_overrides,
+        hparams_json_path=os.path.join(config.output_dir, "hparams.json"),
+    )
+    vocab = problem.get_hparams(hparams, data_dir=data_dir).vocab_size
+    model_cls = registry.model(model_name)
+    input_vocab = vocab.get("inputs", vocab["targets"])
+
+    def model_fn():
+        return model_cls(hparams, input_vocab, vocab["targets"])
+
+    if is_chief():
+        save_hparams(config.output_dir, hparams)
+        if flag_values is not None:
+            save_flags(config.output_dir, flag_values)
+    trainer = Trainer(model_fn, hparams, problem, data_dir, config, strategy)
+    if warm_start_from and not tf.train.latest_checkpoint(config.output_dir):
+        warm_start.warm_start(trainer.model, warm_start_from, allow_partial=warm_start_partial)
+    return trainer
 
 
 def setup_determinism(random_seed: int | None, deterministic: bool) -> None:
