@@ -23,16 +23,16 @@ FLAGS = t2t_flags.FLAGS
 
 # mode -> "module:function"; modules are imported only when their mode runs.
 MODE_FUNCTIONS = {
-    "default": "t2t_lite.default_run:main",
-    "datagen": "t2t_lite.data_generators.datagen:main",
-    "train": "t2t_lite.trainer:main",
-    "eval": "t2t_lite.trainer:main",
-    "train_and_eval": "t2t_lite.trainer:main",
-    "decode": "t2t_lite.utils.decoding:main",
-    "bleu": "t2t_lite.utils.bleu_hook:main",
-    "average": "t2t_lite.utils.avg_checkpoints:main",
-    "export": "t2t_lite.utils.export:main",
-    "import_t2t": "t2t_lite.utils.t2t_checkpoint:main",
+    "default": "t2t_lite.bin.default_run:main",
+    "datagen": "t2t_lite.bin.t2t_datagen:main",
+    "train": "t2t_lite.bin.t2t_trainer:train",
+    "eval": "t2t_lite.bin.t2t_trainer:evaluate",
+    "train_and_eval": "t2t_lite.bin.t2t_trainer:train_and_eval",
+    "decode": "t2t_lite.bin.t2t_decoder:main",
+    "bleu": "t2t_lite.bin.t2t_bleu:main",
+    "average": "t2t_lite.bin.t2t_avg_all:main",
+    "export": "t2t_lite.bin.t2t_exporter:main",
+    "import_t2t": "t2t_lite.bin.import_t2t:main",
 }
 
 

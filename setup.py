@@ -13,6 +13,7 @@ setup(
     python_requires=">=3.10",
     packages=[
         "t2t_lite",
+        "t2t_lite.bin",
         "t2t_lite.layers",
         "t2t_lite.models",
         "t2t_lite.data_generators",

@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from t2t_lite import trainer as trainer_lib
+from t2t_lite.bin import t2t_trainer
+from t2t_lite.utils import trainer_lib
 from tests.trainer_utils import LENGTH, ReverseProblem, model_fn, read_events, tiny_hparams
 
 TRAIN_SCALARS = ("loss", "losses/training", "learning_rate", "global_norm/gradient_norm",
@@ -142,7 +143,7 @@ def test_xla_compiled_step_trains_as_the_graph_step(tmp_path):
     for xla in (False, True):
         trainer = _trainer(tmp_path / str(xla), tiny_hparams(dropout=0.0), train_steps=6,
                            log_step_count_steps=1, xla_compile=xla)
-        iterator = iter(trainer._distributed_dataset(trainer_lib.TRAIN))
+        iterator = iter(trainer.distributed_dataset(trainer_lib.TRAIN))
         step = trainer._make_train_step(iterator.element_spec, update=True)
         losses[xla] = [float(step(next(iterator))["loss"]) for _ in range(6)]
     np.testing.assert_allclose(losses[True], losses[False], rtol=2e-5)
@@ -171,11 +172,10 @@ def test_hparams_and_flags_files(tmp_path):
         problem = "p"
         train_steps = 3
 
-    trainer_lib.save_flags(str(tmp_path), Flags())
-    assert json.loads((tmp_path / "flags.json").read_text()) == {}
+    assert t2t_trainer.flag_values(Flags()) == {}
     flags = type("F", (), {})()
     flags.problem, flags.train_steps = "p", 3
-    trainer_lib.save_flags(str(tmp_path), flags)
+    trainer_lib.save_flags(str(tmp_path), t2t_trainer.flag_values(flags))
     assert json.loads((tmp_path / "flags.json").read_text()) == {"problem": "p", "train_steps": 3}
 
 
@@ -323,7 +323,7 @@ def test_train_eval_and_decode_decodes_the_dev_set_after_each_eval(tmp_path, cap
         local_eval_frequency=6, eval_steps=2, random_seed=3,
         decode_hparams="num_samples=20,batch_size=8")
     caplog.set_level(logging.INFO)
-    trainer_lib.main(flags)
+    t2t_trainer.train_and_eval(flags)
     events = read_events(str(output_dir / "decode_eval"))
     assert [step for step, _ in events["BLEU"]] == [6, 12]
     for step, bleu in events["BLEU"]:
