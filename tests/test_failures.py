@@ -170,7 +170,7 @@ def test_damaged_newest_checkpoint_falls_back_in_decode_and_train(data_dir, trai
     with open(output_dir / "ckpt-4.data-00000-of-00001", "r+b") as f:
         f.truncate(100)
     inputs = tmp_path / "in.txt"
-    inputs.write_text("2 3 4\n3 2\n")
+    inputs.write_text("0 1 1\n1 0\n")  # the binary problem's symbols
     decode = ["--mode=decode", f"--output_dir={output_dir}", f"--decode_from_file={inputs}",
               f"--decode_to_file={tmp_path / 'out.txt'}"]
     result = _run(*decode, cwd=tmp_path)
@@ -212,4 +212,10 @@ def test_decode_input_and_output_problems_are_one_line(trained, tmp_path):
     line = _error_line(_run(*common, f"--decode_from_file={good}", "--decode_hparams=beam_size=0",
                             cwd=tmp_path))
     assert line == "error: --decode_hparams: beam_size=0 must be >= 1"
+    # "2" is no symbol of the binary problem: its id 4 is outside the 4-entry vocabulary.
+    line = _error_line(_run(*common, f"--decode_from_file={good}", f"--decode_to_file={out}",
+                            cwd=tmp_path))
+    assert line.startswith(f"error: --decode_from_file={good} holds token id 4 but the "
+                           "model's vocabulary has only 4 entries (ids 0..3)")
+    assert not out.exists()
     assert time.time() - start < 120
