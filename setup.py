@@ -30,7 +30,6 @@ setup(
     install_requires=[
         "tensorflow>=2.16,<2.22",
         "keras>=3",
-        "tensorflow-text>=2.16,<2.22",
         "tensorflow-datasets",
         "sacrebleu>=2",
         "absl-py",
@@ -39,7 +38,9 @@ setup(
         "tensorboard",
     ],
     extras_require={
-        "test": ["pytest", "hypothesis", "tensorboard"],
+        # The in-graph encoder's FastWordpiece segmenter (--export_subword_segmenter).
+        "text": ["tensorflow-text>=2.16,<2.22"],
+        "test": ["pytest", "hypothesis", "tensorboard", "tensorflow-text>=2.16,<2.22"],
         "bench": [],
     },
     entry_points={"console_scripts": ["t2t-lite=run:main"]},

@@ -46,7 +46,8 @@ def main(flags) -> None:
                             "exporting the encode_decode_ids signature only", problem_name)
         module = ServingModule(model, inputs_vocab, targets_vocab, decode_hp,
                                decoding.input_length_limit(decode_hp),
-                               int(problem_hparams.get("target_space_id", 0)))
+                               int(problem_hparams.get("target_space_id", 0)),
+                               subword_segmenter=flags.export_subword_segmenter)
     except (ValueError, FileNotFoundError) as e:
         raise SystemExit(str(e)) from None
     export_dir = flags.export_dir or os.path.join(
