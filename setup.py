@@ -35,6 +35,8 @@ setup(
         "sacrebleu>=2",
         "absl-py",
         "numpy",
+        # `tensorboard --logdir` is what every run prints; the HParams dashboard's summaries.
+        "tensorboard",
     ],
     extras_require={
         "test": ["pytest", "hypothesis", "tensorboard"],

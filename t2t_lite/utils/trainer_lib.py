@@ -41,7 +41,7 @@ from t2t_lite import registry
 from t2t_lite.hparams import HParams, create_hparams
 from t2t_lite.layers import common_layers
 from t2t_lite.utils import metrics as metrics_lib
-from t2t_lite.utils import optimize, warm_start
+from t2t_lite.utils import optimize, summaries, warm_start
 
 TRAIN, EVAL = "train", "eval"
 CHECKPOINT_PREFIX = "ckpt"
@@ -262,6 +262,7 @@ class Trainer:
             self._eval_writer = tf.summary.create_file_writer(
                 os.path.join(config.output_dir, "eval")
             )
+            summaries.write_hparams(self._train_writer, hparams.values(), config.output_dir)
         self._eval_step_fn = None
         self.last_eval_results: dict[str, float] = {}
         # Dropout masks derive from this seed, the global step and the replica id.
@@ -652,14 +653,19 @@ class Trainer:
 
     def _summarize_decodes(self, features: dict, step: int) -> None:
         examples = self.decode_examples(features, self.config.num_decode_examples)
-        lines = []
         for i, ex in enumerate(examples):
             logging.info("Decode %d: inputs: %s | targets: %s | outputs: %s", i,
                          ex["inputs"], ex["targets"], ex["outputs"])
-            lines.append(f"| {ex['inputs']} | {ex['targets']} | {ex['outputs']} |")
-        if lines:
-            table = "| inputs | targets | outputs |\n|---|---|---|\n" + "\n".join(lines)
-            write_text(self._eval_writer, "decodes", table, step)
+        self.summarize_decodes(examples, step)
+
+    def summarize_decodes(self, examples: list[dict[str, str]], step: int) -> None:
+        """Writes decoded examples ({"inputs", "targets", "outputs"} strings) as the eval
+        dir's "decodes" text summary: a markdown table (chief only)."""
+        if not examples:
+            return
+        lines = [f"| {ex['inputs']} | {ex['targets']} | {ex['outputs']} |" for ex in examples]
+        table = "| inputs | targets | outputs |\n|---|---|---|\n" + "\n".join(lines)
+        write_text(self._eval_writer, "decodes", table, step)
 
     def continuous_eval(self, timeout_secs: float = 600) -> dict[str, float]:
         """Evaluates each new checkpoint until one reaches train_steps (t2t's continuous_eval).
