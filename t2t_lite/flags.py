@@ -84,7 +84,7 @@ flags.DEFINE_bool(
 # --- t2t-datagen ----------------------------------------------------------------------------
 flags.DEFINE_integer("max_cases", 0, "Maximum examples per split for datagen (0 = all).")
 
-# --- t2t-datagen: selection and data sources (engineer D; t2t_lite.data_generators.datagen) --
+# --- t2t-datagen: selection and data sources (t2t_lite.data_generators.datagen) -------------
 flags.DEFINE_string(
     "exclude_problems", "", "Comma-separated substrings; problems containing any are skipped.")
 flags.DEFINE_bool("only_list", False, "Print the problems --problem selects, generate nothing.")
