@@ -405,14 +405,20 @@ class Translator:
                             "larger --ct2_max_position or set max_input_size in --decode_hparams")
         max_decoding_length = min(longest + extra_length, self.max_position)
         rescore = gnmt_rescore and beam_size > 1
+        if beam_size == 1:
+            search_penalty = 0.0  # greedy: the raw log-probability is t2t's score
+        elif length_penalty is None:
+            search_penalty = alpha
+        else:
+            search_penalty = float(length_penalty)
         results = self.translator.translate_batch(
             [[self._source_tokens[i] for i in ids] for ids in id_lists],
             beam_size=beam_size,
             patience=patience,
-            num_hypotheses=beam_size if rescore else num_hypotheses,
-            # Greedy and re-scored beams need the raw log-probabilities.
-            length_penalty=0.0 if beam_size == 1 or (rescore and length_penalty is None)
-            else (alpha if length_penalty is None else length_penalty),
+            # Re-scoring needs every hypothesis the search registered.
+            num_hypotheses=(max(beam_size, round(beam_size * patience)) if rescore
+                            else num_hypotheses),
+            length_penalty=search_penalty,
             max_input_length=0,
             max_decoding_length=max_decoding_length,
             return_scores=True,
@@ -420,20 +426,31 @@ class Translator:
         )
         out = []
         for result in results:
-            hypotheses = []
+            hypotheses, ended, raw_scores = [], [], []
             for tokens, score in zip(result.hypotheses, result.scores):
                 ids = [self._target_ids[t] for t in tokens]
-                if ids and ids[-1] == EOS_ID:
+                # return_end_token: a finished hypothesis ends with EOS, and CTranslate2's
+                # length normalization counted it.
+                length = len(ids)
+                ended.append(bool(ids) and ids[-1] == EOS_ID)
+                if ended[-1]:
                     ids = ids[:-1]
-                    length = len(ids) + 1
-                else:
-                    length = len(ids)
                 if rescore:
-                    if length_penalty not in (None, 0.0):
-                        score *= float(length) ** length_penalty
+                    if search_penalty:
+                        score *= float(length) ** search_penalty
+                    raw_scores.append(score)
                     score = gnmt_score(score, length, alpha)
                 hypotheses.append(Hypothesis(self.targets_encoder.decode(ids), ids, float(score)))
             if rescore:
+                # t2t returns an unfinished beam (scored by its raw log-probability) only
+                # when no hypothesis reached EOS; CTranslate2 registers the beams alive at
+                # the last step as hypotheses too.
+                finished = [h for h, done in zip(hypotheses, ended) if done]
+                if finished:
+                    hypotheses = finished
+                else:
+                    hypotheses = [Hypothesis(h.text, h.ids, raw)
+                                  for h, raw in zip(hypotheses, raw_scores)]
                 hypotheses.sort(key=lambda h: -h.score)
             out.append(hypotheses[:num_hypotheses])
         return out
