@@ -17,6 +17,7 @@ setup(
         "t2t_lite.models",
         "t2t_lite.data_generators",
         "t2t_lite.utils",
+        "t2t_lite.serving",
         "t2t_lite.problems",
         "t2t_lite.hparams_sets",
     ],
@@ -36,7 +37,9 @@ setup(
         "numpy",
     ],
     extras_require={
-        "test": ["pytest", "hypothesis", "tensorboard"],
+        # CTranslate2 export and decoding (t2t_lite.serving.ct2); CI tests it too.
+        "ctranslate2": ["ctranslate2>=4"],
+        "test": ["pytest", "hypothesis", "tensorboard", "ctranslate2>=4"],
         "bench": [],
     },
     entry_points={"console_scripts": ["t2t-lite=run:main"]},

@@ -129,13 +129,18 @@ def timing_table(max_position: int, hidden_size: int) -> np.ndarray:
 
 def _kernel(dense) -> np.ndarray:
     """A Keras Dense kernel [in, out] as CTranslate2's weight [out, in]."""
-    return np.ascontiguousarray(np.asarray(dense.kernel).T)
+    return np.array(np.asarray(dense.kernel).T, dtype=np.float32, order="C")
+
+
+def _array(variable) -> np.ndarray:
+    """A writable float32 copy (CTranslate2's quantization scales the arrays in place)."""
+    return np.array(variable, dtype=np.float32)
 
 
 def _set_norm(spec, prepostprocess) -> None:
     (norm,) = prepostprocess.norms
-    spec.gamma = np.asarray(norm.scale)
-    spec.beta = np.asarray(norm.bias)
+    spec.gamma = _array(norm.scale)
+    spec.beta = _array(norm.bias)
 
 
 def _set_attention(spec, attention, norm_owner, self_attention: bool) -> None:
@@ -151,9 +156,9 @@ def _set_attention(spec, attention, norm_owner, self_attention: bool) -> None:
 
 def _set_ffn(spec, ffn, norm_owner) -> None:
     spec.linear_0.weight = _kernel(ffn.conv1)
-    spec.linear_0.bias = np.asarray(ffn.conv1.bias)
+    spec.linear_0.bias = _array(ffn.conv1.bias)
     spec.linear_1.weight = _kernel(ffn.conv2)
-    spec.linear_1.bias = np.asarray(ffn.conv2.bias)
+    spec.linear_1.bias = _array(ffn.conv2.bias)
     _set_norm(spec.layer_norm, norm_owner)
 
 
@@ -203,7 +208,7 @@ def build_spec(model, inputs_subtokens: Sequence[str], targets_subtokens: Sequen
         activation=common_spec.Activation.RELU)
     spec = transformer_spec.TransformerSpec(encoder, decoder)
 
-    matrices = {name: np.asarray(m) for name, m in model.modality.matrices().items()}
+    matrices = {name: _array(m) for name, m in model.modality.matrices().items()}
     encoder.embeddings[0].weight = _embedding(matrices["inputs"])
     decoder.embeddings.weight = _embedding(matrices["targets"])
     decoder.projection.weight = matrices["softmax"]
@@ -217,7 +222,7 @@ def build_spec(model, inputs_subtokens: Sequence[str], targets_subtokens: Sequen
                  else np.zeros([max_position, hparams.hidden_size], np.float32))
     encoder_positions = positions
     if body.use_target_space_embedding:
-        space = np.asarray(body.target_space_embedding.kernel)[int(target_space_id)]
+        space = _array(body.target_space_embedding.kernel)[int(target_space_id)]
         encoder_positions = positions + space[np.newaxis, :]
     encoder.position_encodings.encodings = np.ascontiguousarray(encoder_positions,
                                                                 dtype=np.float32)
@@ -391,7 +396,9 @@ class Translator:
             alpha; with gnmt_rescore it only steers which hypotheses finish).
 
         Returns:
-          B lists of `num_hypotheses` Hypothesis (text decoded with the target encoder).
+          B lists of up to `num_hypotheses` Hypothesis, best first (text decoded with the
+          target encoder). With gnmt_rescore, only finished hypotheses are returned when one
+          exists, as t2t returns its finished beams, so a list can be shorter.
         """
         if not 1 <= num_hypotheses <= beam_size:
             raise UserError(f"num_hypotheses={num_hypotheses} must be between 1 and "

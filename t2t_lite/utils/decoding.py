@@ -834,6 +834,9 @@ def main(flags) -> None:
         hparams, decode_hparams, decode_from_file, decode_to_file, decode_reference,
         decode_interactive, score_file, random_seed).
     """
+    if getattr(flags, "decode_engine", "t2t_lite") == "ctranslate2":
+        from t2t_lite.serving import ct2_cli
+        return ct2_cli.decode_main(flags)
     from t2t_lite import registry
     from t2t_lite.data_generators.problem import ModeKeys
 

@@ -244,6 +244,9 @@ def main(flags) -> None:
         hparams_set, hparams, model, decode_hparams); problem, hparams_set, data_dir and
         model default to the run's flags.json, as in decode mode.
     """
+    if getattr(flags, "export_format", "saved_model") == "ctranslate2":
+        from t2t_lite.serving import ct2_cli
+        return ct2_cli.export_main(flags)
     run_flags = decoding.read_run_flags(flags.output_dir)
     problem_name = flags.problem or run_flags.get("problem")
     hparams_set = flags.hparams_set or run_flags.get("hparams_set")
