@@ -160,6 +160,20 @@ def test_refuses_what_ctranslate2_cannot_compute(tmp_path, overrides, message):
         _export(model, tmp_path)
 
 
+def test_user_errors_name_the_directory_and_the_limit(tmp_path):
+    with pytest.raises(UserError, match="not a CTranslate2 export"):
+        ct2.Translator(str(tmp_path))
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "keep.txt").write_text("x")
+    model = _tiny_model("")
+    encoder = _encoder(tmp_path, "v.subwords", 40)
+    with pytest.raises(UserError, match="--export_dir=.*other exists"):
+        ct2.export(model, str(tmp_path / "other"), encoder, encoder)
+    translator = _export(model, tmp_path / "small", max_position=8)
+    with pytest.raises(UserError, match="longer than the 8 positions"):
+        translator.translate_ids([list(range(2, 12))], beam_size=1)
+
+
 def test_int8_export_is_smaller_and_translates(tmp_path):
     model = _tiny_model("", (200, 200), size=",hidden_size=64,filter_size=128")
     fp32 = _export(model, tmp_path / "fp32", max_position=32)

@@ -101,6 +101,9 @@ def decode_main(flags) -> str:
         if decode_hp.get(name):
             raise UserError(f"--decode_hparams: {name}=True is not supported with "
                             "--decode_engine=ctranslate2; use --decode_engine=t2t_lite")
+    if getattr(flags, "decode_interactive", False):
+        raise UserError("--decode_interactive is not supported with --decode_engine=ctranslate2; "
+                        "give --decode_from_file")
     if not flags.decode_from_file:
         raise UserError("--decode_engine=ctranslate2 decodes a file: give --decode_from_file")
     filename = decoding.add_shard_to_filename(os.path.expanduser(flags.decode_from_file),
