@@ -13,6 +13,7 @@ setup(
     python_requires=">=3.10",
     packages=[
         "t2t_lite",
+        "t2t_lite.bin",
         "t2t_lite.layers",
         "t2t_lite.models",
         "t2t_lite.data_generators",
@@ -35,6 +36,8 @@ setup(
         "sacrebleu>=2",
         "absl-py",
         "numpy",
+        # `tensorboard --logdir` is what every run prints; the HParams dashboard's summaries.
+        "tensorboard",
     ],
     extras_require={
         # CTranslate2 export and decoding (t2t_lite.serving.ct2); CI tests it too.

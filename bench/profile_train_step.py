@@ -27,7 +27,8 @@ import tensorflow as tf
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from t2t_lite import flags as t2t_flags
-from t2t_lite import trainer as trainer_lib
+from t2t_lite.bin import t2t_trainer
+from t2t_lite.utils import trainer_lib
 
 
 def xplane_op_times(logdir: str) -> tuple[collections.Counter, collections.Counter]:
@@ -103,8 +104,8 @@ def main() -> None:
     out = tempfile.mkdtemp(prefix="profile_train_")
     flags([sys.argv[0], "--mode=train", f"--output_dir={out}", "--random_seed=1"] + rest)
     trainer_lib.setup_determinism(flags.random_seed, False)
-    trainer = trainer_lib.build_trainer(flags, trainer_lib.create_strategy(1))
-    dataset = trainer._distributed_dataset(trainer_lib.TRAIN)
+    trainer = t2t_trainer.build_trainer(flags, trainer_lib.create_strategy(1))
+    dataset = trainer.distributed_dataset(trainer_lib.TRAIN)
     iterator = iter(dataset)
     step_fn = trainer._make_train_step(iterator.element_spec, update=True)
     step_fn(next(iterator))["loss"].numpy()

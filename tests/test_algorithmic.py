@@ -8,6 +8,7 @@ import pytest
 import tensorflow as tf
 
 from t2t_lite import registry
+from t2t_lite.bin import t2t_datagen
 from t2t_lite.data_generators import datagen, generator_utils, problem
 
 
@@ -166,7 +167,7 @@ def _flags(**kw):
 
 def test_datagen_main_is_seeded_and_reproducible(tmp_path, capsys):
     for d in ("a", "b"):
-        datagen.main(_flags(problem="algorithmic_reverse_binary40_test",
+        t2t_datagen.main(_flags(problem="algorithmic_reverse_binary40_test",
                             data_dir=str(tmp_path / d), tmp_dir=str(tmp_path / "tmp")))
     out = capsys.readouterr().out
     assert "Generating problems:\n    algorithmic_reverse_binary40_test" in out
@@ -190,12 +191,12 @@ def test_datagen_problem_selection_and_flag_errors(tmp_path, capsys):
     assert datagen.select_problems("translate_ende_wmt32k_rev") == ["translate_ende_wmt32k"]
     with pytest.raises(ValueError, match="(?s)selects no registered problem.*translate_files"):
         datagen.select_problems("no_such_problem")
-    datagen.main(_flags(problem="algorithmic_*", only_list=True, data_dir=str(tmp_path / "x")))
+    t2t_datagen.main(_flags(problem="algorithmic_*", only_list=True, data_dir=str(tmp_path / "x")))
     assert "algorithmic_sort_problem" in capsys.readouterr().out
     assert not os.path.exists(tmp_path / "x")
     with pytest.raises(ValueError, match="--num_shards should not be set"):
-        datagen.main(_flags(problem="algorithmic_sort_problem", num_shards=3))
+        t2t_datagen.main(_flags(problem="algorithmic_sort_problem", num_shards=3))
     with pytest.raises(ValueError, match="--approx_vocab_size does not apply"):
-        datagen.configure_problem("algorithmic_sort_problem", _flags(approx_vocab_size=100))
+        datagen.configure_problem("algorithmic_sort_problem", approx_vocab_size=100)
     with pytest.raises(ValueError, match="do not apply to algorithmic_sort_problem"):
-        datagen.configure_problem("algorithmic_sort_problem", _flags(train_src="a"))
+        datagen.configure_problem("algorithmic_sort_problem", source_files={"train_src": "a"})

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from t2t_lite.bin import t2t_avg_all
 from t2t_lite.utils import avg_checkpoints
 
 
@@ -147,7 +148,7 @@ def test_errors_name_the_problem(tmp_path):
 
 def test_main_default_output_dir(run_dir, capsys):
     flags = types.SimpleNamespace(output_dir=str(run_dir), n=2, avg_output_dir=None)
-    avg_checkpoints.main(flags)
+    t2t_avg_all.main(flags)
     printed = capsys.readouterr().out
     assert "ckpt-200, ckpt-300" in printed
     assert tf.train.latest_checkpoint(os.path.join(str(run_dir), "avg")).endswith("ckpt-300")

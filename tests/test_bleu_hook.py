@@ -10,6 +10,7 @@ import types
 import numpy as np
 import pytest
 
+from t2t_lite.bin import t2t_bleu
 from t2t_lite.utils import bleu_hook
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -140,7 +141,7 @@ def test_sacrebleu_matches_its_command_line(wmt_toy_dir, tmp_path):
 def test_main_prints_sacrebleu_and_t2t_bleu(wmt_toy_dir, tmp_path, capsys):
     ref, hyp = _perturbed_pair(wmt_toy_dir, tmp_path)
     flags = types.SimpleNamespace(translation=str(hyp), reference=str(ref), bleu_variant="both")
-    bleu_hook.main(flags)
+    t2t_bleu.main(flags)
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith("BLEU|nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:")
     uncased = 100 * bleu_hook.bleu_wrapper(str(ref), str(hyp))
@@ -148,17 +149,17 @@ def test_main_prints_sacrebleu_and_t2t_bleu(wmt_toy_dir, tmp_path, capsys):
     assert uncased > cased  # the lowercased lines only match uncased
     assert lines[1:] == [f"BLEU_uncased = {uncased:6.2f}", f"BLEU_cased = {cased:6.2f}"]
     flags.bleu_variant = "cased"
-    bleu_hook.main(flags)
+    t2t_bleu.main(flags)
     assert capsys.readouterr().out.splitlines()[1:] == [f"BLEU_cased = {cased:6.2f}"]
 
 
 def test_main_errors_name_the_flag(tmp_path):
     flags = types.SimpleNamespace(translation=None, reference="x", bleu_variant="both")
     with pytest.raises(SystemExit, match="--translation"):
-        bleu_hook.main(flags)
+        t2t_bleu.main(flags)
     flags.translation = str(tmp_path / "missing")
     with pytest.raises(SystemExit, match="no such file"):
-        bleu_hook.main(flags)
+        t2t_bleu.main(flags)
 
 
 def test_run_py_bleu_mode(wmt_toy_dir, tmp_path):

@@ -8,6 +8,7 @@ import types
 import numpy as np
 import pytest
 
+from t2t_lite.bin import t2t_decoder
 from t2t_lite.data_generators import text_encoder
 from t2t_lite.utils import decoding
 
@@ -229,7 +230,7 @@ def test_end_to_end_greedy_matches_t2t_and_checkpoint_round_trip(t2t_fixtures, w
     assert expected[1:] == ["Vielen Dank", "Die Aussprache ist geschlossen."]
 
     out_file = tmp_path / "greedy.de"
-    decoding.main(_flags(
+    t2t_decoder.main(_flags(
         problem="translate_files", hparams_set="transformer_tiny", data_dir=str(data_dir),
         checkpoint_path=str(t2t_fixtures / "ckpt_A_trained"),
         decode_hparams="beam_size=1,extra_length=20", decode_from_file=str(src),
@@ -254,13 +255,13 @@ def test_end_to_end_greedy_matches_t2t_and_checkpoint_round_trip(t2t_fixtures, w
         {"problem": "translate_files", "hparams_set": "transformer_tiny",
          "data_dir": str(data_dir)}))
     beam_file = tmp_path / "beam.de"
-    decoding.main(_flags(output_dir=str(run_dir), decode_from_file=str(src),
+    t2t_decoder.main(_flags(output_dir=str(run_dir), decode_from_file=str(src),
                          decode_hparams="beam_size=1,extra_length=20",
                          decode_to_file=str(beam_file)))
     assert beam_file.read_text(encoding="utf-8").split("\n")[:-1] == expected
     avg_checkpoints.average_checkpoints([str(run_dir / "ckpt-25")], str(run_dir / "avg"))
     avg_file = tmp_path / "avg.de"
-    decoding.main(_flags(output_dir=str(run_dir / "avg"), decode_from_file=str(src),
+    t2t_decoder.main(_flags(output_dir=str(run_dir / "avg"), decode_from_file=str(src),
                          decode_hparams="beam_size=1,extra_length=20",
                          decode_to_file=str(avg_file)))
     assert avg_file.read_text(encoding="utf-8") == beam_file.read_text(encoding="utf-8")
@@ -269,7 +270,7 @@ def test_end_to_end_greedy_matches_t2t_and_checkpoint_round_trip(t2t_fixtures, w
 @pytest.mark.slow
 def test_end_to_end_beam_search_n_best(t2t_fixtures, wmt_toy_dir, tmp_path):
     data_dir, src, _ = _fixture_setup(t2t_fixtures, wmt_toy_dir, tmp_path)
-    decoding.main(_flags(
+    t2t_decoder.main(_flags(
         problem="translate_files", hparams_set="transformer_tiny", data_dir=str(data_dir),
         checkpoint_path=str(t2t_fixtures / "ckpt_A_trained"),
         decode_hparams="beam_size=3,alpha=0.6,extra_length=20,return_beams=true,"
@@ -290,11 +291,11 @@ def test_end_to_end_beam_search_n_best(t2t_fixtures, wmt_toy_dir, tmp_path):
 
 def test_main_errors_name_the_flags(tmp_path):
     with pytest.raises(SystemExit, match="--problem"):
-        decoding.main(_flags())
+        t2t_decoder.main(_flags())
     with pytest.raises(SystemExit, match="exclude each other"):
-        decoding.main(_flags(decode_interactive=True, decode_from_file="x"))
+        t2t_decoder.main(_flags(decode_interactive=True, decode_from_file="x"))
     with pytest.raises(SystemExit, match="--hparams_set"):
-        decoding.main(_flags(problem="translate_files", output_dir=str(tmp_path)))
+        t2t_decoder.main(_flags(problem="translate_files", output_dir=str(tmp_path)))
 
 
 @pytest.mark.slow
@@ -442,7 +443,7 @@ def test_score_file_gives_t2t_per_line_losses(t2t_fixtures, wmt_toy_dir, tmp_pat
     score_file = tmp_path / "pairs.tsv"
     score_file.write_text("".join(f"{s}\t{t}\n" for s, t in pairs), encoding="utf-8")
     out = tmp_path / "scores.txt"
-    decoding.main(_flags(
+    t2t_decoder.main(_flags(
         problem="translate_files", hparams_set="transformer_tiny", data_dir=str(data_dir),
         checkpoint_path=str(t2t_fixtures / "ckpt_A_trained"), score_file=str(score_file),
         decode_to_file=str(out)))
@@ -456,10 +457,10 @@ def test_score_file_gives_t2t_per_line_losses(t2t_fixtures, wmt_toy_dir, tmp_pat
     weighted = sum(s * n for s, n in zip(scores, tokens)) / sum(tokens)
     assert weighted == pytest.approx(float(fixture["loss_eval"]), abs=1e-5)
     with pytest.raises(SystemExit, match="--score_file needs --decode_to_file"):
-        decoding.main(_flags(problem="translate_files", score_file=str(score_file)))
+        t2t_decoder.main(_flags(problem="translate_files", score_file=str(score_file)))
     score_file.write_text("no tab here\n", encoding="utf-8")
     with pytest.raises(SystemExit, match=r"pairs.tsv:1: expected 'input<TAB>target'"):
-        decoding.main(_flags(
+        t2t_decoder.main(_flags(
             problem="translate_files", hparams_set="transformer_tiny", data_dir=str(data_dir),
             checkpoint_path=str(t2t_fixtures / "ckpt_A_trained"), score_file=str(score_file),
             decode_to_file=str(out)))

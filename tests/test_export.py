@@ -15,9 +15,10 @@ import pytest
 import tensorflow as tf
 
 from t2t_lite import registry
+from t2t_lite.bin import import_t2t, t2t_avg_all, t2t_exporter
 from t2t_lite.data_generators import text_encoder
 from t2t_lite.hparams import create_hparams
-from t2t_lite.utils import avg_checkpoints, decoding, export, t2t_checkpoint
+from t2t_lite.utils import decoding, export, t2t_checkpoint
 from tests.conftest import REPO_ROOT
 
 VOCAB = "vocab.translate_toy_ende1k.1024.subwords"
@@ -67,10 +68,10 @@ def run_dir(t2t_fixtures, tmp_path_factory):
     """The fixture checkpoint imported into t2t_lite (import_t2t), then averaged (average
     mode, n=1): a run directory with a t2t_lite checkpoint and hparams.json."""
     root = tmp_path_factory.mktemp("run")
-    t2t_checkpoint.main(types.SimpleNamespace(
+    import_t2t.main(types.SimpleNamespace(
         checkpoint_path=str(t2t_fixtures / CKPT), hparams_set="transformer_tiny", hparams="",
         output_dir=str(root / "imported")))
-    avg_checkpoints.main(types.SimpleNamespace(
+    t2t_avg_all.main(types.SimpleNamespace(
         output_dir=str(root / "imported"), n=1, avg_output_dir=str(root / "avg")))
     return root / "avg"
 
@@ -177,7 +178,7 @@ def test_mismatched_checkpoint_fails_clearly(t2t_fixtures, data_dir, tmp_path):
         hparams="hidden_size=64", checkpoint_path=str(t2t_fixtures / CKPT), output_dir=None,
         model="transformer", decode_hparams="", export_dir=str(tmp_path / "export"))
     with pytest.raises(SystemExit, match=r"checkpoint \[128, 128\] vs model \[64, 64\]"):
-        export.main(flags)
+        t2t_exporter.main(flags)
     assert not (tmp_path / "export").exists()
 
 

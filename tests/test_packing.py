@@ -190,7 +190,7 @@ def test_pack_dataset_packs_on_the_fly_to_max_length(toy_problems):
 
 
 def _toy_trainer(problem, data_dir, output_dir, hparams, train_steps):
-    from t2t_lite import trainer as trainer_lib
+    from t2t_lite.utils import trainer_lib
 
     vocab = problem.get_hparams(hparams, data_dir=data_dir).vocab_size["targets"]
     config = trainer_lib.RunConfig(

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from t2t_lite.bin import import_t2t
 from t2t_lite.hparams import create_hparams
 from t2t_lite.models.transformer import Transformer
 from t2t_lite.utils import t2t_checkpoint
@@ -163,7 +164,7 @@ def test_import_t2t_main_round_trip(tmp_path, t2t_fixtures):
     flags = types.SimpleNamespace(checkpoint_path=str(t2t_fixtures / "ckpt_A_trained"),
                                   hparams_set="transformer_tiny", hparams="",
                                   output_dir=str(out))
-    path = t2t_checkpoint.main(flags)
+    path = import_t2t.main(flags)
     assert tf.train.latest_checkpoint(str(out)) == path
     assert json.loads((out / "hparams.json").read_text())["hidden_size"] == 128
     info = json.loads((out / "t2t_import.json").read_text())
@@ -177,9 +178,9 @@ def test_import_t2t_main_round_trip(tmp_path, t2t_fixtures):
     logits = restored({"inputs": data["inputs"], "targets": data["targets"]})
     np.testing.assert_allclose(logits, data["logits"][:, :, 0, 0], atol=1e-4)
     with pytest.raises(ValueError, match="already holds a checkpoint"):
-        t2t_checkpoint.main(flags)
+        import_t2t.main(flags)
     with pytest.raises(ValueError, match="--hparams_set is required"):
-        t2t_checkpoint.main(types.SimpleNamespace(
+        import_t2t.main(types.SimpleNamespace(
             checkpoint_path=flags.checkpoint_path, hparams_set=None, hparams="",
             output_dir=str(tmp_path / "other")))
 

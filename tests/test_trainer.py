@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from t2t_lite import trainer as trainer_lib
+from t2t_lite.bin import t2t_trainer
+from t2t_lite.utils import trainer_lib
 from tests.trainer_utils import LENGTH, ReverseProblem, model_fn, read_events, tiny_hparams
 
 TRAIN_SCALARS = ("loss", "losses/training", "learning_rate", "global_norm/gradient_norm",
@@ -142,7 +143,7 @@ def test_xla_compiled_step_trains_as_the_graph_step(tmp_path):
     for xla in (False, True):
         trainer = _trainer(tmp_path / str(xla), tiny_hparams(dropout=0.0), train_steps=6,
                            log_step_count_steps=1, xla_compile=xla)
-        iterator = iter(trainer._distributed_dataset(trainer_lib.TRAIN))
+        iterator = iter(trainer.distributed_dataset(trainer_lib.TRAIN))
         step = trainer._make_train_step(iterator.element_spec, update=True)
         losses[xla] = [float(step(next(iterator))["loss"]) for _ in range(6)]
     np.testing.assert_allclose(losses[True], losses[False], rtol=2e-5)
@@ -171,11 +172,10 @@ def test_hparams_and_flags_files(tmp_path):
         problem = "p"
         train_steps = 3
 
-    trainer_lib.save_flags(str(tmp_path), Flags())
-    assert json.loads((tmp_path / "flags.json").read_text()) == {}
+    assert t2t_trainer.flag_values(Flags()) == {}
     flags = type("F", (), {})()
     flags.problem, flags.train_steps = "p", 3
-    trainer_lib.save_flags(str(tmp_path), flags)
+    trainer_lib.save_flags(str(tmp_path), t2t_trainer.flag_values(flags))
     assert json.loads((tmp_path / "flags.json").read_text()) == {"problem": "p", "train_steps": 3}
 
 
@@ -208,6 +208,30 @@ def test_default_run_shortened(tmp_path):
     assert hparams["batch_size"] == 1024 and hparams["hidden_size"] == 128
     events = read_events(str(tmp_path / "train" / "eval"))
     assert "metrics-algorithmic_identity_decimal40_small/targets/accuracy_per_sequence" in events
+    _assert_tensorboard_reads_the_run(tmp_path / "train")
+
+
+def _assert_tensorboard_reads_the_run(run_dir):
+    """TensorBoard's own loader finds the scalars, the decoded samples and the hparams."""
+    from tensorboard.backend.event_processing import event_accumulator
+    from tensorboard.plugins.hparams import plugin_data_pb2
+
+    def load(directory):
+        accumulator = event_accumulator.EventAccumulator(str(directory), size_guidance={
+            event_accumulator.TENSORS: 0})
+        return accumulator.Reload()
+
+    train, evaluation = load(run_dir), load(run_dir / "eval")
+    loss = [event.step for event in train.Tensors("loss")]
+    assert loss and loss[-1] == 20
+    assert train.SummaryMetadata("loss").plugin_data.plugin_name == "scalars"
+    decodes = evaluation.Tensors("decodes")
+    assert evaluation.SummaryMetadata("decodes").plugin_data.plugin_name == "text"
+    assert "|" in decodes[-1].tensor_proto.string_val[0].decode()  # a markdown table
+    session = plugin_data_pb2.HParamsPluginData.FromString(
+        train.PluginTagToContent("hparams")["_hparams_/session_start_info"])
+    assert session.session_start_info.hparams["hidden_size"].number_value == 128
+    assert session.session_start_info.group_name == str(run_dir)
 
 
 @pytest.mark.slow
@@ -323,7 +347,7 @@ def test_train_eval_and_decode_decodes_the_dev_set_after_each_eval(tmp_path, cap
         local_eval_frequency=6, eval_steps=2, random_seed=3,
         decode_hparams="num_samples=20,batch_size=8")
     caplog.set_level(logging.INFO)
-    trainer_lib.main(flags)
+    t2t_trainer.train_and_eval(flags)
     events = read_events(str(output_dir / "decode_eval"))
     assert [step for step, _ in events["BLEU"]] == [6, 12]
     for step, bleu in events["BLEU"]:

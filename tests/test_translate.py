@@ -15,7 +15,8 @@ import tensorflow as tf
 import tensorflow_datasets as tfds
 
 from t2t_lite import registry
-from t2t_lite.data_generators import datagen, generator_utils, problem, text_encoder, translate
+from t2t_lite.bin import t2t_datagen
+from t2t_lite.data_generators import generator_utils, problem, text_encoder, translate
 from t2t_lite.data_generators.text_problems import CorpusError
 from t2t_lite.problems import translate_ende, translate_enfr, translate_files
 
@@ -182,7 +183,7 @@ def test_datagen_flags_on_toy_files_give_t2t_vocab(wmt_toy_dir, t2t_fixtures, tm
                    tmp_dir=str(tmp_path / "tmp"), approx_vocab_size=1024, max_cases=50,
                    train_src=str(wmt_toy_dir / "train.en"), train_tgt=str(wmt_toy_dir / "train.de"),
                    dev_src=str(wmt_toy_dir / "dev.en"), dev_tgt=str(wmt_toy_dir / "dev.de"))
-    datagen.main(flags)
+    t2t_datagen.main(flags)
     # The toy files fit t2t's vocab byte budget, so every line counts: t2t's vocab exactly.
     assert filecmp.cmp(data_dir / "vocab.translate_ende_wmt32k.1024.subwords",
                        t2t_fixtures / FIXTURE_VOCAB, shallow=False)
@@ -199,7 +200,7 @@ def test_translate_files_from_flags_with_sgm_dev(wmt_toy_dir, tmp_path):
         f'<seg id="{i}">{s}</seg>' for i, s in enumerate(_lines(wmt_toy_dir / "dev.de", 0, 20))])
     _write(str(tmp_path / "train.en"), _lines(wmt_toy_dir / "train.en", 0, 200))
     _write(str(tmp_path / "train.de"), _lines(wmt_toy_dir / "train.de", 0, 200))
-    datagen.main(_flags(
+    t2t_datagen.main(_flags(
         problem="translate_files", data_dir=str(data_dir), tmp_dir=str(tmp_path / "tmp"),
         approx_vocab_size=300, train_src=str(tmp_path / "train.en"),
         train_tgt=str(tmp_path / "train.de"), dev_src=str(tmp_path / "dev.en.sgm"),

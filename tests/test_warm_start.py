@@ -7,10 +7,10 @@ import pytest
 import tensorflow as tf
 
 from t2t_lite import registry
-from t2t_lite import trainer as trainer_lib
+from t2t_lite.bin import t2t_trainer
 from t2t_lite.hparams import HParams, create_hparams
 from t2t_lite.models.transformer import Transformer
-from t2t_lite.utils import warm_start
+from t2t_lite.utils import trainer_lib, warm_start
 from tests.trainer_utils import IdEncoder
 
 FIXTURE_VOCAB = 1018
@@ -101,18 +101,18 @@ def test_t2t_lite_checkpoint_warm_start_through_build_trainer(tmp_path):
     registry.problem("algorithmic_reverse_binary40_test").generate_data(
         str(tmp_path / "data"), str(tmp_path / "tmp"))
     strategy = tf.distribute.get_strategy()
-    first = trainer_lib.build_trainer(_flags(tmp_path, "first"), strategy)
+    first = t2t_trainer.build_trainer(_flags(tmp_path, "first"), strategy)
     first.train()
     trained = {v.path: v.numpy() for v in first.model.trainable_variables}
 
-    second = trainer_lib.build_trainer(
+    second = t2t_trainer.build_trainer(
         _flags(tmp_path, "second", warm_start_from=str(tmp_path / "first")), strategy)
     assert second.step == 0
     for v in second.model.trainable_variables:
         np.testing.assert_array_equal(v.numpy(), trained[v.path], err_msg=v.path)
 
     with pytest.raises(warm_start.WarmStartError) as info:
-        trainer_lib.build_trainer(_flags(
+        t2t_trainer.build_trainer(_flags(
             tmp_path, "third", warm_start_from=str(tmp_path / "first"),
             hparams="hidden_size=32,filter_size=64,num_heads=2,symbol_modality_num_shards=4,"
                     "num_hidden_layers=3"), strategy)
@@ -120,7 +120,7 @@ def test_t2t_lite_checkpoint_warm_start_through_build_trainer(tmp_path):
     assert "did not match this t2t_lite checkpoint" in text
     assert "missing from the checkpoint" in text
     assert "transformer/body/encoder/layer_2/ffn/conv1/kernel" in text
-    partial = trainer_lib.build_trainer(_flags(
+    partial = t2t_trainer.build_trainer(_flags(
         tmp_path, "fourth", warm_start_from=str(tmp_path / "first"), warm_start_partial=True,
         hparams="hidden_size=32,filter_size=64,num_heads=2,symbol_modality_num_shards=4,"
                 "num_hidden_layers=3"), strategy)

@@ -15,9 +15,6 @@ from __future__ import annotations
 
 import os
 import random
-import sys
-import time
-from typing import Any
 
 import numpy as np
 
@@ -25,15 +22,6 @@ from t2t_lite import registry
 
 DEFAULT_RANDOM_SEED = 429459
 DEFAULT_DATA_DIR = "/tmp/t2t_data"
-
-
-def _flag(flags: Any, name: str, default: Any = None) -> Any:
-    """`flags.name`, or `default` when that flag is not defined or unset."""
-    try:
-        value = getattr(flags, name)
-    except AttributeError:
-        return default
-    return default if value is None else value
 
 
 def select_problems(problem_flag: str, exclude: str = "") -> list[str]:
@@ -79,14 +67,22 @@ def set_random_seed(seed: int) -> None:
     tf.random.set_seed(seed)
 
 
-def configure_problem(name: str, flags: Any):
-    """The problem instance for `name`, with datagen's source and vocab flags applied.
+def configure_problem(
+    name: str,
+    approx_vocab_size: int = 0,
+    source_files: dict[str, str | None] | None = None,
+    tfds_data_dir: str | None = None,
+    wsj_source: tuple[str | None, str | None, str | None] = (None, None, None),
+):
+    """The problem instance for `name`, with datagen's source and vocab settings applied.
 
     Args:
       name: registered problem name.
-      flags: parsed flags (train_src, train_tgt, dev_src, dev_tgt, approx_vocab_size,
-        tfds_data_dir, wsj_dir, wsj_train_sections, wsj_dev_sections are used when defined
-        and set).
+      approx_vocab_size: subword vocab size instead of the problem's (0: the problem's).
+      source_files: {"train_src", "train_tgt", "dev_src", "dev_tgt"} -> path or None: the
+        parallel text files of a translation problem.
+      tfds_data_dir: where TFDS keeps its data, for problems that fall back to TFDS.
+      wsj_source: (treebank folder, train sections, dev sections) of the WSJ problems.
 
     Returns:
       A Problem instance.
@@ -94,75 +90,26 @@ def configure_problem(name: str, flags: Any):
     from t2t_lite.data_generators import text_problems
 
     problem = registry.problem(name)
-    vocab_size = _flag(flags, "approx_vocab_size", 0)
-    if vocab_size:
+    if approx_vocab_size:
         if not isinstance(problem, text_problems.Text2TextProblem):
             raise ValueError(f"--approx_vocab_size does not apply to {name} (it has no vocab)")
-        problem = type(problem)(approx_vocab_size=vocab_size)
-    source_flags = {k: _flag(flags, k) for k in ("train_src", "train_tgt", "dev_src", "dev_tgt")}
-    if any(source_flags.values()):
+        problem = type(problem)(approx_vocab_size=approx_vocab_size)
+    source_files = source_files or {}
+    if any(source_files.values()):
         if not hasattr(problem, "set_source_files"):
             raise ValueError(
                 f"--train_src/--train_tgt/--dev_src/--dev_tgt do not apply to {name}; they "
                 "name the parallel text files of translation problems"
             )
-        problem.set_source_files(**source_flags)
+        problem.set_source_files(**source_files)
     if hasattr(problem, "tfds_data_dir"):
-        problem.tfds_data_dir = _flag(flags, "tfds_data_dir")
+        problem.tfds_data_dir = tfds_data_dir
     if hasattr(problem, "set_wsj_source"):
-        problem.set_wsj_source(
-            _flag(flags, "wsj_dir"),
-            _flag(flags, "wsj_train_sections"),
-            _flag(flags, "wsj_dev_sections"),
-        )
+        problem.set_wsj_source(*wsj_source)
     return problem
 
 
-def _summarize(data_dir: str, name: str) -> str:
+def summarize(data_dir: str, name: str) -> str:
     files = sorted(f for f in os.listdir(data_dir) if f.startswith(name + "-"))
     size = sum(os.path.getsize(os.path.join(data_dir, f)) for f in files)
     return f"{len(files)} files, {size / 1e6:.1f} MB"
-
-
-def main(flags: Any) -> None:
-    """Generates the data of the selected problems (t2t-datagen).
-
-    Args:
-      flags: parsed absl flags: problem, data_dir, tmp_dir, random_seed, max_cases,
-        exclude_problems, only_list, num_shards (must be unset), and the optional source
-        flags of `configure_problem`.
-    """
-    from absl import logging
-
-    problem_flag = _flag(flags, "problem", "")
-    if not problem_flag:
-        raise ValueError("--problem is required for --mode=datagen (see --only_list)")
-    if _flag(flags, "num_shards", 0):
-        raise ValueError("--num_shards should not be set for registered problems")
-    names = select_problems(problem_flag, _flag(flags, "exclude_problems", ""))
-    print("Generating problems:\n    " + "\n    ".join(names), flush=True)
-    if _flag(flags, "only_list", False):
-        return
-    data_dir = os.path.expanduser(_flag(flags, "data_dir", ""))
-    if not data_dir:
-        data_dir = DEFAULT_DATA_DIR
-        logging.warning("--data_dir not set; writing to %s", data_dir)
-    tmp_dir = os.path.expanduser(_flag(flags, "tmp_dir", "/tmp/t2t_datagen"))
-    os.makedirs(data_dir, exist_ok=True)
-    os.makedirs(tmp_dir, exist_ok=True)
-    seed = _flag(flags, "random_seed", DEFAULT_RANDOM_SEED)
-    max_cases = _flag(flags, "max_cases", 0) or None
-    # Progress lines come from absl logging at INFO (cases written, files compiled).
-    logging.set_verbosity(logging.INFO)
-    for name in names:
-        problem = configure_problem(name, flags)
-        set_random_seed(seed)
-        start = time.time()
-        print(f"[datagen] {name}: data_dir={data_dir} tmp_dir={tmp_dir}", flush=True)
-        problem.generate_data(data_dir, tmp_dir, max_cases=max_cases)
-        print(
-            f"[datagen] {name}: done in {time.time() - start:.1f}s "
-            f"({_summarize(data_dir, problem.dataset_filename())})",
-            file=sys.stdout,
-            flush=True,
-        )

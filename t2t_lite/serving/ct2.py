@@ -321,6 +321,24 @@ def export(model, output_dir: str, inputs_encoder, targets_encoder, target_space
     return output_dir
 
 
+def default_model_dir(export_dir: str | None, output_dir: str | None,
+                      checkpoint: str | None = None) -> str:
+    """Where the CTranslate2 directory of a run goes: `export_dir`, else
+    `<output_dir>/ctranslate2`, else `ctranslate2/` beside the checkpoint.
+
+    Raises:
+      UserError: none of the three is given.
+    """
+    if export_dir:
+        return os.path.expanduser(export_dir)
+    if output_dir:
+        return os.path.join(output_dir, "ctranslate2")
+    if checkpoint:
+        return os.path.join(os.path.dirname(checkpoint), "ctranslate2")
+    raise UserError("the CTranslate2 engine needs --export_dir (the directory written by "
+                    "--mode=export --export_format=ctranslate2) or --output_dir")
+
+
 # ------------------------------------------------------------------------------ decoding
 @dataclass
 class Hypothesis:

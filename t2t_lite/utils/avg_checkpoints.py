@@ -192,21 +192,3 @@ def average_checkpoints(checkpoint_paths: list[str], output_dir: str) -> str:
         shutil.rmtree(tmp_dir, ignore_errors=True)
         raise
     return os.path.join(output_dir, name)
-
-
-def main(flags) -> None:
-    """`run.py --mode=average --output_dir=RUN [--n=8] [--avg_output_dir=RUN/avg]`.
-
-    Args:
-      flags: absl FLAGS with `output_dir`, `n`, `avg_output_dir`.
-    """
-    if not flags.output_dir:
-        raise SystemExit("--mode=average needs --output_dir=<training run directory>")
-    avg_dir = flags.avg_output_dir or os.path.join(flags.output_dir, "avg")
-    try:
-        paths = last_checkpoints(flags.output_dir, flags.n)
-        prefix = average_checkpoints(paths, avg_dir)
-    except ValueError as e:
-        raise SystemExit(str(e)) from None
-    print(f"Averaged {len(paths)} checkpoints: {', '.join(os.path.basename(p) for p in paths)}")
-    print(f"Wrote {prefix}")

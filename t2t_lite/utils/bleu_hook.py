@@ -238,25 +238,3 @@ def bleu_report(ref_filename: str, hyp_filename: str, variant: str = "both") -> 
         bleu = 100 * bleu_wrapper(ref_filename, hyp_filename, case_sensitive=True)
         lines.append(f"BLEU_cased = {bleu:6.2f}")
     return lines
-
-
-def main(flags) -> None:
-    """`run.py --mode=bleu --translation=HYP --reference=REF [--bleu_variant=both]`.
-
-    Args:
-      flags: absl FLAGS with `translation`, `reference`, `bleu_variant`.
-    """
-    import os
-
-    for name in ("translation", "reference"):
-        path = getattr(flags, name)
-        if not path:
-            raise SystemExit(f"--mode=bleu needs --{name}=FILE")
-        if not os.path.isfile(path):
-            raise SystemExit(f"--{name}={path}: no such file")
-    try:
-        lines = bleu_report(flags.reference, flags.translation, flags.bleu_variant)
-    except ValueError as e:
-        raise SystemExit(str(e)) from None
-    for line in lines:
-        print(line)

@@ -1,7 +1,7 @@
 """tensor2tensor's optimizer side: Adam from hparams, multistep gradient accumulation, gradient
 clipping, weight decay and the variable initializers by name (T2T_REFERENCE.md §4.1, §4.3, §2.10).
 
-Division of labour with the trainer (`t2t_lite.trainer`): the trainer computes each replica's
+Division of labour with the trainer (`t2t_lite.utils.trainer_lib`): the trainer computes each replica's
 gradient of the *global* loss, sums the gradients over replicas itself (one all-reduce, so that
 the clipping norm and the gradient-norm summary see the real global gradient), and then calls
 `OptimizerState.apply` or, for multistep micro-batches that do not update, `.accumulate`.

@@ -6,20 +6,20 @@
 `layer_postprocess/layer_norm`, no final norms) layouts, shared or separate vocabularies.
 `load_t2t_weights` checks the whole name set and every shape before assigning anything, so a
 model is never partly loaded. `load_model` builds the model with the vocab sizes read from the
-checkpoint. `main(flags)` is run.py's `import_t2t` mode.
+checkpoint. `import_checkpoint` is run.py's `import_t2t` mode (`t2t_lite.bin.import_t2t`).
 """
 from __future__ import annotations
 
 import json
 import os
 import re
-import tempfile
 
 import keras
 import numpy as np
 import tensorflow as tf
 
-from t2t_lite.hparams import HParams, create_hparams
+from t2t_lite import file_io
+from t2t_lite.hparams import HParams
 from t2t_lite.models.transformer import Transformer
 
 MODEL_SCOPE = "transformer"
@@ -258,59 +258,35 @@ def load_model(checkpoint_path: str, hparams: HParams) -> Transformer:
     return model
 
 
-def _write_text_atomically(path: str, text: str) -> None:
-    directory = os.path.dirname(path) or "."
-    with tempfile.NamedTemporaryFile("w", dir=directory, delete=False, suffix=".tmp") as f:
-        f.write(text)
-        tmp = f.name
-    os.replace(tmp, path)
+def import_checkpoint(checkpoint_path: str, hparams: HParams, output_dir: str) -> str:
+    """Converts an original t2t checkpoint into a t2t_lite checkpoint.
 
-
-def main(flags) -> str:
-    """run.py `--mode=import_t2t`: converts a t2t checkpoint into a t2t_lite checkpoint.
-
-    Reads the t2t checkpoint `--checkpoint_path` (prefix or directory) with `--hparams_set` /
-    `--hparams` (the hparams it was trained with), and
-    writes `tf.train.Checkpoint(step=global_step, model=model)` under `--output_dir` (prefix
-    "ckpt", managed by tf.train.CheckpointManager) plus `hparams.json`. Nothing is written if
-    the checkpoint does not match the hparams. Refuses an output_dir that already holds a
-    checkpoint.
+    Writes `tf.train.Checkpoint(step=global_step, model=model)` under `output_dir` (prefix
+    "ckpt", managed by tf.train.CheckpointManager) plus `hparams.json` and `t2t_import.json`.
+    Nothing is written if the checkpoint does not match the hparams.
 
     Args:
-      flags: parsed absl flags with checkpoint_path, hparams_set, hparams, output_dir.
+      checkpoint_path: the t2t checkpoint (prefix or directory).
+      hparams: the hparams it was trained with.
+      output_dir: the new t2t_lite run directory.
 
     Returns:
       The path of the written checkpoint.
     """
-    for name in ("checkpoint_path", "hparams_set", "output_dir"):
-        if not getattr(flags, name):
-            raise ValueError(
-                f"--{name} is required for --mode=import_t2t (--checkpoint_path=<t2t "
-                "model.ckpt-N or its directory> --hparams_set=<its hparams set> "
-                "--output_dir=<new t2t_lite directory>)"
-            )
-    if tf.train.latest_checkpoint(flags.output_dir):
-        raise ValueError(
-            f"--output_dir={flags.output_dir} already holds a checkpoint; choose an empty "
-            "directory"
-        )
-    hparams = create_hparams(flags.hparams_set, flags.hparams or "")
-    source = _resolve_checkpoint(flags.checkpoint_path)
+    source = _resolve_checkpoint(checkpoint_path)
     model = load_model(source, hparams)
     reader = tf.train.load_checkpoint(source)
     step = 0
     if reader.has_tensor("global_step"):
         step = int(reader.get_tensor("global_step"))
-    tf.io.gfile.makedirs(flags.output_dir)
+    tf.io.gfile.makedirs(output_dir)
     checkpoint = tf.train.Checkpoint(step=tf.Variable(step, dtype=tf.int64), model=model)
-    manager = tf.train.CheckpointManager(checkpoint, flags.output_dir, max_to_keep=None,
+    manager = tf.train.CheckpointManager(checkpoint, output_dir, max_to_keep=None,
                                          checkpoint_name="ckpt")
     path = manager.save(checkpoint_number=step)
-    _write_text_atomically(
-        os.path.join(flags.output_dir, "hparams.json"), model.hparams.to_json(indent=1)
-    )
-    _write_text_atomically(
-        os.path.join(flags.output_dir, "t2t_import.json"),
+    file_io.atomic_write(os.path.join(output_dir, "hparams.json"), model.hparams.to_json(indent=1))
+    file_io.atomic_write(
+        os.path.join(output_dir, "t2t_import.json"),
         json.dumps({
             "t2t_checkpoint": source,
             "global_step": step,

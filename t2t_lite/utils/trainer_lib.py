@@ -37,12 +37,11 @@ import tensorflow as tf
 from absl import logging
 from tensorflow.core.framework import summary_pb2
 
-from t2t_lite import flags as t2t_flags
 from t2t_lite import registry
 from t2t_lite.hparams import HParams, create_hparams
 from t2t_lite.layers import common_layers
 from t2t_lite.utils import metrics as metrics_lib
-from t2t_lite.utils import optimize, warm_start
+from t2t_lite.utils import optimize, summaries, warm_start
 
 TRAIN, EVAL = "train", "eval"
 CHECKPOINT_PREFIX = "ckpt"
@@ -187,12 +186,9 @@ def save_hparams(output_dir: str, hparams: HParams) -> None:
     _write_atomically(os.path.join(output_dir, "hparams.json"), hparams.to_json(indent=0))
 
 
-def save_flags(output_dir: str, flags_obj: Any) -> None:
-    """Writes the t2t_lite flags (name -> value, sorted) to `output_dir/flags.json`."""
-    if hasattr(flags_obj, "get_flags_for_module"):
-        values = {f.name: f.value for f in flags_obj.get_flags_for_module("t2t_lite.flags")}
-    else:
-        values = dict(vars(flags_obj))
+def save_flags(output_dir: str, values: dict[str, Any]) -> None:
+    """Writes the run's flag values (name -> value, sorted) to `output_dir/flags.json`
+    (decode and export take --problem, --hparams_set, --data_dir and --model from it)."""
     tf.io.gfile.makedirs(output_dir)
     _write_atomically(
         os.path.join(output_dir, "flags.json"), json.dumps(values, indent=0, sort_keys=True)
@@ -266,6 +262,7 @@ class Trainer:
             self._eval_writer = tf.summary.create_file_writer(
                 os.path.join(config.output_dir, "eval")
             )
+            summaries.write_hparams(self._train_writer, hparams.values(), config.output_dir)
         self._eval_step_fn = None
         self.last_eval_results: dict[str, float] = {}
         # Dropout masks derive from this seed, the global step and the replica id.
@@ -319,7 +316,9 @@ class Trainer:
             logging.info("Saved checkpoint %s", path)
 
     # --- Data ---------------------------------------------------------------------------------
-    def _distributed_dataset(self, mode: str):
+    def distributed_dataset(self, mode: str):
+        """The TRAIN or EVAL dataset of the problem, distributed over the strategy's replicas
+        (each replica's batch is a dict of int tensors [B, T])."""
         kwargs = {"seed": self.config.random_seed} if mode == TRAIN else {}
         if (mode == TRAIN and self.config.xla_compile and "pad_to_bucket_boundaries"
                 in inspect.signature(self.problem.dataset).parameters):
@@ -426,7 +425,7 @@ class Trainer:
           The last training statistics ({"loss", "learning_rate", ...}).
         """
         config = self.config
-        dataset = self._distributed_dataset(TRAIN)
+        dataset = self.distributed_dataset(TRAIN)
         iterator = iter(dataset)
         manager = self._checkpoint_manager(iterator if config.deterministic else None)
         step = self.restore(manager)
@@ -575,7 +574,7 @@ class Trainer:
         Returns:
           {"loss": mean batch loss, "metrics-...": value, ...}.
         """
-        dataset = self._distributed_dataset(EVAL)
+        dataset = self.distributed_dataset(EVAL)
         iterator = iter(dataset)
         if self._eval_step_fn is None:
             self._eval_step_fn = self._make_eval_step(iterator.element_spec)
@@ -654,14 +653,19 @@ class Trainer:
 
     def _summarize_decodes(self, features: dict, step: int) -> None:
         examples = self.decode_examples(features, self.config.num_decode_examples)
-        lines = []
         for i, ex in enumerate(examples):
             logging.info("Decode %d: inputs: %s | targets: %s | outputs: %s", i,
                          ex["inputs"], ex["targets"], ex["outputs"])
-            lines.append(f"| {ex['inputs']} | {ex['targets']} | {ex['outputs']} |")
-        if lines:
-            table = "| inputs | targets | outputs |\n|---|---|---|\n" + "\n".join(lines)
-            write_text(self._eval_writer, "decodes", table, step)
+        self.summarize_decodes(examples, step)
+
+    def summarize_decodes(self, examples: list[dict[str, str]], step: int) -> None:
+        """Writes decoded examples ({"inputs", "targets", "outputs"} strings) as the eval
+        dir's "decodes" text summary: a markdown table (chief only)."""
+        if not examples:
+            return
+        lines = [f"| {ex['inputs']} | {ex['targets']} | {ex['outputs']} |" for ex in examples]
+        table = "| inputs | targets | outputs |\n|---|---|---|\n" + "\n".join(lines)
+        write_text(self._eval_writer, "decodes", table, step)
 
     def continuous_eval(self, timeout_secs: float = 600) -> dict[str, float]:
         """Evaluates each new checkpoint until one reaches train_steps (t2t's continuous_eval).
@@ -741,22 +745,59 @@ class _dtype_policy:
         keras.config.set_dtype_policy(self.previous)
 
 
-# --- run.py entry point ------------------------------------------------------------------------
-def config_from_flags(flags_obj: Any) -> RunConfig:
-    """RunConfig from t2t-trainer's flags."""
-    return RunConfig(
-        output_dir=os.path.expanduser(flags_obj.output_dir),
-        train_steps=flags_obj.train_steps,
-        eval_steps=flags_obj.eval_steps,
-        local_eval_frequency=flags_obj.local_eval_frequency,
-        save_checkpoints_steps=flags_obj.save_checkpoints_steps,
-        keep_checkpoint_max=flags_obj.keep_checkpoint_max,
-        log_step_count_steps=flags_obj.log_step_count_steps,
-        random_seed=flags_obj.random_seed,
-        deterministic=flags_obj.deterministic,
-        eval_split="test" if flags_obj.eval_use_test_set else None,
-        xla_compile=getattr(flags_obj, "xla_compile", False),
+def create_trainer(
+    problem: Any,
+    hparams_set: str,
+    hparams_overrides: str,
+    model_name: str,
+    data_dir: str,
+    config: RunConfig,
+    strategy: tf.distribute.Strategy | None = None,
+    warm_start_from: str | None = None,
+    warm_start_partial: bool = False,
+    flag_values: dict[str, Any] | None = None,
+) -> Trainer:
+    """A Trainer for `model_name` on `problem`, as t2t-trainer builds it.
+
+    The hparams are the set, then `config.output_dir/hparams.json` (a restarted run keeps
+    its hparams, as in t2t), then `hparams_overrides`. The chief writes hparams.json (and
+    flags.json when `flag_values` is given).
+
+    Args:
+      problem: a Problem instance whose data is in `data_dir`.
+      hparams_set: registered hparams set name.
+      hparams_overrides: "a=1,b=2" overrides ("" for none).
+      model_name: registered model name.
+      data_dir: the problem's data directory.
+      config: RunConfig.
+      strategy: tf.distribute strategy (default: the current one).
+      warm_start_from: checkpoint (prefix or directory) to initialise the model from when
+        output_dir holds no checkpoint yet.
+      warm_start_partial: load the variables that match and keep the others' initial values.
+      flag_values: the run's flags (name -> value) for flags.json.
+
+    Returns:
+      The Trainer (not yet restored).
+    """
+    hparams = create_hparams(
+        hparams_set, hparams_overrides,
+        hparams_json_path=os.path.join(config.output_dir, "hparams.json"),
     )
+    vocab = problem.get_hparams(hparams, data_dir=data_dir).vocab_size
+    model_cls = registry.model(model_name)
+    input_vocab = vocab.get("inputs", vocab["targets"])
+
+    def model_fn():
+        return model_cls(hparams, input_vocab, vocab["targets"])
+
+    if is_chief():
+        save_hparams(config.output_dir, hparams)
+        if flag_values is not None:
+            save_flags(config.output_dir, flag_values)
+    trainer = Trainer(model_fn, hparams, problem, data_dir, config, strategy)
+    if warm_start_from and not tf.train.latest_checkpoint(config.output_dir):
+        warm_start.warm_start(trainer.model, warm_start_from, allow_partial=warm_start_partial)
+    return trainer
 
 
 def setup_determinism(random_seed: int | None, deterministic: bool) -> None:
@@ -767,84 +808,3 @@ def setup_determinism(random_seed: int | None, deterministic: bool) -> None:
         keras.utils.set_random_seed(random_seed)
     if deterministic:
         tf.config.experimental.enable_op_determinism()
-
-
-def build_trainer(flags_obj: Any, strategy: tf.distribute.Strategy) -> Trainer:
-    """Hparams (set -> output_dir/hparams.json -> --hparams), problem and model from flags."""
-    for name in ("problem", "hparams_set", "output_dir", "data_dir"):
-        if not getattr(flags_obj, name):
-            raise ValueError(f"--{name} is required for --mode=train/eval/train_and_eval")
-    config = config_from_flags(flags_obj)
-    hparams = create_hparams(
-        flags_obj.hparams_set, flags_obj.hparams,
-        hparams_json_path=os.path.join(config.output_dir, "hparams.json"),
-    )
-    data_dir = os.path.expanduser(flags_obj.data_dir)
-    problem = registry.problem(flags_obj.problem)
-    if getattr(flags_obj, "generate_data", False):
-        problem.generate_data(data_dir, os.path.expanduser(flags_obj.tmp_dir))
-    problem_hparams = problem.get_hparams(hparams, data_dir=data_dir)
-    vocab = problem_hparams.vocab_size
-    model_cls = registry.model(flags_obj.model)
-    input_vocab = vocab.get("inputs", vocab["targets"])
-
-    def model_fn():
-        return model_cls(hparams, input_vocab, vocab["targets"])
-
-    if is_chief():
-        save_hparams(config.output_dir, hparams)
-        save_flags(config.output_dir, flags_obj)
-    trainer = Trainer(model_fn, hparams, problem, data_dir, config, strategy)
-    if flags_obj.warm_start_from and not tf.train.latest_checkpoint(config.output_dir):
-        warm_start.warm_start(trainer.model, os.path.expanduser(flags_obj.warm_start_from),
-                              allow_partial=getattr(flags_obj, "warm_start_partial", False))
-    return trainer
-
-
-def main(flags_obj: Any) -> dict[str, float]:
-    """run.py's --mode=train|eval|train_and_eval (t2t-trainer's schedules).
-
-    Args:
-      flags_obj: absl FLAGS (t2t_lite.flags).
-
-    Returns:
-      The last evaluation results (eval modes) or training statistics (train).
-    """
-    strategy = create_strategy(flags_obj.worker_gpu, flags_obj.worker_replicas)
-    setup_determinism(flags_obj.random_seed, flags_obj.deterministic)
-    trainer = build_trainer(flags_obj, strategy)
-    mode = flags_obj.mode or t2t_flags.SCHEDULES.get(flags_obj.schedule, "train_and_eval")
-    if mode == "train":
-        return trainer.train()
-    if mode == "eval":
-        if flags_obj.schedule == "continuous_eval":
-            return trainer.continuous_eval()
-        if not trainer.restore():
-            logging.warning("No checkpoint in %s: evaluating the initial weights",
-                            trainer.config.output_dir)
-        return trainer.evaluate()
-    after_eval = None
-    if flags_obj.schedule == "train_eval_and_decode":
-        after_eval = _dev_decoder(trainer, flags_obj)
-    trainer.train(eval_every=trainer.config.local_eval_frequency, after_eval=after_eval)
-    return trainer.last_eval_results
-
-
-def _dev_decoder(trainer: Trainer, flags_obj: Any) -> Callable[[int], Any]:
-    """t2t's train_eval_and_decode: after each eval the chief decodes the dev set with
-    --decode_hparams and logs its BLEU (`decoding.decode_dev_and_bleu`)."""
-    from t2t_lite.utils import decoding
-
-    decode_hp = decoding.decode_hparams(flags_obj.decode_hparams or "")
-    decoding.check_sampling(trainer.hparams, decode_hp)
-    reference = flags_obj.decode_reference or decode_hp.decode_reference or None
-    name_parts = (flags_obj.model, flags_obj.hparams_set, trainer.problem.name)
-
-    def decode(step: int):
-        if trainer.chief:
-            return decoding.decode_dev_and_bleu(
-                trainer.model, trainer.problem, trainer.hparams, trainer.data_dir, decode_hp,
-                trainer.config.output_dir, step, name_parts, reference)
-        return None
-
-    return decode

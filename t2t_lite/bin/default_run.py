@@ -28,10 +28,9 @@ from typing import Any
 from absl import logging
 
 from t2t_lite import registry
-from t2t_lite import trainer as trainer_lib
 from t2t_lite.data_generators import datagen
 from t2t_lite.data_generators.problem import ModeKeys
-from t2t_lite.hparams import create_hparams
+from t2t_lite.utils import metrics, trainer_lib
 
 DEFAULT_PROBLEM = "algorithmic_identity_decimal40_small"
 DEFAULT_HPARAMS_SET = "transformer_tiny"
@@ -99,10 +98,6 @@ def main(flags_obj: Any) -> dict[str, float]:
     overrides = CPU_OVERRIDES
     if getattr(flags_obj, "hparams", ""):
         overrides += "," + flags_obj.hparams
-    hparams = create_hparams(
-        DEFAULT_HPARAMS_SET, overrides,
-        hparams_json_path=os.path.join(output_dir, "hparams.json"),
-    )
     config = trainer_lib.RunConfig(
         output_dir=output_dir,
         train_steps=flags_obj.train_steps if _given(flags_obj, "train_steps")
@@ -113,16 +108,11 @@ def main(flags_obj: Any) -> dict[str, float]:
         log_step_count_steps=flags_obj.log_step_count_steps
         if _given(flags_obj, "log_step_count_steps") else LOG_EVERY,
         random_seed=seed,
-        num_decode_examples=0,
+        num_decode_examples=0,  # _report decodes once, at the end
     )
-    vocab = problem.get_hparams(hparams, data_dir=data_dir).vocab_size
-    model_cls = registry.model("transformer")
-    trainer_lib.save_hparams(output_dir, hparams)
-    trainer = trainer_lib.Trainer(
-        lambda: model_cls(hparams, vocab["inputs"], vocab["targets"]),
-        hparams, problem, data_dir, config, strategy,
-    )
-    metric = trainer_lib.metrics_lib.metric_name(trainer.problem_name, TARGET_METRIC)
+    trainer = trainer_lib.create_trainer(
+        problem, DEFAULT_HPARAMS_SET, overrides, "transformer", data_dir, config, strategy)
+    metric = metrics.metric_name(trainer.problem_name, TARGET_METRIC)
 
     def reached(results: dict[str, float]) -> bool:
         return results.get(metric, 0.0) >= TARGET_ACCURACY
@@ -140,9 +130,11 @@ def main(flags_obj: Any) -> dict[str, float]:
 
 def _report(trainer, results: dict[str, float], metric: str, output_dir: str,
             elapsed: float) -> None:
-    eval_batch = next(iter(trainer._distributed_dataset(trainer_lib.EVAL)))
+    eval_batch = next(iter(trainer.distributed_dataset(trainer_lib.EVAL)))
     print("\nGreedy decodes of dev examples (inputs -> outputs | targets):")
-    for example in trainer.decode_examples(eval_batch, NUM_DECODES):
+    examples = trainer.decode_examples(eval_batch, NUM_DECODES)
+    trainer.summarize_decodes(examples, trainer.step)
+    for example in examples:
         mark = "ok " if example["outputs"] == example["targets"] else "ERR"
         print(f"  {mark} {example['inputs']} -> {example['outputs']} | {example['targets']}")
     status = "reached" if results.get(metric, 0.0) >= TARGET_ACCURACY else "did NOT reach"

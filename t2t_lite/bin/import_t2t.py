@@ -1,0 +1,42 @@
+"""`run.py --mode=import_t2t`: an original tensor2tensor checkpoint -> a t2t_lite checkpoint.
+
+Reads the flags and runs `t2t_lite.utils.t2t_checkpoint`.
+"""
+from __future__ import annotations
+
+import tensorflow as tf
+
+from t2t_lite.hparams import create_hparams
+from t2t_lite.utils.t2t_checkpoint import import_checkpoint
+
+
+def main(flags) -> str:
+    """run.py `--mode=import_t2t`: converts a t2t checkpoint into a t2t_lite checkpoint.
+
+    Reads the t2t checkpoint `--checkpoint_path` (prefix or directory) with `--hparams_set` /
+    `--hparams` (the hparams it was trained with), and
+    writes `tf.train.Checkpoint(step=global_step, model=model)` under `--output_dir` (prefix
+    "ckpt", managed by tf.train.CheckpointManager) plus `hparams.json`. Nothing is written if
+    the checkpoint does not match the hparams. Refuses an output_dir that already holds a
+    checkpoint.
+
+    Args:
+      flags: parsed absl flags with checkpoint_path, hparams_set, hparams, output_dir.
+
+    Returns:
+      The path of the written checkpoint.
+    """
+    for name in ("checkpoint_path", "hparams_set", "output_dir"):
+        if not getattr(flags, name):
+            raise ValueError(
+                f"--{name} is required for --mode=import_t2t (--checkpoint_path=<t2t "
+                "model.ckpt-N or its directory> --hparams_set=<its hparams set> "
+                "--output_dir=<new t2t_lite directory>)"
+            )
+    if tf.train.latest_checkpoint(flags.output_dir):
+        raise ValueError(
+            f"--output_dir={flags.output_dir} already holds a checkpoint; choose an empty "
+            "directory"
+        )
+    hparams = create_hparams(flags.hparams_set, flags.hparams or "")
+    return import_checkpoint(flags.checkpoint_path, hparams, flags.output_dir)

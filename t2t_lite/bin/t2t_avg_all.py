@@ -1,0 +1,27 @@
+"""t2t-avg-all: `run.py --mode=average --output_dir=RUN [--n=8] [--avg_output_dir=RUN/avg]`.
+
+Reads the averaging flags and runs `t2t_lite.utils.avg_checkpoints`.
+"""
+from __future__ import annotations
+
+import os
+
+from t2t_lite.utils.avg_checkpoints import average_checkpoints, last_checkpoints
+
+
+def main(flags) -> None:
+    """`run.py --mode=average --output_dir=RUN [--n=8] [--avg_output_dir=RUN/avg]`.
+
+    Args:
+      flags: absl FLAGS with `output_dir`, `n`, `avg_output_dir`.
+    """
+    if not flags.output_dir:
+        raise SystemExit("--mode=average needs --output_dir=<training run directory>")
+    avg_dir = flags.avg_output_dir or os.path.join(flags.output_dir, "avg")
+    try:
+        paths = last_checkpoints(flags.output_dir, flags.n)
+        prefix = average_checkpoints(paths, avg_dir)
+    except ValueError as e:
+        raise SystemExit(str(e)) from None
+    print(f"Averaged {len(paths)} checkpoints: {', '.join(os.path.basename(p) for p in paths)}")
+    print(f"Wrote {prefix}")

@@ -1,0 +1,87 @@
+"""t2t-datagen: `run.py --mode=datagen`.
+
+Reads t2t-datagen's flags and runs `t2t_lite.data_generators.datagen` (whose docstring
+describes the problem selection and seeding).
+"""
+from __future__ import annotations
+
+import os
+import sys
+import time
+from typing import Any
+
+from t2t_lite.data_generators.datagen import (
+    DEFAULT_DATA_DIR,
+    DEFAULT_RANDOM_SEED,
+    configure_problem,
+    select_problems,
+    set_random_seed,
+    summarize,
+)
+
+
+def main(flags: Any) -> None:
+    """Generates the data of the selected problems (t2t-datagen).
+
+    Args:
+      flags: parsed absl flags: problem, data_dir, tmp_dir, random_seed, max_cases,
+        exclude_problems, only_list, num_shards (must be unset), and the optional source
+        flags of `configure_problem`.
+    """
+    from absl import logging
+
+    problem_flag = _flag(flags, "problem", "")
+    if not problem_flag:
+        raise ValueError("--problem is required for --mode=datagen (see --only_list)")
+    if _flag(flags, "num_shards", 0):
+        raise ValueError("--num_shards should not be set for registered problems")
+    names = select_problems(problem_flag, _flag(flags, "exclude_problems", ""))
+    print("Generating problems:\n    " + "\n    ".join(names), flush=True)
+    if _flag(flags, "only_list", False):
+        return
+    data_dir = os.path.expanduser(_flag(flags, "data_dir", ""))
+    if not data_dir:
+        data_dir = DEFAULT_DATA_DIR
+        logging.warning("--data_dir not set; writing to %s", data_dir)
+    tmp_dir = os.path.expanduser(_flag(flags, "tmp_dir", "/tmp/t2t_datagen"))
+    os.makedirs(data_dir, exist_ok=True)
+    os.makedirs(tmp_dir, exist_ok=True)
+    seed = _flag(flags, "random_seed", DEFAULT_RANDOM_SEED)
+    max_cases = _flag(flags, "max_cases", 0) or None
+    # Progress lines come from absl logging at INFO (cases written, files compiled).
+    logging.set_verbosity(logging.INFO)
+    for name in names:
+        problem = configure_problem_from_flags(name, flags)
+        set_random_seed(seed)
+        start = time.time()
+        print(f"[datagen] {name}: data_dir={data_dir} tmp_dir={tmp_dir}", flush=True)
+        problem.generate_data(data_dir, tmp_dir, max_cases=max_cases)
+        print(
+            f"[datagen] {name}: done in {time.time() - start:.1f}s "
+            f"({summarize(data_dir, problem.dataset_filename())})",
+            file=sys.stdout,
+            flush=True,
+        )
+
+
+def _flag(flags: Any, name: str, default: Any = None) -> Any:
+    """`flags.name`, or `default` when that flag is not defined or unset."""
+    try:
+        value = getattr(flags, name)
+    except AttributeError:
+        return default
+    return default if value is None else value
+
+
+def configure_problem_from_flags(name: str, flags: Any):
+    """`datagen.configure_problem` with --approx_vocab_size, --train_src/--train_tgt/
+    --dev_src/--dev_tgt, --tfds_data_dir and --wsj_dir/--wsj_train_sections/
+    --wsj_dev_sections (each used when defined and set)."""
+    return configure_problem(
+        name,
+        approx_vocab_size=_flag(flags, "approx_vocab_size", 0),
+        source_files={k: _flag(flags, k) for k in ("train_src", "train_tgt", "dev_src", "dev_tgt")},
+        tfds_data_dir=_flag(flags, "tfds_data_dir"),
+        wsj_source=(_flag(flags, "wsj_dir"), _flag(flags, "wsj_train_sections"),
+                    _flag(flags, "wsj_dev_sections")),
+    )

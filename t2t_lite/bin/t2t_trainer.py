@@ -1,0 +1,131 @@
+"""t2t-trainer: `run.py --mode=train|eval|train_and_eval` (or t2t's `--schedule`).
+
+Reads t2t-trainer's flags and runs `t2t_lite.utils.trainer_lib`.
+"""
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import Any
+
+import tensorflow as tf
+from absl import logging
+
+from t2t_lite import registry
+from t2t_lite.utils.trainer_lib import (
+    RunConfig,
+    Trainer,
+    create_strategy,
+    create_trainer,
+    setup_determinism,
+)
+
+
+def config_from_flags(flags_obj: Any) -> RunConfig:
+    """RunConfig from t2t-trainer's flags."""
+    return RunConfig(
+        output_dir=os.path.expanduser(flags_obj.output_dir),
+        train_steps=flags_obj.train_steps,
+        eval_steps=flags_obj.eval_steps,
+        local_eval_frequency=flags_obj.local_eval_frequency,
+        save_checkpoints_steps=flags_obj.save_checkpoints_steps,
+        keep_checkpoint_max=flags_obj.keep_checkpoint_max,
+        log_step_count_steps=flags_obj.log_step_count_steps,
+        random_seed=flags_obj.random_seed,
+        deterministic=flags_obj.deterministic,
+        eval_split="test" if flags_obj.eval_use_test_set else None,
+        xla_compile=getattr(flags_obj, "xla_compile", False),
+    )
+
+
+def flag_values(flags_obj: Any) -> dict[str, Any]:
+    """The t2t_lite flags (name -> value) of absl FLAGS, or the attributes of a namespace."""
+    if hasattr(flags_obj, "get_flags_for_module"):
+        return {f.name: f.value for f in flags_obj.get_flags_for_module("t2t_lite.flags")}
+    return dict(vars(flags_obj))
+
+
+def build_trainer(flags_obj: Any, strategy: tf.distribute.Strategy) -> Trainer:
+    """Hparams (set -> output_dir/hparams.json -> --hparams), problem and model from flags."""
+    for name in ("problem", "hparams_set", "output_dir", "data_dir"):
+        if not getattr(flags_obj, name):
+            raise ValueError(f"--{name} is required for --mode=train/eval/train_and_eval")
+    config = config_from_flags(flags_obj)
+    data_dir = os.path.expanduser(flags_obj.data_dir)
+    problem = registry.problem(flags_obj.problem)
+    if getattr(flags_obj, "generate_data", False):
+        problem.generate_data(data_dir, os.path.expanduser(flags_obj.tmp_dir))
+    warm_start_from = flags_obj.warm_start_from
+    return create_trainer(
+        problem, flags_obj.hparams_set, flags_obj.hparams, flags_obj.model, data_dir, config,
+        strategy,
+        warm_start_from=os.path.expanduser(warm_start_from) if warm_start_from else None,
+        warm_start_partial=getattr(flags_obj, "warm_start_partial", False),
+        flag_values=flag_values(flags_obj),
+    )
+
+
+def train(flags_obj: Any) -> dict[str, float]:
+    """`--mode=train` (t2t's schedule "train"): trains until --train_steps."""
+    return main(flags_obj, "train")
+
+
+def evaluate(flags_obj: Any) -> dict[str, float]:
+    """`--mode=eval` (t2t's "evaluate"; "continuous_eval" evaluates each new checkpoint)."""
+    return main(flags_obj, "eval")
+
+
+def train_and_eval(flags_obj: Any) -> dict[str, float]:
+    """`--mode=train_and_eval` (t2t's "train_and_evaluate", "continuous_train_and_eval",
+    "train_eval_and_decode")."""
+    return main(flags_obj, "train_and_eval")
+
+
+def main(flags_obj: Any, mode: str) -> dict[str, float]:
+    """t2t-trainer's schedules: run.py has resolved --mode / --schedule into `mode`.
+
+    Args:
+      flags_obj: absl FLAGS (t2t_lite.flags).
+      mode: "train", "eval" or "train_and_eval"; --schedule picks its variant
+        (continuous_eval, train_eval_and_decode).
+
+    Returns:
+      The last evaluation results (eval modes) or training statistics (train).
+    """
+    strategy = create_strategy(flags_obj.worker_gpu, flags_obj.worker_replicas)
+    setup_determinism(flags_obj.random_seed, flags_obj.deterministic)
+    trainer = build_trainer(flags_obj, strategy)
+    if mode == "train":
+        return trainer.train()
+    if mode == "eval":
+        if flags_obj.schedule == "continuous_eval":
+            return trainer.continuous_eval()
+        if not trainer.restore():
+            logging.warning("No checkpoint in %s: evaluating the initial weights",
+                            trainer.config.output_dir)
+        return trainer.evaluate()
+    after_eval = None
+    if flags_obj.schedule == "train_eval_and_decode":
+        after_eval = _dev_decoder(trainer, flags_obj)
+    trainer.train(eval_every=trainer.config.local_eval_frequency, after_eval=after_eval)
+    return trainer.last_eval_results
+
+
+def _dev_decoder(trainer: Trainer, flags_obj: Any) -> Callable[[int], Any]:
+    """t2t's train_eval_and_decode: after each eval the chief decodes the dev set with
+    --decode_hparams and logs its BLEU (`decoding.decode_dev_and_bleu`)."""
+    from t2t_lite.utils import decoding
+
+    decode_hp = decoding.decode_hparams(flags_obj.decode_hparams or "")
+    decoding.check_sampling(trainer.hparams, decode_hp)
+    reference = flags_obj.decode_reference or decode_hp.decode_reference or None
+    name_parts = (flags_obj.model, flags_obj.hparams_set, trainer.problem.name)
+
+    def decode(step: int):
+        if trainer.chief:
+            return decoding.decode_dev_and_bleu(
+                trainer.model, trainer.problem, trainer.hparams, trainer.data_dir, decode_hp,
+                trainer.config.output_dir, step, name_parts, reference)
+        return None
+
+    return decode
