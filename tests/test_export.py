@@ -17,6 +17,7 @@ import tensorflow as tf
 from t2t_lite import registry
 from t2t_lite.bin import import_t2t, t2t_avg_all, t2t_exporter
 from t2t_lite.data_generators import text_encoder
+from t2t_lite.errors import UserError
 from t2t_lite.hparams import create_hparams
 from t2t_lite.utils import decoding, export, t2t_checkpoint
 from tests.conftest import REPO_ROOT
@@ -177,7 +178,7 @@ def test_mismatched_checkpoint_fails_clearly(t2t_fixtures, data_dir, tmp_path):
         problem="translate_files", data_dir=str(data_dir), hparams_set="transformer_tiny",
         hparams="hidden_size=64", checkpoint_path=str(t2t_fixtures / CKPT), output_dir=None,
         model="transformer", decode_hparams="", export_dir=str(tmp_path / "export"))
-    with pytest.raises(SystemExit, match=r"checkpoint \[128, 128\] vs model \[64, 64\]"):
+    with pytest.raises(UserError, match=r"checkpoint \[128, 128\] vs model \[64, 64\]"):
         t2t_exporter.main(flags)
     assert not (tmp_path / "export").exists()
 
