@@ -1,12 +1,15 @@
-"""t2t_lite's single entry point: t2t-datagen, t2t-trainer, t2t-decoder, t2t-bleu,
+r"""t2t_lite's single entry point: t2t-datagen, t2t-trainer, t2t-decoder, t2t-bleu,
 t2t-avg-all, t2t-exporter and checkpoint import, as modes of one command.
 
     python run.py                       # embedded default: algorithmic problem, tiny model
     python run.py --mode=train --problem=translate_ende_wmt32k --hparams_set=transformer_base \
         --data_dir=... --output_dir=...
-    python run.py --helpfull            # every flag
+    python run.py --help                # this text and t2t_lite's flags
+    python run.py --helpfull            # every flag, absl's and TensorFlow's included
 
-Each mode's work lives in the module named below; this file only wires flags to it.
+Modes (--mode): default, datagen, train, eval, train_and_eval, decode, bleu, average, export,
+import_t2t. Each mode's work lives in a tool module of t2t_lite/bin/; this file only wires
+flags to it.
 """
 import importlib
 import os
@@ -17,6 +20,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 from absl import app
 
 from t2t_lite import flags as t2t_flags
+from t2t_lite import quiet_start
 from t2t_lite.errors import report_user_errors
 
 FLAGS = t2t_flags.FLAGS
@@ -49,6 +53,7 @@ def _main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
     mode = resolve_mode(FLAGS)
+    quiet_start.import_tensorflow()
     module_name, function_name = MODE_FUNCTIONS[mode].split(":")
     module = importlib.import_module(module_name)
     # A mode's return value is its result (for library callers), never the exit status.
@@ -56,8 +61,20 @@ def _main(argv):
         getattr(module, function_name)(FLAGS)
 
 
+def _describe_flags_in_help() -> None:
+    """`--help` shows this docstring and t2t_lite's flags, as `python run.py` or `t2t-lite`.
+
+    absl prints `__main__`'s docstring and the flags registered for the main module (keyed by
+    sys.argv[0]); under the `t2t-lite` console script `__main__` is the generated wrapper.
+    """
+    sys.modules["__main__"].__doc__ = __doc__
+    for flag in FLAGS.get_flags_for_module(t2t_flags.__name__):
+        FLAGS.register_key_flag_for_module(sys.argv[0], flag)
+
+
 def main():
     """Console-script entry point (`t2t-lite`)."""
+    _describe_flags_in_help()
     app.run(_main, argv=sys.argv)
 
 

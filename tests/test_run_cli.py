@@ -52,3 +52,40 @@ def test_schedule_maps_to_mode():
     assert run.resolve_mode(Flags) == "default"
     Flags.mode = "decode"
     assert run.resolve_mode(Flags) == "decode"
+
+
+def _console_script(*args: str) -> subprocess.CompletedProcess:
+    """Runs `run:main` the way the `t2t-lite` console script does (`__main__` is a wrapper
+    module without a docstring)."""
+    wrapper = "import sys; sys.argv[0] = 't2t-lite'; from run import main; sys.exit(main())"
+    return subprocess.run(
+        [sys.executable, "-c", wrapper, *args],
+        check=False, capture_output=True, text=True, timeout=60, cwd=REPO_ROOT,
+    )
+
+
+def test_help_is_the_same_for_run_py_and_the_console_script():
+    direct, script = _run("--help"), _console_script("--help")
+    for result in (direct, script):
+        text = result.stdout
+        assert "t2t_lite's single entry point" in text
+        # The wrapped example command keeps its line break (a raw docstring).
+        assert "--hparams_set=transformer_base \\\n        --data_dir=" in text
+        for flag in ("--problem", "--hparams_set", "--output_dir", "--decode_hparams"):
+            assert flag in text, flag
+    def flag_lines(text: str) -> list[str]:
+        return [line for line in text.splitlines() if line.startswith("  --")]
+
+    assert flag_lines(direct.stdout) == flag_lines(script.stdout)
+
+
+def test_cpu_start_prints_no_cuda_noise(tmp_path):
+    # bleu mode imports TensorFlow; the machine's CUDA start-up lines must not reach stderr.
+    hyp, ref = tmp_path / "hyp.txt", tmp_path / "ref.txt"
+    hyp.write_text("the cat sat on the mat\n")
+    ref.write_text("the cat sat on the mat\n")
+    result = _run("--mode=bleu", f"--translation={hyp}", f"--reference={ref}")
+    assert result.returncode == 0, result.stderr
+    assert "BLEU" in result.stdout
+    for noise in ("cuInit", "Could not find cuda drivers", "absl::InitializeLog"):
+        assert noise not in result.stderr, result.stderr

@@ -208,6 +208,30 @@ def test_default_run_shortened(tmp_path):
     assert hparams["batch_size"] == 1024 and hparams["hidden_size"] == 128
     events = read_events(str(tmp_path / "train" / "eval"))
     assert "metrics-algorithmic_identity_decimal40_small/targets/accuracy_per_sequence" in events
+    _assert_tensorboard_reads_the_run(tmp_path / "train")
+
+
+def _assert_tensorboard_reads_the_run(run_dir):
+    """TensorBoard's own loader finds the scalars, the decoded samples and the hparams."""
+    from tensorboard.backend.event_processing import event_accumulator
+    from tensorboard.plugins.hparams import plugin_data_pb2
+
+    def load(directory):
+        accumulator = event_accumulator.EventAccumulator(str(directory), size_guidance={
+            event_accumulator.TENSORS: 0})
+        return accumulator.Reload()
+
+    train, evaluation = load(run_dir), load(run_dir / "eval")
+    loss = [event.step for event in train.Tensors("loss")]
+    assert loss and loss[-1] == 20
+    assert train.SummaryMetadata("loss").plugin_data.plugin_name == "scalars"
+    decodes = evaluation.Tensors("decodes")
+    assert evaluation.SummaryMetadata("decodes").plugin_data.plugin_name == "text"
+    assert "|" in decodes[-1].tensor_proto.string_val[0].decode()  # a markdown table
+    session = plugin_data_pb2.HParamsPluginData.FromString(
+        train.PluginTagToContent("hparams")["_hparams_/session_start_info"])
+    assert session.session_start_info.hparams["hidden_size"].number_value == 128
+    assert session.session_start_info.group_name == str(run_dir)
 
 
 @pytest.mark.slow

@@ -108,7 +108,7 @@ def main(flags_obj: Any) -> dict[str, float]:
         log_step_count_steps=flags_obj.log_step_count_steps
         if _given(flags_obj, "log_step_count_steps") else LOG_EVERY,
         random_seed=seed,
-        num_decode_examples=0,
+        num_decode_examples=0,  # _report decodes once, at the end
     )
     trainer = trainer_lib.create_trainer(
         problem, DEFAULT_HPARAMS_SET, overrides, "transformer", data_dir, config, strategy,
@@ -133,7 +133,9 @@ def _report(trainer, results: dict[str, float], metric: str, output_dir: str,
             elapsed: float) -> None:
     eval_batch = next(iter(trainer.distributed_dataset(trainer_lib.EVAL)))
     print("\nGreedy decodes of dev examples (inputs -> outputs | targets):")
-    for example in trainer.decode_examples(eval_batch, NUM_DECODES):
+    examples = trainer.decode_examples(eval_batch, NUM_DECODES)
+    trainer.summarize_decodes(examples, trainer.step)
+    for example in examples:
         mark = "ok " if example["outputs"] == example["targets"] else "ERR"
         print(f"  {mark} {example['inputs']} -> {example['outputs']} | {example['targets']}")
     status = "reached" if results.get(metric, 0.0) >= TARGET_ACCURACY else "did NOT reach"

@@ -46,6 +46,7 @@ from t2t_lite.utils import (
     divergence_guard,
     optimize,
     run_lock,
+    summaries,
     validation,
     warm_start,
 )
@@ -287,6 +288,9 @@ class Trainer:
             directory = self.config.output_dir if name == TRAIN else os.path.join(
                 self.config.output_dir, "eval")
             self._writers[name] = tf.summary.create_file_writer(directory)
+            if name == TRAIN:  # the HParams dashboard's entry for this run
+                summaries.write_hparams(self._writers[name], self.hparams.values(),
+                                        self.config.output_dir)
         return self._writers[name]
 
     @property
@@ -711,14 +715,19 @@ class Trainer:
 
     def _summarize_decodes(self, features: dict, step: int) -> None:
         examples = self.decode_examples(features, self.config.num_decode_examples)
-        lines = []
         for i, ex in enumerate(examples):
             logging.info("Decode %d: inputs: %s | targets: %s | outputs: %s", i,
                          ex["inputs"], ex["targets"], ex["outputs"])
-            lines.append(f"| {ex['inputs']} | {ex['targets']} | {ex['outputs']} |")
-        if lines:
-            table = "| inputs | targets | outputs |\n|---|---|---|\n" + "\n".join(lines)
-            write_text(self._eval_writer, "decodes", table, step)
+        self.summarize_decodes(examples, step)
+
+    def summarize_decodes(self, examples: list[dict[str, str]], step: int) -> None:
+        """Writes decoded examples ({"inputs", "targets", "outputs"} strings) as the eval
+        dir's "decodes" text summary: a markdown table (chief only)."""
+        if not examples:
+            return
+        lines = [f"| {ex['inputs']} | {ex['targets']} | {ex['outputs']} |" for ex in examples]
+        table = "| inputs | targets | outputs |\n|---|---|---|\n" + "\n".join(lines)
+        write_text(self._eval_writer, "decodes", table, step)
 
     def continuous_eval(self, timeout_secs: float = 600) -> dict[str, float]:
         """Evaluates each new checkpoint until one reaches train_steps (t2t's continuous_eval).

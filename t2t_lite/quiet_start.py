@@ -1,0 +1,76 @@
+"""Import TensorFlow without its CUDA start-up noise on machines that have no NVIDIA GPU.
+
+On a CPU-only machine a CUDA build of TensorFlow prints, before anything of ours and before
+`TF_CPP_MIN_LOG_LEVEL` takes effect (absl logging is not initialised yet):
+
+    WARNING: All log messages before absl::InitializeLog() is called are written to STDERR
+    I0000 ... cudart_stub.cc:31] Could not find cuda drivers on your machine, GPU will not be used.
+    E0000 ... cuda_platform.cc:52] failed call to cuInit: INTERNAL: CUDA error: ...
+
+These lines are expected there and say nothing. `import_tensorflow` captures the process's
+stderr (file descriptor 2, where the C++ runtime writes) while TensorFlow is imported and its
+devices are listed, drops exactly those known lines, and writes every other line back to
+stderr: real errors are never hidden. Where an NVIDIA device node exists, nothing is filtered
+(a failing cuInit there is a real problem).
+"""
+from __future__ import annotations
+
+import contextlib
+import glob
+import os
+import re
+import sys
+import tempfile
+from collections.abc import Iterator
+
+# Lines that a CUDA build of TensorFlow prints on every start on a machine without a GPU.
+EXPECTED_CPU_ONLY_LINES = (
+    re.compile(r"All log messages before absl::InitializeLog\(\) is called are written to"),
+    re.compile(r"cudart_stub\.cc:\d+\] Could not find cuda drivers on your machine"),
+    re.compile(r"\] failed call to cuInit: "),
+    re.compile(r"Unable to register cu(DNN|FFT|BLAS) factory: Attempting to register factory"),
+    re.compile(r"computation placer already registered"),
+)
+
+
+def has_nvidia_device() -> bool:
+    """True when the machine exposes an NVIDIA device node (a GPU driver is loaded)."""
+    return bool(glob.glob("/dev/nvidia[0-9]*")) or os.path.exists("/proc/driver/nvidia")
+
+
+@contextlib.contextmanager
+def filtered_stderr(drop: tuple[re.Pattern, ...]) -> Iterator[None]:
+    """Captures file descriptor 2 in the block; afterwards writes back every line that
+    matches none of the `drop` patterns (in order, to the real stderr)."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as capture:
+        os.dup2(capture.fileno(), 2)
+        try:
+            yield
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            capture.seek(0)
+            kept = [line for line in capture.read().decode("utf-8", "replace").splitlines(True)
+                    if not any(pattern.search(line) for pattern in drop)]
+            if kept:
+                sys.stderr.write("".join(kept))
+                sys.stderr.flush()
+
+
+def import_tensorflow():
+    """Imports and returns `tensorflow`, quietly on a machine without an NVIDIA GPU.
+
+    Lists the physical devices inside the capture, since that is where CUDA is initialised.
+    """
+    if "tensorflow" in sys.modules or has_nvidia_device():
+        import tensorflow as tf
+
+        return tf
+    with filtered_stderr(EXPECTED_CPU_ONLY_LINES):
+        import tensorflow as tf
+
+        tf.config.list_physical_devices()
+    return tf
