@@ -219,3 +219,42 @@ def test_decode_input_and_output_problems_are_one_line(trained, tmp_path):
                            "model's vocabulary has only 4 entries (ids 0..3)")
     assert not out.exists()
     assert time.time() - start < 120
+
+
+def test_token_id_outside_the_vocabulary_is_one_sentence():
+    from t2t_lite.errors import UserError
+    from t2t_lite.utils import validation
+
+    message = (r"^the data holds token id 134 but the model's vocabulary has only 3 entries "
+               r"\(ids 0\.\.2\)")
+    explain = validation.explain_ids_out_of_vocab
+    with pytest.raises(UserError, match=message), explain("the data", "regenerate it"):
+        tf.gather(tf.zeros([3, 2]), tf.constant([[134]]))
+    # Other errors pass through.
+    with pytest.raises(tf.errors.InvalidArgumentError), explain("the data", "regenerate it"):
+        tf.reshape(tf.zeros([3]), [2])
+
+
+def test_run_lock_refuses_a_live_holder_and_takes_over_a_dead_one(tmp_path):
+    import json
+    import socket
+
+    from t2t_lite.errors import UserError
+    from t2t_lite.utils import run_lock
+
+    lock_file = tmp_path / run_lock.LOCK_NAME
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True)
+    lock_file.write_text(json.dumps({"host": socket.gethostname(), "pid": int(dead.stdout),
+                                     "start_time": 0}))
+    lock = run_lock.acquire(str(tmp_path))  # stale: taken over
+    assert json.loads(lock_file.read_text())["pid"] == os.getpid()
+    lock.release()
+    assert not lock_file.exists()
+    lock_file.write_text(json.dumps({"host": socket.gethostname(), "pid": 1,
+                                     "start_time": 0}))  # a live process
+    with pytest.raises(UserError, match=r"is in use by another run \(pid 1 on host "):
+        run_lock.acquire(str(tmp_path))
+    lock_file.write_text(json.dumps({"host": "elsewhere", "pid": int(dead.stdout)}))
+    with pytest.raises(UserError, match="on host elsewhere"):  # never taken from another host
+        run_lock.refuse_if_held(str(tmp_path))
