@@ -189,6 +189,10 @@ def test_damaged_newest_checkpoint_falls_back_in_decode_and_train(data_dir, trai
             f.truncate(100)
     line = _error_line(_run(*decode, cwd=tmp_path))
     assert line.startswith(f"error: no readable checkpoint in {output_dir}: ")
+    line = _error_line(_run("--mode=average", f"--output_dir={output_dir}", "--n=2",
+                            cwd=tmp_path))
+    assert line.startswith(f"error: checkpoint {output_dir}/ckpt-") and "damaged" in line
+    assert not (output_dir / "avg").exists()
 
 
 @pytest.mark.slow
