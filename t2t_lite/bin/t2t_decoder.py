@@ -10,6 +10,7 @@ import sys
 
 from absl import logging
 
+from t2t_lite import file_io
 from t2t_lite.utils.decoding import (
     check_sampling,
     checkpoint_to_restore,
@@ -25,7 +26,6 @@ from t2t_lite.utils.decoding import (
     report_bleu,
     score_pairs,
     unpacked_problem,
-    write_records,
 )
 
 
@@ -82,8 +82,8 @@ def main(flags) -> None:
     except (ValueError, FileNotFoundError) as e:
         raise SystemExit(str(e)) from None
     if score_file:
-        write_records(os.path.expanduser(flags.decode_to_file),
-                      [f"{score:.6f}" for score in scores], "\n")
+        file_io.atomic_write_lines(os.path.expanduser(flags.decode_to_file),
+                                   [f"{score:.6f}" for score in scores])
         print(f"Scores of {len(scores)} lines written to {flags.decode_to_file}")
         return
     logging.info("Decoding with %s", checkpoint)
