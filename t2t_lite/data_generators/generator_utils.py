@@ -15,6 +15,7 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
+from t2t_lite import file_io
 from t2t_lite.data_generators import text_encoder
 
 # --------------------------------------------------------------------------------------------
@@ -459,10 +460,11 @@ def _source_files(tmp_dir: str, source) -> list[str]:
             unpacked = os.path.join(tmp_dir, lang_file[: -len(".gz")])
             if not os.path.exists(unpacked):
                 logging.info("Unpacking %s", filepath)
-                tmp_path = unpacked + ".incomplete"
-                with gzip.open(filepath, "rb") as src, open(tmp_path, "wb") as dst:
+                with (
+                    gzip.open(filepath, "rb") as src,
+                    file_io.atomic_open(unpacked, "wb") as dst,
+                ):
                     shutil.copyfileobj(src, dst)
-                os.replace(tmp_path, unpacked)
             filepath = unpacked
         paths.append(filepath)
     return paths
