@@ -84,7 +84,7 @@ flags.DEFINE_bool(
 # --- t2t-datagen ----------------------------------------------------------------------------
 flags.DEFINE_integer("max_cases", 0, "Maximum examples per split for datagen (0 = all).")
 
-# --- t2t-datagen: selection and data sources (engineer D; t2t_lite.data_generators.datagen) --
+# --- t2t-datagen: selection and data sources (t2t_lite.data_generators.datagen) -------------
 flags.DEFINE_string(
     "exclude_problems", "", "Comma-separated substrings; problems containing any are skipped.")
 flags.DEFINE_bool("only_list", False, "Print the problems --problem selects, generate nothing.")
@@ -136,6 +136,11 @@ flags.DEFINE_string(
     "export_dir", None,
     "Where --mode=export writes the SavedModel, as version folder <export_dir>/<unix time>/ "
     "(TensorFlow Serving's --model_base_path layout). Default: <output_dir>/export.")
+flags.DEFINE_enum(
+    "export_subword_segmenter", "core", ["core", "tensorflow_text"],
+    "How the SavedModel's in-graph subword encoder splits escaped tokens: core TensorFlow ops "
+    "(loads in any TensorFlow), or tensorflow-text's FastWordpieceTokenizer (same ids, about "
+    "2x faster encoding; the serving process must load tensorflow-text's ops).")
 
 # --- CTranslate2 export and decoding (t2t_lite.serving.ct2; not in t2t) --------------------
 flags.DEFINE_enum(

@@ -5,8 +5,7 @@ import sys
 import pytest
 import tensorflow as tf
 
-from t2t_lite.data_generators import generator_utils, text_encoder
-from t2t_lite.problems import wsj_parsing as wsj
+from t2t_lite.data_generators import generator_utils, text_encoder, tree_linearization, treebank
 from tests.conftest import REPO_ROOT
 
 
@@ -33,7 +32,7 @@ def test_run_py_datagen_parsing_from_mrg_sections(ptb_sample_dir, tmp_path):
         targets = list(ex.features.feature["targets"].int64_list.value)
         assert inputs[-1] == 1 and targets[-1] == 1
         decoded.append((source.decode(inputs[:-1]), target.decode(targets[:-1])))
-    expected = [wsj.linearize(t) for t in wsj.read_wsj_sections(ptb_sample_dir, "01")]
+    expected = [tree_linearization.linearize(t) for t in treebank.read_wsj_sections(ptb_sample_dir, "01")]
     assert sorted(decoded) == sorted(expected)
 
 

@@ -6,7 +6,7 @@ F = 2PR / (P + R).
 """
 import pytest
 
-from t2t_lite.problems import wsj_parsing as wsj
+from t2t_lite.data_generators import tree_linearization, treebank
 from t2t_lite.utils import parsing_eval as pe
 
 CAT = "(TOP (S (NP (DT The) (NN cat)) (VP (VBD sat)) (. .)))"
@@ -139,8 +139,8 @@ def test_corpus_totals_and_cutoff():
 def test_raw_sample_against_preprocessed(ptb_sample_dir):
     # Preprocessing keeps exactly evalb's view of the raw gold trees; the one difference in
     # the sample is the label ADVP|PRT (evalb keeps it whole, preprocessing keeps ADVP).
-    raw = wsj.read_wsj_sections(ptb_sample_dir, "00-01", preprocess=False)
-    result = pe.evalb(raw, [wsj.preprocess_tree(t) for t in raw])
+    raw = treebank.read_wsj_sections(ptb_sample_dir, "00-01", preprocess=False)
+    result = pe.evalb(raw, [treebank.preprocess_tree(t) for t in raw])
     assert result["num_valid_sentences"] == 3669
     assert result["gold_brackets"] == result["test_brackets"] == 68867
     assert result["matched_brackets"] == 68866
@@ -171,7 +171,7 @@ def test_evalb_decodes():
     assert (result["matched_brackets"], result["gold_brackets"], result["test_brackets"]) == \
         (3, 5, 4)
     # Gold as trees gives the same scores.
-    gold_trees = [wsj.tree_from_words_and_tags(i, g).to_string()
+    gold_trees = [tree_linearization.tree_from_words_and_tags(i, g).to_string()
                   for i, g in zip(inputs, gold_targets)]
     again = pe.evalb_decodes(inputs, decodes, gold_trees)
     assert again["f1"] == result["f1"] == pytest.approx(2 * 75.0 * 60.0 / 135.0)

@@ -5,6 +5,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from t2t_lite.data_generators import tree_linearization, treebank
 from t2t_lite.problems import wsj_parsing as wsj
 
 SAMPLE_TREES = 3669  # wsj/00 (1921 trees) + wsj/01 (1748 trees), per data/README.md.
@@ -12,12 +13,12 @@ SAMPLE_TREES = 3669  # wsj/00 (1921 trees) + wsj/01 (1748 trees), per data/READM
 
 @pytest.fixture(scope="module")
 def raw_sample(ptb_sample_dir):
-    return wsj.read_wsj_sections(ptb_sample_dir, "00-01", preprocess=False)
+    return treebank.read_wsj_sections(ptb_sample_dir, "00-01", preprocess=False)
 
 
 @pytest.fixture(scope="module")
 def sample(raw_sample):
-    return [wsj.preprocess_tree(t) for t in raw_sample]
+    return [treebank.preprocess_tree(t) for t in raw_sample]
 
 
 def _mrg(tmp_path, section, name, text):
@@ -33,7 +34,7 @@ def _mrg(tmp_path, section, name, text):
 
 def test_reference_example():
     # T2T_REFERENCE.md §5.5.
-    words, tags = wsj.words_and_tags_from_wsj_tree(
+    words, tags = tree_linearization.words_and_tags_from_wsj_tree(
         "(TOP (S (NP (DT The) (NN cat)) (VP (VBD sat)) (. .)))")
     assert words == "The cat sat ."
     assert tags == "S NP DT NN /NP VP VBD /VP . /S"
@@ -45,7 +46,7 @@ def test_first_sample_tree(sample):
         "(TOP (S (NP (NP (NNP Pierre) (NNP Vinken)) (, ,) (ADJP (NP (CD 61) (NNS years)) "
         "(JJ old)) (, ,)) (VP (MD will) (VP (VB join) (NP (DT the) (NN board)) (PP (IN as) "
         "(NP (DT a) (JJ nonexecutive) (NN director))) (NP (NNP Nov.) (CD 29)))) (. .)))")
-    words, tags = wsj.linearize(tree)
+    words, tags = tree_linearization.linearize(tree)
     assert words == ("Pierre Vinken , 61 years old , will join the board as a nonexecutive "
                      "director Nov. 29 .")
     assert tags == ("S NP NP NNP NNP /NP , ADJP NP CD NNS /NP JJ /ADJP , /NP VP MD VP VB NP DT "
@@ -57,17 +58,17 @@ def test_first_sample_tree(sample):
     "(TOP (NN a)) (TOP (NN b))",
 ])
 def test_linearization_rejects_malformed(bad):
-    with pytest.raises(wsj.TreeError):
-        wsj.words_and_tags_from_wsj_tree(bad)
+    with pytest.raises(treebank.TreeError):
+        tree_linearization.words_and_tags_from_wsj_tree(bad)
 
 
 def test_round_trip_every_sample_tree(raw_sample, sample):
     assert len(sample) == SAMPLE_TREES
     for raw, tree in zip(raw_sample, sample):
-        words, tags = wsj.linearize(tree)
-        back = wsj.tree_from_words_and_tags(words, tags)
+        words, tags = tree_linearization.linearize(tree)
+        back = tree_linearization.tree_from_words_and_tags(words, tags)
         assert back == tree, tree.to_string()
-        assert wsj.is_well_formed(back, words.split())
+        assert tree_linearization.is_well_formed(back, words.split())
         # Preprocessing keeps every real word, in order.
         assert tree.leaves() == [w for w, tag in raw.pos() if tag != "-NONE-"]
 
@@ -75,29 +76,29 @@ def test_round_trip_every_sample_tree(raw_sample, sample):
 def test_sample_labels_are_known(sample):
     labels = {n.label for t in sample for e, n in t.walk() if e == "open"}
     pos = {n.label for t in sample for e, n in t.walk() if e == "open" and n.is_preterminal}
-    assert pos <= wsj.PTB_POS_TAGS
-    assert labels - pos == wsj.PTB_PHRASE_LABELS | {"TOP"}
+    assert pos <= tree_linearization.PTB_POS_TAGS
+    assert labels - pos == tree_linearization.PTB_PHRASE_LABELS | {"TOP"}
 
 
 # --- Preprocessing -------------------------------------------------------------------------
 
 
 def test_preprocess_strips_tags_and_empty_elements():
-    raw = wsj.parse_tree(
+    raw = treebank.parse_tree(
         "( (S (NP-SBJ-1 (-NONE- *-2)) (S-TPC=2 (NP-SBJ (PRP He)) (VP (VBD left))) "
         "(PRN (-LRB- -LRB-) (ADVP|PRT (RB soon)) (-RRB- -RRB-)) "
         "(SBAR (-NONE- 0) (S (NP (-NONE- *T*-1)))) (. .)) )")
-    assert wsj.preprocess_tree(raw).to_string() == (
+    assert treebank.preprocess_tree(raw).to_string() == (
         "(TOP (S (S (NP (PRP He)) (VP (VBD left))) (PRN (-LRB- -LRB-) (ADVP (RB soon)) "
         "(-RRB- -RRB-)) (. .)))")
 
 
 def test_preprocess_root_handling():
-    assert wsj.preprocess_tree(wsj.parse_tree("(S (NN x))")).to_string() == "(TOP (S (NN x)))"
-    assert wsj.preprocess_tree(wsj.parse_tree("(ROOT (S (NN x)))")).to_string() == \
+    assert treebank.preprocess_tree(treebank.parse_tree("(S (NN x))")).to_string() == "(TOP (S (NN x)))"
+    assert treebank.preprocess_tree(treebank.parse_tree("(ROOT (S (NN x)))")).to_string() == \
         "(TOP (S (NN x)))"
-    with pytest.raises(wsj.TreeError, match="no word"):
-        wsj.preprocess_tree(wsj.parse_tree("( (S (-NONE- *)))"), "f.mrg: tree 3")
+    with pytest.raises(treebank.TreeError, match="no word"):
+        treebank.preprocess_tree(treebank.parse_tree("( (S (-NONE- *)))"), "f.mrg: tree 3")
 
 
 @pytest.mark.parametrize("label,bare", [
@@ -105,12 +106,12 @@ def test_preprocess_root_handling():
     ("-NONE-", "-NONE-"), ("-LRB-", "-LRB-"), ("PRT|ADVP", "PRT"), ("PRP$", "PRP$"), ("S", "S"),
 ])
 def test_strip_function_tags(label, bare):
-    assert wsj.strip_function_tags(label) == bare
+    assert treebank.strip_function_tags(label) == bare
 
 
 def test_unary_chains_are_kept():
-    raw = wsj.parse_tree("( (NP (NP-SBJ (NN dogs)) (SBAR (-NONE- 0))) )")
-    assert wsj.preprocess_tree(raw).to_string() == "(TOP (NP (NP (NN dogs))))"
+    raw = treebank.parse_tree("( (NP (NP-SBJ (NN dogs)) (SBAR (-NONE- 0))) )")
+    assert treebank.preprocess_tree(raw).to_string() == "(TOP (NP (NP (NN dogs))))"
 
 
 # --- Repair --------------------------------------------------------------------------------
@@ -170,27 +171,27 @@ def test_unary_chains_are_kept():
     ("a b", "S NN , /S", "(TOP (S (NN a) (, b)))"),
 ])
 def test_repairs(words, tags, expected):
-    tree = wsj.tree_from_words_and_tags(words, tags)
+    tree = tree_linearization.tree_from_words_and_tags(words, tags)
     assert tree.to_string() == expected
-    assert wsj.is_well_formed(tree, words.split())
+    assert tree_linearization.is_well_formed(tree, words.split())
 
 
 def test_repair_rejects_unusable_words():
     with pytest.raises(ValueError, match="no word"):
-        wsj.tree_from_words_and_tags("  ", "S /S")
+        tree_linearization.tree_from_words_and_tags("  ", "S /S")
     with pytest.raises(ValueError, match="-LRB-"):
-        wsj.tree_from_words_and_tags(["a", "(", "b"], "S /S")
+        tree_linearization.tree_from_words_and_tags(["a", "(", "b"], "S /S")
 
 
 def test_repair_deep_degenerate_output():
     # 5000 nested openers (a runaway decode) must not hit Python's recursion limit.
-    tree = wsj.tree_from_words_and_tags("a b", "NP " * 5000 + "NN")
-    assert wsj.is_well_formed(tree, ["a", "b"])
+    tree = tree_linearization.tree_from_words_and_tags("a b", "NP " * 5000 + "NN")
+    assert tree_linearization.is_well_formed(tree, ["a", "b"])
     assert tree.to_string().count("(NP") == 5000
 
 
-_CORRUPT_TOKENS = sorted(wsj.PTB_POS_TAGS | wsj.PTB_PHRASE_LABELS) + [
-    "/" + x for x in sorted(wsj.PTB_PHRASE_LABELS)] + ["/NN", "/", "TOP", "/TOP", "FOO", "s_"]
+_CORRUPT_TOKENS = sorted(tree_linearization.PTB_POS_TAGS | tree_linearization.PTB_PHRASE_LABELS) + [
+    "/" + x for x in sorted(tree_linearization.PTB_PHRASE_LABELS)] + ["/NN", "/", "TOP", "/TOP", "FOO", "s_"]
 
 
 def _corrupt(tokens, rng):
@@ -218,11 +219,11 @@ def _corrupt(tokens, rng):
 def test_random_corruptions_give_well_formed_trees(sample):
     rng = random.Random(1234)
     for _ in range(3000):
-        words, tags = wsj.linearize(rng.choice(sample))
+        words, tags = tree_linearization.linearize(rng.choice(sample))
         corrupted = " ".join(_corrupt(tags.split(), rng))
-        tree = wsj.tree_from_words_and_tags(words, corrupted)
-        assert wsj.is_well_formed(tree, words.split()), (words, corrupted)
-        assert wsj.parse_tree(tree.to_string()) == tree
+        tree = tree_linearization.tree_from_words_and_tags(words, corrupted)
+        assert tree_linearization.is_well_formed(tree, words.split()), (words, corrupted)
+        assert treebank.parse_tree(tree.to_string()) == tree
 
 
 @pytest.mark.slow
@@ -236,17 +237,17 @@ def test_tag_count_errors_never_break_evalb(sample):
     rng = random.Random(7)
     inputs, decodes = [], []
     for tree in sample:
-        words, tags = wsj.linearize(tree)
+        words, tags = tree_linearization.linearize(tree)
         tokens = tags.split()
         drop = rng.random() < 0.5
         for _ in range(rng.randint(1, 3)):
-            pos = [k for k, t in enumerate(tokens) if t in wsj.PTB_POS_TAGS]
+            pos = [k for k, t in enumerate(tokens) if t in tree_linearization.PTB_POS_TAGS]
             if drop and len(pos) > 1:
                 del tokens[rng.choice(pos)]
             elif not drop:
-                tokens.insert(rng.randrange(len(tokens) + 1), rng.choice(sorted(wsj.PTB_POS_TAGS)))
+                tokens.insert(rng.randrange(len(tokens) + 1), rng.choice(sorted(tree_linearization.PTB_POS_TAGS)))
             k = rng.randrange(len(tokens))
-            if tokens[k].startswith("/") or tokens[k] in wsj.PTB_PHRASE_LABELS:
+            if tokens[k].startswith("/") or tokens[k] in tree_linearization.PTB_PHRASE_LABELS:
                 del tokens[k]
         inputs.append(words)
         decodes.append(" ".join(tokens))
@@ -262,46 +263,46 @@ def test_tag_count_errors_never_break_evalb(sample):
 @given(words=st.lists(st.sampled_from(["a", "b", "-LRB-", ",", "."]), min_size=1, max_size=12),
        tokens=st.lists(st.sampled_from(_CORRUPT_TOKENS), max_size=40))
 def test_arbitrary_sequences_give_well_formed_trees(words, tokens):
-    tree = wsj.tree_from_words_and_tags(words, " ".join(tokens))
-    assert wsj.is_well_formed(tree, words)
-    assert wsj.words_and_tags_from_wsj_tree(tree.to_string())[0] == " ".join(words)
+    tree = tree_linearization.tree_from_words_and_tags(words, " ".join(tokens))
+    assert tree_linearization.is_well_formed(tree, words)
+    assert tree_linearization.words_and_tags_from_wsj_tree(tree.to_string())[0] == " ".join(words)
 
 
 # --- Reading and errors --------------------------------------------------------------------
 
 
 def test_parse_sections():
-    assert wsj.parse_sections("02-21") == [f"{i:02d}" for i in range(2, 22)]
-    assert wsj.parse_sections("22") == ["22"]
-    assert wsj.parse_sections("01, 00,01") == ["00", "01"]
-    assert wsj.parse_sections(["2-3", "24"]) == ["02", "03", "24"]
+    assert treebank.parse_sections("02-21") == [f"{i:02d}" for i in range(2, 22)]
+    assert treebank.parse_sections("22") == ["22"]
+    assert treebank.parse_sections("01, 00,01") == ["00", "01"]
+    assert treebank.parse_sections(["2-3", "24"]) == ["02", "03", "24"]
     for bad in ["", "2a", "21-02", "1-", "100"]:
         with pytest.raises(ValueError, match="bad WSJ section spec"):
-            wsj.parse_sections(bad)
+            treebank.parse_sections(bad)
 
 
 def test_sample_sections(ptb_sample_dir):
-    files = wsj.mrg_files(ptb_sample_dir, "00-01")
+    files = treebank.mrg_files(ptb_sample_dir, "00-01")
     assert len(files) == 179
     assert files[0].name == "wsj_0001.mrg" and files[-1].name == "wsj_0179.mrg"
-    assert len(wsj.mrg_files(ptb_sample_dir, "00")) == 99
+    assert len(treebank.mrg_files(ptb_sample_dir, "00")) == 99
     # The wsj folder itself is accepted too.
-    assert wsj.mrg_files(ptb_sample_dir / "wsj", "01") == files[99:]
-    assert len(wsj.read_mrg_file(files[0])) == 2
+    assert treebank.mrg_files(ptb_sample_dir / "wsj", "01") == files[99:]
+    assert len(treebank.read_mrg_file(files[0])) == 2
 
 
 def test_unbalanced_tree_names_file_and_line(tmp_path):
     text = ("\n( (S (NP (DT a) (NN b))\n    (VP (VBD c)) )\n"  # Missing one ")" (tree at 2).
             "\n( (S (NP (PRP d)) (VP (VBD e))) )\n")
     path = _mrg(tmp_path, "00", "wsj_0001.mrg", text)
-    with pytest.raises(wsj.TreeError, match=r"wsj_0001\.mrg:2: unbalanced.*line 5"):
-        wsj.read_mrg_file(path)
+    with pytest.raises(treebank.TreeError, match=r"wsj_0001\.mrg:2: unbalanced.*line 5"):
+        treebank.read_mrg_file(path)
     path.write_text("( (S (NN a)) )\n( (S (NN b)) ))\n")
-    with pytest.raises(wsj.TreeError, match=r"wsj_0001\.mrg:2: unbalanced.*closes nothing"):
-        wsj.read_mrg_file(path)
+    with pytest.raises(treebank.TreeError, match=r"wsj_0001\.mrg:2: unbalanced.*closes nothing"):
+        treebank.read_mrg_file(path)
     path.write_text("( (S (NN a)) )\n\n( (S (NN b)\n")
-    with pytest.raises(wsj.TreeError, match=r"wsj_0001\.mrg:3: unbalanced.*end of the input"):
-        wsj.read_wsj_sections(tmp_path, "00")
+    with pytest.raises(treebank.TreeError, match=r"wsj_0001\.mrg:3: unbalanced.*end of the input"):
+        treebank.read_wsj_sections(tmp_path, "00")
 
 
 @pytest.mark.parametrize("text,message", [
@@ -314,25 +315,25 @@ def test_unbalanced_tree_names_file_and_line(tmp_path):
 ])
 def test_ill_formed_mrg(tmp_path, text, message):
     path = _mrg(tmp_path, "00", "wsj_0002.mrg", text)
-    with pytest.raises(wsj.TreeError, match=r"wsj_0002\.mrg" + message):
-        wsj.read_mrg_file(path)
+    with pytest.raises(treebank.TreeError, match=r"wsj_0002\.mrg" + message):
+        treebank.read_mrg_file(path)
 
 
 def test_missing_directory_and_sections(tmp_path, ptb_sample_dir):
     with pytest.raises(FileNotFoundError, match="nowhere.*does not exist"):
-        wsj.read_wsj_sections(tmp_path / "nowhere", "00")
+        treebank.read_wsj_sections(tmp_path / "nowhere", "00")
     with pytest.raises(FileNotFoundError, match=r"section 22 not found.*present in .*: 00, 01"):
-        wsj.read_wsj_sections(ptb_sample_dir, "00,22")
+        treebank.read_wsj_sections(ptb_sample_dir, "00,22")
     (tmp_path / "wsj" / "05").mkdir(parents=True)
     with pytest.raises(FileNotFoundError, match=r"section 05: no \.mrg file"):
-        wsj.read_wsj_sections(tmp_path, "05")
+        treebank.read_wsj_sections(tmp_path, "05")
 
 
 def test_read_trees_file_errors(tmp_path):
     path = tmp_path / "wsjEval.trees"
     path.write_text("(TOP (S (NN a)))\n\n(TOP (S (NN b))\n")
-    with pytest.raises(wsj.TreeError, match=r"wsjEval\.trees:3: unbalanced"):
-        wsj.read_trees_file(path)
+    with pytest.raises(treebank.TreeError, match=r"wsjEval\.trees:3: unbalanced"):
+        treebank.read_trees_file(path)
 
 
 # --- tmp_dir layout ------------------------------------------------------------------------
@@ -344,12 +345,12 @@ def test_write_wsj_tmp_dir(ptb_sample_dir, tmp_path, sample):
         ["wsjTrain.trees", "wsjEval.trees", "wsj.train.text.txt", "wsj.train.tags.txt"])
     lines = paths["wsjTrain.trees"].read_text().splitlines()
     assert lines == [t.to_string() for t in sample[:1921]]  # Section 00 has 1921 trees.
-    assert wsj.read_trees_file(paths["wsjEval.trees"]) == sample[1921:]
+    assert treebank.read_trees_file(paths["wsjEval.trees"]) == sample[1921:]
     texts = paths["wsj.train.text.txt"].read_text().splitlines()
     tags = paths["wsj.train.tags.txt"].read_text().splitlines()
     assert len(texts) == len(tags) == 1921
     for line, text, tag in zip(lines, texts, tags):
-        assert wsj.words_and_tags_from_wsj_tree(line) == (text, tag)
+        assert tree_linearization.words_and_tags_from_wsj_tree(line) == (text, tag)
 
 
 # --- Problems (datagen on the sample: section 00 trains, section 01 is dev) ---------------
@@ -379,7 +380,7 @@ def _decoded(examples, source, target):
 
 @pytest.fixture(scope="module")
 def sample_pairs(sample):
-    pairs = [wsj.linearize(t) for t in sample]
+    pairs = [tree_linearization.linearize(t) for t in sample]
     return sorted(pairs[:1921]), sorted(pairs[1921:])
 
 
@@ -410,7 +411,7 @@ def test_wsj_parsing_datagen(ptb_sample_dir, tmp_path_factory, sample, sample_pa
                                      train_shards=4, approx_vocab_size=2**10)
     # t2t's tmp_dir layout was written from the treebank.
     assert (tmp_dir / "wsj.train.tags.txt").read_text().splitlines()[0] == \
-        wsj.linearize(sample[0])[1]
+        tree_linearization.linearize(sample[0])[1]
     train_files, train = _read_shards(data_dir, "wsj_parsing-train-*")
     dev_files, dev = _read_shards(data_dir, "wsj_parsing-dev-*")
     assert [f.name for f in train_files + dev_files] == [
@@ -502,24 +503,24 @@ def test_wsj_parsing_uses_existing_tmp_files(tmp_path):
     prob = registry.problem("wsj_parsing")
     assert list(prob.generate_samples(None, str(tmp_path), "train")) == [
         {"inputs": "The cat sat .", "targets": "S NP DT NN /NP VP VBD /VP . /S"}]
-    with pytest.raises(wsj.TreeError, match=r"wsjEval\.trees:1: .*unbalanced"):
+    with pytest.raises(treebank.TreeError, match=r"wsjEval\.trees:1: .*unbalanced"):
         list(prob.generate_samples(None, str(tmp_path), "eval"))
     assert list(prob.generate_text_for_vocab(None, str(tmp_path))) == ["x", "x"]
 
 
 def test_write_sentences_and_trees(ptb_sample_dir, tmp_path, sample):
-    n = wsj.write_sentences_and_trees(ptb_sample_dir, "01", tmp_path / "s.txt", tmp_path / "t")
+    n = treebank.write_sentences_and_trees(ptb_sample_dir, "01", tmp_path / "s.txt", tmp_path / "t")
     assert n == 1748
     sentences = (tmp_path / "s.txt").read_text().splitlines()
-    assert sentences == [wsj.linearize(t)[0] for t in sample[1921:]]
+    assert sentences == [tree_linearization.linearize(t)[0] for t in sample[1921:]]
     assert (tmp_path / "t").read_text().splitlines() == [t.to_string() for t in sample[1921:]]
 
 
 def test_is_well_formed_rejects_bad_trees():
-    tree = wsj.Tree
-    assert wsj.is_well_formed(tree("TOP", [tree("NN", ["a"])]), ["a"])
-    assert not wsj.is_well_formed(tree("TOP", [tree("NN", ["a"])]), ["b"])
+    tree = treebank.Tree
+    assert tree_linearization.is_well_formed(tree("TOP", [tree("NN", ["a"])]), ["a"])
+    assert not tree_linearization.is_well_formed(tree("TOP", [tree("NN", ["a"])]), ["b"])
     for bad in [tree("", [tree("NN", ["a"])]), tree("TOP", [tree("NN", ["a b"])]),
                 tree("TOP", []), tree("TOP", [tree("NN", ["a"]), "b"]),
                 tree("(", [tree("NN", ["a"])]), tree("TOP", [tree("NP", [])])]:
-        assert not wsj.is_well_formed(bad), bad
+        assert not tree_linearization.is_well_formed(bad), bad

@@ -111,7 +111,8 @@ def main(flags_obj: Any) -> dict[str, float]:
         num_decode_examples=0,  # _report decodes once, at the end
     )
     trainer = trainer_lib.create_trainer(
-        problem, DEFAULT_HPARAMS_SET, overrides, "transformer", data_dir, config, strategy)
+        problem, DEFAULT_HPARAMS_SET, overrides, "transformer", data_dir, config, strategy,
+        lock=True)
     metric = metrics.metric_name(trainer.problem_name, TARGET_METRIC)
 
     def reached(results: dict[str, float]) -> bool:

@@ -12,7 +12,8 @@ import sys
 
 from absl import logging
 
-from t2t_lite.errors import UserError
+from t2t_lite.errors import UserError, one_line
+from t2t_lite.utils import validation
 from t2t_lite.utils.decoding import (
     add_shard_to_filename,
     check_sampling,
@@ -52,18 +53,18 @@ def main(flags) -> None:
     from t2t_lite.data_generators.problem import ModeKeys
 
     if flags.decode_interactive and flags.decode_from_file:
-        raise SystemExit("--decode_interactive and --decode_from_file exclude each other")
+        raise UserError("--decode_interactive and --decode_from_file exclude each other")
     score_file = getattr(flags, "score_file", None)
     if score_file:
         score_file = os.path.expanduser(score_file)
         if not os.path.isfile(score_file):
-            raise SystemExit(f"--score_file={score_file}: no such file")
+            raise UserError(f"--score_file={score_file}: no such file")
         if not flags.decode_to_file:
-            raise SystemExit("--score_file needs --decode_to_file for the scores")
+            raise UserError("--score_file needs --decode_to_file for the scores")
     try:
         decode_hp = decode_hparams(flags.decode_hparams or "")
     except ValueError as e:
-        raise SystemExit(str(e)) from None
+        raise UserError(one_line(e)) from e
     if getattr(flags, "random_seed", None) is not None:
         import keras
 
@@ -74,10 +75,12 @@ def main(flags) -> None:
     data_dir = flags.data_dir or run_flags.get("data_dir")
     model_name = flags.model or run_flags.get("model") or "transformer"
     if not problem_name:
-        raise SystemExit("--mode=decode needs --problem (or an --output_dir whose flags.json "
-                         "names it)")
+        raise UserError("--mode=decode needs --problem (or an --output_dir whose flags.json "
+                        "names it)")
+    _check_outputs_writable(flags, decode_hp, score_file)
     try:
         hparams = load_hparams(flags.output_dir, hparams_set, flags.hparams)
+        validation.check_hparams(hparams)
         problem = registry.problem(problem_name)
         problem_hparams = problem.get_hparams(hparams, data_dir=data_dir)
         check_sampling(hparams, decode_hp)
@@ -89,7 +92,7 @@ def main(flags) -> None:
                                  int(problem_hparams.get("target_space_id", 0)),
                                  float(problem_hparams.get("loss_multiplier", 1.0)))
     except (ValueError, FileNotFoundError) as e:
-        raise SystemExit(str(e)) from None
+        raise UserError(one_line(e)) from e
     if score_file:
         write_records(os.path.expanduser(flags.decode_to_file),
                       [f"{score:.6f}" for score in scores], "\n")
@@ -110,10 +113,10 @@ def main(flags) -> None:
             output = decode_from_file(infer_fn, flags.decode_from_file, encoders, decode_hp,
                                       decode_to_file, name_parts)
         except (FileNotFoundError, ValueError) as e:
-            raise SystemExit(str(e)) from None
+            raise UserError(one_line(e)) from e
     else:
         if not data_dir:
-            raise SystemExit("Decoding the dev set needs --data_dir (or --decode_from_file)")
+            raise UserError("Decoding the dev set needs --data_dir (or --decode_from_file)")
         examples = unpacked_problem(problem).dataset(
             ModeKeys.PREDICT, data_dir, hparams, batch=False, max_records=decode_hp.num_samples)
         base = decode_to_file or os.path.join(flags.output_dir or ".", "dev")
@@ -179,3 +182,19 @@ def decode_ctranslate2(flags) -> str:
         for line in bleu_hook.bleu_report(reference, output):
             print(line)
     return output
+
+
+def _check_outputs_writable(flags, decode_hp, score_file) -> None:
+    """Refuses an output path that cannot be written before the model is loaded and
+    anything is decoded."""
+    decode_to_file = flags.decode_to_file or decode_hp.decode_to_file
+    if flags.decode_interactive:
+        return
+    if decode_to_file:
+        validation.check_writable_file("decode_to_file", os.path.expanduser(decode_to_file))
+    elif flags.decode_from_file and not score_file:
+        # The decodes go beside the input file (t2t's default name).
+        validation.check_writable_dir(
+            "decode_from_file", os.path.dirname(os.path.abspath(flags.decode_from_file)))
+    elif flags.output_dir:
+        validation.check_writable_dir("output_dir", flags.output_dir)

@@ -11,8 +11,8 @@ import os
 from absl import logging
 
 from t2t_lite import registry
-from t2t_lite.errors import UserError
-from t2t_lite.utils import decoding
+from t2t_lite.errors import UserError, one_line
+from t2t_lite.utils import decoding, validation
 from t2t_lite.utils.export import ServingModule, export, subtoken_strings
 
 
@@ -33,12 +33,17 @@ def main(flags) -> None:
     hparams_set = flags.hparams_set or run_flags.get("hparams_set")
     data_dir = flags.data_dir or run_flags.get("data_dir")
     model_name = flags.model or run_flags.get("model") or "transformer"
+    export_dir = flags.export_dir or (
+        os.path.join(flags.output_dir, "export") if flags.output_dir else None)
+    if export_dir:
+        validation.check_writable_dir("export_dir", export_dir)
     if not problem_name:
-        raise SystemExit("--mode=export needs --problem (its vocabulary goes into the model), "
-                         "or an --output_dir whose flags.json names it")
+        raise UserError("--mode=export needs --problem (its vocabulary goes into the model), "
+                        "or an --output_dir whose flags.json names it")
     try:
         decode_hp = decoding.decode_hparams(flags.decode_hparams or "")
         hparams = decoding.load_hparams(flags.output_dir, hparams_set, flags.hparams)
+        validation.check_hparams(hparams)
         problem = registry.problem(problem_name)
         problem_hparams = problem.get_hparams(hparams, data_dir=data_dir)
         checkpoint = decoding.checkpoint_to_restore(flags.checkpoint_path, flags.output_dir)
@@ -51,9 +56,10 @@ def main(flags) -> None:
                             "exporting the encode_decode_ids signature only", problem_name)
         module = ServingModule(model, inputs_vocab, targets_vocab, decode_hp,
                                decoding.input_length_limit(decode_hp),
-                               int(problem_hparams.get("target_space_id", 0)))
+                               int(problem_hparams.get("target_space_id", 0)),
+                               subword_segmenter=flags.export_subword_segmenter)
     except (ValueError, FileNotFoundError) as e:
-        raise SystemExit(str(e)) from None
+        raise UserError(one_line(e)) from e
     export_dir = flags.export_dir or os.path.join(
         flags.output_dir or os.path.dirname(checkpoint), "export")
     path = export(module, export_dir)

@@ -1,5 +1,5 @@
-"""Data generation helpers (t2t's `generator_utils`): vocab building (engineer A) and
-TFRecord shard writing (engineer D)."""
+"""Data generation helpers (t2t's `generator_utils`): vocab building and TFRecord shard
+writing."""
 from __future__ import annotations
 
 import glob
@@ -18,7 +18,7 @@ from absl import logging
 from t2t_lite.data_generators import text_encoder
 
 # --------------------------------------------------------------------------------------------
-# TFRecord shards (engineer D): t2t's file names, round-robin writing, shuffling.
+# TFRecord shards: t2t's file names, round-robin writing, shuffling.
 
 UNSHUFFLED_SUFFIX = "-unshuffled"
 # Suffix of a shard while it is being written; renamed to its final name only when complete.
@@ -359,7 +359,7 @@ def generate_dataset_and_shuffle(
 
 
 # --------------------------------------------------------------------------------------------
-# Vocabulary building (engineer A): t2t's `get_or_generate_vocab*` helpers.
+# Vocabulary building: t2t's `get_or_generate_vocab*` helpers.
 
 
 def get_or_generate_vocab_inner(

@@ -16,31 +16,24 @@ No EOS is added; reserved ids are PAD_ID = 0 and EOS_ID = 1.
 
 Speed (same outputs as t2t; measured in bench/bench_text_encoder.py against a plain
 transcription of t2t's code, see bench/README.md):
-* building: the escaped tokens' distinct suffixes are sorted once (`_BuildCorpus`), so every
-  count that t2t keeps in a dict of all substrings is a difference of prefix sums over a slice
-  of that sorted list; the greedy split of all tokens is a numpy walk over per-suffix
-  longest-match lengths; candidates are grown one character at a time only below prefixes
-  that reach `min_count` (a longer string is never counted more often); the prefix
-  subtraction is passed up the prefix tree once per candidate; escaping and the first
+* building: `vocab_builder.BuildCorpus` counts on the escaped tokens' sorted distinct
+  suffixes instead of t2t's dict of all substrings (see that module); escaping and the first
   iteration are shared by all builds of the `min_count` bisection.
 * encoding: one regex call tokenizes a line; tokens are cached; an unseen token is split by
   a regex whose alternatives form a trie of the subtokens (t2t's longest match, in C).
 """
 from __future__ import annotations
 
-import bisect
 import collections
 import itertools
-import numbers
 import os
 import re
 import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 
-import numpy as np
 from absl import logging
 
-from t2t_lite.data_generators import tokenizer
+from t2t_lite.data_generators import tokenizer, vocab_builder
 
 # Reserved tokens for padding and end of sequence; every encoder keeps these ids.
 PAD = "<pad>"
@@ -428,239 +421,16 @@ def _unescape_token(escaped_token: str) -> str:
     return _UNESCAPE_REGEX.sub(_unescape_match, trimmed)
 
 
-class _BuildCorpus:
-    """Index of the escaped tokens of one `token_counts`, shared by the builds of a bisection.
-
-    Everything t2t counts is a prefix of a suffix of an escaped token: the substrings counted at
-    a split point s of a token are the prefixes of `escaped[s:]` no longer than
-    `max_subtoken_length - 1`. So the distinct suffixes of all escaped tokens are sorted once
-    ("the universe"): the suffixes that start with a string x form one slice of it, a count is a
-    difference of prefix sums of per-suffix weights, and the greedy split of every token is a
-    walk over per-suffix "longest subtoken" lengths, done for all tokens at once with numpy.
-    The alphabet depends only on the tokens and reserved tokens, so escaping (which t2t redoes
-    every iteration) is done once, and the first iteration (always single characters) is shared.
-    """
-
-    def __init__(
-        self,
-        token_counts: Mapping[str, int],
-        reserved_tokens: Sequence[str],
-        max_subtoken_length: int | None,
-    ):
-        # A str is an iterable of its characters, so the union runs in C.
-        self.alphabet = frozenset().union(*token_counts, *reserved_tokens, _ESCAPE_CHARS)
-        escaped = [_escape_token(token, self.alphabet) for token in token_counts]
-        # Counted substrings are at most `span` long; longer common prefixes are irrelevant.
-        self.span = None if max_subtoken_length is None else max_subtoken_length - 1
-        self.token_len = np.array([len(e) for e in escaped], dtype=np.int64)
-        self.token_count = np.array(list(token_counts.values()))
-        if self.token_count.size and (
-            self.token_count.dtype.kind not in "iu" or self.token_count.min() < 0
-        ):
-            bad = next(
-                (t, c) for t, c in token_counts.items()
-                if not isinstance(c, numbers.Integral) or c < 0
-            )
-            raise ValueError(
-                f"token counts must be non-negative integers; got {bad[1]!r} for token "
-                f"{bad[0]!r}"
-            )
-        self.token_count = self.token_count.astype(np.int64)
-        self.token_start = np.zeros(len(escaped), dtype=np.int64)
-        np.cumsum(self.token_len[:-1], out=self.token_start[1:])
-        # Every (token, position) suffix, token after token.
-        slices = [slice(i, None) for i in range(int(self.token_len.max(initial=0)))]
-        suffixes: list[str] = []
-        for e in escaped:
-            suffixes.extend(map(e.__getitem__, slices[: len(e)]))
-        self.universe = sorted(set(suffixes))
-        rank = {suffix: r for r, suffix in enumerate(self.universe)}
-        self.position_rank = np.fromiter(
-            map(rank.__getitem__, suffixes), dtype=np.int64, count=len(suffixes)
-        )
-        del suffixes, rank
-        self.suffix_len = np.fromiter(map(len, self.universe), dtype=np.int64)
-        self.lcp = self._adjacent_common_prefix_lengths(escaped)
-        # string -> [lo, hi): the slice of the universe whose suffixes start with it.
-        self._ranges: dict[str, tuple[int, int]] = {}
-        self.first_weights: np.ndarray | None = None
-
-    def _adjacent_common_prefix_lengths(self, escaped: list[str]) -> np.ndarray:
-        """lcp[r] = common prefix length of universe[r - 1] and universe[r]; lcp[0] = 0.
-
-        Compared on the code points of all tokens laid end to end, each followed by its own
-        negative sentinel (equal to nothing), one character offset at a time for all pairs.
-        """
-        size = len(self.universe)
-        lcp = np.zeros(size, dtype=np.int64)
-        if size < 2:
-            return lcp
-        codes = np.frombuffer("".join(escaped).encode("utf-32-le"), dtype=np.uint32)
-        ends = self.token_start + self.token_len
-        flat = np.insert(codes.astype(np.int64), ends, -1 - np.arange(len(ends)))
-        # A position of each suffix in `flat` (there is one sentinel before each later token).
-        token_of_position = np.repeat(np.arange(len(ends)), self.token_len)
-        where = np.empty(size, dtype=np.int64)
-        where[self.position_rank] = np.arange(len(self.position_rank)) + token_of_position
-        left, right = where[:-1], where[1:]
-        limit = int(self.suffix_len.max()) if self.span is None else self.span
-        pairs = np.arange(size - 1)
-        offset = 0
-        while pairs.size and offset < limit:
-            pairs = pairs[flat[left[pairs] + offset] == flat[right[pairs] + offset]]
-            offset += 1
-            lcp[pairs + 1] = offset
-        return lcp
-
-    def range_of(self, s: str) -> tuple[int, int]:
-        """The slice [lo, hi) of the universe whose suffixes start with `s` (may be empty)."""
-        r = self._ranges.get(s)
-        if r is None:
-            n = len(s)
-            lo = bisect.bisect_left(self.universe, s)
-            hi = bisect.bisect_right(self.universe, s, lo, key=lambda u: u[:n])
-            r = self._ranges[s] = (lo, hi)
-        return r
-
-    def intervals_of(self, strings: Iterable[str]) -> dict[int, list[tuple[int, int]]]:
-        """Universe slices of `strings`, grouped by string length (see `split_weights`)."""
-        intervals: dict[int, list[tuple[int, int]]] = collections.defaultdict(list)
-        for s in strings:
-            intervals[len(s)].append(self.range_of(s))
-        return intervals
-
-    def split_weights(self, intervals: Mapping[int, Sequence]) -> np.ndarray:
-        """Sum of token counts per suffix at which t2t's greedy split starts a subtoken.
-
-        Args:
-          intervals: for each subtoken length, the universe slices of the vocabulary's
-            subtokens of that length, as [n, 2] rows [lo, hi) (array or list of pairs).
-
-        Returns:
-          int64 [U] weights, U = number of distinct suffixes.
-        """
-        size = len(self.universe)
-        # longest[r]: length of the longest subtoken that starts suffix r. A longer subtoken's
-        # slice lies inside each of its prefixes' slices, and the slices of equally long
-        # subtokens are disjoint, so filling them from the shortest length up leaves the
-        # longest match, as t2t's greedy split takes it.
-        longest = np.zeros(size, dtype=np.int64)
-        for length in sorted(intervals):
-            bounds = np.asarray(intervals[length], dtype=np.int64).reshape(-1, 2)
-            lo, hi = bounds[:, 0], bounds[:, 1]
-            sizes = hi - lo
-            total = int(sizes.sum())
-            if total:
-                first = np.concatenate(([0], np.cumsum(sizes)[:-1]))
-                longest[np.repeat(lo - first, sizes) + np.arange(total)] = length
-        active = np.flatnonzero(self.token_len > 0)
-        offset = np.zeros(len(self.token_len), dtype=np.int64)
-        ranks, counts = [], []
-        while active.size:
-            r = self.position_rank[self.token_start[active] + offset[active]]
-            step = longest[r]
-            if not step.all():
-                bad = self.universe[int(r[np.argmin(step)])]
-                raise AssertionError(f"Token substring {bad!r} not found in subtoken vocabulary.")
-            ranks.append(r)
-            counts.append(self.token_count[active])
-            offset[active] += step
-            active = active[offset[active] < self.token_len[active]]
-        if not ranks:
-            return np.zeros(size, dtype=np.int64)
-        # Float sums of integer counts are exact below 2**53.
-        weights = np.bincount(
-            np.concatenate(ranks), weights=np.concatenate(counts), minlength=size
-        )
-        return np.rint(weights).astype(np.int64)
-
-    def select_subtokens(
-        self, weights: np.ndarray, min_count: float
-    ) -> tuple[list[tuple[int, str]], dict[str, int], dict[int, np.ndarray]]:
-        """One t2t selection step: the kept subtokens and the alphabet's remaining counts.
-
-        t2t counts every substring x (len(x) <= span) of every window: count(x) = the weights of
-        the suffixes that start with x, i.e. a slice of the universe. It then walks the
-        candidates (count >= min_count) from the longest down, keeps those whose remaining
-        count is still >= min_count and subtracts a kept string's remaining count from each of
-        its proper prefixes. Here the candidates are found level by level (length 1, 2, ...;
-        count(x + y) <= count(x), so only candidate groups are extended), and the subtraction
-        is passed from each candidate to its parent (x[:-1]) once, all with numpy.
-
-        Args:
-          weights: int64 [U] split-point weights.
-          min_count: the build's threshold.
-
-        Returns:
-          [(remaining count, subtoken)] for the kept subtokens longer than one character,
-          {character: remaining count} for the characters that start some suffix, and
-          {length: [n, 2] universe slices} of the kept subtokens.
-        """
-        size = len(self.universe)
-        if not size or (self.span is not None and self.span <= 0):
-            return [], {}, {}
-        cumulative = np.zeros(size + 1, dtype=np.int64)
-        np.cumsum(weights, out=cumulative[1:])
-        levels = []  # per length: (lo, hi, count) of the groups kept for the next step
-        active = np.arange(size, dtype=np.int64)
-        length = 1
-        while self.span is None or length <= self.span:
-            active = active[self.suffix_len[active] >= length]
-            if not active.size:
-                break
-            # Members of a group are adjacent in the universe and share `length` characters.
-            new_group = np.ones(active.size, dtype=bool)
-            new_group[1:] = (active[1:] != active[:-1] + 1) | (self.lcp[active[1:]] < length)
-            starts = np.flatnonzero(new_group)
-            sizes = np.diff(np.append(starts, active.size))
-            lo = active[starts]
-            hi = lo + sizes
-            count = cumulative[hi] - cumulative[lo]
-            candidate = count >= min_count
-            if length == 1:
-                levels.append((lo, hi, count))  # every character's count is used
-            elif candidate.any():
-                levels.append((lo[candidate], hi[candidate], count[candidate]))
-            else:
-                break
-            active = active[np.repeat(candidate, sizes)]
-            length += 1
-
-        kept: list[tuple[int, str]] = []
-        kept_intervals: dict[int, np.ndarray] = {}
-        removed = np.zeros(len(levels[-1][0]), dtype=np.int64)
-        for depth in range(len(levels), 0, -1):
-            lo, hi, count = levels[depth - 1]
-            remaining = count - removed
-            keep = remaining >= min_count
-            if depth == 1:
-                chars = [self.universe[i][0] for i in lo.tolist()]
-                return kept, dict(zip(chars, remaining.tolist())), kept_intervals
-            universe = self.universe
-            kept_lo = lo[keep]
-            strings = [universe[i][:depth] for i in kept_lo.tolist()]
-            kept.extend(zip(remaining[keep].tolist(), strings))
-            kept_intervals[depth] = np.stack([kept_lo, hi[keep]], axis=1)
-            # Everything removed below a group, plus its own remaining count if kept, is
-            # removed from its parent (the group one level up that contains it).
-            passed = removed + np.where(keep, remaining, 0)
-            parent_lo = levels[depth - 2][0]
-            parent = np.searchsorted(parent_lo, lo, side="right") - 1
-            removed = np.rint(
-                np.bincount(parent, weights=passed, minlength=len(parent_lo))
-            ).astype(np.int64)
-        return kept, {}, kept_intervals
-
-
-def _merge_intervals(*groups: Mapping[int, Sequence]) -> dict[int, np.ndarray]:
-    """Concatenates {length: [n, 2] universe slices} mappings length by length."""
-    lengths = set().union(*groups)
-    return {
-        length: np.concatenate(
-            [np.asarray(g.get(length, []), dtype=np.int64).reshape(-1, 2) for g in groups]
-        )
-        for length in lengths
-    }
+def _build_corpus(
+    token_counts: Mapping[str, int],
+    reserved_tokens: Sequence[str],
+    max_subtoken_length: int | None,
+) -> vocab_builder.BuildCorpus:
+    """Escapes the tokens once and indexes them for the builds of a bisection."""
+    # A str is an iterable of its characters, so the union runs in C.
+    alphabet = frozenset().union(*token_counts, *reserved_tokens, _ESCAPE_CHARS)
+    escaped = [_escape_token(token, alphabet) for token in token_counts]
+    return vocab_builder.BuildCorpus(token_counts, escaped, alphabet, max_subtoken_length)
 
 
 # Placeholder for "the split regex was not compiled yet" (None means it cannot be used).
@@ -934,7 +704,7 @@ class SubwordTextEncoder(TextEncoder):
         if reserved_tokens is None:
             reserved_tokens = RESERVED_TOKENS
         _check_reserved_tokens(reserved_tokens)
-        corpus = _BuildCorpus(token_counts, reserved_tokens, max_subtoken_length)
+        corpus = _build_corpus(token_counts, reserved_tokens, max_subtoken_length)
 
         def bisect(min_val, max_val):
             present_count = (max_val + min_val) // 2
@@ -984,12 +754,12 @@ class SubwordTextEncoder(TextEncoder):
         if reserved_tokens is None:
             reserved_tokens = RESERVED_TOKENS
         _check_reserved_tokens(reserved_tokens)
-        corpus = _BuildCorpus(token_counts, reserved_tokens, max_subtoken_length)
+        corpus = _build_corpus(token_counts, reserved_tokens, max_subtoken_length)
         self._build_from_corpus(corpus, min_count, num_iterations, reserved_tokens)
 
     def _build_from_corpus(
         self,
-        corpus: _BuildCorpus,
+        corpus: vocab_builder.BuildCorpus,
         min_count: float,
         num_iterations: int,
         reserved_tokens: Sequence[str],
@@ -1020,7 +790,7 @@ class SubwordTextEncoder(TextEncoder):
             new_subtokens = kept + [(char_counts.get(a, 0), a) for a in alphabet]
             new_subtokens.sort(reverse=True)
             self._init_subtokens_from_list(escaped_reserved + [s for _, s in new_subtokens])
-            intervals = _merge_intervals(fixed_intervals, kept_intervals)
+            intervals = vocab_builder.merge_intervals(fixed_intervals, kept_intervals)
             logging.info("vocab_size = %d", self.vocab_size)
 
     def _init_subtokens_from_list(

@@ -43,7 +43,7 @@ import os
 from collections import Counter
 from collections.abc import Sequence
 
-from t2t_lite.problems import wsj_parsing
+from t2t_lite.data_generators import tree_linearization, treebank
 
 DELETE_LABELS = frozenset({"TOP", "-NONE-", ",", ":", "``", "''", "."})
 DELETE_LABELS_FOR_LENGTH = frozenset({"-NONE-"})
@@ -77,7 +77,7 @@ class _Scored:
     length: int  # Words not in DELETE_LABELS_FOR_LENGTH (r_wn1).
 
 
-def _extract(tree: wsj_parsing.Tree) -> _Scored:
+def _extract(tree: treebank.Tree) -> _Scored:
     """Terminals, countable brackets and length of `tree`, by evalb's rules."""
     terminals: list[tuple[str, str]] = []
     brackets: list[tuple[int, int, str]] = []
@@ -157,8 +157,8 @@ def _crosses(a: tuple[int, int, str], b: tuple[int, int, str]) -> bool:
     return (a[0] < b[0] < a[1] < b[1]) or (b[0] < a[0] < b[1] < a[1])
 
 
-def score_sentence(index: int, gold: wsj_parsing.Tree,
-                   test: wsj_parsing.Tree | str | None) -> SentenceResult:
+def score_sentence(index: int, gold: treebank.Tree,
+                   test: treebank.Tree | str | None) -> SentenceResult:
     """Scores one test tree against its gold tree, as evalb's `calc_result`.
 
     Args:
@@ -226,17 +226,17 @@ def _totals(sentences: Sequence[SentenceResult]) -> dict:
     }
 
 
-def _read_test(text: str, index: int) -> wsj_parsing.Tree | str | None:
+def _read_test(text: str, index: int) -> treebank.Tree | str | None:
     if not text.strip():
         return None
     try:
-        return wsj_parsing.parse_tree(text, f"test tree {index}")
-    except wsj_parsing.TreeError as e:
+        return treebank.parse_tree(text, f"test tree {index}")
+    except treebank.TreeError as e:
         return str(e)
 
 
-def evalb(gold_trees: Sequence[str | wsj_parsing.Tree],
-          test_trees: Sequence[str | wsj_parsing.Tree],
+def evalb(gold_trees: Sequence[str | treebank.Tree],
+          test_trees: Sequence[str | treebank.Tree],
           cutoff_len: int = CUTOFF_LEN) -> dict:
     """Scores test trees against gold trees with evalb's COLLINS.prm conventions.
 
@@ -261,7 +261,7 @@ def evalb(gold_trees: Sequence[str | wsj_parsing.Tree],
     sentences = []
     for i, (gold, test) in enumerate(zip(gold_trees, test_trees)):
         if isinstance(gold, str):
-            gold = wsj_parsing.parse_tree(gold, f"gold tree {i}")
+            gold = treebank.parse_tree(gold, f"gold tree {i}")
         if isinstance(test, str):
             test = _read_test(test, i)
         sentences.append(score_sentence(i, gold, test))
@@ -303,7 +303,7 @@ def summary_text(result: dict) -> str:
 
 
 def evalb_decodes(inputs: Sequence[str], decodes: Sequence[str],
-                  gold: Sequence[str | wsj_parsing.Tree], cutoff_len: int = CUTOFF_LEN) -> dict:
+                  gold: Sequence[str | treebank.Tree], cutoff_len: int = CUTOFF_LEN) -> dict:
     """Decoded linearized trees -> repaired trees -> evalb scores.
 
     Args:
@@ -322,12 +322,12 @@ def evalb_decodes(inputs: Sequence[str], decodes: Sequence[str],
         raise ValueError(f"evalb_decodes: {len(inputs)} inputs, {len(decodes)} decodes and "
                          f"{len(gold)} gold lines; they must correspond line by line")
     gold_trees = [
-        g if isinstance(g, wsj_parsing.Tree) or g.lstrip().startswith("(")
-        else wsj_parsing.tree_from_words_and_tags(words, g)
+        g if isinstance(g, treebank.Tree) or g.lstrip().startswith("(")
+        else tree_linearization.tree_from_words_and_tags(words, g)
         for words, g in zip(inputs, gold)
     ]
     test_trees = [
-        wsj_parsing.tree_from_words_and_tags(words, decode.split("\t", 1)[0])
+        tree_linearization.tree_from_words_and_tags(words, decode.split("\t", 1)[0])
         for words, decode in zip(inputs, decodes)
     ]
     result = evalb(gold_trees, test_trees, cutoff_len)

@@ -1,0 +1,311 @@
+"""t2t's linearization of constituency trees and its inverse, which repairs any decode.
+
+* `words_and_tags_from_wsj_tree` / `linearize`: t2t's linearization (§5.5 of the reference:
+  POS tags appear once, phrases as `X ... /X`, the TOP label is dropped).
+* `tree_from_words_and_tags`: the inverse, which repairs any decoded sequence into a
+  well-formed tree over exactly the input words; `is_well_formed` checks such a tree.
+"""
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+
+from t2t_lite.data_generators.treebank import ROOT_LABEL, Tree, TreeError
+
+# Tag given to (non-punctuation) words that a decoded sequence left without a POS tag (never a
+# PTB tag, so it counts as a tagging error; Vinyals et al. use the same placeholder).
+DEFAULT_TAG = "XX"
+
+# Tags given to punctuation words that a decoded sequence left untagged: their (nearly
+# deterministic) treebank tags, so that evalb deletes them from the test tree as it does from the
+# gold tree; tagging a gold "." as XX would make the sentence an evalb "Length unmatch" error.
+PTB_PUNCTUATION_TAGS = {
+    ".": ".", "?": ".", "!": ".", ",": ",", ":": ":", ";": ":", "-": ":", "--": ":",
+    "...": ":", "``": "``", "`": "``", "''": "''",
+}
+
+# Words the treebank tags either as punctuation or not: the tags they may pair with when a
+# decode's tags are realigned to the words.
+_AMBIGUOUS_WORD_TAGS = {"'": frozenset({"POS", "''"})}
+
+# The 45 Penn Treebank POS tags (the empty-element tag -NONE- is removed by preprocessing).
+PTB_POS_TAGS = frozenset({
+    "#", "$", "''", ",", "-LRB-", "-RRB-", ".", ":", "CC", "CD", "DT", "EX", "FW", "IN", "JJ",
+    "JJR", "JJS", "LS", "MD", "NN", "NNP", "NNPS", "NNS", "PDT", "POS", "PRP", "PRP$", "RB",
+    "RBR", "RBS", "RP", "SYM", "TO", "UH", "VB", "VBD", "VBG", "VBN", "VBP", "VBZ", "WDT", "WP",
+    "WP$", "WRB", "``",
+})
+# The Penn Treebank phrase labels after function tags are stripped.
+PTB_PHRASE_LABELS = frozenset({
+    "ADJP", "ADVP", "CONJP", "FRAG", "INTJ", "LST", "NAC", "NP", "NX", "PP", "PRN", "PRT", "QP",
+    "RRC", "S", "SBAR", "SBARQ", "SINV", "SQ", "UCP", "VP", "WHADJP", "WHADVP", "WHNP", "WHPP",
+    "X",
+})
+
+_ATOM_RE = re.compile(r"[^\s()]+")
+
+
+def words_and_tags_from_wsj_tree(tree_string: str) -> tuple[str, str]:
+    """t2t's linearization of a one-line tree (Vinyals et al. 2015, arXiv:1412.7449).
+
+    Split on whitespace; a token starting with "(" pushes its label and appends it to the
+    tags; any other token must end with ")": pop once (the POS tag, emitting nothing), then
+    pop a label X and append "/X" for every further trailing ")"; the word is the token
+    without its trailing ")". The outermost label and its closer are dropped (tags[1:-1]).
+
+    Args:
+        tree_string: one tree on one line, closers attached to words, e.g.
+            "(TOP (S (NP (DT The) (NN cat)) (VP (VBD sat)) (. .)))".
+    Returns:
+        (words, tags): "The cat sat ." and "S NP DT NN /NP VP VBD /VP . /S".
+    Raises:
+        TreeError: a token that is neither "(label" nor "word)" (t2t asserts instead), or
+            unbalanced brackets or two trees on the line (t2t returns garbage for those).
+    """
+    stack: list[str] = []
+    tags: list[str] = []
+    words: list[str] = []
+    for tok in tree_string.strip().split():
+        if tok[0] == "(":
+            if not stack and tags:
+                raise TreeError(f"words_and_tags_from_wsj_tree: more than one tree in "
+                                f"{tree_string.strip()!r}")
+            symbol = tok[1:]
+            tags.append(symbol)
+            stack.append(symbol)
+            continue
+        if len(tok) < 2 or tok[-1] != ")" or tok[0] == ")":
+            raise TreeError(f"words_and_tags_from_wsj_tree: token {tok!r} is neither '(LABEL' "
+                            f"nor 'word)' in {tree_string.strip()!r}; trees must be one-line "
+                            f"with closers attached to words")
+        if not stack:
+            raise TreeError(f"words_and_tags_from_wsj_tree: unbalanced tree "
+                            f"{tree_string.strip()!r}")
+        stack.pop()  # The POS tag.
+        while tok[-2] == ")":
+            if not stack:
+                raise TreeError(f"words_and_tags_from_wsj_tree: unbalanced tree "
+                                f"{tree_string.strip()!r}")
+            tags.append("/" + stack.pop())
+            tok = tok[:-1]
+        words.append(tok[:-1])
+    if stack:
+        raise TreeError(f"words_and_tags_from_wsj_tree: unbalanced tree "
+                        f"{tree_string.strip()!r}: {len(stack)} unclosed '('")
+    return " ".join(words), " ".join(tags[1:-1])
+
+
+def linearize(tree: Tree) -> tuple[str, str]:
+    """`words_and_tags_from_wsj_tree(tree.to_string())`: (inputs text, targets text)."""
+    return words_and_tags_from_wsj_tree(tree.to_string())
+
+
+def _align_tags_to_words(tags: Sequence[str], words: Sequence[str],
+                         punctuation_tags: Mapping[str, str]) -> tuple[list, list]:
+    """Monotone alignment of POS-tag tokens to words when their counts differ.
+
+    Minimum cost with: dropping a tag 1, leaving a word untagged 1, pairing a tag with a word
+    0 if they agree on being punctuation (a punctuation tag with a punctuation word, any other
+    tag with any other word; the ambiguous "'" with POS or ''), else never. Among optimal
+    alignments, the one that pairs tags and words as early as possible (untagged words and
+    dropped tags as late as possible) is chosen, as a left-to-right reading would.
+
+    Args:
+        tags: the m POS-tag tokens, in order.
+        words: the n words.
+        punctuation_tags: punctuation word -> its tag; its values are the punctuation tags.
+    Returns:
+        (match, gaps): match[i] = word index of tag i, or None if tag i is dropped;
+        gaps = [(j, i)] for each untagged word j, which goes before tag i (i = m: after all).
+    """
+    punct_tags = frozenset(punctuation_tags.values())
+    m, n = len(tags), len(words)
+    tag_is_punct = [t in punct_tags for t in tags]
+    word_is_punct = [w in punctuation_tags for w in words]
+
+    def compatible(i: int, j: int) -> bool:
+        if words[j] in _AMBIGUOUS_WORD_TAGS:
+            return tags[i] in _AMBIGUOUS_WORD_TAGS[words[j]]
+        return tag_is_punct[i] == word_is_punct[j]
+
+    big = m + n + 1
+    cost = [[0] * (n + 1) for _ in range(m + 1)]
+    for i in range(m + 1):
+        row, up = cost[i], cost[i - 1] if i else None
+        for j in range(n + 1):
+            if i == 0 and j == 0:
+                continue
+            best = big
+            if i and j and compatible(i - 1, j - 1):
+                best = up[j - 1]
+            if i and up[j] + 1 < best:
+                best = up[j] + 1
+            if j and row[j - 1] + 1 < best:
+                best = row[j - 1] + 1
+            row[j] = best
+    match: list = [None] * m
+    gaps: list[tuple[int, int]] = []
+    i, j = m, n
+    while i or j:
+        # Walking back from the end, prefer the moves that push gaps to the end.
+        if j and cost[i][j - 1] + 1 == cost[i][j]:
+            j -= 1
+            gaps.append((j, i))
+        elif i and cost[i - 1][j] + 1 == cost[i][j]:
+            i -= 1
+        else:
+            i, j = i - 1, j - 1
+            match[i] = j
+    gaps.reverse()
+    return match, gaps
+
+
+def tree_from_words_and_tags(
+    words: str | Sequence[str],
+    tags: str,
+    pos_tags: Iterable[str] = PTB_POS_TAGS,
+    phrase_labels: Iterable[str] = PTB_PHRASE_LABELS,
+    punctuation_tags: Mapping[str, str] = PTB_PUNCTUATION_TAGS,
+    default_tag: str = DEFAULT_TAG,
+) -> Tree:
+    """Inverts the linearization, repairing any sequence into a tree over exactly `words`.
+
+    Tokens of `tags` that are neither a phrase label (in `phrase_labels`), a POS tag (in
+    `pos_tags`) nor a closer "/X" (unknown tokens, "TOP", "/" alone, subword debris) are
+    dropped. The rest is read left to right with a stack of open constituents whose bottom is
+    the TOP root:
+
+    * a phrase label opens a constituent under the innermost open one;
+    * a POS tag is the preterminal of its word (below);
+    * a closer "/X" closes the innermost open X, and with it any constituent opened inside X
+      (missing closers); a closer whose label is not open closes the innermost open
+      constituent (wrong label); a closer with only TOP open is dropped (extra closer).
+
+    Words and POS tags: when there are as many POS tags as words, the i-th tag takes the i-th
+    word, as the model says. Otherwise (too few or too many tags) tags and words are aligned
+    by `_align_tags_to_words`, which never pairs a punctuation tag with a non-punctuation word
+    or the reverse: unpaired tags are dropped, and each unpaired word becomes a preterminal
+    tagged by `punctuation_tags` (punctuation words, so evalb deletes them as in the gold
+    tree) or `default_tag`, placed between its neighbours: before the first phrase label or
+    POS tag that follows the previous word's tag (so after that word's closers), or just
+    before the first tag for a leading word. Unpaired words after the last tag go to the
+    innermost constituent still open at the end, or if none is, to the last phrase under
+    TOP, or else to TOP itself. Word order is always kept.
+
+    At the end, constituents still open are closed; a constituent that ends with no child
+    (e.g. "NP /NP") is removed. A well-formed sequence is rebuilt exactly.
+
+    Args:
+        words: the input sentence, a string (split on whitespace) or a list of words.
+        tags: the decoded target text, e.g. "S NP DT NN /NP VP VBD /VP . /S".
+        pos_tags: the POS tag inventory (PTB's 45 by default).
+        phrase_labels: the phrase label inventory (PTB's by default).
+        punctuation_tags: punctuation word -> its POS tag (its values are the tags treated
+            as punctuation when aligning).
+        default_tag: POS tag for the other words the sequence left untagged.
+    Returns:
+        A Tree rooted at TOP whose leaves are exactly `words`, in order.
+    Raises:
+        ValueError: `words` is empty, or a word holds "(" or ")" (use the treebank's escapes
+            -LRB- / -RRB-), which no bracketed tree can carry.
+    """
+    words = words.split() if isinstance(words, str) else list(words)
+    if not words:
+        raise ValueError("tree_from_words_and_tags: the input sentence has no word")
+    for i, w in enumerate(words):
+        if not w or "(" in w or ")" in w or w != w.strip() or len(w.split()) != 1:
+            raise ValueError(f"tree_from_words_and_tags: word {i} {w!r} cannot appear in a "
+                             f"bracketed tree; escape brackets as -LRB- / -RRB-")
+    pos_tags = frozenset(pos_tags)
+    phrase_labels = frozenset(phrase_labels)
+    tokens: list[tuple[str, str]] = []
+    for tok in tags.split():
+        if tok.startswith("/") and len(tok) > 1:
+            tokens.append(("close", tok[1:]))
+        elif tok in phrase_labels:
+            tokens.append(("open", tok))
+        elif tok in pos_tags:
+            tokens.append(("pos", tok))
+    pos_at = [k for k, (kind, _) in enumerate(tokens) if kind == "pos"]
+    if len(pos_at) == len(words):
+        match: list = list(range(len(words)))
+        gaps: list[tuple[int, int]] = []
+    else:
+        match, gaps = _align_tags_to_words([tokens[k][1] for k in pos_at], words,
+                                           punctuation_tags)
+    # Untagged words: token index before which they are attached (None: after the last).
+    inserted: dict[int | None, list[int]] = {}
+    for j, gap in gaps:
+        if gap == len(pos_at):
+            anchor = None
+        elif gap == 0:
+            anchor = pos_at[0]
+        else:
+            anchor = next(k for k in range(pos_at[gap - 1] + 1, len(tokens))
+                          if tokens[k][0] != "close")
+        inserted.setdefault(anchor, []).append(j)
+
+    def untagged(indices: list[int]) -> list[Tree]:
+        return [Tree(punctuation_tags.get(words[j], default_tag), [words[j]]) for j in indices]
+
+    root = Tree(ROOT_LABEL)
+    stack = [root]
+
+    def close_innermost() -> None:
+        node = stack.pop()
+        if not node.children:  # An empty constituent is the last child of its parent.
+            stack[-1].children.pop()
+
+    n_tags = 0
+    for k, (kind, label) in enumerate(tokens):
+        stack[-1].children.extend(untagged(inserted.get(k, [])))
+        if kind == "close":
+            if len(stack) == 1:
+                continue
+            depth = next((d for d in range(len(stack) - 1, 0, -1) if stack[d].label == label),
+                         len(stack) - 1)
+            while len(stack) > depth:
+                close_innermost()
+        elif kind == "open":
+            node = Tree(label)
+            stack[-1].children.append(node)
+            stack.append(node)
+        else:
+            if match[n_tags] is not None:
+                stack[-1].children.append(Tree(label, [words[match[n_tags]]]))
+            n_tags += 1
+    if None in inserted:
+        if len(stack) > 1:
+            target = stack[-1]
+        elif root.children and not root.children[-1].is_preterminal:
+            target = root.children[-1]
+        else:
+            target = root
+        target.children.extend(untagged(inserted[None]))
+    while len(stack) > 1:
+        close_innermost()
+    return root
+
+
+def is_well_formed(tree: Tree, words: Sequence[str] | None = None) -> bool:
+    """True if every node is a preterminal (one word) or a phrase (>= 1 subtree), the labels
+    are non-empty atoms, and (when given) the leaves are exactly `words`.
+
+    Args:
+        tree: any Tree.
+        words: the expected leaves, in order.
+    Returns:
+        Whether the tree is a proper constituency tree (over `words`).
+    """
+    for event, x in tree.walk():
+        if event != "open":
+            continue
+        if not _ATOM_RE.fullmatch(x.label):
+            return False
+        if not x.children:
+            return False
+        if not x.is_preterminal and any(isinstance(c, str) for c in x.children):
+            return False
+        if x.is_preterminal and not _ATOM_RE.fullmatch(x.children[0]):
+            return False
+    return words is None or tree.leaves() == list(words)
