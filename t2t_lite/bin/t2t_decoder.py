@@ -110,8 +110,12 @@ def main(flags) -> None:
         return
     if flags.decode_from_file:
         try:
-            output = decode_from_file(infer_fn, flags.decode_from_file, encoders, decode_hp,
-                                      decode_to_file, name_parts)
+            with validation.explain_ids_out_of_vocab(
+                    f"--decode_from_file={flags.decode_from_file}",
+                    "check that the input uses the problem's symbols and that the vocabulary "
+                    "is the one the model was trained with"):
+                output = decode_from_file(infer_fn, flags.decode_from_file, encoders,
+                                          decode_hp, decode_to_file, name_parts)
         except (FileNotFoundError, ValueError) as e:
             raise UserError(one_line(e)) from e
     else:

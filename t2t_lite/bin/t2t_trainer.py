@@ -13,12 +13,13 @@ from absl import logging
 
 from t2t_lite import registry
 from t2t_lite.errors import UserError
-from t2t_lite.utils import validation
+from t2t_lite.utils import run_lock, validation
 from t2t_lite.utils.trainer_lib import (
     RunConfig,
     Trainer,
     create_strategy,
     create_trainer,
+    is_chief,
     setup_determinism,
 )
 
@@ -122,9 +123,20 @@ def main(flags_obj: Any, mode: str) -> dict[str, float]:
       The last evaluation results (eval modes) or training statistics (train).
     """
     check_flags(flags_obj)
+    if mode != "eval" and is_chief():
+        # Before TensorFlow builds anything: a second run refuses within seconds.
+        run_lock.refuse_if_held(os.path.expanduser(flags_obj.output_dir))
     strategy = create_strategy(flags_obj.worker_gpu, flags_obj.worker_replicas)
     setup_determinism(flags_obj.random_seed, flags_obj.deterministic)
     trainer = build_trainer(flags_obj, strategy, lock=mode != "eval")
+    with validation.explain_ids_out_of_vocab(
+            f"the data in --data_dir={flags_obj.data_dir}",
+            "regenerate the data with --mode=datagen, or use the vocabulary file it was "
+            "encoded with"):
+        return _run_schedule(trainer, flags_obj, mode)
+
+
+def _run_schedule(trainer: Trainer, flags_obj: Any, mode: str) -> dict[str, float]:
     if mode == "train":
         return trainer.train()
     if mode == "eval":
