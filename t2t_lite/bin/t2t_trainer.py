@@ -61,15 +61,11 @@ def check_flags(flags_obj: Any) -> None:
         if not getattr(flags_obj, name):
             raise UserError(f"--{name} is required for --mode=train/eval/train_and_eval")
     validation.check_positive({
-        "train_steps": flags_obj.train_steps,
-        "local_eval_frequency": flags_obj.local_eval_frequency,
-        "keep_checkpoint_max": flags_obj.keep_checkpoint_max,
-        "log_step_count_steps": flags_obj.log_step_count_steps,
-        "save_checkpoints_steps": flags_obj.save_checkpoints_steps,
-        "worker_gpu": flags_obj.worker_gpu,
-        "worker_replicas": flags_obj.worker_replicas,
-    })
-    validation.check_non_negative({"eval_steps": flags_obj.eval_steps})
+        name: getattr(flags_obj, name, None)
+        for name in ("train_steps", "local_eval_frequency", "keep_checkpoint_max",
+                     "log_step_count_steps", "save_checkpoints_steps", "worker_gpu",
+                     "worker_replicas")})
+    validation.check_non_negative({"eval_steps": getattr(flags_obj, "eval_steps", None)})
     validation.check_output_dir("output_dir", os.path.expanduser(flags_obj.output_dir))
 
 

@@ -25,8 +25,11 @@ def damage(path: str) -> str | None:
     """
     try:
         reader = tf.train.load_checkpoint(path)
-        for name in reader.get_variable_to_shape_map():
-            reader.get_tensor(name)
+        for name, dtype in reader.get_variable_to_dtype_map().items():
+            # Variant tensors (the input pipeline's position under --deterministic) have no
+            # NumPy form; every other tensor is read in full.
+            if dtype != tf.variant:
+                reader.get_tensor(name)
     except (tf.errors.OpError, IndexError, ValueError, OSError) as e:
         return one_line(e)
     return None
