@@ -73,6 +73,12 @@ class TargetSpaceEmbedding(keras.layers.Layer):
         emb = tf.gather(self.kernel, tf.cast(target_space_id, tf.int32))
         return tf.reshape(emb, [-1, 1, self.hidden_size])
 
+    def get_config(self) -> dict:
+        config = super().get_config()
+        config.update(hidden_size=self.hidden_size,
+                      initializer=keras.initializers.serialize(self.initializer))
+        return config
+
 
 def _sublayer_scope(name: str):
     """Opens t2t's sub-layer scope ("self_attention", "encdec_attention", "ffn") while the
@@ -80,40 +86,140 @@ def _sublayer_scope(name: str):
     return keras.name_scope(name)
 
 
-class _TransformerLayer(keras.layers.Layer):
-    """Shared parts of encoder and decoder layers: pre/post-processing around sub-layers."""
+# The hparams that shape one encoder or decoder layer; the layers take them as constructor
+# arguments of the same names (`layer_args` reads them from a model's hparams).
+LAYER_HPARAMS = (
+    "hidden_size",
+    "num_heads",
+    "filter_size",
+    "ffn_layer",
+    "attention_key_channels",
+    "attention_value_channels",
+    "attention_dropout",
+    "attention_dropout_broadcast_dims",
+    "relu_dropout",
+    "relu_dropout_broadcast_dims",
+    "layer_preprocess_sequence",
+    "layer_postprocess_sequence",
+    "layer_prepostprocess_dropout",
+    "layer_prepostprocess_dropout_broadcast_dims",
+    "norm_type",
+    "norm_epsilon",
+)
 
-    def __init__(self, hparams, initializer, **kwargs):
+
+def layer_args(hparams) -> dict[str, Any]:
+    """Constructor arguments of the Transformer's layers from model hparams.
+
+    Args:
+      hparams: model HParams.
+
+    Returns:
+      {name: value} for every name of `LAYER_HPARAMS`, e.g. to build
+      `TransformerEncoderLayer(**layer_args(hparams), name="layer_0")`.
+    """
+    return {name: hparams_support.hparam(hparams, name) for name in LAYER_HPARAMS}
+
+
+class _TransformerLayer(keras.layers.Layer):
+    """Shared parts of encoder and decoder layers: pre/post-processing around sub-layers.
+
+    Args (each named as the hparam it comes from, see `layer_args`):
+      hidden_size: D.
+      num_heads: H.
+      filter_size: hidden width of the feed-forward layer.
+      ffn_layer: only "dense_relu_dense".
+      attention_key_channels, attention_value_channels: total key / value depth (0 -> D).
+      attention_dropout, attention_dropout_broadcast_dims: attention weight dropout.
+      relu_dropout, relu_dropout_broadcast_dims: dropout inside the feed-forward layer.
+      layer_preprocess_sequence, layer_postprocess_sequence: t2t's "n", "dan", ... sequences.
+      layer_prepostprocess_dropout, layer_prepostprocess_dropout_broadcast_dims: their "d".
+      norm_type: "layer" or "none".
+      norm_epsilon: layer norm epsilon.
+      kernel_initializer: initializer of every kernel (the model's default initializer).
+    """
+
+    def __init__(
+        self,
+        hidden_size: int,
+        num_heads: int,
+        filter_size: int,
+        ffn_layer: str = "dense_relu_dense",
+        attention_key_channels: int = 0,
+        attention_value_channels: int = 0,
+        attention_dropout: float = 0.0,
+        attention_dropout_broadcast_dims: str = "",
+        relu_dropout: float = 0.0,
+        relu_dropout_broadcast_dims: str = "",
+        layer_preprocess_sequence: str = "none",
+        layer_postprocess_sequence: str = "dan",
+        layer_prepostprocess_dropout: float = 0.1,
+        layer_prepostprocess_dropout_broadcast_dims: str = "",
+        norm_type: str = "layer",
+        norm_epsilon: float = 1e-6,
+        kernel_initializer="glorot_uniform",
+        **kwargs,
+    ):
         super().__init__(**kwargs)
-        self.hidden_size = hparams.hidden_size
-        self.num_heads = hparams.num_heads
-        self._hparams = hparams
-        self._initializer = initializer
+        if ffn_layer != "dense_relu_dense":
+            raise ValueError(
+                f"hparams.ffn_layer={ffn_layer!r} is not supported; use 'dense_relu_dense'"
+            )
+        self.hidden_size = int(hidden_size)
+        self.num_heads = int(num_heads)
+        self.kernel_initializer = keras.initializers.get(kernel_initializer)
+        self._args = {
+            "hidden_size": self.hidden_size,
+            "num_heads": self.num_heads,
+            "filter_size": int(filter_size),
+            "ffn_layer": ffn_layer,
+            "attention_key_channels": int(attention_key_channels),
+            "attention_value_channels": int(attention_value_channels),
+            "attention_dropout": float(attention_dropout),
+            "attention_dropout_broadcast_dims": attention_dropout_broadcast_dims,
+            "relu_dropout": float(relu_dropout),
+            "relu_dropout_broadcast_dims": relu_dropout_broadcast_dims,
+            "layer_preprocess_sequence": layer_preprocess_sequence,
+            "layer_postprocess_sequence": layer_postprocess_sequence,
+            "layer_prepostprocess_dropout": float(layer_prepostprocess_dropout),
+            "layer_prepostprocess_dropout_broadcast_dims": (
+                layer_prepostprocess_dropout_broadcast_dims),
+            "norm_type": norm_type,
+            "norm_epsilon": float(norm_epsilon),
+        }
+
+    def _preprocess(self) -> common_layers.LayerPrepostprocess:
+        a = self._args
+        return common_layers.layer_preprocess(
+            a["layer_preprocess_sequence"], a["layer_prepostprocess_dropout"],
+            a["layer_prepostprocess_dropout_broadcast_dims"], a["norm_type"], a["norm_epsilon"])
+
+    def _postprocess(self) -> common_layers.LayerPrepostprocess:
+        a = self._args
+        return common_layers.layer_postprocess(
+            a["layer_postprocess_sequence"], a["layer_prepostprocess_dropout"],
+            a["layer_prepostprocess_dropout_broadcast_dims"], a["norm_type"], a["norm_epsilon"])
 
     def _attention(self) -> common_attention.MultiheadAttention:
-        hp = self._hparams
+        a = self._args
         return common_attention.MultiheadAttention(
-            hp.num_heads,
-            hp.hidden_size,
-            key_depth=hp.attention_key_channels,
-            value_depth=hp.attention_value_channels,
-            dropout=hp.attention_dropout,
-            dropout_broadcast_dims=hparams_support.hparam(hp, "attention_dropout_broadcast_dims"),
-            kernel_initializer=self._initializer,
+            a["num_heads"],
+            a["hidden_size"],
+            key_depth=a["attention_key_channels"],
+            value_depth=a["attention_value_channels"],
+            dropout=a["attention_dropout"],
+            dropout_broadcast_dims=a["attention_dropout_broadcast_dims"],
+            kernel_initializer=self.kernel_initializer,
         )
 
     def _ffn(self) -> common_layers.DenseReluDense:
-        hp = self._hparams
-        if hp.ffn_layer != "dense_relu_dense":
-            raise ValueError(
-                f"hparams.ffn_layer={hp.ffn_layer!r} is not supported; use 'dense_relu_dense'"
-            )
+        a = self._args
         return common_layers.DenseReluDense(
-            hp.filter_size,
-            hp.hidden_size,
-            dropout=hp.relu_dropout,
-            dropout_broadcast_dims=hparams_support.hparam(hp, "relu_dropout_broadcast_dims"),
-            kernel_initializer=self._initializer,
+            a["filter_size"],
+            a["hidden_size"],
+            dropout=a["relu_dropout"],
+            dropout_broadcast_dims=a["relu_dropout_broadcast_dims"],
+            kernel_initializer=self.kernel_initializer,
             name="ffn",
         )
 
@@ -125,25 +231,29 @@ class _TransformerLayer(keras.layers.Layer):
                 inner.build(shape)
             post.build(shape)
 
+    def get_config(self) -> dict:
+        config = super().get_config()
+        config.update(self._args)
+        config["kernel_initializer"] = keras.initializers.serialize(self.kernel_initializer)
+        return config
+
 
 class TransformerEncoderLayer(_TransformerLayer):
     """One encoder layer (t2t scope `encoder/layer_{l}`): self-attention, then FFN, each as
     `x = postprocess(x, sublayer(preprocess(x)))`.
 
-    Args:
-      hparams: model HParams.
-      initializer: kernel initializer.
-      name: "layer_{l}".
+    Args: those of `_TransformerLayer` (`layer_args(hparams)`), kernel_initializer and
+    name ("layer_{l}").
     """
 
-    def __init__(self, hparams, initializer, **kwargs):
-        super().__init__(hparams, initializer, **kwargs)
-        self.self_attention_pre = common_layers.layer_preprocess(hparams)
+    def __init__(self, hidden_size: int, num_heads: int, filter_size: int, **kwargs):
+        super().__init__(hidden_size, num_heads, filter_size, **kwargs)
+        self.self_attention_pre = self._preprocess()
         self.self_attention = self._attention()
-        self.self_attention_post = common_layers.layer_postprocess(hparams)
-        self.ffn_pre = common_layers.layer_preprocess(hparams)
+        self.self_attention_post = self._postprocess()
+        self.ffn_pre = self._preprocess()
         self.ffn = self._ffn()
-        self.ffn_post = common_layers.layer_postprocess(hparams)
+        self.ffn_post = self._postprocess()
 
     def build(self, input_shape=None) -> None:
         self._build_sublayer(
@@ -168,23 +278,21 @@ class TransformerDecoderLayer(_TransformerLayer):
     """One decoder layer (t2t scope `decoder/layer_{l}`): causal self-attention,
     encoder-decoder attention, FFN.
 
-    Args:
-      hparams: model HParams.
-      initializer: kernel initializer.
-      name: "layer_{l}".
+    Args: those of `_TransformerLayer` (`layer_args(hparams)`), kernel_initializer and
+    name ("layer_{l}").
     """
 
-    def __init__(self, hparams, initializer, **kwargs):
-        super().__init__(hparams, initializer, **kwargs)
-        self.self_attention_pre = common_layers.layer_preprocess(hparams)
+    def __init__(self, hidden_size: int, num_heads: int, filter_size: int, **kwargs):
+        super().__init__(hidden_size, num_heads, filter_size, **kwargs)
+        self.self_attention_pre = self._preprocess()
         self.self_attention = self._attention()
-        self.self_attention_post = common_layers.layer_postprocess(hparams)
-        self.encdec_attention_pre = common_layers.layer_preprocess(hparams)
+        self.self_attention_post = self._postprocess()
+        self.encdec_attention_pre = self._preprocess()
         self.encdec_attention = self._attention()
-        self.encdec_attention_post = common_layers.layer_postprocess(hparams)
-        self.ffn_pre = common_layers.layer_preprocess(hparams)
+        self.encdec_attention_post = self._postprocess()
+        self.ffn_pre = self._preprocess()
         self.ffn = self._ffn()
-        self.ffn_post = common_layers.layer_postprocess(hparams)
+        self.ffn_post = self._postprocess()
 
     def build(self, input_shape=None) -> None:
         self._build_sublayer(
@@ -248,21 +356,28 @@ class _LayerStack(keras.layers.Layer):
     layer norm of pre-norm sets; identity for "none"): what t2t's encoder and decoder share.
 
     Args:
-      hparams: model HParams.
-      initializer: kernel initializer.
-      layer_class: TransformerEncoderLayer or TransformerDecoderLayer.
       num_layers: N.
+      **layer_kwargs: the arguments of every layer (`layer_args(hparams)` and
+        kernel_initializer, see `_TransformerLayer`).
     """
 
-    def __init__(self, hparams, initializer, layer_class, num_layers: int, name: str,
-                 **kwargs):
-        super().__init__(name=name, **kwargs)
-        self.hidden_size = hparams.hidden_size
-        self.num_layers = num_layers
+    layer_class: type[_TransformerLayer]
+
+    def __init__(self, num_layers: int, name: str, **layer_kwargs):
+        own = {k: layer_kwargs.pop(k) for k in ("trainable", "dtype") if k in layer_kwargs}
+        super().__init__(name=name, **own)
+        self.num_layers = int(num_layers)
         for i in range(self.num_layers):
             # Attributes, not a list: tf.train.Checkpoint only follows attributes.
-            setattr(self, f"layer_{i}", layer_class(hparams, initializer, name=f"layer_{i}"))
-        self.output_norm = common_layers.layer_preprocess(hparams)
+            setattr(self, f"layer_{i}", self.layer_class(name=f"layer_{i}", **layer_kwargs))
+        first = self.layer_class(**layer_kwargs) if not self.num_layers else self.layer_0
+        self.hidden_size = first.hidden_size
+        # The arguments every layer was built with, as its config holds them.
+        self.layer_config = {
+            k: v for k, v in first.get_config().items()
+            if k in LAYER_HPARAMS or k == "kernel_initializer"
+        }
+        self.output_norm = first._preprocess()
 
     @property
     def layers_(self) -> list[keras.layers.Layer]:
@@ -274,18 +389,24 @@ class _LayerStack(keras.layers.Layer):
             layer.build()
         self.output_norm.build((None, None, self.hidden_size))
 
+    def get_config(self) -> dict:
+        config = super().get_config()
+        config.update(num_layers=self.num_layers, **self.layer_config)
+        return config
+
 
 class TransformerEncoder(_LayerStack):
     """t2t's `transformer_encoder` (scope "encoder").
 
     Args:
-      hparams: model HParams.
-      initializer: kernel initializer.
+      num_layers: hparams.num_encoder_layers or num_hidden_layers.
+      **layer_kwargs: see `_LayerStack`.
     """
 
-    def __init__(self, hparams, initializer, name: str = "encoder", **kwargs):
-        super().__init__(hparams, initializer, TransformerEncoderLayer,
-                         hparams.num_encoder_layers or hparams.num_hidden_layers, name, **kwargs)
+    layer_class = TransformerEncoderLayer
+
+    def __init__(self, num_layers: int, name: str = "encoder", **layer_kwargs):
+        super().__init__(num_layers, name, **layer_kwargs)
 
     def call(self, x: tf.Tensor, bias: tf.Tensor, training: bool | None = None) -> tf.Tensor:
         """Args: x: [B, L, D] prepared input; bias: [B, 1, 1, L]. Returns: [B, L, D]."""
@@ -298,13 +419,14 @@ class TransformerDecoder(_LayerStack):
     """t2t's `transformer_decoder` (scope "decoder").
 
     Args:
-      hparams: model HParams.
-      initializer: kernel initializer.
+      num_layers: hparams.num_decoder_layers or num_hidden_layers.
+      **layer_kwargs: see `_LayerStack`.
     """
 
-    def __init__(self, hparams, initializer, name: str = "decoder", **kwargs):
-        super().__init__(hparams, initializer, TransformerDecoderLayer,
-                         hparams.num_decoder_layers or hparams.num_hidden_layers, name, **kwargs)
+    layer_class = TransformerDecoderLayer
+
+    def __init__(self, num_layers: int, name: str = "decoder", **layer_kwargs):
+        super().__init__(num_layers, name, **layer_kwargs)
 
     def call(
         self,
@@ -364,17 +486,24 @@ class TransformerBody(keras.layers.Layer):
     input dropouts.
 
     Args:
-      hparams: model HParams.
-      initializer: kernel initializer.
+      num_encoder_layers, num_decoder_layers: layers of each stack.
+      use_target_space_embedding: add the target-space row to the encoder input.
+      **layer_kwargs: the arguments of every layer (`layer_args(hparams)` and
+        kernel_initializer, see `_TransformerLayer`).
     """
 
-    def __init__(self, hparams, initializer, name: str = "body", **kwargs):
-        super().__init__(name=name, **kwargs)
-        self.use_target_space_embedding = bool(hparams.use_target_space_embedding)
-        self.target_space_embedding = TargetSpaceEmbedding(hparams.hidden_size, initializer)
-        self.encoder = TransformerEncoder(hparams, initializer)
-        self.decoder = TransformerDecoder(hparams, initializer)
-        rate = hparams.layer_prepostprocess_dropout
+    def __init__(self, num_encoder_layers: int, num_decoder_layers: int,
+                 use_target_space_embedding: bool = True, name: str = "body", **layer_kwargs):
+        own = {k: layer_kwargs.pop(k) for k in ("trainable", "dtype") if k in layer_kwargs}
+        super().__init__(name=name, **own)
+        self.num_encoder_layers = int(num_encoder_layers)
+        self.num_decoder_layers = int(num_decoder_layers)
+        self.use_target_space_embedding = bool(use_target_space_embedding)
+        self.target_space_embedding = TargetSpaceEmbedding(
+            layer_kwargs["hidden_size"], layer_kwargs.get("kernel_initializer", "glorot_uniform"))
+        self.encoder = TransformerEncoder(self.num_encoder_layers, **layer_kwargs)
+        self.decoder = TransformerDecoder(self.num_decoder_layers, **layer_kwargs)
+        rate = self.encoder.layer_config["layer_prepostprocess_dropout"]
         # t2t applies plain dropout (no broadcast dims) to the prepared encoder/decoder inputs.
         self.encoder_input_dropout = common_layers.Dropout(rate, name="encoder_input_dropout")
         self.decoder_input_dropout = common_layers.Dropout(rate, name="decoder_input_dropout")
@@ -384,6 +513,16 @@ class TransformerBody(keras.layers.Layer):
             self.target_space_embedding.build()
         self.encoder.build()
         self.decoder.build()
+
+    def get_config(self) -> dict:
+        config = super().get_config()
+        config.update(
+            num_encoder_layers=self.num_encoder_layers,
+            num_decoder_layers=self.num_decoder_layers,
+            use_target_space_embedding=self.use_target_space_embedding,
+            **self.encoder.layer_config,
+        )
+        return config
 
 
 def _check_hparams(hparams) -> None:
@@ -467,7 +606,13 @@ class Transformer(keras.Model):
         if not self.modality.share_softmax:
             # t2t sets the hparam to 0 when the vocab sizes differ; record what is in effect.
             self.hparams.shared_embedding_and_softmax_weights = False
-        self.body = TransformerBody(hparams, initializer)
+        self.body = TransformerBody(
+            hparams.num_encoder_layers or hparams.num_hidden_layers,
+            hparams.num_decoder_layers or hparams.num_hidden_layers,
+            use_target_space_embedding=hparams.use_target_space_embedding,
+            kernel_initializer=initializer,
+            **layer_args(hparams),
+        )
         # Compiled decoders by configuration; set past Keras/TF attribute tracking so that
         # checkpoints and SavedModels of the model never include them.
         object.__setattr__(self, "_infer_functions", {})
