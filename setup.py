@@ -18,6 +18,7 @@ setup(
         "t2t_lite.models",
         "t2t_lite.data_generators",
         "t2t_lite.utils",
+        "t2t_lite.serving",
         "t2t_lite.problems",
         "t2t_lite.hparams_sets",
     ],
@@ -30,7 +31,6 @@ setup(
     install_requires=[
         "tensorflow>=2.16,<2.22",
         "keras>=3",
-        "tensorflow-text>=2.16,<2.22",
         "tensorflow-datasets",
         "sacrebleu>=2",
         "absl-py",
@@ -39,7 +39,13 @@ setup(
         "tensorboard",
     ],
     extras_require={
-        "test": ["pytest", "hypothesis", "tensorboard"],
+        # The in-graph encoder's FastWordpiece segmenter (--export_subword_segmenter).
+        "text": ["tensorflow-text>=2.16,<2.22"],
+        # CTranslate2 export and decoding (t2t_lite.serving.ct2).
+        "ctranslate2": ["ctranslate2>=4"],
+        # CI tests both optional paths.
+        "test": ["pytest", "hypothesis", "tensorboard", "tensorflow-text>=2.16,<2.22",
+                 "ctranslate2>=4"],
         "bench": [],
     },
     entry_points={"console_scripts": ["t2t-lite=run:main"]},

@@ -136,3 +136,44 @@ flags.DEFINE_string(
     "export_dir", None,
     "Where --mode=export writes the SavedModel, as version folder <export_dir>/<unix time>/ "
     "(TensorFlow Serving's --model_base_path layout). Default: <output_dir>/export.")
+flags.DEFINE_enum(
+    "export_subword_segmenter", "core", ["core", "tensorflow_text"],
+    "How the SavedModel's in-graph subword encoder splits escaped tokens: core TensorFlow ops "
+    "(loads in any TensorFlow), or tensorflow-text's FastWordpieceTokenizer (same ids, about "
+    "2x faster encoding; the serving process must load tensorflow-text's ops).")
+
+# --- CTranslate2 export and decoding (t2t_lite.serving.ct2; not in t2t) --------------------
+flags.DEFINE_enum(
+    "export_format", "saved_model", ["saved_model", "ctranslate2"],
+    "--mode=export: a TensorFlow SavedModel, or a CTranslate2 model directory (written to "
+    "--export_dir, default <output_dir>/ctranslate2).")
+flags.DEFINE_enum(
+    "quantization", "none",
+    ["none", "int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float16",
+     "bfloat16", "float32"],
+    "--export_format=ctranslate2: weight type of the saved model (none = float32).")
+flags.DEFINE_integer(
+    "ct2_max_position", 2048,
+    "--export_format=ctranslate2: rows of the position tables, i.e. the longest input "
+    "(EOS included) and the longest decode the exported model serves.")
+flags.DEFINE_enum(
+    "decode_engine", "t2t_lite", ["t2t_lite", "ctranslate2"],
+    "--mode=decode: t2t_lite's TensorFlow decoder, or CTranslate2 on the directory written by "
+    "--export_format=ctranslate2 (--export_dir, default <output_dir>/ctranslate2).")
+flags.DEFINE_string(
+    "ct2_device", "cpu", "--decode_engine=ctranslate2: 'cpu', 'cuda' or 'auto'.")
+flags.DEFINE_string(
+    "ct2_compute_type", "default",
+    "--decode_engine=ctranslate2: CTranslate2 compute type (default = the saved weights' "
+    "type; int8, int8_float32, float16, bfloat16, float32, ...).")
+flags.DEFINE_integer(
+    "ct2_intra_threads", 0, "--decode_engine=ctranslate2: threads per batch (0 = CTranslate2's "
+    "default).")
+flags.DEFINE_float(
+    "ct2_patience", 1.0,
+    "--decode_engine=ctranslate2: beam search ends after beam_size * patience finished "
+    "hypotheses (CTranslate2's patience).")
+flags.DEFINE_float(
+    "ct2_length_penalty", None,
+    "--decode_engine=ctranslate2: CTranslate2's length-penalty exponent during the beam search "
+    "(default: alpha); the hypotheses are re-ranked with t2t's GNMT penalty either way.")

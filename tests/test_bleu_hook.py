@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from t2t_lite.bin import t2t_bleu
+from t2t_lite.errors import UserError
 from t2t_lite.utils import bleu_hook
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -155,10 +156,10 @@ def test_main_prints_sacrebleu_and_t2t_bleu(wmt_toy_dir, tmp_path, capsys):
 
 def test_main_errors_name_the_flag(tmp_path):
     flags = types.SimpleNamespace(translation=None, reference="x", bleu_variant="both")
-    with pytest.raises(SystemExit, match="--translation"):
+    with pytest.raises(UserError, match="--translation"):
         t2t_bleu.main(flags)
     flags.translation = str(tmp_path / "missing")
-    with pytest.raises(SystemExit, match="no such file"):
+    with pytest.raises(UserError, match="no such file"):
         t2t_bleu.main(flags)
 
 

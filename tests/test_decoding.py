@@ -10,6 +10,7 @@ import pytest
 
 from t2t_lite.bin import t2t_decoder
 from t2t_lite.data_generators import text_encoder
+from t2t_lite.errors import UserError
 from t2t_lite.utils import decoding
 
 ENCODER = text_encoder.TextEncoder()  # "3 4" <-> [5, 6]
@@ -290,11 +291,11 @@ def test_end_to_end_beam_search_n_best(t2t_fixtures, wmt_toy_dir, tmp_path):
 
 
 def test_main_errors_name_the_flags(tmp_path):
-    with pytest.raises(SystemExit, match="--problem"):
+    with pytest.raises(UserError, match="--problem"):
         t2t_decoder.main(_flags())
-    with pytest.raises(SystemExit, match="exclude each other"):
+    with pytest.raises(UserError, match="exclude each other"):
         t2t_decoder.main(_flags(decode_interactive=True, decode_from_file="x"))
-    with pytest.raises(SystemExit, match="--hparams_set"):
+    with pytest.raises(UserError, match="--hparams_set"):
         t2t_decoder.main(_flags(problem="translate_files", output_dir=str(tmp_path)))
 
 
@@ -456,10 +457,10 @@ def test_score_file_gives_t2t_per_line_losses(t2t_fixtures, wmt_toy_dir, tmp_pat
     assert tokens == [int((row != 0).sum()) for row in fixture["targets"]]
     weighted = sum(s * n for s, n in zip(scores, tokens)) / sum(tokens)
     assert weighted == pytest.approx(float(fixture["loss_eval"]), abs=1e-5)
-    with pytest.raises(SystemExit, match="--score_file needs --decode_to_file"):
+    with pytest.raises(UserError, match="--score_file needs --decode_to_file"):
         t2t_decoder.main(_flags(problem="translate_files", score_file=str(score_file)))
     score_file.write_text("no tab here\n", encoding="utf-8")
-    with pytest.raises(SystemExit, match=r"pairs.tsv:1: expected 'input<TAB>target'"):
+    with pytest.raises(UserError, match=r"pairs.tsv:1: expected 'input<TAB>target'"):
         t2t_decoder.main(_flags(
             problem="translate_files", hparams_set="transformer_tiny", data_dir=str(data_dir),
             checkpoint_path=str(t2t_fixtures / "ckpt_A_trained"), score_file=str(score_file),

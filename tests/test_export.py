@@ -17,6 +17,7 @@ import tensorflow as tf
 from t2t_lite import registry
 from t2t_lite.bin import import_t2t, t2t_avg_all, t2t_exporter
 from t2t_lite.data_generators import text_encoder
+from t2t_lite.errors import UserError
 from t2t_lite.hparams import create_hparams
 from t2t_lite.utils import decoding, export, t2t_checkpoint
 from tests.conftest import REPO_ROOT
@@ -177,7 +178,7 @@ def test_mismatched_checkpoint_fails_clearly(t2t_fixtures, data_dir, tmp_path):
         problem="translate_files", data_dir=str(data_dir), hparams_set="transformer_tiny",
         hparams="hidden_size=64", checkpoint_path=str(t2t_fixtures / CKPT), output_dir=None,
         model="transformer", decode_hparams="", export_dir=str(tmp_path / "export"))
-    with pytest.raises(SystemExit, match=r"checkpoint \[128, 128\] vs model \[64, 64\]"):
+    with pytest.raises(UserError, match=r"checkpoint \[128, 128\] vs model \[64, 64\]"):
         t2t_exporter.main(flags)
     assert not (tmp_path / "export").exists()
 
@@ -349,3 +350,28 @@ def test_return_beams_gives_n_best(fixture_model, encoder):
     texts = result["outputs"].numpy()
     # decode mode writes a line's beams tab-joined.
     assert ["\t".join(t.decode("utf-8") for t in row) for row in texts] == python
+
+
+@pytest.mark.slow
+def test_tensorflow_text_segmenter_export_serves_the_same_text(fixture_model, encoder,
+                                                               wmt_toy_dir, tmp_path):
+    # The faster in-graph encoder: a fresh process needs tensorflow-text's ops (and only them).
+    decode_hp = decoding.decode_hparams(f"{DECODE_HPARAMS},beam_size=2,log_results=False")
+    module = export.ServingModule(fixture_model, encoder.all_subtoken_strings,
+                                  encoder.all_subtoken_strings, decode_hp, 256, 0,
+                                  subword_segmenter="tensorflow_text")
+    path = export.export(module, str(tmp_path / "export"))
+    lines = (wmt_toy_dir / "dev.en").read_text(encoding="utf-8").split("\n")[:8]
+    batches_file = tmp_path / "batches.json"
+    batches_file.write_text(json.dumps([lines]), encoding="utf-8")
+    script = "import tensorflow_text\n" + FRESH_PROCESS_SCRIPT
+    result = subprocess.run(
+        [sys.executable, "-c", script, path, str(batches_file)], check=False,
+        capture_output=True, text=True, timeout=300, cwd=tmp_path,
+        env=dict(os.environ, PYTHONPATH=""))
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads(result.stdout.strip().split("\n")[-1])
+    assert report["loaded"] == ["tensorflow_text"]
+    python = decoding.decode_lines(lines, decoding.make_infer_fn(fixture_model, decode_hp),
+                                   encoder, encoder, decode_hp)
+    assert report["outputs"][0] == python

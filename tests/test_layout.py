@@ -55,6 +55,80 @@ def test_only_the_tools_read_flags_and_nothing_imports_the_tools():
     assert offenders == []
 
 
+# utils modules with one small job each, which layers/models/data may use (as in t2t, where
+# models import utils.beam_search and data_generators import utils.data_reader).
+LEAF_UTILS = {"beam_search", "optimize", "learning_rate", "data_reader", "metrics",
+              "bleu_hook", "parsing_eval", "subword_graph", "summaries", "validation"}
+TOP_LEVEL = {"t2t_lite", "t2t_lite.errors", "t2t_lite.file_io", "t2t_lite.hparams",
+             "t2t_lite.hparams_support", "t2t_lite.registry", "t2t_lite.quiet_start"}
+
+
+def _allowed(importer: str, imported: str) -> bool:
+    """The import rules of DESIGN.md: bin -> library; layers <- models <- utils;
+    data_generators <- problems; leaf utils import no tools; nothing imports bin."""
+    package = importer.split(".")[1] if "." in importer else importer
+    parts = imported.split(".")
+    if len(parts) < 2 or ".".join(parts[:2]) in TOP_LEVEL or parts[1] == "hparams_sets":
+        return True
+    target = parts[1]
+    if target == "bin":
+        return package == "bin"
+    if package in ("bin", "run"):
+        return True
+    leaf = target == "utils" and (len(parts) == 2 or parts[2] in LEAF_UTILS)
+    if package == "layers":
+        return target == "layers"
+    if package == "models":
+        return target in ("layers", "models") or leaf
+    if package == "data_generators":
+        return target == "data_generators" or leaf
+    if package == "problems":
+        return target in ("data_generators", "problems") or leaf
+    if package == "utils" and importer.split(".")[2] in LEAF_UTILS:
+        return target in ("layers", "data_generators") or leaf
+    return True
+
+
+def test_import_rules_between_packages():
+    offenders = []
+    for module, path in _source_files().items():
+        for name in _imports(path):
+            if name.startswith("t2t_lite") and not _allowed(module, name):
+                offenders.append(f"{module} imports {name}")
+    assert offenders == []
+
+
+def test_import_rules_catch_a_violation():
+    assert not _allowed("t2t_lite.layers.common_layers", "t2t_lite.models.transformer")
+    assert not _allowed("t2t_lite.utils.parsing_eval", "t2t_lite.problems.wsj_parsing")
+    assert not _allowed("t2t_lite.data_generators.problem", "t2t_lite.utils.trainer_lib")
+    assert not _allowed("t2t_lite.utils.decoding", "t2t_lite.bin.t2t_decoder")
+    assert _allowed("t2t_lite.models.transformer", "t2t_lite.utils.beam_search")
+    assert _allowed("t2t_lite.utils.trainer_lib", "t2t_lite.models.transformer")
+
+
+# Files over ~600 lines, each one cohesive job (t2t keeps the same job in one module).
+LONG_FILES = {
+    "t2t_lite/layers/common_layers.py": "t2t's common_layers: the layer primitives",
+    "t2t_lite/models/transformer.py": "t2t's transformer.py: encoder, decoder, fast decoding",
+    "t2t_lite/data_generators/text_encoder.py": "t2t's text_encoder: the encoders",
+    "t2t_lite/utils/decoding.py": "t2t's decoding.py: decode from dataset, file, interactive",
+    "t2t_lite/utils/trainer_lib.py": "the training loop: steps, checkpoints, eval, summaries",
+}
+
+
+def test_no_file_over_600_lines_unless_listed():
+    too_long = []
+    for path in sorted(set(_source_files().values())):
+        relative = str(path.relative_to(REPO))
+        relative = relative.replace("t2t_lite/problems/", "problems/")
+        lines = len(path.read_text(encoding="utf-8").splitlines())
+        limit = 1000 if relative in LONG_FILES else 600
+        if lines > limit:
+            too_long.append(f"{relative}: {lines} lines")
+    assert too_long == []
+
+
 def test_library_imports_in_a_program_with_its_own_model_flag(tmp_path):
     # t2t-style flag names (--model, --problem, --hparams) belong to the program, not to us.
     program = tmp_path / "program.py"

@@ -48,9 +48,10 @@ def encoder(t2t_fixtures):
     return text_encoder.SubwordTextEncoder(str(t2t_fixtures / VOCAB))
 
 
-@pytest.fixture(scope="module")
-def graph_encoder(encoder):
-    return subword_graph.SubwordGraphEncoder(encoder.all_subtoken_strings)
+@pytest.fixture(scope="module", params=subword_graph.SEGMENTERS)
+def graph_encoder(encoder, request):
+    return subword_graph.SubwordGraphEncoder(encoder.all_subtoken_strings,
+                                             segmenter=request.param)
 
 
 @pytest.fixture(scope="module")
@@ -178,7 +179,8 @@ def test_max_length_keeps_the_first_ids(graph_encoder, encoder, wmt_toy_dir, max
     assert got == [encoder.encode(text)[:max_length] for text in texts]
 
 
-def test_old_style_reserved_tokens_and_built_vocab(tmp_path):
+@pytest.mark.parametrize("segmenter", subword_graph.SEGMENTERS)
+def test_old_style_reserved_tokens_and_built_vocab(tmp_path, segmenter):
     # A vocab built by the Python builder from unusual text, stored with old-style reserved
     # tokens ("<pad>", "<EOS>" without "_"), as t2t's shipped test vocabs are.
     lines = ["caf\u00e9 na\u00efve \u2603 snow", "under_score back\\slash", "12 34 5.6",
@@ -188,7 +190,7 @@ def test_old_style_reserved_tokens_and_built_vocab(tmp_path):
     vocab_file = tmp_path / "vocab.old_style.subwords"
     vocab_file.write_text("".join(f"'{s}'\n" for s in strings), encoding="utf-8")
     python = text_encoder.SubwordTextEncoder(str(vocab_file))
-    graph = subword_graph.SubwordGraphEncoder(python.all_subtoken_strings)
+    graph = subword_graph.SubwordGraphEncoder(python.all_subtoken_strings, segmenter=segmenter)
     texts = lines[:5] + ["unseen \u00fcml\u00e4ut <pad> <EOS>", "\U0001F601_\\"]
     ids = graph.encode(tf.constant(texts)).to_list()
     assert ids == [python.encode(text) for text in texts]
@@ -202,3 +204,24 @@ def test_vocab_checks():
     strings = ["<pad>_", "<EOS>_", "\u00e9_"] + list("\\_u;0123456789<>padEOS")
     with pytest.raises(ValueError, match="no single-character subtoken"):
         subword_graph.SubwordGraphEncoder(strings)
+
+
+@pytest.mark.parametrize("segmenter", subword_graph.SEGMENTERS)
+def test_duplicate_and_empty_subtokens_keep_t2t_ids(segmenter):
+    # t2t's lookup skips empty strings and lets a later duplicate win: "ab_" is id 5, not 3.
+    strings = ["<pad>_", "<EOS>_", "", "ab_", "b_", "ab_"] + list("\\_u;0123456789abEOSpd<>")
+    python = text_encoder.SubwordTextEncoder()  # t2t's list initialisation (files refuse these)
+    python._init_subtokens_from_list(strings)
+    python._init_alphabet_from_tokens(strings)
+    graph = subword_graph.SubwordGraphEncoder(python.all_subtoken_strings, segmenter=segmenter)
+    texts = ["ab b ab", "abab ba", ""]
+    assert graph.encode(tf.constant(texts)).to_list() == [python.encode(t) for t in texts]
+    assert python.encode("ab")[0] == 5
+
+
+def test_wordpiece_segmenter_refuses_a_clashing_vocabulary():
+    strings = ["<pad>_", "<EOS>_", "_#x"] + list("\\_u;0123456789<>padEOS#x")
+    with pytest.raises(ValueError, match="use the core segmenter"):
+        subword_graph.SubwordGraphEncoder(strings, segmenter="tensorflow_text")
+    with pytest.raises(ValueError, match="Unknown subword segmenter"):
+        subword_graph.SubwordGraphEncoder(strings, segmenter="sentencepiece")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
+from t2t_lite.errors import UserError
 from t2t_lite.hparams import create_hparams
 from t2t_lite.utils.t2t_checkpoint import import_checkpoint
 
@@ -28,13 +29,13 @@ def main(flags) -> str:
     """
     for name in ("checkpoint_path", "hparams_set", "output_dir"):
         if not getattr(flags, name):
-            raise ValueError(
+            raise UserError(
                 f"--{name} is required for --mode=import_t2t (--checkpoint_path=<t2t "
                 "model.ckpt-N or its directory> --hparams_set=<its hparams set> "
                 "--output_dir=<new t2t_lite directory>)"
             )
     if tf.train.latest_checkpoint(flags.output_dir):
-        raise ValueError(
+        raise UserError(
             f"--output_dir={flags.output_dir} already holds a checkpoint; choose an empty "
             "directory"
         )

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import os
 
+from t2t_lite.errors import UserError, one_line
+from t2t_lite.utils import checkpoint_guard, validation
 from t2t_lite.utils.avg_checkpoints import average_checkpoints, last_checkpoints
 
 
@@ -16,12 +18,19 @@ def main(flags) -> None:
       flags: absl FLAGS with `output_dir`, `n`, `avg_output_dir`.
     """
     if not flags.output_dir:
-        raise SystemExit("--mode=average needs --output_dir=<training run directory>")
+        raise UserError("--mode=average needs --output_dir=<training run directory>")
     avg_dir = flags.avg_output_dir or os.path.join(flags.output_dir, "avg")
+    validation.check_output_dir("avg_output_dir", avg_dir)
+    validation.check_writable_dir("avg_output_dir", avg_dir)
     try:
         paths = last_checkpoints(flags.output_dir, flags.n)
+        for path in paths:
+            reason = checkpoint_guard.damage(path)
+            if reason:
+                raise UserError(f"checkpoint {path} is damaged ({reason}); average fewer "
+                                "checkpoints (--n) or other ones")
         prefix = average_checkpoints(paths, avg_dir)
     except ValueError as e:
-        raise SystemExit(str(e)) from None
+        raise UserError(one_line(e)) from e
     print(f"Averaged {len(paths)} checkpoints: {', '.join(os.path.basename(p) for p in paths)}")
     print(f"Wrote {prefix}")

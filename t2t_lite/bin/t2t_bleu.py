@@ -4,6 +4,7 @@ Prints t2t's BLEU and sacrebleu's (`t2t_lite.utils.bleu_hook.bleu_report`).
 """
 from __future__ import annotations
 
+from t2t_lite.errors import UserError, one_line
 from t2t_lite.utils.bleu_hook import bleu_report
 
 
@@ -18,12 +19,12 @@ def main(flags) -> None:
     for name in ("translation", "reference"):
         path = getattr(flags, name)
         if not path:
-            raise SystemExit(f"--mode=bleu needs --{name}=FILE")
+            raise UserError(f"--mode=bleu needs --{name}=FILE")
         if not os.path.isfile(path):
-            raise SystemExit(f"--{name}={path}: no such file")
+            raise UserError(f"--{name}={path}: no such file")
     try:
         lines = bleu_report(flags.reference, flags.translation, flags.bleu_variant)
     except ValueError as e:
-        raise SystemExit(str(e)) from None
+        raise UserError(one_line(e)) from e
     for line in lines:
         print(line)

@@ -1,7 +1,9 @@
 """t2t-decoder: `run.py --mode=decode`.
 
 Reads t2t-decoder's flags and runs `t2t_lite.utils.decoding` (whose docstring describes the
-sources, the files written and the defaults taken from the training run).
+sources, the files written and the defaults taken from the training run), or with
+`--decode_engine=ctranslate2` the CTranslate2 Translator of `t2t_lite.serving.ct2` on the
+directory that `--mode=export --export_format=ctranslate2` wrote.
 """
 from __future__ import annotations
 
@@ -11,9 +13,13 @@ import sys
 from absl import logging
 
 from t2t_lite import file_io
+from t2t_lite.errors import UserError, one_line
+from t2t_lite.utils import validation
 from t2t_lite.utils.decoding import (
+    add_shard_to_filename,
     check_sampling,
     checkpoint_to_restore,
+    decode_filename,
     decode_from_dataset,
     decode_from_file,
     decode_hparams,
@@ -21,6 +27,7 @@ from t2t_lite.utils.decoding import (
     load_hparams,
     load_model,
     make_infer_fn,
+    read_inputs,
     read_run_flags,
     read_score_file,
     report_bleu,
@@ -39,22 +46,25 @@ def main(flags) -> None:
         hparams, decode_hparams, decode_from_file, decode_to_file, decode_reference,
         decode_interactive, score_file, random_seed).
     """
+    if getattr(flags, "decode_engine", "t2t_lite") == "ctranslate2":
+        decode_ctranslate2(flags)
+        return
     from t2t_lite import registry
     from t2t_lite.data_generators.problem import ModeKeys
 
     if flags.decode_interactive and flags.decode_from_file:
-        raise SystemExit("--decode_interactive and --decode_from_file exclude each other")
+        raise UserError("--decode_interactive and --decode_from_file exclude each other")
     score_file = getattr(flags, "score_file", None)
     if score_file:
         score_file = os.path.expanduser(score_file)
         if not os.path.isfile(score_file):
-            raise SystemExit(f"--score_file={score_file}: no such file")
+            raise UserError(f"--score_file={score_file}: no such file")
         if not flags.decode_to_file:
-            raise SystemExit("--score_file needs --decode_to_file for the scores")
+            raise UserError("--score_file needs --decode_to_file for the scores")
     try:
         decode_hp = decode_hparams(flags.decode_hparams or "")
     except ValueError as e:
-        raise SystemExit(str(e)) from None
+        raise UserError(one_line(e)) from e
     if getattr(flags, "random_seed", None) is not None:
         import keras
 
@@ -65,10 +75,12 @@ def main(flags) -> None:
     data_dir = flags.data_dir or run_flags.get("data_dir")
     model_name = flags.model or run_flags.get("model") or "transformer"
     if not problem_name:
-        raise SystemExit("--mode=decode needs --problem (or an --output_dir whose flags.json "
-                         "names it)")
+        raise UserError("--mode=decode needs --problem (or an --output_dir whose flags.json "
+                        "names it)")
+    _check_outputs_writable(flags, decode_hp, score_file)
     try:
         hparams = load_hparams(flags.output_dir, hparams_set, flags.hparams)
+        validation.check_hparams(hparams)
         problem = registry.problem(problem_name)
         problem_hparams = problem.get_hparams(hparams, data_dir=data_dir)
         check_sampling(hparams, decode_hp)
@@ -80,7 +92,7 @@ def main(flags) -> None:
                                  int(problem_hparams.get("target_space_id", 0)),
                                  float(problem_hparams.get("loss_multiplier", 1.0)))
     except (ValueError, FileNotFoundError) as e:
-        raise SystemExit(str(e)) from None
+        raise UserError(one_line(e)) from e
     if score_file:
         file_io.atomic_write_lines(os.path.expanduser(flags.decode_to_file),
                                    [f"{score:.6f}" for score in scores])
@@ -98,13 +110,17 @@ def main(flags) -> None:
         return
     if flags.decode_from_file:
         try:
-            output = decode_from_file(infer_fn, flags.decode_from_file, encoders, decode_hp,
-                                      decode_to_file, name_parts)
+            with validation.explain_ids_out_of_vocab(
+                    f"--decode_from_file={flags.decode_from_file}",
+                    "check that the input uses the problem's symbols and that the vocabulary "
+                    "is the one the model was trained with"):
+                output = decode_from_file(infer_fn, flags.decode_from_file, encoders,
+                                          decode_hp, decode_to_file, name_parts)
         except (FileNotFoundError, ValueError) as e:
-            raise SystemExit(str(e)) from None
+            raise UserError(one_line(e)) from e
     else:
         if not data_dir:
-            raise SystemExit("Decoding the dev set needs --data_dir (or --decode_from_file)")
+            raise UserError("Decoding the dev set needs --data_dir (or --decode_from_file)")
         examples = unpacked_problem(problem).dataset(
             ModeKeys.PREDICT, data_dir, hparams, batch=False, max_records=decode_hp.num_samples)
         base = decode_to_file or os.path.join(flags.output_dir or ".", "dev")
@@ -113,3 +129,76 @@ def main(flags) -> None:
     print(f"Decodes written to {output}")
     if reference:
         report_bleu(reference, output, flags.output_dir, checkpoint, decode_hp.summaries_log_dir)
+
+
+def decode_ctranslate2(flags) -> str:
+    """`--mode=decode --decode_engine=ctranslate2`: translates --decode_from_file with the
+    CTranslate2 directory (t2t-decoder's batching, decode length and output format).
+
+    Args:
+      flags: absl FLAGS (export_dir or output_dir, decode_from_file, decode_to_file,
+        decode_hparams, decode_reference, ct2_device, ct2_compute_type, ct2_intra_threads,
+        ct2_patience, ct2_length_penalty).
+
+    Returns:
+      The decodes file written.
+    """
+    from t2t_lite.serving import ct2
+    from t2t_lite.utils import bleu_hook
+
+    try:
+        decode_hp = decode_hparams(flags.decode_hparams or "")
+    except ValueError as e:
+        raise UserError(str(e)) from None
+    for name in ("force_decode_length", "skip_eos_postprocess", "identity_output"):
+        if decode_hp.get(name):
+            raise UserError(f"--decode_hparams: {name}=True is not supported with "
+                            "--decode_engine=ctranslate2; use --decode_engine=t2t_lite")
+    if getattr(flags, "decode_interactive", False):
+        raise UserError("--decode_interactive is not supported with --decode_engine=ctranslate2; "
+                        "give --decode_from_file")
+    if not flags.decode_from_file:
+        raise UserError("--decode_engine=ctranslate2 decodes a file: give --decode_from_file")
+    filename = add_shard_to_filename(os.path.expanduser(flags.decode_from_file), decode_hp)
+    if not os.path.isfile(filename):
+        raise UserError(f"--decode_from_file={filename}: no such file")
+    translator = ct2.Translator(ct2.default_model_dir(flags.export_dir, flags.output_dir),
+                                device=flags.ct2_device, compute_type=flags.ct2_compute_type,
+                                intra_threads=flags.ct2_intra_threads)
+    lines = read_inputs(filename, decode_hp.delimiter)
+    hypotheses = translator.translate(
+        lines, beam_size=decode_hp.beam_size, alpha=decode_hp.alpha,
+        extra_length=decode_hp.extra_length,
+        num_hypotheses=decode_hp.beam_size if decode_hp.return_beams else 1,
+        batch_size=decode_hp.batch_size or 32, max_input_size=decode_hp.max_input_size,
+        patience=flags.ct2_patience, length_penalty=flags.ct2_length_penalty)
+    records = ct2.decode_records(hypotheses, decode_hp.return_beams, decode_hp.write_beam_scores)
+    decode_to_file = flags.decode_to_file or decode_hp.decode_to_file
+    if decode_to_file:
+        output = add_shard_to_filename(os.path.expanduser(decode_to_file), decode_hp)
+    else:
+        output = decode_filename(filename, "transformer", "ctranslate2", "file",
+                                          decode_hp)
+    file_io.atomic_write_lines(output, records, decode_hp.delimiter)
+    print(f"Decodes written to {output}")
+    reference = flags.decode_reference or decode_hp.decode_reference
+    if reference:
+        for line in bleu_hook.bleu_report(reference, output):
+            print(line)
+    return output
+
+
+def _check_outputs_writable(flags, decode_hp, score_file) -> None:
+    """Refuses an output path that cannot be written before the model is loaded and
+    anything is decoded."""
+    decode_to_file = flags.decode_to_file or decode_hp.decode_to_file
+    if flags.decode_interactive:
+        return
+    if decode_to_file:
+        validation.check_writable_file("decode_to_file", os.path.expanduser(decode_to_file))
+    elif flags.decode_from_file and not score_file:
+        # The decodes go beside the input file (t2t's default name).
+        validation.check_writable_dir(
+            "decode_from_file", os.path.dirname(os.path.abspath(flags.decode_from_file)))
+    elif flags.output_dir:
+        validation.check_writable_dir("output_dir", flags.output_dir)

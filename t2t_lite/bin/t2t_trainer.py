@@ -12,11 +12,14 @@ import tensorflow as tf
 from absl import logging
 
 from t2t_lite import registry
+from t2t_lite.errors import UserError
+from t2t_lite.utils import run_lock, validation
 from t2t_lite.utils.trainer_lib import (
     RunConfig,
     Trainer,
     create_strategy,
     create_trainer,
+    is_chief,
     setup_determinism,
 )
 
@@ -45,14 +48,40 @@ def flag_values(flags_obj: Any) -> dict[str, Any]:
     return dict(vars(flags_obj))
 
 
-def build_trainer(flags_obj: Any, strategy: tf.distribute.Strategy) -> Trainer:
-    """Hparams (set -> output_dir/hparams.json -> --hparams), problem and model from flags."""
+def check_flags(flags_obj: Any) -> None:
+    """Refuses missing or out-of-range training flags before anything is built or written.
+
+    Raises:
+      UserError: naming the flag and its value.
+    """
     for name in ("problem", "hparams_set", "output_dir", "data_dir"):
         if not getattr(flags_obj, name):
-            raise ValueError(f"--{name} is required for --mode=train/eval/train_and_eval")
+            raise UserError(f"--{name} is required for --mode=train/eval/train_and_eval")
+    validation.check_positive({
+        "train_steps": flags_obj.train_steps,
+        "local_eval_frequency": flags_obj.local_eval_frequency,
+        "keep_checkpoint_max": flags_obj.keep_checkpoint_max,
+        "log_step_count_steps": flags_obj.log_step_count_steps,
+        "save_checkpoints_steps": flags_obj.save_checkpoints_steps,
+        "worker_gpu": flags_obj.worker_gpu,
+        "worker_replicas": flags_obj.worker_replicas,
+    })
+    validation.check_non_negative({"eval_steps": flags_obj.eval_steps})
+    validation.check_output_dir("output_dir", os.path.expanduser(flags_obj.output_dir))
+
+
+def build_trainer(flags_obj: Any, strategy: tf.distribute.Strategy,
+                  lock: bool = False) -> Trainer:
+    """Hparams (set -> output_dir/hparams.json -> --hparams), problem and model from flags;
+    with `lock` (training modes) the chief holds output_dir's run lock."""
+    check_flags(flags_obj)
     config = config_from_flags(flags_obj)
     data_dir = os.path.expanduser(flags_obj.data_dir)
     problem = registry.problem(flags_obj.problem)
+    if not getattr(flags_obj, "generate_data", False) and not tf.io.gfile.isdir(data_dir):
+        raise UserError(f"--data_dir={flags_obj.data_dir}: no such directory (run "
+                        f"`run.py --mode=datagen --problem={flags_obj.problem} "
+                        f"--data_dir={flags_obj.data_dir}` first)")
     if getattr(flags_obj, "generate_data", False):
         problem.generate_data(data_dir, os.path.expanduser(flags_obj.tmp_dir))
     warm_start_from = flags_obj.warm_start_from
@@ -62,6 +91,7 @@ def build_trainer(flags_obj: Any, strategy: tf.distribute.Strategy) -> Trainer:
         warm_start_from=os.path.expanduser(warm_start_from) if warm_start_from else None,
         warm_start_partial=getattr(flags_obj, "warm_start_partial", False),
         flag_values=flag_values(flags_obj),
+        lock=lock,
     )
 
 
@@ -92,9 +122,21 @@ def main(flags_obj: Any, mode: str) -> dict[str, float]:
     Returns:
       The last evaluation results (eval modes) or training statistics (train).
     """
+    check_flags(flags_obj)
+    if mode != "eval" and is_chief():
+        # Before TensorFlow builds anything: a second run refuses within seconds.
+        run_lock.refuse_if_held(os.path.expanduser(flags_obj.output_dir))
     strategy = create_strategy(flags_obj.worker_gpu, flags_obj.worker_replicas)
     setup_determinism(flags_obj.random_seed, flags_obj.deterministic)
-    trainer = build_trainer(flags_obj, strategy)
+    trainer = build_trainer(flags_obj, strategy, lock=mode != "eval")
+    with validation.explain_ids_out_of_vocab(
+            f"the data in --data_dir={flags_obj.data_dir}",
+            "regenerate the data with --mode=datagen, or use the vocabulary file it was "
+            "encoded with"):
+        return _run_schedule(trainer, flags_obj, mode)
+
+
+def _run_schedule(trainer: Trainer, flags_obj: Any, mode: str) -> dict[str, float]:
     if mode == "train":
         return trainer.train()
     if mode == "eval":

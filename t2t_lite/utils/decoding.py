@@ -53,6 +53,7 @@ from absl import logging
 
 from t2t_lite import file_io, hparams_support
 from t2t_lite.data_generators.text_encoder import EOS_ID
+from t2t_lite.errors import UserError
 from t2t_lite.hparams import HParams
 
 # outputs [B, T] or [B, K, T] int, scores [B] or [B, K] float, as numpy arrays.
@@ -207,9 +208,20 @@ def read_inputs(filename: str, delimiter: str = "\n") -> list[str]:
 
     Returns:
       Records split on `delimiter`, each stripped, a final empty record dropped.
+
+    Raises:
+      UserError: the file is not UTF-8, naming file:line.
     """
-    with open(filename, encoding="utf-8", newline="") as f:
-        records = [record.strip() for record in f.read().split(delimiter)]
+    with open(filename, "rb") as f:
+        data = f.read()
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data.count(b"\n", 0, e.start) + 1
+        column = e.start - (data.rfind(b"\n", 0, e.start) + 1) + 1
+        raise UserError(f"{filename}:{line}: invalid UTF-8 (byte 0x{data[e.start]:02x} at "
+                        f"column {column}); decode input must be UTF-8 text") from e
+    records = [record.strip() for record in text.split(delimiter)]
     if records and not records[-1]:
         records.pop()
     return records
@@ -681,22 +693,30 @@ def load_hparams(output_dir: str | None, hparams_set: str | None, overrides: str
 
 
 def checkpoint_to_restore(checkpoint_path: str | None, output_dir: str | None) -> str:
-    """`--checkpoint_path` (a prefix, or a directory's latest), else output_dir's latest."""
+    """`--checkpoint_path` (a prefix, or a directory's newest readable checkpoint), else
+    output_dir's newest readable checkpoint (damaged newer ones are skipped with a warning).
+
+    Raises:
+      ValueError / UserError: one line when there is none or the given one is damaged.
+    """
     import tensorflow as tf
+
+    from t2t_lite.utils import checkpoint_guard
 
     if checkpoint_path:
         if tf.io.gfile.isdir(checkpoint_path):
-            path = tf.train.latest_checkpoint(checkpoint_path)
+            path = checkpoint_guard.newest_good_checkpoint(checkpoint_path)
             if path is None:
                 raise ValueError(f"--checkpoint_path={checkpoint_path} is a directory without a "
                                  "'checkpoint' state file; give a checkpoint prefix")
             return path
         if not tf.io.gfile.exists(checkpoint_path + ".index"):
             raise ValueError(f"--checkpoint_path={checkpoint_path}: no {checkpoint_path}.index")
-        return checkpoint_path
+        return checkpoint_guard.check_readable(checkpoint_path)
     if not output_dir:
         raise ValueError("Decoding needs --output_dir or --checkpoint_path")
-    path = tf.train.latest_checkpoint(output_dir)
+    # A damaged newest checkpoint (a save cut short) falls back to the previous one.
+    path = checkpoint_guard.newest_good_checkpoint(output_dir)
     if path is None:
         raise ValueError(f"No checkpoint in --output_dir={output_dir}; train first or give "
                          "--checkpoint_path")

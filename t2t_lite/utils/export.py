@@ -105,10 +105,14 @@ class ServingModule(tf.Module):
         return_beams).
       max_input_length: from `decoding.input_length_limit` (None: no limit).
       target_space_id: the problem's target space id.
+      subword_segmenter: the graph encoders' segmenter, `subword_graph.SEGMENTERS`: "core"
+        (the SavedModel loads in any TensorFlow) or "tensorflow_text" (faster encoding; the
+        loading process needs tensorflow-text's ops, `import tensorflow_text`).
     """
 
     def __init__(self, model, inputs_vocab, targets_vocab, decode_hparams: HParams,
-                 max_input_length: int | None, target_space_id: int):
+                 max_input_length: int | None, target_space_id: int,
+                 subword_segmenter: str = "core"):
         super().__init__(name="t2t_lite_serving")
         if max_input_length is not None and max_input_length < 2:
             raise ValueError(f"The input length limit must be >= 2 (one id and EOS), got "
@@ -127,10 +131,12 @@ class ServingModule(tf.Module):
         self._target_space_id = int(target_space_id)
         self.text = inputs_vocab is not None and targets_vocab is not None
         if self.text:
-            self.inputs_encoder = subword_graph.SubwordGraphEncoder(inputs_vocab)
+            self.inputs_encoder = subword_graph.SubwordGraphEncoder(
+                inputs_vocab, segmenter=subword_segmenter)
             self.targets_encoder = (
                 self.inputs_encoder if list(targets_vocab) == list(inputs_vocab)
-                else subword_graph.SubwordGraphEncoder(targets_vocab))
+                else subword_graph.SubwordGraphEncoder(targets_vocab,
+                                                       segmenter=subword_segmenter))
             self.serving_default = tf.function(
                 self._translate, input_signature=[tf.TensorSpec([None], tf.string)])
             self.encode = tf.function(

@@ -16,10 +16,19 @@ Encode, per batch element:
    category L* or N*) changes; single-space tokens are dropped unless first or last.
 3. Escaping: `\\` -> `\\\\`, `_` -> `\\u`, characters outside the vocabulary's alphabet and `\\n`
    -> `\\<decimal>;`, then the end-of-token marker `_`.
-4. Greedy longest match: for every position of every escaped token, all substrings of lengths
-   1..max_subtoken_len are looked up at once in a hash table; the longest hit gives that
-   position's subtoken. A `tf.while_loop` then walks each token from position 0 along those
-   longest hits (all tokens of the batch advance together).
+4. Greedy longest match, by one of two segmenters (`SEGMENTERS`):
+   - "core" (default): for every position of every escaped token, all substrings of lengths
+     1..max_subtoken_len are looked up at once in a hash table; the longest hit gives that
+     position's subtoken. A `tf.while_loop` then walks each token from position 0 along those
+     longest hits (all tokens of the batch advance together). Core TensorFlow ops only.
+   - "tensorflow_text": tensorflow-text's `FastWordpieceTokenizer` (one C++ op, greedy
+     longest-match-first, LinMaxMatch) on the escaped tokens. WordPiece tells a word's first
+     piece from the others by a suffix indicator; t2t's subtokens do not, so every subtoken
+     enters the WordPiece vocabulary twice, as itself and behind the indicator `_#`, which no
+     t2t subtoken starts with (escaping leaves `_` only at a token's end, so the only subtoken
+     starting with `_` is `_` itself). Same ids, about twice as fast (bench/README.md), but a
+     SavedModel that uses it needs tensorflow-text's ops where it is loaded
+     (`import tensorflow_text` in Python).
 Decode: ids -> subtoken strings, concatenated, split on `_`, unescaped (`\\u`, `\\\\`, `\\N;`,
 invalid -> U+3013), empty tokens dropped, tokens joined with one space between two tokens that
 both start with an alphanumeric character.
@@ -42,6 +51,13 @@ UNDEFINED_CHAR = "\u3013"
 REPLACEMENT_CHAR = 0xFFFD
 
 _ESCAPE_PATTERN = r"\\u|\\\\|\\[0-9]+;"
+# Greedy segmenters of escaped tokens (see the module docstring).
+SEGMENTERS = ("core", "tensorflow_text")
+# WordPiece's marker of a non-initial piece: no t2t subtoken starts with it.
+_WORDPIECE_SUFFIX_INDICATOR = "_#"
+# Escaped tokens longer than this (in UTF-8 bytes) would be one unknown piece for WordPiece;
+# `encode` refuses batches with such a token rather than give wrong ids.
+_WORDPIECE_MAX_BYTES_PER_TOKEN = 1 << 20
 _MAX_CODE_POINT = 0x10FFFF
 
 
@@ -92,19 +108,56 @@ def _pick_separator(alphabet: set[str]) -> str:
                      "SubwordGraphEncoder needs one of them as an internal separator.")
 
 
+def _fast_wordpiece(strings: list[str], string_to_id: dict[str, int], separator: str):
+    """tensorflow-text's FastWordpieceTokenizer whose piece k (mod len(strings)) is subtoken k.
+
+    Args:
+      strings: the vocabulary, id = index.
+      string_to_id: t2t's lookup table (empty strings left out, a later duplicate wins).
+      separator: a character outside the vocabulary's alphabet, for entries that must never
+        match (ids that t2t's lookup never returns).
+
+    Returns:
+      A `tensorflow_text.FastWordpieceTokenizer` (int64 piece ids, no pretokenization).
+    """
+    try:
+        import tensorflow_text
+    except ImportError:
+        raise ValueError("The tensorflow_text subword segmenter needs tensorflow-text: "
+                         "pip install 'tensorflow-text' (or use the core segmenter)") from None
+    # Entries that t2t's lookup never returns (empty strings, earlier duplicates) become
+    # strings that cannot occur in an escaped token, keeping every id at its index.
+    table = [s if s and string_to_id[s] == i else f"{separator}{i}"
+             for i, s in enumerate(strings)]
+    clashing = [s for s in table if s.startswith(_WORDPIECE_SUFFIX_INDICATOR)]
+    if clashing:
+        raise ValueError(f"Subtokens {clashing[:3]!r} start with {_WORDPIECE_SUFFIX_INDICATOR!r} "
+                         "(no t2t-built vocabulary has such subtokens); use the core segmenter")
+    unknown = f"{separator}unknown"
+    vocab = table + [_WORDPIECE_SUFFIX_INDICATOR + s for s in table] + [unknown]
+    return tensorflow_text.FastWordpieceTokenizer(
+        vocab=vocab, suffix_indicator=_WORDPIECE_SUFFIX_INDICATOR,
+        max_bytes_per_word=_WORDPIECE_MAX_BYTES_PER_TOKEN, token_out_type=tf.int64,
+        unknown_token=unknown, no_pretokenization=True, support_detokenization=False)
+
+
 class SubwordGraphEncoder(tf.Module):
     """In-graph twin of t2t's `SubwordTextEncoder` (same ids, same text).
 
     Saved with a SavedModel (it is a `tf.Module`): its hash table and constants travel with it.
     """
 
-    def __init__(self, subtoken_strings: Sequence[str], name: str = "subword_graph_encoder"):
+    def __init__(self, subtoken_strings: Sequence[str], name: str = "subword_graph_encoder",
+                 segmenter: str = "core"):
         """Builds the graph tables from a vocabulary.
 
         Args:
           subtoken_strings: the vocabulary, id = index (the Python encoder's
             `all_subtoken_strings`, reserved tokens included).
           name: tf.Module name.
+          segmenter: "core" (core TensorFlow ops) or "tensorflow_text" (tensorflow-text's
+            FastWordpieceTokenizer; faster, and its ops must be loaded wherever the encoder
+            runs).
 
         Raises:
           ValueError: the vocabulary is empty, or a character of its alphabet has no
@@ -112,6 +165,9 @@ class SubwordGraphEncoder(tf.Module):
             has them all).
         """
         super().__init__(name=name)
+        if segmenter not in SEGMENTERS:
+            raise ValueError(f"Unknown subword segmenter {segmenter!r}; one of {SEGMENTERS}")
+        self.segmenter = segmenter
         strings = list(subtoken_strings)
         if not strings:
             raise ValueError("SubwordGraphEncoder got an empty vocabulary.")
@@ -130,6 +186,9 @@ class SubwordGraphEncoder(tf.Module):
         self._subtoken_strings = tf.constant(strings, dtype=tf.string)
         self._alphabet = tf.constant(sorted(ord(c) for c in alphabet), dtype=tf.int32)
         self._alnum_boundaries = tf.constant(alphanumeric_boundaries())
+        if segmenter == "tensorflow_text":
+            self._wordpiece = _fast_wordpiece(strings, string_to_id, self._separator)
+            return
         # One table for the greedy search: code = 2 * (id + 1) + extendable, where id is the
         # subtoken id (-1: only a prefix) and extendable says the string is a proper prefix of
         # a longer subtoken. Strings absent from the table get code 0.
@@ -235,6 +294,8 @@ class SubwordGraphEncoder(tf.Module):
         Returns:
           int32 RaggedTensor [M, None].
         """
+        if self.segmenter == "tensorflow_text":
+            return self._segment_wordpiece(escaped)
         chars = tf.strings.unicode_split(escaped, "UTF-8")
         char = chars.flat_values
         num_chars = tf.shape(char, out_type=tf.int64)[0]
@@ -252,6 +313,25 @@ class SubwordGraphEncoder(tf.Module):
             tf.boolean_mask(best_id, chosen),
             tf.boolean_mask(chars.value_rowids(), chosen),
             nrows=tf.shape(escaped, out_type=tf.int64)[0])
+
+    def _segment_wordpiece(self, escaped: tf.Tensor) -> tf.RaggedTensor:
+        """`_segment` by tensorflow-text's FastWordpieceTokenizer (same ids).
+
+        Args:
+          escaped: string [M] escaped tokens.
+
+        Returns:
+          int32 RaggedTensor [M, None].
+        """
+        too_long = tf.strings.length(escaped) > _WORDPIECE_MAX_BYTES_PER_TOKEN
+        check = tf.debugging.Assert(
+            ~tf.reduce_any(too_long),
+            [f"an escaped token is longer than {_WORDPIECE_MAX_BYTES_PER_TOKEN} bytes"])
+        with tf.control_dependencies([check]):
+            pieces = self._wordpiece.tokenize(escaped)
+        # Vocabulary entry k is subtoken k, entry vocab_size + k the same behind the indicator.
+        ids = tf.math.floormod(tf.cast(pieces.flat_values, tf.int32), self.vocab_size)
+        return pieces.with_flat_values(ids)
 
     def _longest_matches(self, char: tf.Tensor, token_end: tf.Tensor
                          ) -> tuple[tf.Tensor, tf.Tensor]:

@@ -39,10 +39,19 @@ from tensorflow.core.framework import summary_pb2
 
 from t2t_lite import file_io, hparams_support, registry
 from t2t_lite.data_generators.text_encoder import EOS_ID, PAD_ID
+from t2t_lite.errors import UserError
 from t2t_lite.hparams import HParams, create_hparams
 from t2t_lite.layers import common_layers
+from t2t_lite.utils import (
+    checkpoint_guard,
+    divergence_guard,
+    optimize,
+    run_lock,
+    summaries,
+    validation,
+    warm_start,
+)
 from t2t_lite.utils import metrics as metrics_lib
-from t2t_lite.utils import optimize, summaries, warm_start
 
 TRAIN, EVAL = "train", "eval"
 CHECKPOINT_PREFIX = "ckpt"
@@ -117,7 +126,7 @@ def create_strategy(worker_gpu: int = 1, worker_replicas: int = 1) -> tf.distrib
     """
     workers = _cluster_workers(_tf_config())
     if worker_replicas > 1 and worker_replicas != workers:
-        raise ValueError(
+        raise UserError(
             f"--worker_replicas={worker_replicas} but TF_CONFIG lists {workers} worker(s) "
             "(chief + worker); workers are started from TF_CONFIG: set it on every worker, or "
             "leave --worker_replicas at 1"
@@ -127,7 +136,7 @@ def create_strategy(worker_gpu: int = 1, worker_replicas: int = 1) -> tf.distrib
     if worker_gpu > 1:
         gpus = tf.config.list_logical_devices("GPU")
         if len(gpus) < worker_gpu:
-            raise ValueError(
+            raise UserError(
                 f"--worker_gpu={worker_gpu} but only {len(gpus)} GPU(s) are visible; lower "
                 "--worker_gpu or check CUDA_VISIBLE_DEVICES"
             )
@@ -251,20 +260,41 @@ class Trainer:
                 0, dtype=tf.int64, trainable=False, name="global_step",
                 aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA,
             )
-        self._train_writer = self._eval_writer = None
-        if self.chief:
-            self._train_writer = tf.summary.create_file_writer(config.output_dir)
-            self._eval_writer = tf.summary.create_file_writer(
-                os.path.join(config.output_dir, "eval")
-            )
-            summaries.write_hparams(self._train_writer, hparams.values(), config.output_dir)
+            # The first non-finite training step, kept on the device (never checkpointed) and
+            # read only at progress lines, evaluations and saves: no host sync per step.
+            self.divergence = divergence_guard.DivergenceRecord()
+        # Created at the first summary, so that building a Trainer writes nothing.
+        self._writers: dict[str, Any] = {}
         self._eval_step_fn = None
+        self.run_lock = None  # set by create_trainer(lock=True)
         self.last_eval_results: dict[str, float] = {}
         # Dropout masks derive from this seed, the global step and the replica id.
         common_layers.number_dropout_layers(self.model)
         self.dropout_base_seed = (
             config.random_seed if config.random_seed is not None
             else random.SystemRandom().randrange(2**31))
+
+    def _writer(self, name: str):
+        """The chief's summary writer of output_dir ("train") or output_dir/eval; None
+        on other workers."""
+        if not self.chief:
+            return None
+        if name not in self._writers:
+            directory = self.config.output_dir if name == TRAIN else os.path.join(
+                self.config.output_dir, "eval")
+            self._writers[name] = tf.summary.create_file_writer(directory)
+            if name == TRAIN:  # the HParams dashboard's entry for this run
+                summaries.write_hparams(self._writers[name], self.hparams.values(),
+                                        self.config.output_dir)
+        return self._writers[name]
+
+    @property
+    def _train_writer(self):
+        return self._writer(TRAIN)
+
+    @property
+    def _eval_writer(self):
+        return self._writer(EVAL)
 
     @property
     def step(self) -> int:
@@ -295,9 +325,15 @@ class Trainer:
         )
 
     def restore(self, manager: tf.train.CheckpointManager | None = None) -> int:
-        """Restores the latest checkpoint of output_dir (if any); returns the global step."""
+        """Restores the newest readable checkpoint of output_dir (if any); returns the global
+        step.
+
+        Raises:
+          UserError: output_dir lists checkpoints but none of them reads.
+        """
         manager = manager or self._checkpoint_manager()
-        latest = tf.train.latest_checkpoint(self.config.output_dir)
+        # A damaged newest checkpoint (a save cut short) falls back to the previous one.
+        latest = checkpoint_guard.newest_good_checkpoint(self.config.output_dir)
         if latest:
             manager.checkpoint.restore(latest).expect_partial()
             logging.info("Restored %s (global step %d)", latest, self.step)
@@ -395,8 +431,13 @@ class Trainer:
             num = strategy.reduce(tf.distribute.ReduceOp.SUM, out["num"], axis=None)
             den = strategy.reduce(tf.distribute.ReduceOp.SUM, out["den"], axis=None)
             grad_norm = strategy.reduce(tf.distribute.ReduceOp.MEAN, out["grad_norm"], axis=None)
+            loss = num / tf.maximum(den, 1.0)
+            if self.optimizer.loss_scale is None:
+                # float16 steps with non-finite values are skipped by the loss scaling (t2t's
+                # behaviour); their weights are still checked before every save.
+                self.divergence.record(self.global_step + 1, loss, grad_norm)
             self.global_step.assign_add(1)
-            return {"loss": num / tf.maximum(den, 1.0), "tokens": den, "grad_norm": grad_norm}
+            return {"loss": loss, "tokens": den, "grad_norm": grad_norm}
 
         return train_step
 
@@ -441,20 +482,41 @@ class Trainer:
             out = steps[self.optimizer.is_update_step(step)](next(iterator))
             step += 1
             stats.add(out)
-            if step % config.log_step_count_steps == 0 or step == config.train_steps:
+            progress = step % config.log_step_count_steps == 0 or step == config.train_steps
+            evaluate = eval_every and (step % eval_every == 0 or step == config.train_steps)
+            save = step % config.checkpoint_every == 0 or step == config.train_steps
+            if progress or evaluate or save:
+                self.check_finite(manager, weights=save or evaluate)
+            if progress:
                 last = self._log_progress(stats, step)
             stop = False
-            if eval_every and (step % eval_every == 0 or step == config.train_steps):
+            if evaluate:
                 results = self.evaluate()
                 if after_eval is not None:
                     after_eval(step)
                 stop = stop_when is not None and stop_when(results)
-            if step % config.checkpoint_every == 0 or step == config.train_steps or stop:
+            if save or stop:
                 self._save(manager)
             if stop:
                 logging.info("Stopping at step %d: the stop condition holds", step)
                 break
         return last
+
+    def check_finite(self, manager: tf.train.CheckpointManager, weights: bool = True) -> None:
+        """Stops training if a step since the start had a non-finite loss or gradient norm,
+        or (with `weights`) if a weight is non-finite; called before every save, so that no
+        non-finite checkpoint is ever written and rotation never removes the good ones.
+
+        Raises:
+          divergence_guard.TrainingDiverged: naming the step, the value and the last good
+            checkpoint.
+        """
+        problem = self.divergence.problem()
+        if problem is None and weights and not divergence_guard.all_finite(
+                self.model.trainable_variables):
+            problem = f"a model weight is non-finite at step {self.step}"
+        if problem is not None:
+            raise divergence_guard.TrainingDiverged(problem, manager.latest_checkpoint)
 
     def _resumed_data_order(self) -> str:
         """What a resumed run reads first (for the log line at resume)."""
@@ -726,7 +788,7 @@ class _dtype_policy:
         activation = hparams_support.hparam(hparams, "activation_dtype")
         weight = hparams_support.hparam(hparams, "weight_dtype")
         if activation not in _POLICIES or weight != "float32":
-            raise ValueError(
+            raise UserError(
                 f"activation_dtype={activation!r}, weight_dtype={weight!r} is not supported; "
                 "use activation_dtype float32, float16 or bfloat16 with weight_dtype float32"
             )
@@ -751,12 +813,14 @@ def create_trainer(
     warm_start_from: str | None = None,
     warm_start_partial: bool = False,
     flag_values: dict[str, Any] | None = None,
+    lock: bool = False,
 ) -> Trainer:
     """A Trainer for `model_name` on `problem`, as t2t-trainer builds it.
 
     The hparams are the set, then `config.output_dir/hparams.json` (a restarted run keeps
-    its hparams, as in t2t), then `hparams_overrides`. The chief writes hparams.json (and
-    flags.json when `flag_values` is given).
+    its hparams, as in t2t), then `hparams_overrides`. The hparams are checked and the model
+    built first; then the chief writes hparams.json (and flags.json when `flag_values` is
+    given).
 
     Args:
       problem: a Problem instance whose data is in `data_dir`.
@@ -770,14 +834,21 @@ def create_trainer(
         output_dir holds no checkpoint yet.
       warm_start_partial: load the variables that match and keep the others' initial values.
       flag_values: the run's flags (name -> value) for flags.json.
+      lock: the chief takes output_dir's run lock (`run_lock`, released at exit) and removes
+        the temporary folders of a killed save, before writing anything (training runs).
 
     Returns:
       The Trainer (not yet restored).
+
+    Raises:
+      UserError: hparams out of range (`validation.check_hparams`), output_dir locked by a
+        live run.
     """
     hparams = create_hparams(
         hparams_set, hparams_overrides,
         hparams_json_path=os.path.join(config.output_dir, "hparams.json"),
     )
+    validation.check_hparams(hparams)
     vocab = problem.get_hparams(hparams, data_dir=data_dir).vocab_size
     model_cls = registry.model(model_name)
     input_vocab = vocab.get("inputs", vocab["targets"])
@@ -785,11 +856,15 @@ def create_trainer(
     def model_fn():
         return model_cls(hparams, input_vocab, vocab["targets"])
 
+    # The model is built before anything is written: bad hparams leave no hparams.json.
+    trainer = Trainer(model_fn, hparams, problem, data_dir, config, strategy)
     if is_chief():
+        if lock:
+            trainer.run_lock = run_lock.acquire(config.output_dir)
+            checkpoint_guard.remove_temp_folders(config.output_dir, CHECKPOINT_PREFIX)
         save_hparams(config.output_dir, hparams)
         if flag_values is not None:
             save_flags(config.output_dir, flag_values)
-    trainer = Trainer(model_fn, hparams, problem, data_dir, config, strategy)
     if warm_start_from and not tf.train.latest_checkpoint(config.output_dir):
         warm_start.warm_start(trainer.model, warm_start_from, allow_partial=warm_start_partial)
     return trainer
@@ -798,7 +873,7 @@ def create_trainer(
 def setup_determinism(random_seed: int | None, deterministic: bool) -> None:
     """Seeds everything (--random_seed) and enables op determinism (--deterministic)."""
     if deterministic and random_seed is None:
-        raise ValueError("--deterministic needs --random_seed (e.g. --random_seed=1)")
+        raise UserError("--deterministic needs --random_seed (e.g. --random_seed=1)")
     if random_seed is not None:
         keras.utils.set_random_seed(random_seed)
     if deterministic:

@@ -1,0 +1,161 @@
+"""Range checks of run values and hparams, done before a run writes anything.
+
+Each check raises `UserError` naming the flag or hparam and its value, so that a bad value
+fails in one line up front instead of as a Keras traceback, an empty run (`--train_steps=-5`)
+or a saved hparams.json that breaks the next run too.
+"""
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import re
+import tempfile
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import tensorflow as tf
+
+from t2t_lite.errors import UserError
+
+# hparams that must be > 0, >= 0, or in [0, 1) when present.
+POSITIVE_HPARAMS = ("batch_size", "hidden_size", "filter_size", "num_heads",
+                    "num_hidden_layers", "symbol_modality_num_shards", "learning_rate",
+                    "learning_rate_constant")
+NON_NEGATIVE_HPARAMS = ("num_encoder_layers", "num_decoder_layers", "attention_key_channels",
+                        "attention_value_channels", "max_length", "min_length",
+                        "learning_rate_warmup_steps", "clip_grad_norm", "weight_decay",
+                        "optimizer_multistep_accumulate_steps")
+UNIT_INTERVAL_HPARAMS = ("layer_prepostprocess_dropout", "attention_dropout", "relu_dropout",
+                         "dropout", "symbol_dropout", "label_smoothing")
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value)
+
+
+def check_hparams(hparams: Any) -> None:
+    """Refuses hparams out of range (sizes <= 0, dropouts outside [0, 1), ...).
+
+    Args:
+      hparams: an HParams (only the names above that it has are checked).
+
+    Raises:
+      UserError: "hparams hidden_size=-32: must be > 0 (--hparams or the hparams set)".
+    """
+    values = hparams.values() if hasattr(hparams, "values") else dict(hparams)
+
+    def refuse(name: str, rule: str) -> None:
+        raise UserError(f"hparams {name}={values[name]!r}: {rule} (set by --hparams, the "
+                        "hparams set, or the output_dir's hparams.json)")
+
+    for name in POSITIVE_HPARAMS:
+        number = _number(values.get(name))
+        if number is not None and not number > 0:
+            refuse(name, "must be > 0")
+    for name in NON_NEGATIVE_HPARAMS:
+        number = _number(values.get(name))
+        if number is not None and not number >= 0:
+            refuse(name, "must be >= 0")
+    for name in UNIT_INTERVAL_HPARAMS:
+        number = _number(values.get(name))
+        if number is not None and not 0 <= number < 1:
+            refuse(name, "must be in [0, 1)")
+    for name, value in values.items():
+        number = _number(value)
+        if number is not None and not math.isfinite(number):
+            refuse(name, "must be finite")
+    hidden, heads = _number(values.get("hidden_size")), _number(values.get("num_heads"))
+    if hidden and heads and not values.get("attention_key_channels") and hidden % heads:
+        refuse("hidden_size", f"must be a multiple of num_heads={values['num_heads']}")
+
+
+def check_positive(flags: Mapping[str, Any]) -> None:
+    """Refuses flags that must be >= 1 (e.g. {"train_steps": -5}); None values are skipped.
+
+    Raises:
+      UserError: "--train_steps=-5: must be >= 1".
+    """
+    for name, value in flags.items():
+        if value is not None and value < 1:
+            raise UserError(f"--{name}={value}: must be >= 1")
+
+
+def check_non_negative(flags: Mapping[str, Any]) -> None:
+    """Refuses flags that must be >= 0 (e.g. {"eval_steps": -1}); None values are skipped."""
+    for name, value in flags.items():
+        if value is not None and value < 0:
+            raise UserError(f"--{name}={value}: must be >= 0")
+
+
+def check_output_dir(flag: str, path: str | None) -> None:
+    """Refuses an output directory that exists as a file.
+
+    Raises:
+      UserError: "--output_dir=/x is a file, not a directory".
+    """
+    if path and tf.io.gfile.exists(path) and not tf.io.gfile.isdir(path):
+        raise UserError(f"--{flag}={path} is a file, not a directory")
+
+
+def check_writable_file(flag: str, path: str) -> None:
+    """Refuses an output file that cannot be written, before any work: its directory must
+    be creatable and writable (local paths), and the path must not be a directory.
+
+    Raises:
+      UserError: "--decode_to_file=/proc/x: cannot write in /proc ([Errno ...])".
+    """
+    if "://" in path:
+        return
+    if os.path.isdir(path):
+        raise UserError(f"--{flag}={path} is a directory, not a file")
+    directory = os.path.dirname(os.path.abspath(path))
+    check_writable_dir(flag, directory, shown=path)
+
+
+def check_writable_dir(flag: str, directory: str, shown: str | None = None) -> None:
+    """Refuses a directory that cannot be created or written in (local paths), leaving
+    nothing behind (a directory created for the check is removed again).
+
+    Raises:
+      UserError: naming the flag and the directory.
+    """
+    if "://" in directory:
+        return
+    shown = shown or directory
+    existing = os.path.abspath(directory)
+    while not os.path.exists(existing):
+        existing = os.path.dirname(existing)
+    if not os.path.isdir(existing):
+        raise UserError(f"--{flag}={shown}: {existing} is a file, not a directory")
+    try:
+        with tempfile.TemporaryFile(dir=existing):
+            pass
+    except OSError as e:
+        raise UserError(f"--{flag}={shown}: cannot write in {existing} ({e.strerror})") from e
+
+
+_ID_OUT_OF_RANGE = re.compile(r"indices\[[^\]]*\] = (-?\d+) is not in \[0, (\d+)\)")
+
+
+@contextlib.contextmanager
+def explain_ids_out_of_vocab(source: str, advice: str) -> Iterator[None]:
+    """Turns an embedding lookup's `indices[0,0] = 134 is not in [0, 3)` (a token id that
+    the model's vocabulary does not have) into one UserError line.
+
+    Args:
+      source: what held the id, e.g. "the training data in --data_dir=d".
+      advice: what to do, e.g. "regenerate it with --mode=datagen".
+    """
+    try:
+        yield
+    except tf.errors.InvalidArgumentError as e:
+        match = _ID_OUT_OF_RANGE.search(e.message or "")
+        if not match:
+            raise
+        raise UserError(
+            f"{source} holds token id {match[1]} but the model's vocabulary has only "
+            f"{match[2]} entries (ids 0..{int(match[2]) - 1}): the vocabulary does not fit "
+            f"the data or the model; {advice}") from e
