@@ -12,10 +12,17 @@ import contextlib
 import os
 import uuid
 from collections.abc import Iterable, Iterator
-
-import tensorflow as tf
+from typing import Any
 
 Content = str | bytes | Iterable[str]
+
+
+def _gfile() -> Any:
+    # Imported on first write, not with this module: text_encoder and decoding import file_io
+    # and also serve the CTranslate2 Translator, which runs without TensorFlow.
+    import tensorflow as tf
+
+    return tf.io.gfile
 
 
 def _temporary_name(path: str) -> str:
@@ -23,7 +30,7 @@ def _temporary_name(path: str) -> str:
 
 
 @contextlib.contextmanager
-def atomic_open(path: str, mode: str = "w") -> Iterator[tf.io.gfile.GFile]:
+def atomic_open(path: str, mode: str = "w") -> Iterator[Any]:
     """Opens a temporary file beside `path` that replaces `path` when the block ends normally.
 
     For outputs written as a stream (two files in step, a decompressed archive); if the block
@@ -38,17 +45,18 @@ def atomic_open(path: str, mode: str = "w") -> Iterator[tf.io.gfile.GFile]:
     """
     if mode not in ("w", "wb"):
         raise ValueError(f"atomic_open: mode must be 'w' or 'wb', got {mode!r}")
+    gfile = _gfile()
     directory = os.path.dirname(path)
     if directory:
-        tf.io.gfile.makedirs(directory)
+        gfile.makedirs(directory)
     tmp = _temporary_name(path)
     try:
-        with tf.io.gfile.GFile(tmp, mode) as f:
+        with gfile.GFile(tmp, mode) as f:
             yield f
-        tf.io.gfile.rename(tmp, path, overwrite=True)
+        gfile.rename(tmp, path, overwrite=True)
     except BaseException:
-        if tf.io.gfile.exists(tmp):
-            tf.io.gfile.remove(tmp)
+        if gfile.exists(tmp):
+            gfile.remove(tmp)
         raise
 
 

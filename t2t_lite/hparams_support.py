@@ -26,6 +26,7 @@ _LAYERS = "t2t_lite.layers.common_layers"
 _ATTENTION = "t2t_lite.layers.common_attention"
 _MODALITIES = "t2t_lite.layers.modalities"
 _MODEL = "t2t_lite.models.transformer"
+_MODEL_LAYERS = "t2t_lite.models.transformer_layers"
 _TRAINER = "t2t_lite.utils.trainer_lib"
 _OPTIMIZE = "t2t_lite.utils.optimize"
 _LEARNING_RATE = "t2t_lite.utils.learning_rate"
@@ -34,7 +35,7 @@ _DATA_READER = "t2t_lite.utils.data_reader"
 
 USED: dict[str, str] = {
     "activation_dtype": _TRAINER,
-    "attention_dropout": _MODEL,
+    "attention_dropout": _MODEL_LAYERS,
     "attention_dropout_broadcast_dims": _ATTENTION,
     "attention_key_channels": _ATTENTION,
     "attention_value_channels": _ATTENTION,
@@ -44,8 +45,8 @@ USED: dict[str, str] = {
     "clip_grad_norm": _TRAINER,
     "eval_drop_long_sequences": _PROBLEM,
     "eval_run_autoregressive": _TRAINER,
-    "ffn_layer": _MODEL,
-    "filter_size": _MODEL,
+    "ffn_layer": _MODEL_LAYERS,
+    "filter_size": _MODEL_LAYERS,
     "hidden_size": _MODEL,
     "initializer": _OPTIMIZE,
     "initializer_gain": _OPTIMIZE,

@@ -71,8 +71,8 @@ def _hand_sublayer_case(sequence_pre, sequence_post):
         "transformer_tiny",
         f"layer_preprocess_sequence={sequence_pre},layer_postprocess_sequence={sequence_post}",
     )
-    pre = common_layers.layer_preprocess(hp)
-    post = common_layers.layer_postprocess(hp)
+    pre = common_layers.layer_preprocess(hp.layer_preprocess_sequence)
+    post = common_layers.layer_postprocess(hp.layer_postprocess_sequence)
     x = tf.constant([[[1.0, 3.0]]])
     pre.build(x.shape)
     post.build(x.shape)
@@ -124,10 +124,10 @@ def test_repeated_norms_get_t2t_names():
 def test_preprocess_rejects_residual_with_clear_error():
     hp = create_hparams("transformer_tiny", "layer_preprocess_sequence=an")
     with pytest.raises(ValueError, match="layer_preprocess_sequence='an'.*not allowed"):
-        common_layers.layer_preprocess(hp)
+        common_layers.layer_preprocess(hp.layer_preprocess_sequence)
     hp = create_hparams("transformer_tiny", "layer_postprocess_sequence=dx")
     with pytest.raises(ValueError, match="layer_postprocess_sequence='dx'"):
-        common_layers.layer_postprocess(hp)
+        common_layers.layer_postprocess(hp.layer_postprocess_sequence)
 
 
 def test_dense_relu_dense():

@@ -1,5 +1,7 @@
 """file_io.atomic_write: whole files only, on local and ram:// (tf.io.gfile) paths."""
 import os
+import subprocess
+import sys
 
 import pytest
 import tensorflow as tf
@@ -65,3 +67,13 @@ def test_atomic_open_streams_two_files_and_removes_them_on_failure(tmp_path):
     with file_io.atomic_open(str(tmp_path / "z.bin"), "wb") as f:
         f.write(b"\x00\x01")
     assert (tmp_path / "z.bin").read_bytes() == b"\x00\x01"
+
+
+def test_modules_that_write_files_import_without_tensorflow():
+    # The CTranslate2 Translator encodes and decodes text with these outside TensorFlow.
+    code = ("import sys, t2t_lite.file_io, t2t_lite.utils.decoding, "
+            "t2t_lite.data_generators.text_encoder, t2t_lite.serving.ct2; "
+            "print('tensorflow' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True)
+    assert out.stdout.strip() == "False"

@@ -257,6 +257,9 @@ class MultiheadAttention(keras.layers.Layer):
                 name=name,
             )
 
+        # Dense layers hold the four kernels (only `.kernel` is used, in fused matmuls):
+        # sub-layers named q, k, v, output_transform are what give t2t's checkpoint names
+        # ".../multihead_attention/q/kernel"; Keras 3 weight names cannot contain "/".
         self.q = dense(self.key_depth, "q")
         self.k = dense(self.key_depth, "k")
         self.v = dense(self.value_depth, "v")

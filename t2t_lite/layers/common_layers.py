@@ -378,17 +378,23 @@ class LayerPrepostprocess(keras.layers.Layer):
         return config
 
 
-def layer_preprocess(hparams) -> LayerPrepostprocess:
-    """t2t's `layer_preprocess` as a layer: `hparams.layer_preprocess_sequence`, scope
-    "layer_prepostprocess". The sequence may not contain "a" or "z" (there is no residual).
+def layer_preprocess(
+    sequence: str,
+    dropout_rate: float = 0.0,
+    dropout_broadcast_dims: str | Sequence[int] = (),
+    norm_type: str = "layer",
+    epsilon: float = 1e-6,
+) -> LayerPrepostprocess:
+    """t2t's `layer_preprocess` as a layer, scope "layer_prepostprocess". The sequence
+    (hparams.layer_preprocess_sequence) may not contain "a" or "z" (there is no residual).
 
     Args:
-      hparams: model HParams.
+      sequence, dropout_rate, dropout_broadcast_dims, norm_type, epsilon: see
+        `LayerPrepostprocess`.
 
     Returns:
       A LayerPrepostprocess to call as `pre(x, training=...)` on [B, L, D].
     """
-    sequence = hparams.layer_preprocess_sequence
     if sequence != "none" and ("a" in sequence or "z" in sequence):
         raise ValueError(
             f"hparams.layer_preprocess_sequence={sequence!r}: residual connections ('a', 'z') "
@@ -396,33 +402,30 @@ def layer_preprocess(hparams) -> LayerPrepostprocess:
             "layer_postprocess_sequence"
         )
     _check_sequence(sequence, "layer_preprocess_sequence")
-    return _prepostprocess(hparams, sequence, "layer_prepostprocess")
+    return LayerPrepostprocess(sequence, dropout_rate, dropout_broadcast_dims, norm_type,
+                               epsilon, name="layer_prepostprocess")
 
 
-def layer_postprocess(hparams) -> LayerPrepostprocess:
-    """t2t's `layer_postprocess` as a layer: `hparams.layer_postprocess_sequence`, scope
+def layer_postprocess(
+    sequence: str,
+    dropout_rate: float = 0.0,
+    dropout_broadcast_dims: str | Sequence[int] = (),
+    norm_type: str = "layer",
+    epsilon: float = 1e-6,
+) -> LayerPrepostprocess:
+    """t2t's `layer_postprocess` as a layer (hparams.layer_postprocess_sequence), scope
     "layer_postprocess".
 
     Args:
-      hparams: model HParams.
+      sequence, dropout_rate, dropout_broadcast_dims, norm_type, epsilon: see
+        `LayerPrepostprocess`.
 
     Returns:
       A LayerPrepostprocess to call as `post(y, previous_value=x, training=...)` on [B, L, D].
     """
-    sequence = hparams.layer_postprocess_sequence
     _check_sequence(sequence, "layer_postprocess_sequence")
-    return _prepostprocess(hparams, sequence, "layer_postprocess")
-
-
-def _prepostprocess(hparams, sequence: str, name: str) -> LayerPrepostprocess:
-    return LayerPrepostprocess(
-        sequence,
-        dropout_rate=hparams.layer_prepostprocess_dropout,
-        dropout_broadcast_dims=hparams.get("layer_prepostprocess_dropout_broadcast_dims", ""),
-        norm_type=hparams.norm_type,
-        epsilon=hparams.norm_epsilon,
-        name=name,
-    )
+    return LayerPrepostprocess(sequence, dropout_rate, dropout_broadcast_dims, norm_type,
+                               epsilon, name="layer_postprocess")
 
 
 def matmul_last_axis(x: tf.Tensor, kernel: tf.Tensor) -> tf.Tensor:

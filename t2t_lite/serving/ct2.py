@@ -54,6 +54,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from t2t_lite.data_generators.text_encoder import EOS_ID, PAD_ID
 from t2t_lite.errors import UserError
 
 METADATA_FILE = "t2t_lite_serving.json"
@@ -62,8 +63,6 @@ TARGETS_VOCAB_FILE = "t2t_targets.subwords"
 QUANTIZATIONS = ("none", "int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16",
                  "float16", "bfloat16", "float32")
 DEFAULT_MAX_POSITION = 2048
-PAD_ID = 0
-EOS_ID = 1
 PRE_NORM_POSTPROCESS = ("da", "ad", "a")
 POST_NORM_POSTPROCESS = ("dan", "an")
 
