@@ -835,6 +835,9 @@ def report_bleu(reference: str, decodes_file: str, output_dir: str | None,
     for line in lines:
         print(line)
     if output_dir:
+        from t2t_lite.utils import run_card
+        run_card.record_bleu(output_dir, _checkpoint_step(checkpoint), reference, decodes_file,
+                             lines)
         import tensorflow as tf
 
         bleu = 100 * float(bleu_hook.bleu_wrapper(reference, decodes_file))

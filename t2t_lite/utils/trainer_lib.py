@@ -45,6 +45,7 @@ from t2t_lite.utils import (
     checkpoint_guard,
     divergence_guard,
     optimize,
+    run_card,
     run_lock,
     summaries,
     validation,
@@ -482,7 +483,7 @@ class Trainer:
             False: self._make_train_step(iterator.element_spec, update=False),
         }
         stats = _Stats(step)
-        last = {}
+        last, started = {}, (step, time.time())  # for the run card
         while step < config.train_steps:
             out = steps[self.optimizer.is_update_step(step)](next(iterator))
             step += 1
@@ -505,6 +506,9 @@ class Trainer:
             if stop:
                 logging.info("Stopping at step %d: the stop condition holds", step)
                 break
+        if self.chief:
+            run_card.record_training(config.output_dir, step, started[0],
+                                     time.time() - started[1], last)
         return last
 
     def check_finite(self, manager: tf.train.CheckpointManager, weights: bool = True) -> None:
@@ -663,6 +667,8 @@ class Trainer:
             ", ".join(f"{k} = {v:.4f}" for k, v in sorted(results.items())),
         )
         write_scalars(self._eval_writer, results, step)
+        if self.chief:
+            run_card.record_eval(self.config.output_dir, step, results)
         if first_batch is not None and self.config.num_decode_examples:
             self._summarize_decodes(first_batch, step)
         self.last_eval_results = results
@@ -868,6 +874,9 @@ def create_trainer(
             trainer.run_lock = run_lock.acquire(config.output_dir)
             checkpoint_guard.remove_temp_folders(config.output_dir, CHECKPOINT_PREFIX)
         save_hparams(config.output_dir, hparams)
+        run_card.record_setup(config.output_dir, problem, model_name, hparams_set,
+                              hparams_overrides, hparams,
+                              trainer.strategy.num_replicas_in_sync, lock)
         if flag_values is not None:
             save_flags(config.output_dir, flag_values)
     if warm_start_from and not tf.train.latest_checkpoint(config.output_dir):
