@@ -37,6 +37,8 @@ setup(
         "numpy",
         # `tensorboard --logdir` is what every run prints; the HParams dashboard's summaries.
         "tensorboard",
+        # Progress bars with a total and a rate on long work (t2t_lite.utils.progress).
+        "tqdm",
     ],
     extras_require={
         # The in-graph encoder's FastWordpiece segmenter (--export_subword_segmenter).

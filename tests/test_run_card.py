@@ -42,7 +42,7 @@ def test_setup_records_versions_problem_and_overrides(tmp_path):
                           "batch_size=256", hp, replicas=1, training=True)
     setup = run_card.read(str(tmp_path))["setup"]
     assert setup["tensorflow"] == tf.__version__
-    assert setup["python"] == "%d.%d.%d" % sys.version_info[:3]
+    assert setup["python"] == ".".join(map(str, sys.version_info[:3]))
     assert setup["problem"] == "reverse_standin" and setup["hparams set"] == "transformer_tiny"
     assert setup["hparams overrides"] == "batch_size=256"
     assert setup["global batch per update"] == "256 tokens"

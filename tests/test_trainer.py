@@ -209,6 +209,10 @@ def test_default_run_shortened(tmp_path):
     events = read_events(str(tmp_path / "train" / "eval"))
     assert "metrics-algorithmic_identity_decimal40_small/targets/accuracy_per_sequence" in events
     _assert_tensorboard_reads_the_run(tmp_path / "train")
+    card = json.loads((tmp_path / "train" / "run_card.json").read_text())
+    assert card["setup"]["problem"] == "algorithmic_identity_decimal40_small"
+    assert card["setup"]["global batch per update"] == "1024 tokens"
+    assert card["training"]["global step"] == 20 and card["eval"]["step"] == 20
 
 
 def _assert_tensorboard_reads_the_run(run_dir):

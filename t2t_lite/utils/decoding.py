@@ -53,6 +53,7 @@ from absl import logging
 
 from t2t_lite.errors import UserError
 from t2t_lite.hparams import HParams
+from t2t_lite.utils import progress
 
 EOS_ID = 1
 # outputs [B, T] or [B, K, T] int, scores [B] or [B, K] float, as numpy arrays.
@@ -371,7 +372,8 @@ def decode_lines(lines: Sequence[str], infer_fn: InferFn, inputs_encoder: Any,
     decodes = []
     start_time = time.time()
     batches = batch_inputs(sorted_inputs, inputs_encoder, batch_size, decode_hp.max_input_size)
-    for number, batch in enumerate(batches):
+    for number, batch in enumerate(progress.track(batches, len(lines), "Decoding", "lines",
+                                                  size=len)):
         outputs, scores = infer_fn(batch)
         records = format_decodes(outputs, scores, targets_encoder, **format_options(decode_hp))
         if decode_hp.log_results:

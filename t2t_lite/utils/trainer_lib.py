@@ -45,6 +45,7 @@ from t2t_lite.utils import (
     checkpoint_guard,
     divergence_guard,
     optimize,
+    progress,
     run_card,
     run_lock,
     summaries,
@@ -205,11 +206,6 @@ def save_flags(output_dir: str, values: dict[str, Any]) -> None:
     )
 
 
-def _format_duration(seconds: float) -> str:
-    seconds = int(max(0, seconds))
-    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
-
-
 class Trainer:
     """Trains and evaluates one model on one problem.
 
@@ -274,6 +270,7 @@ class Trainer:
         self._eval_step_fn = None
         self.run_lock = None  # set by create_trainer(lock=True)
         self.last_eval_results: dict[str, float] = {}
+        self._stops_early = False
         # Dropout masks derive from this seed, the global step and the replica id.
         common_layers.number_dropout_layers(self.model)
         self.dropout_base_seed = (
@@ -484,6 +481,7 @@ class Trainer:
         }
         stats = _Stats(step)
         last, started = {}, (step, time.time())  # for the run card
+        self._stops_early = stop_when is not None  # the progress lines' ETA is an upper bound
         while step < config.train_steps:
             out = steps[self.optimizer.is_update_step(step)](next(iterator))
             step += 1
@@ -541,12 +539,12 @@ class Trainer:
     def _log_progress(self, stats: _Stats, step: int) -> dict[str, float]:
         values = stats.flush(step)
         values["learning_rate"] = float(self.optimizer.learning_rate(step - 1))
-        remaining = (self.config.train_steps - step) / max(values["global_step/sec"], 1e-9)
         logging.info(
-            "step %d/%d: loss %.4f, lr %.3g, grad norm %.3g, %.0f tokens/s, %.2f steps/s, ETA %s",
+            "step %d/%d: loss %.4f, lr %.3g, grad norm %.3g, %.0f tokens/s, %.2f steps/s, %s",
             step, self.config.train_steps, values["loss"], values["learning_rate"],
             values["global_norm/gradient_norm"], values["tokens/sec"],
-            values["global_step/sec"], _format_duration(remaining),
+            values["global_step/sec"], progress.training_eta(
+                step, self.config.train_steps, values["global_step/sec"], self._stops_early),
         )
         scalars = dict(values)
         scalars["losses/training"] = values["loss"]
