@@ -18,7 +18,7 @@ def test_sections_merge_and_markdown_shows_them(tmp_path):
     assert card["eval"]["step"] == 12 and card["eval"]["loss"] == 0.5
     md = (tmp_path / "run_card.md").read_text()
     assert md.index("## Training") < md.index("## Dev metrics")
-    assert "| loss | 0.5000 |" in md and "| step | 12 |" in md and "1.25" not in md
+    assert "| loss | 0.5 |" in md and "| step | 12 |" in md and "1.25" not in md
     with pytest.raises(ValueError, match="section"):
         run_card.update(str(tmp_path), "nonsense", {})
 

@@ -74,9 +74,9 @@ def _write_atomically(path: str, text: str) -> None:
 
 
 def _cell(value: Any) -> str:
-    """A table cell: floats with 4 significant decimals, lists and dicts as JSON, `|` escaped."""
+    """A table cell: floats with 5 significant digits, lists and dicts as JSON, `|` escaped."""
     if isinstance(value, float):
-        text = f"{value:.4f}" if abs(value) < 1e5 else f"{value:.0f}"
+        text = f"{value:.5g}"
     elif isinstance(value, list | dict):
         text = json.dumps(value)
     else:
