@@ -45,9 +45,11 @@ setup(
         "text": ["tensorflow-text>=2.16,<2.22"],
         # CTranslate2 export and decoding (t2t_lite.serving.ct2).
         "ctranslate2": ["ctranslate2>=4"],
-        # CI tests both optional paths.
+        # Pictures: --mode=plot and the curves at the end of train_and_eval.
+        "viz": ["matplotlib"],
+        # CI tests the optional paths.
         "test": ["pytest", "hypothesis", "tensorboard", "tensorflow-text>=2.16,<2.22",
-                 "ctranslate2>=4"],
+                 "ctranslate2>=4", "matplotlib"],
         "bench": [],
     },
     entry_points={"console_scripts": ["t2t-lite=run:main"]},
