@@ -283,6 +283,13 @@ def test_run_py_datagen_then_train_and_eval_then_restart(tmp_path):
     accuracy = events["metrics-algorithmic_reverse_binary40_test/targets/accuracy"]
     assert [step for step, _ in accuracy] == [6, 9]
     assert json.loads((tmp_path / "train" / "flags.json").read_text())["train_steps"] == 9
+    # train_and_eval ends with the PNGs of its curves and a run card of the resumed session.
+    assert {"loss.png", "learning_rate.png", "dev_accuracy.png"} <= set(
+        os.listdir(tmp_path / "train" / "plots"))
+    card = json.loads((tmp_path / "train" / "run_card.json").read_text())
+    assert "--train_steps=9" in card["setup"]["command"]
+    assert card["training"]["global step"] == 9 and card["training"]["steps this session"] == 3
+    assert card["eval"]["step"] == 9
 
 
 @pytest.mark.slow
