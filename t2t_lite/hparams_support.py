@@ -16,9 +16,11 @@ Every hparam of every registered set is in exactly one of three tables (the test
 """
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from t2t_lite.hparams import HParams
+from t2t_lite.hparams_sets import transformer as transformer_sets
 
 _LAYERS = "t2t_lite.layers.common_layers"
 _ATTENTION = "t2t_lite.layers.common_attention"
@@ -205,3 +207,36 @@ def check_supported(hparams: HParams) -> None:
                 f"hparams.{name}={hparams.get(name)!r} is not supported by t2t_lite (t2t: "
                 f"{use}); leave it at {accepted!r}"
             )
+
+
+_MISSING = object()
+
+
+@functools.cache
+def _declared_values() -> dict[str, Any]:
+    values = transformer_sets.basic_params1().values()
+    for name, value in transformer_sets.transformer_base_v1().values().items():
+        values.setdefault(name, value)
+    return values
+
+
+def hparam(hparams: Any, name: str) -> Any:
+    """`hparams.<name>`, or the value t2t declares it with when `hparams` does not have it.
+
+    One default per hparam: the value of `basic_params1` (or, for the Transformer's own
+    hparams, the value `transformer_base_v1` adds it with), so library code that accepts
+    hparams sets without some name never repeats a default.
+
+    Args:
+      hparams: an HParams (or an object with HParams' `get(name, default)`), or any object
+        with attributes.
+      name: a hparam name that t2t's `basic_params1` or `transformer_base_v1` declares.
+
+    Raises:
+      KeyError: `name` is not declared by those sets.
+    """
+    if hasattr(hparams, "get") and not isinstance(hparams, dict):
+        value = hparams.get(name, _MISSING)
+    else:
+        value = getattr(hparams, name, _MISSING)
+    return _declared_values()[name] if value is _MISSING else value

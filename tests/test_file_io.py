@@ -40,3 +40,28 @@ def test_failure_while_writing_keeps_the_old_file_and_no_temporary(tmp_path):
     with open(path) as f:
         assert f.read() == "old\n"
     assert os.listdir(tmp_path) == ["out.txt"]
+
+
+def test_atomic_open_streams_two_files_and_removes_them_on_failure(tmp_path):
+    a, b = tmp_path / "x.lang1", tmp_path / "x.lang2"
+    with file_io.atomic_open(str(a)) as fa, file_io.atomic_open(str(b)) as fb:
+        for i in range(3):
+            fa.write(f"src {i}\n")
+            fb.write(f"tgt {i}\n")
+        # Nothing is visible under the final names before the block ends.
+        assert not a.exists() and not b.exists()
+    assert a.read_text() == "src 0\nsrc 1\nsrc 2\n"
+    assert b.read_text() == "tgt 0\ntgt 1\ntgt 2\n"
+    with (
+        pytest.raises(RuntimeError),
+        file_io.atomic_open(str(a)) as fa,
+        file_io.atomic_open(str(b)) as fb,
+    ):
+        fa.write("half")
+        fb.write("half")
+        raise RuntimeError("crash while writing")
+    assert a.read_text() == "src 0\nsrc 1\nsrc 2\n"
+    assert sorted(os.listdir(tmp_path)) == ["x.lang1", "x.lang2"]
+    with file_io.atomic_open(str(tmp_path / "z.bin"), "wb") as f:
+        f.write(b"\x00\x01")
+    assert (tmp_path / "z.bin").read_bytes() == b"\x00\x01"

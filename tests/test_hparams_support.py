@@ -3,11 +3,12 @@ effect on the numbers in t2t either, or is refused by name when not at its accep
 import importlib
 import inspect
 import re
+import types
 
 import pytest
 
 from t2t_lite import hparams_support, registry
-from t2t_lite.hparams import create_hparams
+from t2t_lite.hparams import HParams, create_hparams
 from t2t_lite.models.transformer import Transformer
 
 SETS = registry.list_hparams()
@@ -70,3 +71,17 @@ def test_the_model_refuses_an_unsupported_hparam_in_one_line():
     with pytest.raises(ValueError, match=r"^hparams.weight_noise=0.1 is not supported .*"
                                          r"weight noise.*leave it at 0.0$"):
         Transformer(hparams, 10, 10)
+
+
+def test_hparam_falls_back_to_the_one_declared_default():
+    hp = HParams(batch_size=100, max_length=7)
+    # Declared values win; a missing name gets the value t2t's sets declare it with.
+    assert hparams_support.hparam(hp, "max_length") == 7
+    assert hparams_support.hparam(hp, "min_length_bucket") == 8  # basic_params1
+    assert hparams_support.hparam(hp, "length_bucket_step") == 1.1
+    assert hparams_support.hparam(hp, "relu_dropout_broadcast_dims") == ""  # transformer_base_v1
+    # transformer_base overrides max_length (256); the declared default stays basic_params1's.
+    assert hparams_support.hparam(HParams(batch_size=1), "max_length") == 0
+    assert hparams_support.hparam(types.SimpleNamespace(max_length=3), "max_length") == 3
+    with pytest.raises(KeyError):
+        hparams_support.hparam(hp, "no_such_hparam")

@@ -30,7 +30,7 @@ from absl import logging
 from t2t_lite import registry
 from t2t_lite.data_generators import datagen
 from t2t_lite.data_generators.problem import ModeKeys
-from t2t_lite.utils import metrics, trainer_lib
+from t2t_lite.utils import metrics, trainer_lib, validation
 
 DEFAULT_PROBLEM = "algorithmic_identity_decimal40_small"
 DEFAULT_HPARAMS_SET = "transformer_tiny"
@@ -65,7 +65,7 @@ def _ensure_data(problem, data_dir: str, tmp_dir: str) -> None:
     start = time.time()
     print(f"Generating {problem.name} into {data_dir} ...", flush=True)
     datagen.set_random_seed(datagen.DEFAULT_RANDOM_SEED)
-    problem.generate_data(data_dir, tmp_dir)
+    datagen.generate_problem_data(problem, data_dir, tmp_dir)
     print(f"Generated the data in {time.time() - start:.1f} s", flush=True)
 
 
@@ -110,6 +110,9 @@ def main(flags_obj: Any) -> dict[str, float]:
         random_seed=seed,
         num_decode_examples=0,  # _report decodes once, at the end
     )
+    validation.check_positive({"train_steps": config.train_steps,
+                               "local_eval_frequency": config.local_eval_frequency,
+                               "log_step_count_steps": config.log_step_count_steps})
     trainer = trainer_lib.create_trainer(
         problem, DEFAULT_HPARAMS_SET, overrides, "transformer", data_dir, config, strategy,
         lock=True)

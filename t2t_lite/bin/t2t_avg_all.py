@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 
 from t2t_lite.errors import UserError, one_line
-from t2t_lite.utils import validation
+from t2t_lite.utils import checkpoint_guard, validation
 from t2t_lite.utils.avg_checkpoints import average_checkpoints, last_checkpoints
 
 
@@ -24,6 +24,11 @@ def main(flags) -> None:
     validation.check_writable_dir("avg_output_dir", avg_dir)
     try:
         paths = last_checkpoints(flags.output_dir, flags.n)
+        for path in paths:
+            reason = checkpoint_guard.damage(path)
+            if reason:
+                raise UserError(f"checkpoint {path} is damaged ({reason}); average fewer "
+                                "checkpoints (--n) or other ones")
         prefix = average_checkpoints(paths, avg_dir)
     except ValueError as e:
         raise UserError(one_line(e)) from e

@@ -12,6 +12,7 @@ import sys
 
 from absl import logging
 
+from t2t_lite import file_io
 from t2t_lite.errors import UserError, one_line
 from t2t_lite.utils import validation
 from t2t_lite.utils.decoding import (
@@ -32,7 +33,6 @@ from t2t_lite.utils.decoding import (
     report_bleu,
     score_pairs,
     unpacked_problem,
-    write_records,
 )
 
 
@@ -94,8 +94,8 @@ def main(flags) -> None:
     except (ValueError, FileNotFoundError) as e:
         raise UserError(one_line(e)) from e
     if score_file:
-        write_records(os.path.expanduser(flags.decode_to_file),
-                      [f"{score:.6f}" for score in scores], "\n")
+        file_io.atomic_write_lines(os.path.expanduser(flags.decode_to_file),
+                                   [f"{score:.6f}" for score in scores])
         print(f"Scores of {len(scores)} lines written to {flags.decode_to_file}")
         return
     logging.info("Decoding with %s", checkpoint)
@@ -110,8 +110,12 @@ def main(flags) -> None:
         return
     if flags.decode_from_file:
         try:
-            output = decode_from_file(infer_fn, flags.decode_from_file, encoders, decode_hp,
-                                      decode_to_file, name_parts)
+            with validation.explain_ids_out_of_vocab(
+                    f"--decode_from_file={flags.decode_from_file}",
+                    "check that the input uses the problem's symbols and that the vocabulary "
+                    "is the one the model was trained with"):
+                output = decode_from_file(infer_fn, flags.decode_from_file, encoders,
+                                          decode_hp, decode_to_file, name_parts)
         except (FileNotFoundError, ValueError) as e:
             raise UserError(one_line(e)) from e
     else:
@@ -175,7 +179,7 @@ def decode_ctranslate2(flags) -> str:
     else:
         output = decode_filename(filename, "transformer", "ctranslate2", "file",
                                           decode_hp)
-    write_records(output, records, decode_hp.delimiter)
+    file_io.atomic_write_lines(output, records, decode_hp.delimiter)
     print(f"Decodes written to {output}")
     reference = flags.decode_reference or decode_hp.decode_reference
     if reference:

@@ -18,6 +18,7 @@ from typing import Any
 
 import tensorflow as tf
 
+from t2t_lite import hparams_support
 from t2t_lite.hparams import HParams
 from t2t_lite.utils import data_reader
 
@@ -132,6 +133,15 @@ def _file_num_records(filename: str) -> int:
     return int(dataset.reduce(tf.constant(0, tf.int64), lambda n, _: n + 1))
 
 
+
+def split_tag(mode: str) -> str:
+    """The shard-name tag of a mode or split: train -> "train", eval/predict -> "dev", test."""
+    tags = {DatasetSplit.TRAIN: "train", DatasetSplit.EVAL: "dev", ModeKeys.PREDICT: "dev",
+            DatasetSplit.TEST: "test"}
+    if mode not in tags:
+        raise ValueError(f"Unknown mode/split {mode!r}; expected one of {sorted(tags)}")
+    return tags[mode]
+
 class Problem:
     """Base class of every problem (t2t's `Problem`).
 
@@ -200,17 +210,9 @@ class Problem:
         Returns:
           A glob pattern string.
         """
-        suffixes = {
-            DatasetSplit.TRAIN: "train",
-            DatasetSplit.EVAL: "dev",
-            ModeKeys.PREDICT: "dev",
-            DatasetSplit.TEST: "test",
-        }
-        if mode not in suffixes:
-            raise ValueError(f"Unknown mode/split {mode!r}; expected one of {sorted(suffixes)}")
         shard_str = f"-{shard:05d}" if shard is not None else ""
         path = os.path.join(data_dir, self.dataset_filename())
-        return f"{path}-{suffixes[mode]}{shard_str}*"
+        return f"{path}-{split_tag(mode)}{shard_str}*"
 
     # Subclass interface ----------------------------------------------------------------------
     def generate_data(self, data_dir: str, tmp_dir: str, task_id: int = -1) -> None:
@@ -232,7 +234,7 @@ class Problem:
 
     def max_length(self, model_hparams: HParams) -> int:
         """Longest example kept in training: `max_length`, or `batch_size` when it is 0."""
-        return model_hparams.get("max_length", 0) or model_hparams.batch_size
+        return hparams_support.hparam(model_hparams, "max_length") or model_hparams.batch_size
 
     @property
     def batch_size_means_tokens(self) -> bool:
@@ -266,8 +268,8 @@ class Problem:
         """
         del mode
         features = dict(features)
-        max_in = hparams.get("max_input_seq_length", 0)
-        max_tgt = hparams.get("max_target_seq_length", 0)
+        max_in = hparams_support.hparam(hparams, "max_input_seq_length")
+        max_tgt = hparams_support.hparam(hparams, "max_target_seq_length")
         if max_in > 0 and "inputs" in features:
             features["inputs"] = features["inputs"][:, :max_in]
         if max_tgt > 0 and "targets" in features:
@@ -328,14 +330,23 @@ class Problem:
 
     # Reading ---------------------------------------------------------------------------------
     def data_filenames(self, data_dir: str, mode: str, shard: int | None = None) -> list[str]:
-        """Sorted data files for `mode`; raises FileNotFoundError naming the pattern."""
+        """Sorted data files for `mode`, checked against datagen's completion marker.
+
+        Raises:
+          t2t_lite.errors.DataError (a FileNotFoundError): no file matches, or the split is
+            incomplete or damaged (see `data_marker.check_split_for_reading`).
+        """
+        from t2t_lite.data_generators import data_marker
+        from t2t_lite.errors import DataError
+
         pattern = self.filepattern(data_dir, mode, shard=shard)
         files = sorted(f for f in tf.io.gfile.glob(pattern) if not f.endswith(".incomplete"))
+        command = f"python run.py --mode=datagen --problem={self.name} --data_dir={data_dir}"
         if not files:
-            raise FileNotFoundError(
-                f"No data files match {pattern}. Generate them first: python run.py "
-                f"--mode=datagen --problem={self.name} --data_dir={data_dir}"
-            )
+            raise DataError(f"No data files match {pattern}. Generate them first: {command}")
+        if shard is None:
+            data_marker.check_split_for_reading(data_dir, self.dataset_filename(),
+                                                split_tag(mode), files, command)
         return files
 
     def dataset(
@@ -434,15 +445,15 @@ class Problem:
             # not all begin on the same examples.
             records = records.skip(rng.randint(0, _file_num_records(files[0])))
 
-        drop_long = is_training or hparams.get("eval_drop_long_sequences", False)
-        min_length = hparams.get("min_length", 0)
+        drop_long = is_training or hparams_support.hparam(hparams, "eval_drop_long_sequences")
+        min_length = hparams_support.hparam(hparams, "min_length")
         max_length = self.max_length(hparams) if drop_long else data_reader.NO_MAX_LENGTH
         names = self.example_reading_spec()
         # t2t's pack_dataset: pack on the fly to max_length in training and eval, unless the
         # data are packed already (a `*_packed` problem). Never for PREDICT: decoding needs
         # one example per row.
         pack_length = None
-        if (hparams.get("pack_dataset", False) and mode != ModeKeys.PREDICT
+        if (hparams_support.hparam(hparams, "pack_dataset") and mode != ModeKeys.PREDICT
                 and "targets_segmentation" not in names):
             pack_length = self.max_length(hparams)
         parse_batch = _PARSE_BATCH if pack_length is None else max(
@@ -478,7 +489,8 @@ class Problem:
     def _batch_examples(self, examples: tf.data.Dataset, hparams: HParams,
                         pad_to_bucket_boundaries: bool = False) -> tf.data.Dataset:
         """Token-bucketed padded batches (or fixed-size ones with use_fixed_batch_size)."""
-        if hparams.get("use_fixed_batch_size", False) or not self.batch_size_means_tokens:
+        fixed = hparams_support.hparam(hparams, "use_fixed_batch_size")
+        if fixed or not self.batch_size_means_tokens:
             return data_reader.batch_examples(examples, hparams.batch_size)
         scheme = data_reader.hparams_to_batching_scheme(
             hparams, length_multiplier=self.get_hparams().batch_size_multiplier

@@ -26,13 +26,12 @@ from __future__ import annotations
 
 import collections
 import itertools
-import os
 import re
-import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 
 from absl import logging
 
+from t2t_lite import file_io
 from t2t_lite.data_generators import tokenizer, vocab_builder
 
 # Reserved tokens for padding and end of sequence; every encoder keeps these ids.
@@ -122,20 +121,6 @@ def _read_vocab_lines(filename: str) -> list[tuple[int, str]]:
                 "files must be UTF-8"
             ) from e
     return lines
-
-
-def _write_lines_atomically(filename: str, lines: Iterable[str]) -> None:
-    """Writes "\\n"-terminated lines to a temporary file beside `filename`, then renames it."""
-    # A unique name opened with "x" (not mkstemp) so the file gets the usual umask permissions.
-    tmp_path = f"{filename}.{os.getpid()}.{uuid.uuid4().hex}.incomplete"
-    try:
-        with open(tmp_path, "x", encoding="utf-8", newline="\n") as f:
-            f.writelines(line + "\n" for line in lines)
-        os.replace(tmp_path, filename)
-    except BaseException:
-        if os.path.exists(tmp_path):
-            os.unlink(tmp_path)
-        raise
 
 
 class TextEncoder:
@@ -369,7 +354,7 @@ class TokenTextEncoder(TextEncoder):
         Args:
           filename: destination path.
         """
-        _write_lines_atomically(
+        file_io.atomic_write_lines(
             filename, (self._id_to_token[i] for i in range(len(self._id_to_token)))
         )
 
@@ -884,4 +869,4 @@ class SubwordTextEncoder(TextEncoder):
             lines: Iterator[str] = ("'" + s + "'" for s in self._all_subtoken_strings)
         else:
             lines = iter(self._all_subtoken_strings)
-        _write_lines_atomically(filename, lines)
+        file_io.atomic_write_lines(filename, lines)

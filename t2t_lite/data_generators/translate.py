@@ -28,6 +28,7 @@ from collections.abc import Iterator
 
 from absl import logging
 
+from t2t_lite import file_io
 from t2t_lite.data_generators import generator_utils, problem, text_problems
 from t2t_lite.data_generators.text_problems import CorpusError
 
@@ -70,22 +71,15 @@ def cleaned_pairs(source_path: str, target_path: str) -> Iterator[tuple[str, str
 
 def _write_compiled(pairs, compiled_base: str) -> int:
     """Writes pairs to `<base>.lang1/.lang2` via temporary names; returns the pair count."""
-    final = (compiled_base + ".lang1", compiled_base + ".lang2")
-    tmp = tuple(path + ".incomplete" for path in final)
     count = 0
-    try:
-        with open(tmp[0], "w", encoding="utf-8") as f1, open(tmp[1], "w", encoding="utf-8") as f2:
-            for source, target in pairs:
-                f1.write(source + "\n")
-                f2.write(target + "\n")
-                count += 1
-    except BaseException:
-        for path in tmp:
-            if os.path.exists(path):
-                os.remove(path)
-        raise
-    for tmp_path, final_path in zip(tmp, final):
-        os.replace(tmp_path, final_path)
+    with (
+        file_io.atomic_open(compiled_base + ".lang1") as f1,
+        file_io.atomic_open(compiled_base + ".lang2") as f2,
+    ):
+        for source, target in pairs:
+            f1.write(source + "\n")
+            f2.write(target + "\n")
+            count += 1
     return count
 
 
@@ -97,10 +91,8 @@ def _extract(archive: str, tmp_dir: str) -> None:
 
 
 def _gunzip(gz_path: str, out_path: str) -> None:
-    tmp_path = out_path + ".incomplete"
-    with gzip.open(gz_path, "rb") as src, open(tmp_path, "wb") as dst:
+    with gzip.open(gz_path, "rb") as src, file_io.atomic_open(out_path, "wb") as dst:
         shutil.copyfileobj(src, dst)
-    os.replace(tmp_path, out_path)
 
 
 def raw_corpus_files(tmp_dir: str, datasets: list) -> list[tuple[str, str]] | None:
@@ -234,7 +226,9 @@ class TranslateProblem(text_problems.Text2TextProblem):
                 for path in (src, tgt):
                     if not os.path.isfile(path):
                         raise CorpusError(f"{path}: no such file (from {flags})")
-                self._user_files[split] = (src, tgt)
+                # Relative to the current directory, as given on the command line (the vocab
+                # builder joins source names with tmp_dir; an absolute path stays itself).
+                self._user_files[split] = (os.path.abspath(src), os.path.abspath(tgt))
 
     # Sources ---------------------------------------------------------------------------------
     def _compiled_base(self, tmp_dir: str, dataset_split: str) -> str:

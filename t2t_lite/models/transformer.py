@@ -98,7 +98,7 @@ class _TransformerLayer(keras.layers.Layer):
             key_depth=hp.attention_key_channels,
             value_depth=hp.attention_value_channels,
             dropout=hp.attention_dropout,
-            dropout_broadcast_dims=hp.get("attention_dropout_broadcast_dims", ""),
+            dropout_broadcast_dims=hparams_support.hparam(hp, "attention_dropout_broadcast_dims"),
             kernel_initializer=self._initializer,
         )
 
@@ -112,7 +112,7 @@ class _TransformerLayer(keras.layers.Layer):
             hp.filter_size,
             hp.hidden_size,
             dropout=hp.relu_dropout,
-            dropout_broadcast_dims=hp.get("relu_dropout_broadcast_dims", ""),
+            dropout_broadcast_dims=hparams_support.hparam(hp, "relu_dropout_broadcast_dims"),
             kernel_initializer=self._initializer,
             name="ffn",
         )
@@ -399,7 +399,8 @@ def _check_hparams(hparams) -> None:
             raise ValueError(
                 f"hparams.{name}={hparams.get(name)!r} is not supported; use one of {supported}"
             )
-    if hparams.get("max_relative_position", 0) or hparams.get("proximity_bias", False):
+    if (hparams_support.hparam(hparams, "max_relative_position")
+            or hparams_support.hparam(hparams, "proximity_bias")):
         raise ValueError(
             "hparams.max_relative_position / proximity_bias are not supported (set them to 0 / "
             "False)"
@@ -459,9 +460,9 @@ class Transformer(keras.Model):
             hparams.hidden_size,
             num_shards=hparams.symbol_modality_num_shards,
             share_softmax=hparams.shared_embedding_and_softmax_weights,
-            shared_embedding=hparams.get("shared_embedding", False),
+            shared_embedding=hparams_support.hparam(hparams, "shared_embedding"),
             multiply_embedding_mode=hparams.multiply_embedding_mode,
-            vocab_divisor=hparams.get("vocab_divisor", 1),
+            vocab_divisor=hparams_support.hparam(hparams, "vocab_divisor"),
         )
         if not self.modality.share_softmax:
             # t2t sets the hparam to 0 when the vocab sizes differ; record what is in effect.

@@ -28,6 +28,7 @@ import tempfile
 import numpy as np
 import tensorflow as tf
 
+from t2t_lite import file_io
 from t2t_lite.utils import progress
 
 OBJECT_GRAPH_KEY = "_CHECKPOINTABLE_OBJECT_GRAPH"
@@ -111,8 +112,10 @@ def average_tensors(checkpoint_paths: list[str]) -> dict[str, np.ndarray]:
 def _write_checkpoint_state(directory: str, name: str) -> None:
     """Writes the `checkpoint` state file making `name` the latest checkpoint there."""
     quoted = '"' + name.replace("\\", "\\\\").replace('"', '\\"') + '"'
-    with open(os.path.join(directory, "checkpoint"), "w", encoding="utf-8") as f:
-        f.write(f"model_checkpoint_path: {quoted}\nall_model_checkpoint_paths: {quoted}\n")
+    file_io.atomic_write(
+        os.path.join(directory, "checkpoint"),
+        f"model_checkpoint_path: {quoted}\nall_model_checkpoint_paths: {quoted}\n",
+    )
 
 
 def _check_output_dir(output_dir: str, checkpoint_paths: list[str]) -> None:

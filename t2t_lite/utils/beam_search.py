@@ -31,9 +31,10 @@ from typing import Any
 
 import tensorflow as tf
 
-# t2t's constants: the EOS id and the "minus infinity" used to mask scores. A finite value
-# keeps arithmetic on masked scores well defined, as in t2t.
-EOS_ID = 1
+from t2t_lite.data_generators.text_encoder import EOS_ID
+
+# t2t's "minus infinity" used to mask scores. A finite value keeps arithmetic on masked scores
+# well defined, as in t2t.
 INF = 1.0 * 1e7
 
 SymbolsToLogitsFn = Callable[[tf.Tensor, tf.Tensor, Any], "tuple[tf.Tensor, Any]"]

@@ -17,6 +17,8 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
+from t2t_lite import hparams_support
+
 # t2t picks the window of its bucketing from these (a window must be divisible by every bucket
 # batch size); kept so that batch sizes equal t2t's.
 HIGHLY_COMPOSITE_NUMBERS = (
@@ -115,7 +117,7 @@ def hparams_to_batching_scheme(
 
     Args:
       hparams: HParams with batch_size, max_length, min_length_bucket, length_bucket_step
-        and min_length (t2t defaults used for any that are missing).
+        and min_length (`basic_params1`'s values for any that are missing).
       drop_long_sequences, shard_multiplier, length_multiplier: as in `batching_scheme`.
 
     Returns:
@@ -123,21 +125,14 @@ def hparams_to_batching_scheme(
     """
     return batching_scheme(
         batch_size=hparams.batch_size,
-        min_length=_hp(hparams, "min_length", 0),
-        max_length=_hp(hparams, "max_length", 0),
-        min_length_bucket=_hp(hparams, "min_length_bucket", 8),
-        length_bucket_step=_hp(hparams, "length_bucket_step", 1.1),
+        min_length=hparams_support.hparam(hparams, "min_length"),
+        max_length=hparams_support.hparam(hparams, "max_length"),
+        min_length_bucket=hparams_support.hparam(hparams, "min_length_bucket"),
+        length_bucket_step=hparams_support.hparam(hparams, "length_bucket_step"),
         drop_long_sequences=drop_long_sequences,
         shard_multiplier=shard_multiplier,
         length_multiplier=length_multiplier,
     )
-
-
-def _hp(hparams: Any, name: str, default: Any) -> Any:
-    """`hparams.name`, or `default` for an HParams (or plain object) without it."""
-    if hasattr(hparams, "get") and not isinstance(hparams, dict):
-        return hparams.get(name, default)
-    return getattr(hparams, name, default)
 
 
 def example_length(example: dict[str, tf.Tensor]) -> tf.Tensor:

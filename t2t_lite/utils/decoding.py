@@ -51,11 +51,12 @@ from typing import Any, TextIO
 import numpy as np
 from absl import logging
 
+from t2t_lite import file_io, hparams_support
+from t2t_lite.data_generators.text_encoder import EOS_ID
 from t2t_lite.errors import UserError
 from t2t_lite.hparams import HParams
 from t2t_lite.utils import progress
 
-EOS_ID = 1
 # outputs [B, T] or [B, K, T] int, scores [B] or [B, K] float, as numpy arrays.
 InferFn = Callable[[np.ndarray], "tuple[np.ndarray, np.ndarray]"]
 
@@ -184,12 +185,12 @@ def check_sampling(model_hparams: HParams, decode_hp: HParams) -> None:
     Raises:
       ValueError: one line naming the setting.
     """
-    method = model_hparams.get("sampling_method", "argmax")
+    method = hparams_support.hparam(model_hparams, "sampling_method")
     if method not in ("argmax", "random"):
         raise ValueError(f"hparams.sampling_method={method!r} is not supported; use 'argmax' "
                          "or 'random' ('random_per_example' reads temperatures from the input "
                          "examples, which text decoding does not have)")
-    top_k = model_hparams.get("sampling_keep_top_k", -1)
+    top_k = hparams_support.hparam(model_hparams, "sampling_keep_top_k")
     if top_k != -1 and top_k <= 0:
         raise ValueError(f"hparams.sampling_keep_top_k={top_k} must be -1 (all) or positive")
     if method == "random" and decode_hp.beam_size > 1:
@@ -411,21 +412,6 @@ def decode_filename(base: str, model_name: str, hparams_set: str, problem_name: 
     return f"{base}.{model_name}.{hparams_set}.{problem_name}.{suffix}"
 
 
-def write_records(filename: str, records: Iterable[str], delimiter: str) -> None:
-    """Writes each record followed by `delimiter`, under a temporary name renamed at the end."""
-    directory = os.path.dirname(os.path.abspath(filename))
-    os.makedirs(directory, exist_ok=True)
-    tmp = f"{filename}.tmp{os.getpid()}"
-    try:
-        with open(tmp, "w", encoding="utf-8", newline="") as f:
-            f.writelines(record + delimiter for record in records)
-        os.replace(tmp, filename)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        raise
-
-
 # ------------------------------------------------------------------------------ the sources
 def decode_from_file(infer_fn: InferFn, filename: str, encoders: dict, decode_hp: HParams,
                      decode_to_file: str | None, name_parts: tuple[str, str, str]) -> str:
@@ -455,7 +441,7 @@ def decode_from_file(infer_fn: InferFn, filename: str, encoders: dict, decode_hp
         output = add_shard_to_filename(decode_to_file, decode_hp)
     else:
         output = decode_filename(filename, *name_parts, decode_hp)
-    write_records(output, decodes, decode_hp.delimiter)
+    file_io.atomic_write_lines(output, decodes, decode_hp.delimiter)
     logging.info("Wrote %d decodes to %s", len(decodes), output)
     return output
 
@@ -577,9 +563,9 @@ def _decode_dataset_once(infer_fn: InferFn, examples: list[dict], encoders: dict
     target_file = ".".join(parts)
     parts[-1] = "inputs"
     input_file = ".".join(parts)
-    write_records(target_file, targets, decode_hp.delimiter)
-    write_records(input_file, inputs, decode_hp.delimiter)
-    write_records(output, decodes, decode_hp.delimiter)
+    file_io.atomic_write_lines(target_file, targets, decode_hp.delimiter)
+    file_io.atomic_write_lines(input_file, inputs, decode_hp.delimiter)
+    file_io.atomic_write_lines(output, decodes, decode_hp.delimiter)
     logging.info("Wrote %d decodes to %s (and .targets, .inputs)", len(decodes), output)
     return output
 

@@ -40,9 +40,8 @@ Serving needs TensorFlow only (no Keras, tensorflow-text or t2t_lite):
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
 import time
+import uuid
 
 import tensorflow as tf
 
@@ -230,11 +229,14 @@ def export(module: ServingModule, export_dir: str) -> str:
     while tf.io.gfile.exists(os.path.join(export_dir, str(version))):
         version += 1
     final = os.path.join(export_dir, str(version))
-    tmp = tempfile.mkdtemp(prefix=f".{version}.tmp", dir=export_dir)
+    # Saved under a hidden name (serving skips non-numeric folders), renamed when complete;
+    # tf.io.gfile, so that gs:// export dirs work as in t2t.
+    tmp = os.path.join(export_dir, f".{version}.tmp{os.getpid()}.{uuid.uuid4().hex[:8]}")
     try:
         tf.saved_model.save(module, tmp, signatures=module.signatures())
-        os.replace(tmp, final)
+        tf.io.gfile.rename(tmp, final)
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        if tf.io.gfile.exists(tmp):
+            tf.io.gfile.rmtree(tmp)
         raise
     return final

@@ -20,6 +20,7 @@ from typing import Any
 import keras
 import tensorflow as tf
 
+from t2t_lite import hparams_support
 from t2t_lite.hparams import HParams
 
 FACTORS = (
@@ -222,10 +223,11 @@ class T2TLearningRateSchedule(keras.optimizers.schedules.LearningRateSchedule):
     def __init__(self, hparams: HParams):
         self.hparams = hparams.copy()
         self._factors = [_factor_fn(name, hparams) for name in _schedule_names(hparams)]
-        self._multistep = int(hparams.get("optimizer_multistep_accumulate_steps", 0) or 0)
+        self._multistep = int(
+            hparams_support.hparam(hparams, "optimizer_multistep_accumulate_steps") or 0)
         # t2t's floor on the learning rate (t2t_model.optimize before t2t 1.5; declared but
         # unread in 1.15): None or 0 leaves the schedule as it is.
-        self._minimum = float(hparams.get("learning_rate_minimum") or 0.0)
+        self._minimum = float(hparams_support.hparam(hparams, "learning_rate_minimum") or 0.0)
 
     def __call__(self, step) -> tf.Tensor:
         step = tf.cast(tf.convert_to_tensor(step), tf.float32)

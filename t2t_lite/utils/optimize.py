@@ -12,6 +12,7 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
+from t2t_lite import hparams_support
 from t2t_lite.hparams import HParams
 from t2t_lite.utils import learning_rate as learning_rate_lib
 
@@ -164,8 +165,8 @@ def optimizer_from_hparams(hparams: HParams) -> keras.optimizers.Optimizer:
         raise OptimizerError(
             f"hparams.optimizer={name!r} is not supported; use one of {', '.join(OPTIMIZERS)}"
         )
-    if hparams.get("activation_dtype", "float32") == "float16":
-        scaler = hparams.get("mixed_precision_optimizer_loss_scaler", "exponential")
+    if hparams_support.hparam(hparams, "activation_dtype") == "float16":
+        scaler = hparams_support.hparam(hparams, "mixed_precision_optimizer_loss_scaler")
         if scaler != "exponential":
             raise OptimizerError(
                 "Mixed precision training only supports "

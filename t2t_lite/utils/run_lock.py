@@ -97,15 +97,7 @@ class RunLock:
             if not holder:
                 time.sleep(1)  # another run may be between creating and writing it
                 holder = _read(self.path)
-            ours = (holder.get("host") == self.holder["host"]
-                    and holder.get("pid") == self.holder["pid"])
-            stale = (holder.get("host") == self.holder["host"]
-                     and isinstance(holder.get("pid"), int) and not _pid_alive(holder["pid"]))
-            if not (ours or stale or not holder):
-                raise UserError(
-                    f"{os.path.dirname(self.path)} is in use by another run ({_describe(holder)}; "
-                    f"lock file {self.path}); wait for it, stop it, or choose another "
-                    "--output_dir (remove the lock file only if that run is gone)")
+            stale = self._refuse_live(holder)
             if stale:
                 logging.warning("Taking over the stale lock %s of a run that no longer runs "
                                 "(%s)", self.path, _describe(holder))
@@ -114,6 +106,26 @@ class RunLock:
             except tf.errors.NotFoundError:
                 pass
         raise UserError(f"could not take the lock {self.path}: other runs keep creating it")
+
+    def _refuse_live(self, holder: dict) -> bool:
+        """Raises UserError if `holder` is another live run; returns whether it is stale
+        (a dead pid on this host)."""
+        ours = (holder.get("host") == self.holder["host"]
+                and holder.get("pid") == self.holder["pid"])
+        stale = (holder.get("host") == self.holder["host"]
+                 and isinstance(holder.get("pid"), int) and not _pid_alive(holder["pid"]))
+        if holder and not (ours or stale):
+            raise UserError(
+                f"{os.path.dirname(self.path)} is in use by another run ({_describe(holder)}; "
+                f"lock file {self.path}); wait for it, stop it, or choose another "
+                "--output_dir (remove the lock file only if that run is gone)")
+        return stale
+
+    def refuse_if_held(self) -> None:
+        """Raises UserError at once if a live run holds the lock (writes nothing); called
+        before the model is built so that a second run refuses within seconds."""
+        if tf.io.gfile.exists(self.path):
+            self._refuse_live(_read(self.path))
 
     def release(self) -> None:
         """Removes the lock file if this process still holds it."""
@@ -126,6 +138,11 @@ class RunLock:
                 tf.io.gfile.remove(self.path)
             except tf.errors.NotFoundError:
                 pass
+
+
+def refuse_if_held(output_dir: str) -> None:
+    """Raises UserError if a live run holds `output_dir`'s lock (see `RunLock`)."""
+    RunLock(output_dir).refuse_if_held()
 
 
 def acquire(output_dir: str) -> RunLock:

@@ -37,7 +37,8 @@ import tensorflow as tf
 from absl import logging
 from tensorflow.core.framework import summary_pb2
 
-from t2t_lite import registry
+from t2t_lite import file_io, hparams_support, registry
+from t2t_lite.data_generators.text_encoder import EOS_ID, PAD_ID
 from t2t_lite.errors import UserError
 from t2t_lite.hparams import HParams, create_hparams
 from t2t_lite.layers import common_layers
@@ -184,24 +185,17 @@ def write_text(writer, name: str, text: str, step: int) -> None:
 
 
 # --- Files -------------------------------------------------------------------------------------
-def _write_atomically(path: str, text: str) -> None:
-    tmp = f"{path}.tmp{os.getpid()}"
-    with tf.io.gfile.GFile(tmp, "w") as f:
-        f.write(text)
-    tf.io.gfile.rename(tmp, path, overwrite=True)
-
-
 def save_hparams(output_dir: str, hparams: HParams) -> None:
     """Writes `output_dir/hparams.json` (sorted keys), as t2t's chief does at start."""
     tf.io.gfile.makedirs(output_dir)
-    _write_atomically(os.path.join(output_dir, "hparams.json"), hparams.to_json(indent=0))
+    file_io.atomic_write(os.path.join(output_dir, "hparams.json"), hparams.to_json(indent=0))
 
 
 def save_flags(output_dir: str, values: dict[str, Any]) -> None:
     """Writes the run's flag values (name -> value, sorted) to `output_dir/flags.json`
     (decode and export take --problem, --hparams_set, --data_dir and --model from it)."""
     tf.io.gfile.makedirs(output_dir)
-    _write_atomically(
+    file_io.atomic_write(
         os.path.join(output_dir, "flags.json"), json.dumps(values, indent=0, sort_keys=True)
     )
 
@@ -242,7 +236,8 @@ class Trainer:
         self.loss_multiplier = float(self.problem_hparams.get("loss_multiplier", 1.0))
         self.target_space_id = int(self.problem_hparams.get("target_space_id", 0))
         problem_name = problem.name + ("_rev" if getattr(problem, "was_reversed", False) else "")
-        self.problem_name = hparams.get("overload_eval_metric_name", "") or problem_name
+        self.problem_name = (
+            hparams_support.hparam(hparams, "overload_eval_metric_name") or problem_name)
         self.eval_metrics = metrics_lib.EvalMetrics(self.problem_name, problem.eval_metrics())
 
         # Schedules that need train_steps read it from the hparams, as in t2t (which adds it
@@ -591,7 +586,7 @@ class Trainer:
     def _replica_eval_step(self, features: dict) -> dict:
         features = self._features(features)
         targets = features["targets"]
-        if self.hparams.get("eval_run_autoregressive", False):
+        if hparams_support.hparam(self.hparams, "eval_run_autoregressive"):
             logits = self._autoregressive_logits(features)
         else:
             logits = self.model(features, training=False)
@@ -752,9 +747,9 @@ class Trainer:
 
 
 def _decode(encoder, ids) -> str:
-    """Text of `ids` up to the first EOS (1) or padding (0)."""
+    """Text of `ids` up to the first EOS or padding."""
     ids = [int(i) for i in np.asarray(ids).reshape(-1)]
-    for stop in (1, 0):
+    for stop in (EOS_ID, PAD_ID):
         if stop in ids:
             ids = ids[: ids.index(stop)]
     return encoder.decode(ids)
@@ -794,8 +789,8 @@ class _dtype_policy:
     """Context manager: Keras' mixed-precision policy for `hparams.activation_dtype`."""
 
     def __init__(self, hparams: HParams):
-        activation = hparams.get("activation_dtype", "float32")
-        weight = hparams.get("weight_dtype", "float32")
+        activation = hparams_support.hparam(hparams, "activation_dtype")
+        weight = hparams_support.hparam(hparams, "weight_dtype")
         if activation not in _POLICIES or weight != "float32":
             raise UserError(
                 f"activation_dtype={activation!r}, weight_dtype={weight!r} is not supported; "

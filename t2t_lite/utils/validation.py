@@ -6,10 +6,12 @@ or a saved hparams.json that breaks the next run too.
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import os
+import re
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import tensorflow as tf
@@ -133,3 +135,27 @@ def check_writable_dir(flag: str, directory: str, shown: str | None = None) -> N
             pass
     except OSError as e:
         raise UserError(f"--{flag}={shown}: cannot write in {existing} ({e.strerror})") from e
+
+
+_ID_OUT_OF_RANGE = re.compile(r"indices\[[^\]]*\] = (-?\d+) is not in \[0, (\d+)\)")
+
+
+@contextlib.contextmanager
+def explain_ids_out_of_vocab(source: str, advice: str) -> Iterator[None]:
+    """Turns an embedding lookup's `indices[0,0] = 134 is not in [0, 3)` (a token id that
+    the model's vocabulary does not have) into one UserError line.
+
+    Args:
+      source: what held the id, e.g. "the training data in --data_dir=d".
+      advice: what to do, e.g. "regenerate it with --mode=datagen".
+    """
+    try:
+        yield
+    except tf.errors.InvalidArgumentError as e:
+        match = _ID_OUT_OF_RANGE.search(e.message or "")
+        if not match:
+            raise
+        raise UserError(
+            f"{source} holds token id {match[1]} but the model's vocabulary has only "
+            f"{match[2]} entries (ids 0..{int(match[2]) - 1}): the vocabulary does not fit "
+            f"the data or the model; {advice}") from e

@@ -1,0 +1,264 @@
+"""Crashes and bad input through run.py as a user meets them (issue 10, training/decoding).
+
+Each test runs run.py in a subprocess on a tiny algorithmic problem and checks the exit
+status, the one `error: ...` line, and that nothing was left behind or lost.
+"""
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from t2t_lite.utils import checkpoint_guard
+from tests.conftest import REPO_ROOT
+
+PROBLEM = "algorithmic_reverse_binary40_test"
+TINY = "hidden_size=16,filter_size=16,num_heads=2,num_hidden_layers=1"
+
+
+def _env() -> dict:
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    env.pop("TF_CONFIG", None)
+    return env
+
+
+def _run(*args: str, cwd, timeout: int = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(REPO_ROOT / "run.py"), *args], cwd=cwd,
+                          env=_env(), capture_output=True, text=True, timeout=timeout,
+                          check=False)
+
+
+def _error_line(result: subprocess.CompletedProcess) -> str:
+    """The last stderr line, which must be the only `error:` line, with no traceback."""
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert "Traceback" not in result.stderr, result.stderr[-3000:]
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1, result.stderr[-3000:]
+    assert result.stderr.rstrip().endswith(errors[0])
+    return errors[0]
+
+
+def _train_flags(data_dir, output_dir, *extra: str) -> list[str]:
+    return ["--mode=train", f"--problem={PROBLEM}", f"--data_dir={data_dir}",
+            "--hparams_set=transformer_tiny", f"--output_dir={output_dir}",
+            f"--hparams={TINY}", "--log_step_count_steps=2", "--save_checkpoints_steps=2",
+            "--random_seed=1", *extra]
+
+
+def _steps(output_dir) -> list[int]:
+    return sorted(int(p.rsplit("-", 1)[1].split(".")[0])
+                  for p in glob.glob(os.path.join(str(output_dir), "ckpt-*.index")))
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory):
+    path = tmp_path_factory.mktemp("failures") / "data"
+    result = _run("--mode=datagen", f"--problem={PROBLEM}", f"--data_dir={path}",
+                  cwd=path.parent)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return path
+
+
+@pytest.fixture(scope="module")
+def trained(data_dir):
+    """A run with checkpoints at steps 2 and 4 (copy it before changing it)."""
+    output_dir = data_dir.parent / "trained"
+    result = _run(*_train_flags(data_dir, output_dir, "--train_steps=4"), cwd=data_dir.parent)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert _steps(output_dir) == [2, 4]
+    return output_dir
+
+
+def _copy(trained, tmp_path):
+    return shutil.copytree(trained, tmp_path / "run")
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--train_steps=-5"], "error: --train_steps=-5: must be >= 1"),
+    (["--hparams=hidden_size=-32"], "error: hparams hidden_size=-32: must be > 0"),
+    (["--hparams=batch_size=0"], "error: hparams batch_size=0: must be > 0"),
+    (["--hparams=relu_dropout=1.0"], "error: hparams relu_dropout=1.0: must be in [0, 1)"),
+    (["--hparams=hidden_sise=32"], "hidden_sise"),
+    (["--hparams_set=transformer_tinyy"], "transformer_tinyy"),
+    (["--problem=algorithmic_nope"], "algorithmic_nope"),
+])
+def test_bad_values_fail_in_one_line_and_write_nothing(data_dir, tmp_path, flags, message):
+    output_dir = tmp_path / "out"
+    result = _run(*_train_flags(data_dir, output_dir, "--train_steps=2"), *flags, cwd=tmp_path)
+    assert message in _error_line(result)
+    assert not output_dir.exists()  # no hparams.json, flags.json, events or empty dir
+
+
+@pytest.mark.slow
+def test_missing_data_dir_and_output_dir_file(tmp_path):
+    (tmp_path / "afile").write_text("x")
+    result = _run(*_train_flags(tmp_path / "absent", tmp_path / "out"), cwd=tmp_path)
+    assert "--data_dir=" in _error_line(result) and "--mode=datagen" in result.stderr
+    assert not (tmp_path / "out").exists()
+    result = _run(*_train_flags(tmp_path, tmp_path / "afile"), cwd=tmp_path)
+    assert "is a file, not a directory" in _error_line(result)
+    result = _run("--mode=train", f"--problem={PROBLEM}", "--hparams_set=transformer_tiny",
+                  f"--output_dir={tmp_path / 'out'}", cwd=tmp_path)
+    assert _error_line(result) == "error: --data_dir is required for " \
+                                  "--mode=train/eval/train_and_eval"
+
+
+@pytest.mark.slow
+def test_diverged_training_stops_and_keeps_only_finite_checkpoints(data_dir, trained, tmp_path):
+    output_dir = _copy(trained, tmp_path)
+    result = _run(*_train_flags(data_dir, output_dir, "--train_steps=40",
+                                "--keep_checkpoint_max=2",
+                                f"--hparams={TINY},learning_rate_constant=1e30"), cwd=tmp_path)
+    line = _error_line(result)
+    assert line.startswith("error: training diverged: the ")
+    assert " at step " in line and "last good checkpoint" in line
+    steps = _steps(output_dir)
+    assert steps and steps[0] >= 2 and len(steps) <= 2 and steps[-1] < 40
+    for step in steps:
+        reader = tf.train.load_checkpoint(str(output_dir / f"ckpt-{step}"))
+        for name in reader.get_variable_to_shape_map():
+            value = reader.get_tensor(name)
+            if np.issubdtype(np.asarray(value).dtype, np.floating):
+                assert np.isfinite(value).all(), (step, name)
+
+
+@pytest.mark.slow
+def test_second_run_refuses_then_stale_lock_of_killed_run_is_taken_over(data_dir, tmp_path):
+    output_dir = tmp_path / "run"
+    first = subprocess.Popen(
+        [sys.executable, str(REPO_ROOT / "run.py"),
+         *_train_flags(data_dir, output_dir, "--train_steps=100000")],
+        cwd=tmp_path, env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.time() + 240
+        while not _steps(output_dir) and time.time() < deadline and first.poll() is None:
+            time.sleep(0.5)
+        assert _steps(output_dir), "the first run saved no checkpoint"
+        start = time.time()
+        second = _run(*_train_flags(data_dir, output_dir, "--train_steps=100000"), cwd=tmp_path)
+        assert time.time() - start < 30
+        line = _error_line(second)
+        assert f"in use by another run (pid {first.pid} on host " in line
+        assert first.poll() is None  # the first run goes on
+    finally:
+        first.send_signal(signal.SIGKILL)
+        first.wait()
+    assert (output_dir / "run.lock").exists()
+    (output_dir / "ckpt-999_temp").mkdir()  # as a save killed midway leaves it
+    resume_at = _steps(output_dir)[-1]
+    third = _run(*_train_flags(data_dir, output_dir, f"--train_steps={resume_at + 2}"),
+                 cwd=tmp_path)
+    assert third.returncode == 0, third.stderr[-3000:]
+    assert "Taking over the stale lock" in third.stderr
+    assert f"global step {resume_at}" in third.stderr  # resumed
+    assert not (output_dir / "ckpt-999_temp").exists()
+    assert not (output_dir / "run.lock").exists()  # released at exit
+    assert _steps(output_dir)[-1] == resume_at + 2
+
+
+@pytest.mark.slow
+def test_damaged_newest_checkpoint_falls_back_in_decode_and_train(data_dir, trained, tmp_path):
+    output_dir = _copy(trained, tmp_path)
+    with open(output_dir / "ckpt-4.data-00000-of-00001", "r+b") as f:
+        f.truncate(100)
+    inputs = tmp_path / "in.txt"
+    inputs.write_text("0 1 1\n1 0\n")  # the binary problem's symbols
+    decode = ["--mode=decode", f"--output_dir={output_dir}", f"--decode_from_file={inputs}",
+              f"--decode_to_file={tmp_path / 'out.txt'}"]
+    result = _run(*decode, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "ckpt-4 damaged" in result.stderr and "falling back to" in result.stderr
+    assert len((tmp_path / "out.txt").read_text().splitlines()) == 2
+
+    result = _run(*_train_flags(data_dir, output_dir, "--train_steps=4"), cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "falling back to" in result.stderr and "global step 2" in result.stderr
+    assert _steps(output_dir)[-1] == 4
+    assert checkpoint_guard.damage(str(output_dir / "ckpt-4")) is None  # saved anew
+
+    for step in _steps(output_dir):
+        with open(output_dir / f"ckpt-{step}.data-00000-of-00001", "r+b") as f:
+            f.truncate(100)
+    line = _error_line(_run(*decode, cwd=tmp_path))
+    assert line.startswith(f"error: no readable checkpoint in {output_dir}: ")
+    line = _error_line(_run("--mode=average", f"--output_dir={output_dir}", "--n=2",
+                            cwd=tmp_path))
+    assert line.startswith(f"error: checkpoint {output_dir}/ckpt-") and "damaged" in line
+    assert not (output_dir / "avg").exists()
+
+
+@pytest.mark.slow
+def test_decode_input_and_output_problems_are_one_line(trained, tmp_path):
+    bad = tmp_path / "bad.txt"
+    bad.write_bytes(b"2 3 4\n3 \xff 2\n")
+    out = tmp_path / "out.txt"
+    common = ["--mode=decode", f"--output_dir={trained}"]
+    line = _error_line(_run(*common, f"--decode_from_file={bad}", f"--decode_to_file={out}",
+                            cwd=tmp_path))
+    assert line == f"error: {bad}:2: invalid UTF-8 (byte 0xff at column 3); decode input " \
+                   "must be UTF-8 text"
+    assert not out.exists()
+    good = tmp_path / "good.txt"
+    good.write_text("2 3\n")
+    (tmp_path / "afile").write_text("x")
+    start = time.time()
+    line = _error_line(_run(*common, f"--decode_from_file={good}",
+                            f"--decode_to_file={tmp_path / 'afile' / 'out.txt'}", cwd=tmp_path))
+    assert "--decode_to_file=" in line and "is a file, not a directory" in line
+    line = _error_line(_run(*common, f"--decode_from_file={good}", "--decode_hparams=beam_size=0",
+                            cwd=tmp_path))
+    assert line == "error: --decode_hparams: beam_size=0 must be >= 1"
+    # "2" is no symbol of the binary problem: its id 4 is outside the 4-entry vocabulary.
+    line = _error_line(_run(*common, f"--decode_from_file={good}", f"--decode_to_file={out}",
+                            cwd=tmp_path))
+    assert line.startswith(f"error: --decode_from_file={good} holds token id 4 but the "
+                           "model's vocabulary has only 4 entries (ids 0..3)")
+    assert not out.exists()
+    assert time.time() - start < 120
+
+
+def test_token_id_outside_the_vocabulary_is_one_sentence():
+    from t2t_lite.errors import UserError
+    from t2t_lite.utils import validation
+
+    message = (r"^the data holds token id 134 but the model's vocabulary has only 3 entries "
+               r"\(ids 0\.\.2\)")
+    explain = validation.explain_ids_out_of_vocab
+    with pytest.raises(UserError, match=message), explain("the data", "regenerate it"):
+        tf.gather(tf.zeros([3, 2]), tf.constant([[134]]))
+    # Other errors pass through.
+    with pytest.raises(tf.errors.InvalidArgumentError), explain("the data", "regenerate it"):
+        tf.reshape(tf.zeros([3]), [2])
+
+
+def test_run_lock_refuses_a_live_holder_and_takes_over_a_dead_one(tmp_path):
+    import json
+    import socket
+
+    from t2t_lite.errors import UserError
+    from t2t_lite.utils import run_lock
+
+    lock_file = tmp_path / run_lock.LOCK_NAME
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True)
+    lock_file.write_text(json.dumps({"host": socket.gethostname(), "pid": int(dead.stdout),
+                                     "start_time": 0}))
+    lock = run_lock.acquire(str(tmp_path))  # stale: taken over
+    assert json.loads(lock_file.read_text())["pid"] == os.getpid()
+    lock.release()
+    assert not lock_file.exists()
+    lock_file.write_text(json.dumps({"host": socket.gethostname(), "pid": 1,
+                                     "start_time": 0}))  # a live process
+    with pytest.raises(UserError, match=r"is in use by another run \(pid 1 on host "):
+        run_lock.acquire(str(tmp_path))
+    lock_file.write_text(json.dumps({"host": "elsewhere", "pid": int(dead.stdout)}))
+    with pytest.raises(UserError, match="on host elsewhere"):  # never taken from another host
+        run_lock.refuse_if_held(str(tmp_path))
