@@ -37,6 +37,7 @@ MODE_FUNCTIONS = {
     "average": "t2t_lite.bin.t2t_avg_all:main",
     "export": "t2t_lite.bin.t2t_exporter:main",
     "import_t2t": "t2t_lite.bin.import_t2t:main",
+    "plot": "t2t_lite.bin.t2t_plot:main",
 }
 
 

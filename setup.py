@@ -37,15 +37,19 @@ setup(
         "numpy",
         # `tensorboard --logdir` is what every run prints; the HParams dashboard's summaries.
         "tensorboard",
+        # Progress bars with a total and a rate on long work (t2t_lite.utils.progress).
+        "tqdm",
     ],
     extras_require={
         # The in-graph encoder's FastWordpiece segmenter (--export_subword_segmenter).
         "text": ["tensorflow-text>=2.16,<2.22"],
         # CTranslate2 export and decoding (t2t_lite.serving.ct2).
         "ctranslate2": ["ctranslate2>=4"],
-        # CI tests both optional paths.
+        # Pictures: --mode=plot and the curves at the end of train_and_eval.
+        "viz": ["matplotlib"],
+        # CI tests the optional paths.
         "test": ["pytest", "hypothesis", "tensorboard", "tensorflow-text>=2.16,<2.22",
-                 "ctranslate2>=4"],
+                 "ctranslate2>=4", "matplotlib"],
         "bench": [],
     },
     entry_points={"console_scripts": ["t2t-lite=run:main"]},

@@ -17,6 +17,7 @@ MODES = (
     "average",
     "export",
     "import_t2t",
+    "plot",
 )
 
 # t2t's --schedule values and the mode each maps to.

@@ -209,6 +209,10 @@ def test_default_run_shortened(tmp_path):
     events = read_events(str(tmp_path / "train" / "eval"))
     assert "metrics-algorithmic_identity_decimal40_small/targets/accuracy_per_sequence" in events
     _assert_tensorboard_reads_the_run(tmp_path / "train")
+    card = json.loads((tmp_path / "train" / "run_card.json").read_text())
+    assert card["setup"]["problem"] == "algorithmic_identity_decimal40_small"
+    assert card["setup"]["global batch per update"] == "1024 tokens"
+    assert card["training"]["global step"] == 20 and card["eval"]["step"] == 20
 
 
 def _assert_tensorboard_reads_the_run(run_dir):
@@ -279,6 +283,13 @@ def test_run_py_datagen_then_train_and_eval_then_restart(tmp_path):
     accuracy = events["metrics-algorithmic_reverse_binary40_test/targets/accuracy"]
     assert [step for step, _ in accuracy] == [6, 9]
     assert json.loads((tmp_path / "train" / "flags.json").read_text())["train_steps"] == 9
+    # train_and_eval ends with the PNGs of its curves and a run card of the resumed session.
+    assert {"loss.png", "learning_rate.png", "dev_accuracy.png"} <= set(
+        os.listdir(tmp_path / "train" / "plots"))
+    card = json.loads((tmp_path / "train" / "run_card.json").read_text())
+    assert "--train_steps=9" in card["setup"]["command"]
+    assert card["training"]["global step"] == 9 and card["training"]["steps this session"] == 3
+    assert card["eval"]["step"] == 9
 
 
 @pytest.mark.slow

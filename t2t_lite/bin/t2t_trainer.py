@@ -14,7 +14,7 @@ from absl import logging
 from t2t_lite import registry
 from t2t_lite.data_generators import datagen
 from t2t_lite.errors import UserError
-from t2t_lite.utils import run_lock, validation
+from t2t_lite.utils import plots, run_lock, validation
 from t2t_lite.utils.trainer_lib import (
     EVAL,
     TRAIN,
@@ -172,6 +172,8 @@ def _run_schedule(trainer: Trainer, flags_obj: Any, mode: str) -> dict[str, floa
     if flags_obj.schedule == "train_eval_and_decode":
         after_eval = _dev_decoder(trainer, flags_obj)
     trainer.train(eval_every=trainer.config.local_eval_frequency, after_eval=after_eval)
+    if trainer.chief:  # PNGs of the curves (needs the [viz] extra)
+        plots.plot_run_if_possible(trainer.config.output_dir)
     return trainer.last_eval_results
 
 

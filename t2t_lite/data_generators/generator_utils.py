@@ -17,6 +17,7 @@ from absl import logging
 
 from t2t_lite import file_io
 from t2t_lite.data_generators import text_encoder
+from t2t_lite.utils import progress
 
 # --------------------------------------------------------------------------------------------
 # TFRecord shards: t2t's file names, round-robin writing, shuffling.
@@ -155,7 +156,8 @@ def generate_files(
     counter, shard = 0, 0
     writers = [tf.io.TFRecordWriter(name) for name in tmp_filenames]
     try:
-        for case in generator:
+        for case in progress.track(generator, max_cases or None, "Writing "
+                                   + os.path.basename(output_filenames[0]), "examples"):
             if case is None:
                 continue
             if max_cases and counter >= max_cases:

@@ -29,6 +29,7 @@ import numpy as np
 import tensorflow as tf
 
 from t2t_lite import file_io
+from t2t_lite.utils import progress
 
 OBJECT_GRAPH_KEY = "_CHECKPOINTABLE_OBJECT_GRAPH"
 # Files of a run that describe its model; copied next to the averaged checkpoint.
@@ -96,7 +97,7 @@ def average_tensors(checkpoint_paths: list[str]) -> dict[str, np.ndarray]:
                 f"(first differences, name and shape: {diff})"
             )
     values = {}
-    for key in sorted(shapes):
+    for key in progress.track(sorted(shapes), len(shapes), "Averaging", "variables"):
         dtype = dtypes[key]
         if key == OBJECT_GRAPH_KEY or not dtype.is_floating:
             values[key] = newest.get_tensor(key)

@@ -55,6 +55,7 @@ from t2t_lite import file_io, hparams_support
 from t2t_lite.data_generators.text_encoder import EOS_ID
 from t2t_lite.errors import UserError
 from t2t_lite.hparams import HParams
+from t2t_lite.utils import progress
 
 # outputs [B, T] or [B, K, T] int, scores [B] or [B, K] float, as numpy arrays.
 InferFn = Callable[[np.ndarray], "tuple[np.ndarray, np.ndarray]"]
@@ -372,7 +373,8 @@ def decode_lines(lines: Sequence[str], infer_fn: InferFn, inputs_encoder: Any,
     decodes = []
     start_time = time.time()
     batches = batch_inputs(sorted_inputs, inputs_encoder, batch_size, decode_hp.max_input_size)
-    for number, batch in enumerate(batches):
+    for number, batch in enumerate(progress.track(batches, len(lines), "Decoding", "lines",
+                                                  size=len)):
         outputs, scores = infer_fn(batch)
         records = format_decodes(outputs, scores, targets_encoder, **format_options(decode_hp))
         if decode_hp.log_results:
@@ -821,6 +823,9 @@ def report_bleu(reference: str, decodes_file: str, output_dir: str | None,
     for line in lines:
         print(line)
     if output_dir:
+        from t2t_lite.utils import run_card
+        run_card.record_bleu(output_dir, _checkpoint_step(checkpoint), reference, decodes_file,
+                             lines)
         import tensorflow as tf
 
         bleu = 100 * float(bleu_hook.bleu_wrapper(reference, decodes_file))

@@ -46,6 +46,8 @@ from t2t_lite.utils import (
     checkpoint_guard,
     divergence_guard,
     optimize,
+    progress,
+    run_card,
     run_lock,
     summaries,
     validation,
@@ -198,11 +200,6 @@ def save_flags(output_dir: str, values: dict[str, Any]) -> None:
     )
 
 
-def _format_duration(seconds: float) -> str:
-    seconds = int(max(0, seconds))
-    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
-
-
 class Trainer:
     """Trains and evaluates one model on one problem.
 
@@ -268,6 +265,7 @@ class Trainer:
         self._eval_step_fn = None
         self.run_lock = None  # set by create_trainer(lock=True)
         self.last_eval_results: dict[str, float] = {}
+        self._stops_early = False
         # Dropout masks derive from this seed, the global step and the replica id.
         common_layers.number_dropout_layers(self.model)
         self.dropout_base_seed = (
@@ -477,7 +475,8 @@ class Trainer:
             False: self._make_train_step(iterator.element_spec, update=False),
         }
         stats = _Stats(step)
-        last = {}
+        last, started = {}, (step, time.time())  # for the run card
+        self._stops_early = stop_when is not None  # the progress lines' ETA is an upper bound
         while step < config.train_steps:
             out = steps[self.optimizer.is_update_step(step)](next(iterator))
             step += 1
@@ -500,6 +499,9 @@ class Trainer:
             if stop:
                 logging.info("Stopping at step %d: the stop condition holds", step)
                 break
+        if self.chief:
+            run_card.record_training(config.output_dir, step, started[0],
+                                     time.time() - started[1], last)
         return last
 
     def check_finite(self, manager: tf.train.CheckpointManager, weights: bool = True) -> None:
@@ -532,12 +534,12 @@ class Trainer:
     def _log_progress(self, stats: _Stats, step: int) -> dict[str, float]:
         values = stats.flush(step)
         values["learning_rate"] = float(self.optimizer.learning_rate(step - 1))
-        remaining = (self.config.train_steps - step) / max(values["global_step/sec"], 1e-9)
         logging.info(
-            "step %d/%d: loss %.4f, lr %.3g, grad norm %.3g, %.0f tokens/s, %.2f steps/s, ETA %s",
+            "step %d/%d: loss %.4f, lr %.3g, grad norm %.3g, %.0f tokens/s, %.2f steps/s, %s",
             step, self.config.train_steps, values["loss"], values["learning_rate"],
             values["global_norm/gradient_norm"], values["tokens/sec"],
-            values["global_step/sec"], _format_duration(remaining),
+            values["global_step/sec"], progress.training_eta(
+                step, self.config.train_steps, values["global_step/sec"], self._stops_early),
         )
         scalars = dict(values)
         scalars["losses/training"] = values["loss"]
@@ -658,6 +660,8 @@ class Trainer:
             ", ".join(f"{k} = {v:.4f}" for k, v in sorted(results.items())),
         )
         write_scalars(self._eval_writer, results, step)
+        if self.chief:
+            run_card.record_eval(self.config.output_dir, step, results)
         if first_batch is not None and self.config.num_decode_examples:
             self._summarize_decodes(first_batch, step)
         self.last_eval_results = results
@@ -863,6 +867,9 @@ def create_trainer(
             trainer.run_lock = run_lock.acquire(config.output_dir)
             checkpoint_guard.remove_temp_folders(config.output_dir, CHECKPOINT_PREFIX)
         save_hparams(config.output_dir, hparams)
+        run_card.record_setup(config.output_dir, problem, model_name, hparams_set,
+                              hparams_overrides, hparams,
+                              trainer.strategy.num_replicas_in_sync, lock)
         if flag_values is not None:
             save_flags(config.output_dir, flag_values)
     if warm_start_from and not tf.train.latest_checkpoint(config.output_dir):

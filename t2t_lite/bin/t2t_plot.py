@@ -1,0 +1,25 @@
+"""`run.py --mode=plot --output_dir=RUN`: PNGs of a run's curves (`t2t_lite.utils.plots`)."""
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from t2t_lite.errors import UserError
+from t2t_lite.utils import plots
+
+
+def main(flags_obj: Any) -> list[str]:
+    """Writes RUN/plots/*.png from RUN's event files and prints their paths.
+
+    Args:
+      flags_obj: absl FLAGS (output_dir).
+
+    Returns:
+      The PNG paths written.
+    """
+    if not flags_obj.output_dir:
+        raise UserError("--mode=plot needs --output_dir (a training run's directory)")
+    written = plots.plot_run(os.path.expanduser(flags_obj.output_dir))
+    for path in written:
+        print(f"Wrote {path}")
+    return written

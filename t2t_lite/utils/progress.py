@@ -1,0 +1,104 @@
+"""Progress with a total and a rate for long work (decoding a file, averaging, datagen).
+
+In a terminal (stderr is a tty) a tqdm bar: count/total, percentage, rate, elapsed and ETA.
+Otherwise (logs, CI, pipes) a log line every `interval` seconds and one at the end, e.g.
+`Decoding: 120/500 lines (24%), 3.2 lines/s, ETA 0:01:58`, so that captured output stays short.
+`T2T_LITE_PROGRESS=log` forces the log lines, `off` silences both.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, TypeVar
+
+from absl import logging
+
+T = TypeVar("T")
+LOG_INTERVAL_SECS = 30.0
+
+
+def format_duration(seconds: float) -> str:
+    """H:MM:SS of a non-negative duration (negative counts as 0)."""
+    seconds = int(max(0, seconds))
+    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
+
+
+def style(stream: Any = None) -> str:
+    """"bar" when `stream` (default stderr) is a terminal, else "log"; T2T_LITE_PROGRESS
+    ("bar", "log" or "off") overrides."""
+    chosen = os.environ.get("T2T_LITE_PROGRESS", "")
+    if chosen in ("bar", "log", "off"):
+        return chosen
+    stream = stream or sys.stderr
+    return "bar" if hasattr(stream, "isatty") and stream.isatty() else "log"
+
+
+def status_line(desc: str, done: float, total: float | None, unit: str,
+                elapsed: float) -> str:
+    """The periodic log line: `desc: done/total unit (pct%), rate unit/s, ETA H:MM:SS`
+    (without a total: `desc: done unit, rate unit/s`)."""
+    rate = done / elapsed if elapsed > 0 else 0.0
+    if not total:
+        return f"{desc}: {done:g} {unit}, {rate:.3g} {unit}/s"
+    eta = format_duration((total - done) / rate) if rate > 0 else "?"
+    return (f"{desc}: {done:g}/{total:g} {unit} ({100 * done / total:.0f}%), "
+            f"{rate:.3g} {unit}/s, ETA {eta}")
+
+
+def track(items: Iterable[T], total: float | None, desc: str, unit: str = "it",
+          size: Callable[[T], float] | None = None,
+          interval: float = LOG_INTERVAL_SECS) -> Iterator[T]:
+    """Yields `items` unchanged while showing progress.
+
+    Args:
+      items: any iterable.
+      total: the amount expected in all (in `unit`), or None when unknown.
+      desc: what is being done ("Decoding", "Averaging").
+      unit: the unit counted ("lines", "variables").
+      size: amount of one item (default 1), e.g. `len` for batches counted in lines.
+      interval: seconds between log lines when not in a terminal.
+    """
+    mode = style()
+    if mode == "off":
+        yield from items
+        return
+    if mode == "bar":
+        from tqdm import tqdm
+
+        with tqdm(total=total, desc=desc, unit=f" {unit}", file=sys.stderr,
+                  dynamic_ncols=True, leave=True) as bar:
+            for item in items:
+                yield item
+                bar.update(size(item) if size else 1)
+        return
+    start = last_log = time.time()
+    done = 0.0
+    for item in items:
+        yield item
+        done += size(item) if size else 1
+        now = time.time()
+        if now - last_log >= interval:
+            logging.info("%s", status_line(desc, done, total, unit, now - start))
+            last_log = now
+    elapsed = time.time() - start
+    logging.info("%s: %g %s in %s (%.3g %s/s)", desc, done, unit, format_duration(elapsed),
+                 done / max(elapsed, 1e-9), unit)
+
+
+def training_eta(step: int, train_steps: int, steps_per_sec: float,
+                 stops_early: bool) -> str:
+    """The ETA part of the training progress line.
+
+    A run that stops when a condition holds (the default run stops at its target accuracy)
+    cannot know its last step: its line gives the time to the step budget as an upper bound
+    instead of an ETA that is mostly wrong.
+
+    Returns:
+      "ETA 0:01:05", or "at most 0:23:57 to step 4000 (stops earlier at its target)".
+    """
+    remaining = format_duration((train_steps - step) / max(steps_per_sec, 1e-9))
+    if stops_early:
+        return f"at most {remaining} to step {train_steps} (stops earlier at its target)"
+    return f"ETA {remaining}"

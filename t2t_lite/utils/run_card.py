@@ -1,0 +1,230 @@
+"""The run card: one place with the facts needed to reproduce a run's numbers.
+
+`output_dir/run_card.json` holds sections that each step of a run fills in, and
+`output_dir/run_card.md` is the same content as a readable page, rewritten at every update:
+
+* "setup" (by `trainer_lib.create_trainer` in training modes): versions (t2t_lite,
+  TensorFlow, Keras, Python, CUDA/cuDNN of the TF build, devices), the command line, problem,
+  model, hparams set and every override, replicas, per-replica and global batch (tokens for
+  token-batched problems, sequences otherwise), gradient accumulation;
+* "training" (end of `Trainer.train`): global step, steps and wall time of this session,
+  tokens/s of the last progress interval, last training loss and learning rate;
+* "eval" (each `Trainer.evaluate`): the step and every dev metric;
+* "bleu" (`decoding.report_bleu`): the decodes and reference files, the checkpoint step,
+  sacreBLEU's score with its signature and t2t's tokenized BLEU lines.
+
+Sections merge: eval and decode update the card of the training run without touching the
+other sections; a resumed training run replaces "setup" and "training" with its own.
+"""
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shlex
+import sys
+import time
+from typing import Any
+
+JSON_NAME = "run_card.json"
+MARKDOWN_NAME = "run_card.md"
+SECTIONS = ("setup", "training", "eval", "bleu")
+_TITLES = {"setup": "Setup", "training": "Training", "eval": "Dev metrics (last evaluation)",
+           "bleu": "BLEU (last decode with a reference)"}
+
+
+def read(output_dir: str) -> dict[str, dict[str, Any]]:
+    """The card of `output_dir` as {section: {key: value}} ({} when there is none)."""
+    path = os.path.join(output_dir, JSON_NAME)
+    if not os.path.isfile(path):
+        return {}
+    with open(path, encoding="utf-8") as f:
+        try:
+            return json.load(f)
+        except json.JSONDecodeError:  # a card cut off mid-write by a killed run: start again
+            return {}
+
+
+def update(output_dir: str, section: str, values: dict[str, Any]) -> dict[str, dict]:
+    """Replaces one section of the card and rewrites run_card.json and run_card.md.
+
+    Args:
+      output_dir: the run's directory (created if missing).
+      section: one of SECTIONS.
+      values: key -> JSON-serialisable value; keys keep their order on the page.
+
+    Returns:
+      The whole card after the update.
+    """
+    if section not in SECTIONS:
+        raise ValueError(f"run card section {section!r}: use one of {SECTIONS}")
+    card = read(output_dir)
+    card[section] = dict(values, updated=time.strftime("%Y-%m-%d %H:%M:%S %Z"))
+    os.makedirs(output_dir, exist_ok=True)
+    _write_atomically(os.path.join(output_dir, JSON_NAME), json.dumps(card, indent=2) + "\n")
+    _write_atomically(os.path.join(output_dir, MARKDOWN_NAME), to_markdown(card))
+    return card
+
+
+def _write_atomically(path: str, text: str) -> None:
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+def _cell(value: Any) -> str:
+    """A table cell: floats with 5 significant digits, lists and dicts as JSON, `|` escaped."""
+    if isinstance(value, float):
+        text = f"{value:.5g}"
+    elif isinstance(value, list | dict):
+        text = json.dumps(value)
+    else:
+        text = str(value)
+    return text.replace("|", "\\|").replace("\n", "<br>")
+
+
+def to_markdown(card: dict[str, dict[str, Any]]) -> str:
+    """run_card.md: a title, then one two-column table per section present."""
+    lines = ["# Run card", ""]
+    setup = card.get("setup", {})
+    if setup.get("command"):
+        lines += ["```", setup["command"], "```", ""]
+    for section in SECTIONS:
+        values = card.get(section)
+        if not values:
+            continue
+        lines += [f"## {_TITLES[section]}", "", "| | |", "|---|---|"]
+        lines += [f"| {key} | {_cell(value)} |" for key, value in values.items()
+                  if not (section == "setup" and key == "command")]
+        lines.append("")
+    return "\n".join(lines)
+
+
+def versions() -> dict[str, str]:
+    """Versions of t2t_lite, TensorFlow, Keras and Python, the CUDA/cuDNN TensorFlow was built
+    with, and the devices it sees (e.g. "CPU" or "GPU:0 NVIDIA H100 80GB HBM3")."""
+    import keras
+    import tensorflow as tf
+
+    try:
+        from importlib.metadata import version
+        t2t_version = version("t2t_lite")
+    except Exception:  # noqa: BLE001  (not installed: running from a checkout)
+        t2t_version = "unknown (not installed)"
+    build = tf.sysconfig.get_build_info()
+    devices = []
+    for gpu in tf.config.list_physical_devices("GPU"):
+        name = tf.config.experimental.get_device_details(gpu).get("device_name", "")
+        devices.append(f"{gpu.name.split(':', 1)[-1]} {name}".strip())
+    return {
+        "t2t_lite": t2t_version,
+        "tensorflow": tf.__version__,
+        "keras": keras.__version__,
+        "python": platform.python_version(),
+        "cuda (TF build)": build.get("cuda_version", "none"),
+        "cudnn (TF build)": build.get("cudnn_version", "none"),
+        "devices": ", ".join(devices) or f"CPU ({platform.machine()}, {os.cpu_count()} cores)",
+    }
+
+
+def command_line(argv: list[str] | None = None) -> str:
+    """The command as typed (shell-quoted), `python run.py ...` for run.py's argv."""
+    argv = list(sys.argv if argv is None else argv)
+    if argv and argv[0].endswith(".py"):
+        argv = ["python", os.path.basename(argv[0])] + argv[1:]
+    return shlex.join(argv)
+
+
+def global_batch(batch_size: int, replicas: int, accumulate_steps: int,
+                 means_tokens: bool) -> dict[str, Any]:
+    """The batch an update sees: t2t's `batch_size` is per replica, in tokens for
+    token-batched problems (a bucket's sequences x its length stays under it), in sequences
+    otherwise; gradient accumulation multiplies it once more.
+
+    Returns:
+      {"batch_size per replica": "1024 tokens", "global batch per update": "4096 tokens"}.
+    """
+    unit = "tokens" if means_tokens else "sequences"
+    return {
+        "batch_size per replica": f"{batch_size} {unit}",
+        "replicas": replicas,
+        "gradient accumulation steps": accumulate_steps,
+        "global batch per update": f"{batch_size * replicas * accumulate_steps} {unit}",
+    }
+
+
+def record_setup(output_dir: str, problem: Any, model_name: str, hparams_set: str,
+                 hparams_overrides: str, hparams: Any, replicas: int, training: bool) -> None:
+    """Writes the "setup" section (in training modes; otherwise only when the card has none).
+
+    Args:
+      output_dir: the run's directory.
+      problem: the Problem (its name and `batch_size_means_tokens`).
+      model_name, hparams_set, hparams_overrides: as given to create_trainer.
+      hparams: the final HParams (overrides applied).
+      replicas: number of replicas in sync.
+      training: whether this is a training run (which owns the setup section).
+    """
+    if not training and "setup" in read(output_dir):
+        return
+    from t2t_lite.utils import optimize
+
+    values: dict[str, Any] = {"command": command_line()}
+    values.update(versions())
+    values.update({
+        "problem": problem.name,
+        "model": model_name,
+        "hparams set": hparams_set,
+        "hparams overrides": hparams_overrides or "(none)",
+    })
+    values.update(global_batch(int(hparams.batch_size), replicas,
+                               optimize.accumulate_steps(hparams),
+                               bool(getattr(problem, "batch_size_means_tokens", True))))
+    values["hparams (all, overrides applied)"] = "hparams.json"
+    update(output_dir, "setup", values)
+
+
+def record_training(output_dir: str, global_step: int, start_step: int, wall_time: float,
+                    last: dict[str, float]) -> None:
+    """Writes the "training" section at the end of `Trainer.train`.
+
+    Args:
+      output_dir: the run's directory.
+      global_step: the step training stopped at.
+      start_step: the step this session started (resumed) at.
+      wall_time: seconds this session trained (evaluations in between included).
+      last: the last progress statistics ("loss", "learning_rate", "tokens/sec", ...; {} when
+        no progress line was logged).
+    """
+    values: dict[str, Any] = {
+        "global step": global_step,
+        "steps this session": global_step - start_step,
+        "wall time this session": f"{wall_time:.1f} s",
+    }
+    if last:
+        values["tokens/s (last progress interval)"] = round(last.get("tokens/sec", 0.0))
+        values["steps/s (last progress interval)"] = last.get("global_step/sec", 0.0)
+        values["training loss (last progress interval)"] = last.get("loss", 0.0)
+        values["learning rate"] = last.get("learning_rate", 0.0)
+    update(output_dir, "training", values)
+
+
+def record_eval(output_dir: str, step: int, results: dict[str, float]) -> None:
+    """Writes the "eval" section: the step and every dev metric (sorted)."""
+    values: dict[str, Any] = {"step": step}
+    values.update({name: float(value) for name, value in sorted(results.items())})
+    update(output_dir, "eval", values)
+
+
+def record_bleu(output_dir: str, step: int | None, reference: str, decodes_file: str,
+                report_lines: list[str]) -> None:
+    """Writes the "bleu" section from `bleu_hook.bleu_report`'s lines (sacreBLEU's score with
+    its signature, then t2t's `BLEU_uncased` / `BLEU_cased`)."""
+    values: dict[str, Any] = {"checkpoint step": step, "decodes": os.path.abspath(decodes_file),
+                              "reference": os.path.abspath(reference)}
+    values["sacreBLEU"] = report_lines[0] if report_lines else ""
+    for line in report_lines[1:]:
+        name, _, score = line.partition("=")
+        values[f"t2t {name.strip()}"] = score.strip()
+    update(output_dir, "bleu", values)
