@@ -22,6 +22,11 @@ class UserError(ValueError):
     """
 
 
+class DataError(FileNotFoundError):
+    """Generated data (shards of a split) missing, incomplete or damaged; the message names
+    the files and the datagen command that repairs them. A FileNotFoundError, as t2t raised."""
+
+
 def user_error_types() -> tuple[type[BaseException], ...]:
     """The exception types whose message is meant for the user as it is.
 
@@ -32,7 +37,7 @@ def user_error_types() -> tuple[type[BaseException], ...]:
     from t2t_lite.hparams import HParamsError
     from t2t_lite.registry import RegistryError
 
-    return (UserError, HParamsError, RegistryError)
+    return (UserError, DataError, HParamsError, RegistryError)
 
 
 def one_line(error: BaseException) -> str:

@@ -14,6 +14,7 @@ from t2t_lite.data_generators.datagen import (
     DEFAULT_DATA_DIR,
     DEFAULT_RANDOM_SEED,
     configure_problem,
+    generate_problem_data,
     select_problems,
     set_random_seed,
     summarize,
@@ -55,9 +56,15 @@ def main(flags: Any) -> None:
         set_random_seed(seed)
         start = time.time()
         print(f"[datagen] {name}: data_dir={data_dir} tmp_dir={tmp_dir}", flush=True)
-        problem.generate_data(data_dir, tmp_dir, max_cases=max_cases)
+        markers = generate_problem_data(problem, data_dir, tmp_dir, max_cases=max_cases)
+        if markers is None:
+            print(f"[datagen] {name}: already complete in {data_dir} (completion markers); "
+                  "nothing to do", flush=True)
+            continue
+        records = ", ".join(f"{tag} {sum(s['records'] for s in m['shards'])} examples in "
+                            f"{len(m['shards'])} shard(s)" for tag, m in markers.items())
         print(
-            f"[datagen] {name}: done in {time.time() - start:.1f}s "
+            f"[datagen] {name}: done in {time.time() - start:.1f}s: {records} "
             f"({summarize(data_dir, problem.dataset_filename())})",
             file=sys.stdout,
             flush=True,

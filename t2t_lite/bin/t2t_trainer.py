@@ -12,9 +12,12 @@ import tensorflow as tf
 from absl import logging
 
 from t2t_lite import registry
+from t2t_lite.data_generators import datagen
 from t2t_lite.errors import UserError
 from t2t_lite.utils import run_lock, validation
 from t2t_lite.utils.trainer_lib import (
+    EVAL,
+    TRAIN,
     RunConfig,
     Trainer,
     create_strategy,
@@ -71,9 +74,10 @@ def check_flags(flags_obj: Any) -> None:
 
 
 def build_trainer(flags_obj: Any, strategy: tf.distribute.Strategy,
-                  lock: bool = False) -> Trainer:
+                  lock: bool = False, data_splits: tuple[str, ...] = ()) -> Trainer:
     """Hparams (set -> output_dir/hparams.json -> --hparams), problem and model from flags;
-    with `lock` (training modes) the chief holds output_dir's run lock."""
+    with `lock` (training modes) the chief holds output_dir's run lock. The data of
+    `data_splits` (ModeKeys) is checked complete before anything is written."""
     check_flags(flags_obj)
     config = config_from_flags(flags_obj)
     data_dir = os.path.expanduser(flags_obj.data_dir)
@@ -83,7 +87,9 @@ def build_trainer(flags_obj: Any, strategy: tf.distribute.Strategy,
                         f"`run.py --mode=datagen --problem={flags_obj.problem} "
                         f"--data_dir={flags_obj.data_dir}` first)")
     if getattr(flags_obj, "generate_data", False):
-        problem.generate_data(data_dir, os.path.expanduser(flags_obj.tmp_dir))
+        datagen.generate_problem_data(problem, data_dir, os.path.expanduser(flags_obj.tmp_dir))
+    for split in data_splits:
+        problem.data_filenames(data_dir, split)  # DataError: missing, incomplete, damaged
     warm_start_from = flags_obj.warm_start_from
     return create_trainer(
         problem, flags_obj.hparams_set, flags_obj.hparams, flags_obj.model, data_dir, config,
@@ -128,12 +134,32 @@ def main(flags_obj: Any, mode: str) -> dict[str, float]:
         run_lock.refuse_if_held(os.path.expanduser(flags_obj.output_dir))
     strategy = create_strategy(flags_obj.worker_gpu, flags_obj.worker_replicas)
     setup_determinism(flags_obj.random_seed, flags_obj.deterministic)
-    trainer = build_trainer(flags_obj, strategy, lock=mode != "eval")
-    with validation.explain_ids_out_of_vocab(
-            f"the data in --data_dir={flags_obj.data_dir}",
-            "regenerate the data with --mode=datagen, or use the vocabulary file it was "
-            "encoded with"):
-        return _run_schedule(trainer, flags_obj, mode)
+    splits = {"train": (TRAIN,), "eval": (EVAL,), "train_and_eval": (TRAIN, EVAL)}[mode]
+    trainer = build_trainer(flags_obj, strategy, lock=mode != "eval", data_splits=splits)
+    try:
+        with validation.explain_ids_out_of_vocab(
+                f"the data in --data_dir={flags_obj.data_dir}",
+                "regenerate the data with --mode=datagen, or use the vocabulary file it was "
+                "encoded with"):
+            return _run_schedule(trainer, flags_obj, mode)
+    except tf.errors.DataLossError as e:
+        raise _name_damaged_file(trainer, splits, e) from e
+
+
+def _name_damaged_file(trainer: Trainer, splits: tuple[str, ...],
+                       error: tf.errors.DataLossError) -> Exception:
+    """A DataError naming the shard behind a DataLossError (TensorFlow names no file)."""
+    from t2t_lite.data_generators import data_marker
+    from t2t_lite.errors import DataError
+
+    files = [f for split in splits
+             for f in trainer.problem.data_filenames(trainer.data_dir, split)]
+    damaged = data_marker.find_damaged_shard(files)
+    if damaged is None:
+        return error
+    return DataError(f"Damaged data: {damaged}; datagen regenerates it: python run.py "
+                     f"--mode=datagen --problem={trainer.problem.name} "
+                     f"--data_dir={trainer.data_dir}")
 
 
 def _run_schedule(trainer: Trainer, flags_obj: Any, mode: str) -> dict[str, float]:

@@ -113,3 +113,54 @@ def summarize(data_dir: str, name: str) -> str:
     files = sorted(f for f in os.listdir(data_dir) if f.startswith(name + "-"))
     size = sum(os.path.getsize(os.path.join(data_dir, f)) for f in files)
     return f"{len(files)} files, {size / 1e6:.1f} MB"
+
+
+def generate_problem_data(problem, data_dir: str, tmp_dir: str,
+                          max_cases: int | None = None) -> dict[str, dict] | None:
+    """Generates a problem's data so that a rerun after a crash at any moment completes it.
+
+    A split is kept only when its completion marker matches its files
+    (`data_marker`); every other split is removed (finished, unshuffled and partial shards)
+    and written again by `problem.generate_data`, which keeps t2t's order of work and random
+    draws. Once it returns, a marker is written for each split, last.
+
+    Args:
+      problem: a Problem instance (its `generate_data` takes data_dir, tmp_dir, max_cases).
+      data_dir: the data directory (created if needed).
+      tmp_dir: raw data directory.
+      max_cases: at most this many examples per split (None: all).
+
+    Returns:
+      {split tag: marker content} of the splits written, or None when every split was already
+      complete (nothing done).
+    """
+    from absl import logging
+
+    from t2t_lite.data_generators import data_marker, generator_utils
+
+    base = problem.dataset_filename()
+    complete = {tag: data_marker.split_is_complete(data_dir, base, tag)
+                for tag in data_marker.SPLIT_TAGS}
+    leftovers = {tag: data_marker.all_split_files(data_dir, base, tag)
+                 for tag in data_marker.SPLIT_TAGS if not complete[tag]}
+    if complete["train"] and not any(leftovers.values()):
+        logging.info("%s: every split is complete (datagen markers in %s); nothing to do",
+                     problem.name, data_dir)
+        return None
+    for tag, files in leftovers.items():
+        if files:
+            logging.warning("%s: the %s split has no valid completion marker (an interrupted "
+                            "datagen?): removing its %d file(s) and writing it again",
+                            problem.name, tag, len(files))
+            data_marker.remove_split(data_dir, base, tag)
+    os.makedirs(data_dir, exist_ok=True)
+    problem.generate_data(data_dir, tmp_dir, max_cases=max_cases)
+    markers = {}
+    for tag in data_marker.SPLIT_TAGS:
+        if complete[tag] or not data_marker.final_shards(data_dir, base, tag):
+            continue
+        markers[tag] = data_marker.write_marker(data_dir, base, tag, max_cases=max_cases)
+        generator_utils.kill_point("marker")
+    if "train" not in markers and not complete["train"]:
+        raise ValueError(f"datagen for {problem.name} wrote no train shard in {data_dir}")
+    return markers

@@ -95,6 +95,21 @@ def test_data_filenames(problem: str, output_dir: str, num_shards: int) -> list[
     return _data_filenames(problem + "-test", output_dir, num_shards)
 
 
+# Test hook: `T2T_LITE_DATAGEN_KILL_AT=<point>` makes datagen SIGKILL itself at that point, so
+# that tests can check that a rerun after a crash at any moment gives the complete data set.
+# Points: "vocab" (vocab built, not stored), "generate" (10 examples written), "rename" (one
+# shard renamed), "shuffle" (one shard shuffled), "marker" (one split's marker written).
+KILL_AT_ENV = "T2T_LITE_DATAGEN_KILL_AT"
+
+
+def kill_point(name: str) -> None:
+    """SIGKILLs this process when the test hook `T2T_LITE_DATAGEN_KILL_AT` names `name`."""
+    if os.environ.get(KILL_AT_ENV) == name:
+        import signal
+
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
 def outputs_exist(filenames: list[str]) -> str | None:
     """The first file whose final (shuffled) name already exists, else None."""
     for name in filenames:
@@ -149,6 +164,8 @@ def generate_files(
                 logging.info("Generating case %d.", counter)
             writers[shard].write(to_example(case).SerializeToString())
             counter += 1
+            if counter == 10:
+                kill_point("generate")
             if counter % cycle_every_n == 0:
                 shard = (shard + 1) % num_shards
     except BaseException:
@@ -160,6 +177,7 @@ def generate_files(
         writer.close()
     for tmp_name, final_name in zip(tmp_filenames, output_filenames):
         tf.io.gfile.rename(tmp_name, final_name, overwrite=True)
+        kill_point("rename")
     logging.info("Generated %d examples into %d file(s) %s...", counter, num_shards,
                  output_filenames[0] if output_filenames else "")
     return counter
@@ -224,19 +242,28 @@ def shuffle_dataset(filenames: list[str], extra_fn=None) -> None:
 
     Uses Python's global `random` (t2t-datagen seeds it with --random_seed), file by file in
     the given order, so a seeded run reproduces t2t's record order. Deletes the unshuffled
-    files. Skips everything when a shuffled output already exists.
+    files. Skips each file whose shuffled output already exists (a split kept from an
+    earlier run, or a file shuffled just before a crash: its output is renamed into place
+    whole, so an unshuffled file left beside it is removed).
 
     Args:
       filenames: the unshuffled shard paths.
       extra_fn: optional function applied to each shuffled list of records.
     """
-    existing = outputs_exist(filenames)
-    if existing:
-        logging.info("Skipping shuffle because output files exist (%s)", existing)
+    todo = []
+    for filename in filenames:
+        if not tf.io.gfile.exists(filename.replace(UNSHUFFLED_SUFFIX, "")):
+            todo.append(filename)
+        elif tf.io.gfile.exists(filename):
+            tf.io.gfile.remove(filename)
+    if not todo:
+        logging.info("Skipping shuffle because output files exist (%s)",
+                     filenames[0].replace(UNSHUFFLED_SUFFIX, "") if filenames else "")
         return
     logging.info("Shuffling data...")
-    for filename in filenames:
+    for filename in todo:
         _shuffle_single(filename, extra_fn=extra_fn)
+        kill_point("shuffle")
     logging.info("Data shuffled.")
 
 
@@ -401,6 +428,7 @@ def get_or_generate_vocab_inner(
     )
     if vocab_filepath:
         os.makedirs(data_dir, exist_ok=True)
+        kill_point("vocab")
         # Written under a temporary name and renamed, so a crash never leaves half a vocab.
         vocab.store_to_file(vocab_filepath)
     return vocab

@@ -133,6 +133,15 @@ def _file_num_records(filename: str) -> int:
     return int(dataset.reduce(tf.constant(0, tf.int64), lambda n, _: n + 1))
 
 
+
+def split_tag(mode: str) -> str:
+    """The shard-name tag of a mode or split: train -> "train", eval/predict -> "dev", test."""
+    tags = {DatasetSplit.TRAIN: "train", DatasetSplit.EVAL: "dev", ModeKeys.PREDICT: "dev",
+            DatasetSplit.TEST: "test"}
+    if mode not in tags:
+        raise ValueError(f"Unknown mode/split {mode!r}; expected one of {sorted(tags)}")
+    return tags[mode]
+
 class Problem:
     """Base class of every problem (t2t's `Problem`).
 
@@ -201,17 +210,9 @@ class Problem:
         Returns:
           A glob pattern string.
         """
-        suffixes = {
-            DatasetSplit.TRAIN: "train",
-            DatasetSplit.EVAL: "dev",
-            ModeKeys.PREDICT: "dev",
-            DatasetSplit.TEST: "test",
-        }
-        if mode not in suffixes:
-            raise ValueError(f"Unknown mode/split {mode!r}; expected one of {sorted(suffixes)}")
         shard_str = f"-{shard:05d}" if shard is not None else ""
         path = os.path.join(data_dir, self.dataset_filename())
-        return f"{path}-{suffixes[mode]}{shard_str}*"
+        return f"{path}-{split_tag(mode)}{shard_str}*"
 
     # Subclass interface ----------------------------------------------------------------------
     def generate_data(self, data_dir: str, tmp_dir: str, task_id: int = -1) -> None:
@@ -329,14 +330,23 @@ class Problem:
 
     # Reading ---------------------------------------------------------------------------------
     def data_filenames(self, data_dir: str, mode: str, shard: int | None = None) -> list[str]:
-        """Sorted data files for `mode`; raises FileNotFoundError naming the pattern."""
+        """Sorted data files for `mode`, checked against datagen's completion marker.
+
+        Raises:
+          t2t_lite.errors.DataError (a FileNotFoundError): no file matches, or the split is
+            incomplete or damaged (see `data_marker.check_split_for_reading`).
+        """
+        from t2t_lite.data_generators import data_marker
+        from t2t_lite.errors import DataError
+
         pattern = self.filepattern(data_dir, mode, shard=shard)
         files = sorted(f for f in tf.io.gfile.glob(pattern) if not f.endswith(".incomplete"))
+        command = f"python run.py --mode=datagen --problem={self.name} --data_dir={data_dir}"
         if not files:
-            raise FileNotFoundError(
-                f"No data files match {pattern}. Generate them first: python run.py "
-                f"--mode=datagen --problem={self.name} --data_dir={data_dir}"
-            )
+            raise DataError(f"No data files match {pattern}. Generate them first: {command}")
+        if shard is None:
+            data_marker.check_split_for_reading(data_dir, self.dataset_filename(),
+                                                split_tag(mode), files, command)
         return files
 
     def dataset(

@@ -226,7 +226,9 @@ class TranslateProblem(text_problems.Text2TextProblem):
                 for path in (src, tgt):
                     if not os.path.isfile(path):
                         raise CorpusError(f"{path}: no such file (from {flags})")
-                self._user_files[split] = (src, tgt)
+                # Relative to the current directory, as given on the command line (the vocab
+                # builder joins source names with tmp_dir; an absolute path stays itself).
+                self._user_files[split] = (os.path.abspath(src), os.path.abspath(tgt))
 
     # Sources ---------------------------------------------------------------------------------
     def _compiled_base(self, tmp_dir: str, dataset_split: str) -> str:

@@ -1,0 +1,223 @@
+"""Completion markers of generated data: datagen's proof that a split is whole.
+
+t2t-datagen skips a split whose first shard exists, so a run killed halfway (during the
+shuffle, say) left 1 of 100 shards that the next run took as done, and training read them
+without a word. Here, once every shard of a split is written and shuffled, datagen writes
+`<data_dir>/<dataset_filename>.<split>.complete.json` last (atomically), listing each shard's
+name, size in bytes and record count:
+
+    {"split": "train", "max_cases": null, "shards": [
+        {"name": "translate_ende_wmt32k-train-00000-of-00100", "bytes": 4718, "records": 12}, ...]}
+
+A split without a valid marker is incomplete for datagen (it is removed and written again)
+and, when its shard set is also incomplete by its names (`-00007-of-00100` missing), for
+training too (one line naming what is missing and the datagen command). A complete shard set
+without a marker (t2t-datagen's output, or an older t2t_lite's) is accepted with a warning.
+Training also compares each shard's size with the marker's, a cheap stat that finds truncated
+or replaced shards before the first step. The marker's name cannot match the shards' glob
+(`<dataset_filename>-train*`).
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import struct
+from typing import Any
+
+import tensorflow as tf
+from absl import logging
+
+from t2t_lite import file_io
+from t2t_lite.errors import DataError
+
+SPLIT_TAGS = ("train", "dev", "test")
+MARKER_SUFFIX = ".complete.json"
+UNSHUFFLED_INFIX = "-unshuffled"
+INCOMPLETE_SUFFIX = ".incomplete"
+_SHARD_NAME = re.compile(r"-(\d{5})-of-(\d{5})$")
+
+
+def marker_path(data_dir: str, dataset_filename: str, tag: str) -> str:
+    """`<data_dir>/<dataset_filename>.<tag>.complete.json`."""
+    return os.path.join(data_dir, f"{dataset_filename}.{tag}{MARKER_SUFFIX}")
+
+
+def final_shards(data_dir: str, dataset_filename: str, tag: str) -> list[str]:
+    """The split's finished shard files (`<base>-<tag>-*`, no `.incomplete`), sorted."""
+    pattern = os.path.join(data_dir, f"{dataset_filename}-{tag}*")
+    return sorted(f for f in tf.io.gfile.glob(pattern) if not f.endswith(INCOMPLETE_SUFFIX))
+
+
+def all_split_files(data_dir: str, dataset_filename: str, tag: str) -> list[str]:
+    """Every file of the split in any state: finished, unshuffled, `.incomplete`, marker."""
+    files = set()
+    for base in (dataset_filename, dataset_filename + UNSHUFFLED_INFIX):
+        files.update(tf.io.gfile.glob(os.path.join(data_dir, f"{base}-{tag}*")))
+    marker = marker_path(data_dir, dataset_filename, tag)
+    if tf.io.gfile.exists(marker):
+        files.add(marker)
+    return sorted(files)
+
+
+def count_records(path: str) -> int:
+    """Number of records in a TFRecord file, reading only the 12-byte headers.
+
+    Raises:
+      ValueError: the file ends inside a record (names the file and byte offset).
+    """
+    size = tf.io.gfile.stat(path).length
+    count, position = 0, 0
+    with tf.io.gfile.GFile(path, "rb") as f:
+        while position < size:
+            header = f.read(12)
+            if len(header) < 12:
+                raise ValueError(f"{path}: truncated TFRecord header at byte {position}")
+            (length,) = struct.unpack_from("<Q", header)
+            end = position + 12 + length + 4
+            if end > size:
+                raise ValueError(f"{path}: truncated TFRecord of {length} bytes at byte "
+                                 f"{position} (the file has {size} bytes)")
+            f.seek(end)
+            position = end
+            count += 1
+    return count
+
+
+def missing_shards(files: list[str]) -> tuple[int, list[int]] | None:
+    """For t2t-named shards (`...-00003-of-00010`): (total, missing indices); None when the
+    names carry no shard numbers (user files) and nothing can be said."""
+    totals, indices = set(), set()
+    for name in files:
+        match = _SHARD_NAME.search(name)
+        if not match:
+            return None
+        indices.add(int(match.group(1)))
+        totals.add(int(match.group(2)))
+    if len(totals) != 1:
+        return None
+    (total,) = totals
+    return total, sorted(set(range(total)) - indices)
+
+
+def write_marker(data_dir: str, dataset_filename: str, tag: str,
+                 max_cases: int | None = None) -> dict[str, Any]:
+    """Writes the split's marker after checking that its shard set is whole.
+
+    Returns:
+      The marker's content.
+
+    Raises:
+      ValueError: the split has no shard, or shards are missing by their names.
+    """
+    files = final_shards(data_dir, dataset_filename, tag)
+    if not files:
+        raise ValueError(f"datagen wrote no {tag} shard for {dataset_filename} in {data_dir}")
+    numbering = missing_shards(files)
+    if numbering and numbering[1]:
+        raise ValueError(f"datagen left the {tag} split of {dataset_filename} without shards "
+                         f"{numbering[1][:5]} of {numbering[0]}")
+    content = {
+        "split": tag,
+        "max_cases": max_cases,
+        "shards": [{"name": os.path.basename(f), "bytes": tf.io.gfile.stat(f).length,
+                    "records": count_records(f)} for f in files],
+    }
+    file_io.atomic_write(marker_path(data_dir, dataset_filename, tag),
+                         json.dumps(content, indent=1) + "\n")
+    return content
+
+
+def read_marker(data_dir: str, dataset_filename: str, tag: str) -> dict[str, Any] | None:
+    """The split's marker, or None when absent or unreadable (an unreadable one counts as
+    absent: markers are written atomically, so it was not written by datagen)."""
+    path = marker_path(data_dir, dataset_filename, tag)
+    if not tf.io.gfile.exists(path):
+        return None
+    try:
+        with tf.io.gfile.GFile(path, "r") as f:
+            content = json.load(f)
+        return content if isinstance(content.get("shards"), list) else None
+    except (ValueError, AttributeError):
+        return None
+
+
+def marker_mismatches(data_dir: str, marker: dict[str, Any]) -> list[str]:
+    """What differs between the marker and the files on disk (missing shards, sizes): one
+    phrase per damaged shard, naming it; empty when the split is as datagen left it."""
+    problems = []
+    for shard in marker["shards"]:
+        path = os.path.join(data_dir, shard["name"])
+        if not tf.io.gfile.exists(path):
+            problems.append(f"{path} is missing")
+            continue
+        size = tf.io.gfile.stat(path).length
+        if size != shard["bytes"]:
+            problems.append(f"{path} has {size} bytes where datagen wrote {shard['bytes']}")
+    return problems
+
+
+def split_is_complete(data_dir: str, dataset_filename: str, tag: str) -> bool:
+    """True when the split has a marker and its files match it."""
+    marker = read_marker(data_dir, dataset_filename, tag)
+    return marker is not None and not marker_mismatches(data_dir, marker)
+
+
+def remove_split(data_dir: str, dataset_filename: str, tag: str) -> list[str]:
+    """Deletes every file of the split (finished, unshuffled, partial, marker); returns them."""
+    files = all_split_files(data_dir, dataset_filename, tag)
+    for path in files:
+        tf.io.gfile.remove(path)
+    return files
+
+
+def find_damaged_shard(files: list[str]) -> str | None:
+    """The first file whose TFRecord framing is broken, with the reason; None if all are
+    whole (used to name the file behind a DataLossError)."""
+    for path in files:
+        try:
+            count_records(path)
+        except ValueError as e:
+            return str(e)
+    return None
+
+
+_WARNED: set[tuple[str, str]] = set()
+
+
+def check_split_for_reading(data_dir: str, dataset_filename: str, tag: str, files: list[str],
+                            datagen_command: str) -> None:
+    """Refuses to read a split that is incomplete or damaged; warns once about a complete
+    shard set without a marker (t2t-datagen's output).
+
+    Args:
+      data_dir: the data directory.
+      dataset_filename: the problem's shard base name.
+      tag: "train", "dev" or "test".
+      files: the split's finished shard files about to be read (non-empty).
+      datagen_command: the command line that (re)generates the data, for the message.
+
+    Raises:
+      DataError: one line naming the damaged or missing shards and `datagen_command`.
+    """
+    marker = read_marker(data_dir, dataset_filename, tag)
+    if marker is not None:
+        problems = marker_mismatches(data_dir, marker)
+        if problems:
+            more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+            raise DataError(f"Damaged data: {problems[0]}{more}; datagen regenerates the "
+                            f"{tag} split: {datagen_command}")
+        return
+    numbering = missing_shards(files)
+    if numbering and numbering[1]:
+        total, missing = numbering
+        raise DataError(
+            f"The {tag} split of {dataset_filename} in {data_dir} is incomplete: "
+            f"{total - len(missing)} of {total} shards and no completion marker (an "
+            f"interrupted datagen?); datagen completes it: {datagen_command}")
+    if (data_dir, tag) not in _WARNED:
+        _WARNED.add((data_dir, tag))
+        logging.warning(
+            "%s: no datagen completion marker for the %s split (data written by t2t-datagen "
+            "or an older t2t_lite); reading its %d shard(s)%s", data_dir, tag, len(files),
+            ", a complete set by their names" if numbering else "")

@@ -1,0 +1,183 @@
+"""Datagen survives being killed at any moment, and training refuses incomplete or damaged data.
+
+Crashes are real SIGKILLs of `run.py --mode=datagen`, placed with the test hook
+`T2T_LITE_DATAGEN_KILL_AT` (generator_utils.kill_point): while the vocab is stored, while
+examples are written, between shard renames, during the shuffle, and between the splits'
+completion markers.
+"""
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from t2t_lite import registry
+from t2t_lite.data_generators import data_marker, generator_utils
+from t2t_lite.errors import DataError
+from tests.conftest import REPO_ROOT
+
+PROBLEM = "translate_files"
+KILL_POINTS = ("vocab", "generate", "rename", "shuffle", "marker")
+
+
+def _run(cwd, *args, kill_at=None, timeout=300) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT), TF_CPP_MIN_LOG_LEVEL="2")
+    env.pop(generator_utils.KILL_AT_ENV, None)
+    if kill_at:
+        env[generator_utils.KILL_AT_ENV] = kill_at
+    return subprocess.run([sys.executable, str(REPO_ROOT / "run.py"), *args], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=timeout, check=False)
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory, wmt_toy_dir):
+    """A working directory with small parallel files, and a decoy of the same names in the
+    tmp_dir (relative source flags must be read from the current directory, not tmp_dir)."""
+    root = tmp_path_factory.mktemp("corpus")
+    for name, source, lines in (("tr.en", "train.en", 240), ("tr.de", "train.de", 240),
+                                ("dv.en", "dev.en", 30), ("dv.de", "dev.de", 30)):
+        text = (wmt_toy_dir / source).read_text(encoding="utf-8").split("\n")[:lines]
+        (root / name).write_text("\n".join(text) + "\n", encoding="utf-8")
+    (root / "raw").mkdir()
+    for name in ("tr.en", "tr.de"):
+        (root / "raw" / name).write_text("decoyword " * 50 + "\n", encoding="utf-8")
+    return root
+
+
+def _datagen(corpus, data_dir, kill_at=None):
+    return _run(corpus, "--mode=datagen", f"--problem={PROBLEM}", f"--data_dir={data_dir}",
+                "--tmp_dir=raw", "--train_src=tr.en", "--train_tgt=tr.de", "--dev_src=dv.en",
+                "--dev_tgt=dv.de", "--approx_vocab_size=300", kill_at=kill_at)
+
+
+def _example(record: bytes) -> tuple:
+    import tensorflow as tf
+
+    feature = tf.train.Example.FromString(record).features.feature
+    return tuple(sorted((name, tuple(feature[name].int64_list.value)) for name in feature))
+
+
+def _contents(data_dir) -> dict:
+    """Vocab text and, per split, the sorted records of all its shards."""
+    base = registry.problem(PROBLEM).dataset_filename()
+    result = {"vocab": (data_dir / "vocab.translate_files.300.subwords").read_text()}
+    for tag in ("train", "dev"):
+        files = data_marker.final_shards(str(data_dir), base, tag)
+        # Parsed: a proto map's serialized order can differ from process to process.
+        result[tag] = sorted(_example(r) for f in files for r in generator_utils.read_records(f))
+        result[tag + " shards"] = len(files)
+    leftovers = [f for f in os.listdir(data_dir) if "unshuffled" in f or "incomplete" in f]
+    result["leftovers"] = leftovers
+    return result
+
+
+@pytest.fixture(scope="module")
+def reference(corpus):
+    data_dir = corpus / "reference"
+    result = _datagen(corpus, data_dir.name)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "done in" in result.stdout and "train 240 examples in 100 shard(s)" in result.stdout
+    return _contents(data_dir)
+
+
+def test_relative_source_files_are_read_from_the_current_directory(reference):
+    # The vocab was built from ./tr.en, not from the decoy raw/tr.en.
+    assert "decoyword" not in reference["vocab"]
+    assert len(reference["train"]) == 240 and len(reference["dev"]) == 30
+    assert reference["train shards"] == 100 and reference["leftovers"] == []
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("point", KILL_POINTS)
+def test_sigkill_at_any_moment_then_rerun_gives_the_complete_data(corpus, reference, point):
+    data_dir = corpus / f"killed_at_{point}"
+    killed = _datagen(corpus, data_dir.name, kill_at=point)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
+    assert "done in" not in killed.stdout
+    again = _datagen(corpus, data_dir.name)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "done in" in again.stdout
+    assert _contents(data_dir) == reference
+    base = registry.problem(PROBLEM).dataset_filename()
+    for tag in ("train", "dev"):
+        assert data_marker.split_is_complete(str(data_dir), base, tag)
+    # A third run finds everything complete and touches nothing.
+    third = _datagen(corpus, data_dir.name)
+    assert third.returncode == 0 and "already complete" in third.stdout
+
+
+@pytest.mark.slow
+def test_training_refuses_the_data_of_a_datagen_killed_in_the_shuffle(corpus):
+    data_dir = corpus / "killed_in_shuffle"
+    assert _datagen(corpus, data_dir.name, kill_at="shuffle").returncode == -signal.SIGKILL
+    result = _run(corpus, "--mode=train", f"--problem={PROBLEM}", f"--data_dir={data_dir.name}",
+                  "--output_dir=never_written", "--hparams_set=transformer_tiny",
+                  "--train_steps=1")
+    assert result.returncode == 1
+    lines = result.stderr.strip().split("\n")
+    assert lines[-1] == (
+        f"error: The train split of translate_files in {data_dir.name} is incomplete: 1 of 100 "
+        "shards and no completion marker (an interrupted datagen?); datagen completes it: "
+        f"python run.py --mode=datagen --problem=translate_files --data_dir={data_dir.name}")
+    assert "Traceback" not in result.stderr
+    assert not (corpus / "never_written").exists()
+
+
+def _copy_data(source, target):
+    target.mkdir()
+    for name in os.listdir(source):
+        (target / name).write_bytes((source / name).read_bytes())
+
+
+def test_a_truncated_shard_is_named_before_training(corpus, reference):
+    data_dir = corpus / "truncated"
+    _copy_data(corpus / "reference", data_dir)
+    shard = data_dir / "translate_files-train-00042-of-00100"
+    shard.write_bytes(shard.read_bytes()[:100])
+    problem = registry.problem(PROBLEM)
+    with pytest.raises(DataError, match=rf"{shard} has 100 bytes where datagen wrote \d+"):
+        problem.data_filenames(str(data_dir), "train")
+    assert len(problem.data_filenames(str(data_dir), "eval")) == 1  # dev is intact
+
+
+@pytest.mark.slow
+def test_a_truncated_shard_without_marker_is_named_when_read(corpus, reference):
+    # t2t-datagen's output has no marker: the size check cannot run, the read error names
+    # the file.
+    data_dir = corpus / "t2t_style"
+    _copy_data(corpus / "reference", data_dir)
+    for marker in data_dir.glob("*.complete.json"):
+        marker.unlink()
+    shard = data_dir / "translate_files-train-00007-of-00100"
+    shard.write_bytes(shard.read_bytes()[:-5])
+    result = _run(corpus, "--mode=train", f"--problem={PROBLEM}", f"--data_dir={data_dir.name}",
+                  "--output_dir=t2t_style_run", "--hparams_set=transformer_tiny",
+                  "--train_steps=40", "--hparams=batch_size=128")
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert result.stderr.strip().split("\n")[-1].startswith(
+        f"error: Damaged data: {data_dir.name}/translate_files-train-00007-of-00100: "
+        "truncated TFRecord")
+    assert "no datagen completion marker for the train split" in result.stderr
+
+
+def test_marker_lists_every_shard_with_size_and_records(corpus, reference):
+    marker = json.loads((corpus / "reference" / "translate_files.train.complete.json").read_text())
+    assert marker["split"] == "train" and len(marker["shards"]) == 100
+    assert sum(shard["records"] for shard in marker["shards"]) == 240
+    first = marker["shards"][0]
+    assert first["name"] == "translate_files-train-00000-of-00100"
+    assert first["bytes"] == (corpus / "reference" / first["name"]).stat().st_size
+
+
+def test_missing_shards_and_record_counts(tmp_path):
+    assert data_marker.missing_shards([f"p-train-{i:05d}-of-00004" for i in (0, 2)]) == (4, [1, 3])
+    assert data_marker.missing_shards(["p-train-00000-of-00001"]) == (1, [])
+    assert data_marker.missing_shards(["p-train.custom"]) is None
+    path = tmp_path / "records"
+    generator_utils.write_records([b"a", b"bc", b""], str(path))
+    assert data_marker.count_records(str(path)) == 3
+    path.write_bytes(path.read_bytes()[:-3])
+    with pytest.raises(ValueError, match="truncated TFRecord of 0 bytes at byte"):
+        data_marker.count_records(str(path))
