@@ -17,6 +17,7 @@ from absl import logging
 
 from t2t_lite import file_io
 from t2t_lite.data_generators import text_encoder
+from t2t_lite.data_generators.data_marker import KILL_AT_ENV, kill_point  # noqa: F401 (test hook)
 from t2t_lite.utils import progress
 
 # --------------------------------------------------------------------------------------------
@@ -94,21 +95,6 @@ def dev_data_filenames(problem: str, output_dir: str, num_shards: int) -> list[s
 def test_data_filenames(problem: str, output_dir: str, num_shards: int) -> list[str]:
     """Paths `<output_dir>/<problem>-test-%05d-of-%05d`."""
     return _data_filenames(problem + "-test", output_dir, num_shards)
-
-
-# Test hook: `T2T_LITE_DATAGEN_KILL_AT=<point>` makes datagen SIGKILL itself at that point, so
-# that tests can check that a rerun after a crash at any moment gives the complete data set.
-# Points: "vocab" (vocab built, not stored), "generate" (10 examples written), "rename" (one
-# shard renamed), "shuffle" (one shard shuffled), "marker" (one split's marker written).
-KILL_AT_ENV = "T2T_LITE_DATAGEN_KILL_AT"
-
-
-def kill_point(name: str) -> None:
-    """SIGKILLs this process when the test hook `T2T_LITE_DATAGEN_KILL_AT` names `name`."""
-    if os.environ.get(KILL_AT_ENV) == name:
-        import signal
-
-        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def outputs_exist(filenames: list[str]) -> str | None:

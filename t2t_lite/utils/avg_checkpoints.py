@@ -57,10 +57,8 @@ def last_checkpoints(model_dir: str, n: int) -> list[str]:
             f"No checkpoints in {model_dir} (no 'checkpoint' state file listing any); point "
             "--output_dir at a training run's directory"
         )
-    paths = [
-        p if os.path.isabs(p) else os.path.join(model_dir, p)
-        for p in state.all_model_checkpoint_paths
-    ]
+    # Joined with model_dir by get_checkpoint_state already (a relative --output_dir too).
+    paths = list(state.all_model_checkpoint_paths)
     missing = [p for p in paths[-n:] if not tf.io.gfile.exists(p + ".index")]
     if missing:
         raise ValueError(

@@ -43,7 +43,8 @@ def checkpoints_newest_first(directory: str) -> list[str]:
     paths = list(state.all_model_checkpoint_paths)
     if state.model_checkpoint_path and state.model_checkpoint_path not in paths:
         paths.append(state.model_checkpoint_path)
-    paths = [p if os.path.isabs(p) or "://" in p else os.path.join(directory, p) for p in paths]
+    # get_checkpoint_state has joined relative entries with `directory` already (joining
+    # again made a relative --output_dir "run" read "run/run/ckpt-N").
     return paths[::-1]
 
 
