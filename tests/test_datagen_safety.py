@@ -24,9 +24,9 @@ KILL_POINTS = ("vocab", "generate", "rename", "shuffle", "marker")
 
 def _run(cwd, *args, kill_at=None, timeout=300) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONPATH=str(REPO_ROOT), TF_CPP_MIN_LOG_LEVEL="2")
-    env.pop(generator_utils.KILL_AT_ENV, None)
+    env.pop(data_marker.KILL_AT_ENV, None)
     if kill_at:
-        env[generator_utils.KILL_AT_ENV] = kill_at
+        env[data_marker.KILL_AT_ENV] = kill_at
     return subprocess.run([sys.executable, str(REPO_ROOT / "run.py"), *args], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=timeout, check=False)
 

@@ -1,5 +1,4 @@
-"""Data generation helpers (t2t's `generator_utils`): vocab building and TFRecord shard
-writing."""
+"""Data generation helpers (t2t's `generator_utils`): vocab building, TFRecord shards."""
 from __future__ import annotations
 
 import glob
@@ -17,7 +16,7 @@ from absl import logging
 
 from t2t_lite import file_io
 from t2t_lite.data_generators import text_encoder
-from t2t_lite.data_generators.data_marker import KILL_AT_ENV, kill_point  # noqa: F401 (test hook)
+from t2t_lite.data_generators.data_marker import kill_point
 from t2t_lite.utils import progress
 
 # --------------------------------------------------------------------------------------------
