@@ -8,7 +8,8 @@ t2t-avg-all, t2t-exporter and checkpoint import, as modes of one command.
     python run.py --helpfull            # every flag, absl's and TensorFlow's included
 
 Modes (--mode): default, datagen, train, eval, train_and_eval, decode, bleu, average, export,
-import_t2t. Each mode's work lives in a tool module of t2t_lite/bin/; this file only wires
+import_t2t, plot, attention.
+Each mode's work lives in a tool module of t2t_lite/bin/; this file only wires
 flags to it.
 """
 import importlib
@@ -38,6 +39,7 @@ MODE_FUNCTIONS = {
     "export": "t2t_lite.bin.t2t_exporter:main",
     "import_t2t": "t2t_lite.bin.import_t2t:main",
     "plot": "t2t_lite.bin.t2t_plot:main",
+    "attention": "t2t_lite.bin.t2t_attention:main",
 }
 
 

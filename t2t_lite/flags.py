@@ -18,6 +18,7 @@ MODES = (
     "export",
     "import_t2t",
     "plot",
+    "attention",
 )
 
 # t2t's --schedule values and the mode each maps to.
@@ -178,3 +179,11 @@ flags.DEFINE_float(
     "ct2_length_penalty", None,
     "--decode_engine=ctranslate2: CTranslate2's length-penalty exponent during the beam search "
     "(default: alpha); the hypotheses are re-ranked with t2t's GNMT penalty either way.")
+
+# --- Attention pictures (--mode=attention; t2t's attention visualisation notebook) ---------
+flags.DEFINE_string(
+    "attention_dir", None,
+    "--mode=attention: where the PNGs and .npz go (default <output_dir>/attention).")
+flags.DEFINE_integer(
+    "attention_max_lines", 5, "--mode=attention: pictures of the first N lines of "
+    "--decode_from_file.")

@@ -7,8 +7,9 @@ t2t, so padded query rows stay finite.
 """
 from __future__ import annotations
 
+import contextlib
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 import keras
 import tensorflow as tf
@@ -195,6 +196,27 @@ def combine_heads(x: tf.Tensor) -> tf.Tensor:
     return tf.reshape(x, [shape[0], shape[1], num_heads * depth])
 
 
+# Set by `record_attention_weights`: a list that every MultiheadAttention call appends its
+# softmax weights to (read at trace time, so compiled functions never record).
+_RECORDED_WEIGHTS: list | None = None
+
+
+@contextlib.contextmanager
+def record_attention_weights() -> Iterator[list[tuple[str, tf.Tensor]]]:
+    """Collects the attention weights of every MultiheadAttention called (eagerly) in the
+    block, for pictures (t2t's attention visualisation); numerics are unchanged.
+
+    Yields:
+      A list that fills with (layer path, weights [B, H, Lq, Lk]) in call order.
+    """
+    global _RECORDED_WEIGHTS
+    previous, _RECORDED_WEIGHTS = _RECORDED_WEIGHTS, []
+    try:
+        yield _RECORDED_WEIGHTS
+    finally:
+        _RECORDED_WEIGHTS = previous
+
+
 class MultiheadAttention(keras.layers.Layer):
     """t2t's `multihead_attention` (dot_product) as a Keras layer.
 
@@ -350,6 +372,8 @@ class MultiheadAttention(keras.layers.Layer):
         if bias is not None:
             logits += tf.cast(bias, logits.dtype)
         weights = tf.nn.softmax(logits)
+        if _RECORDED_WEIGHTS is not None:  # record_attention_weights(): eager calls only
+            _RECORDED_WEIGHTS.append((self.path, weights))
         weights = self.dropout(weights, training=training)
         x = combine_heads(tf.matmul(weights, v))
         (y,) = self._project(x, self.output_transform)

@@ -1,0 +1,81 @@
+"""`run.py --mode=attention`: attention pictures of translations (t2t's visualisation).
+
+Decodes each line of --decode_from_file (up to --attention_max_lines) with --decode_hparams,
+then writes `<attention_dir>/line<k>_{encoder_self,decoder_self,encoder_decoder}.png` and
+`line<k>.npz` (`t2t_lite.utils.attention_viz`).
+"""
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from t2t_lite import registry
+from t2t_lite.data_generators.text_encoder import EOS_ID, PAD_ID
+from t2t_lite.errors import UserError, one_line
+from t2t_lite.utils import attention_viz, decoding
+
+
+def main(flags: Any) -> list[str]:
+    """Writes the pictures and prints their paths.
+
+    Args:
+      flags: absl FLAGS (output_dir, checkpoint_path, problem, data_dir, hparams_set, hparams,
+        model, decode_hparams, decode_from_file, attention_dir, attention_max_lines); problem,
+        hparams_set, data_dir and model default to the run's flags.json, as in decode mode.
+
+    Returns:
+      The files written.
+    """
+    if not flags.decode_from_file:
+        raise UserError("--mode=attention needs --decode_from_file (the sentences to show)")
+    source = os.path.expanduser(flags.decode_from_file)
+    if not os.path.isfile(source):
+        raise UserError(f"--decode_from_file={flags.decode_from_file}: no such file")
+    if flags.attention_max_lines < 1:
+        raise UserError(f"--attention_max_lines={flags.attention_max_lines}: must be >= 1")
+    run_flags = decoding.read_run_flags(flags.output_dir)
+    problem_name = flags.problem or run_flags.get("problem")
+    if not problem_name:
+        raise UserError("--mode=attention needs --problem (or an --output_dir whose flags.json "
+                        "names it)")
+    out_dir = flags.attention_dir or (
+        os.path.join(flags.output_dir, "attention") if flags.output_dir else None)
+    if not out_dir:
+        raise UserError("--mode=attention needs --attention_dir or --output_dir")
+    try:
+        decode_hp = decoding.decode_hparams(flags.decode_hparams or "")
+        hparams = decoding.load_hparams(flags.output_dir,
+                                        flags.hparams_set or run_flags.get("hparams_set"),
+                                        flags.hparams)
+        problem = registry.problem(problem_name)
+        problem_hparams = problem.get_hparams(
+            hparams, data_dir=flags.data_dir or run_flags.get("data_dir"))
+        checkpoint = decoding.checkpoint_to_restore(flags.checkpoint_path, flags.output_dir)
+        model = decoding.load_model(flags.model or run_flags.get("model") or "transformer",
+                                    hparams, problem_hparams, checkpoint)
+    except (ValueError, FileNotFoundError) as e:
+        raise UserError(one_line(e)) from e
+    encoders = problem_hparams.vocabulary
+    target_space_id = int(problem_hparams.get("target_space_id", 0))
+    infer = decoding.make_infer_fn(model, decode_hp, target_space_id)
+    with open(source, encoding="utf-8", errors="replace") as f:
+        lines = [line.rstrip("\n") for line in f][:flags.attention_max_lines]
+    os.makedirs(out_dir, exist_ok=True)
+    written = []
+    for k, line in enumerate(lines):
+        input_ids = decoding.encode_input(line, encoders["inputs"], decode_hp.max_input_size)
+        outputs, _ = infer([input_ids])
+        output_ids = [int(i) for i in decoding.save_until_eos(outputs.reshape(-1))]
+        while output_ids and output_ids[-1] == PAD_ID:  # no EOS within the decode length
+            output_ids.pop()
+        output_ids.append(EOS_ID)
+        weights = attention_viz.attention_weights(model, input_ids, output_ids,
+                                                  target_space_id)
+        written += attention_viz.plot_attention(
+            weights, attention_viz.token_labels(encoders["inputs"], input_ids),
+            attention_viz.token_labels(encoders["targets"], output_ids),
+            os.path.join(out_dir, f"line{k}"))
+        print(f"{line} -> {encoders['targets'].decode(output_ids[:-1])}")
+    for path in written:
+        print(f"Wrote {path}")
+    return written
