@@ -27,10 +27,9 @@ import numpy as np
 import tensorflow as tf
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from t2t_lite.data_generators.text_encoder import EOS_ID
 from t2t_lite.hparams import create_hparams
 from t2t_lite.models.transformer import Transformer
-
-EOS_ID = 1
 
 
 def generated_tokens(outputs: np.ndarray) -> int:

@@ -175,3 +175,29 @@ def test_run_py_average_mode(run_dir, tmp_path_factory):
             expected = (first.get_tensor(key).astype(np.float64)
                         + second.get_tensor(key).astype(np.float64)) / 2
             np.testing.assert_array_equal(reader.get_tensor(key), expected.astype(np.float32))
+
+
+def test_average_to_a_filesystem_without_directory_renames(run_dir):
+    # TensorFlow's in-memory ram:// filesystem, like gs://, cannot rename a directory with
+    # its files: the average is written file by file, the `checkpoint` state last.
+    out = f"ram://avg_test_{os.getpid()}/avg"
+    paths = avg_checkpoints.last_checkpoints(str(run_dir), 3)
+    first = avg_checkpoints.average_checkpoints(paths, out)
+    assert first == f"{out}/ckpt-300"
+    newest = tf.train.load_checkpoint(paths[-1])
+    assert tf.train.latest_checkpoint(out) == first
+    # (ram:// reports every path prefix as a directory, so tf.train.load_checkpoint would
+    # look for a directory; the reader takes the prefix as it is.)
+    averaged = tf.compat.v1.train.NewCheckpointReader(first)
+    expected = avg_checkpoints.average_tensors(paths)
+    for key in newest.get_variable_to_dtype_map():
+        np.testing.assert_array_equal(averaged.get_tensor(key), expected[key])
+    assert sorted(tf.io.gfile.listdir(out)) == [
+        "checkpoint", "ckpt-300.data-00000-of-00001", "ckpt-300.index", "hparams.json"]
+    # A second average replaces the first; an earlier average's other files are removed.
+    avg_checkpoints.average_checkpoints(paths[:2], out)
+    assert tf.train.latest_checkpoint(out) == f"{out}/ckpt-200"
+    assert sorted(tf.io.gfile.listdir(out)) == [
+        "checkpoint", "ckpt-200.data-00000-of-00001", "ckpt-200.index", "hparams.json"]
+    with pytest.raises(ValueError, match="contains the checkpoints"):
+        avg_checkpoints.average_checkpoints([f"{out}/ckpt-200"], f"ram://avg_test_{os.getpid()}")

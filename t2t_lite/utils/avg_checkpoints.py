@@ -119,27 +119,72 @@ def _write_checkpoint_state(directory: str, name: str) -> None:
 def _check_output_dir(output_dir: str, checkpoint_paths: list[str]) -> None:
     """Refuses an output directory whose replacement would destroy anything but an earlier
     average: a directory holding the input checkpoints, or one with unrelated files."""
-    real_out = os.path.realpath(output_dir)
+    local = _is_local(output_dir)
+    real_out = os.path.realpath(output_dir) if local else output_dir.rstrip("/")
     for path in checkpoint_paths:
-        source = os.path.realpath(os.path.dirname(path))
-        if os.path.commonpath([real_out, source]) == real_out:
+        source = os.path.dirname(path)
+        source = os.path.realpath(source) if local else source.rstrip("/")
+        if source == real_out or source.startswith(real_out + "/"):
             raise ValueError(
                 f"--avg_output_dir={output_dir} contains the checkpoints being averaged "
                 f"({path}); choose a new directory, e.g. <output_dir>/avg"
             )
-    if not os.path.isdir(output_dir):
-        if os.path.exists(output_dir):
+    if not tf.io.gfile.isdir(output_dir):
+        if tf.io.gfile.exists(output_dir):
             raise ValueError(f"--avg_output_dir={output_dir} exists and is not a directory")
         return
-    for entry in os.listdir(output_dir):
+    for entry in tf.io.gfile.listdir(output_dir):
+        entry = entry.rstrip("/")
         full = os.path.join(output_dir, entry)
         ours = entry == "checkpoint" or entry in RUN_FILES or entry.endswith(".index") or (
             ".data-" in entry)
-        if not ours or not os.path.isfile(full):
+        if not ours or tf.io.gfile.isdir(full):
             raise ValueError(
                 f"--avg_output_dir={output_dir} exists and holds {entry!r}, which is not part "
                 "of an averaged checkpoint; choose another directory or remove it"
             )
+
+
+def _is_local(path: str) -> bool:
+    """A path of the local filesystem (directories there can be renamed whole)."""
+    return "://" not in path or path.startswith("file://")
+
+
+def _save(values: dict, prefix: str) -> None:
+    keys = sorted(values)
+    tf.raw_ops.SaveV2(prefix=prefix, tensor_names=keys, shape_and_slices=[""] * len(keys),
+                      tensors=[values[k] for k in keys])
+
+
+def _write_in_place(values: dict, name: str, output_dir: str, source_dir: str) -> str:
+    """`average_checkpoints` on a filesystem without directory renames (gs://, ...).
+
+    The checkpoint files are written in a temporary subfolder and renamed into `output_dir`
+    one by one; the `checkpoint` state file, written last, makes the new average the one that
+    readers find; files of an earlier average are removed after it.
+    """
+    tf.io.gfile.makedirs(output_dir)
+    tmp_dir = os.path.join(output_dir, f".tmp-{os.getpid()}")
+    tf.io.gfile.makedirs(tmp_dir)
+    try:
+        _save(values, os.path.join(tmp_dir, name))
+        for filename in RUN_FILES:
+            if tf.io.gfile.exists(os.path.join(source_dir, filename)):
+                tf.io.gfile.copy(os.path.join(source_dir, filename),
+                                 os.path.join(tmp_dir, filename), overwrite=True)
+        for filename in tf.io.gfile.listdir(tmp_dir):
+            tf.io.gfile.rename(os.path.join(tmp_dir, filename),
+                               os.path.join(output_dir, filename), overwrite=True)
+        _write_checkpoint_state(output_dir, name)
+    finally:
+        if tf.io.gfile.exists(tmp_dir):
+            tf.io.gfile.rmtree(tmp_dir)
+    for filename in tf.io.gfile.listdir(output_dir):
+        stale = (filename.endswith(".index") or ".data-" in filename) and not (
+            filename.startswith(name + "."))
+        if stale:
+            tf.io.gfile.remove(os.path.join(output_dir, filename))
+    return os.path.join(output_dir, name)
 
 
 def average_checkpoints(checkpoint_paths: list[str], output_dir: str) -> str:
@@ -147,8 +192,9 @@ def average_checkpoints(checkpoint_paths: list[str], output_dir: str) -> str:
 
     Args:
       checkpoint_paths: checkpoint prefixes, oldest first.
-      output_dir: directory to create; an earlier average there is replaced atomically. The
-        checkpoint is named like the newest input (e.g. `ckpt-5000`).
+      output_dir: directory to create; an earlier average there is replaced atomically (on a
+        filesystem without directory renames, such as gs://, file by file, the `checkpoint`
+        state file last). The checkpoint is named like the newest input (e.g. `ckpt-5000`).
 
     Returns:
       The new checkpoint's prefix, `<output_dir>/<name>`.
@@ -161,18 +207,14 @@ def average_checkpoints(checkpoint_paths: list[str], output_dir: str) -> str:
     _check_output_dir(output_dir, checkpoint_paths)
     values = average_tensors(checkpoint_paths)
     name = os.path.basename(checkpoint_paths[-1])
+    if not _is_local(output_dir):
+        return _write_in_place(values, name, output_dir, os.path.dirname(checkpoint_paths[-1]))
     output_dir = os.path.abspath(output_dir)
     parent = os.path.dirname(output_dir)
     os.makedirs(parent, exist_ok=True)
     tmp_dir = tempfile.mkdtemp(prefix=f".{os.path.basename(output_dir)}.tmp-", dir=parent)
     try:
-        keys = sorted(values)
-        tf.raw_ops.SaveV2(
-            prefix=os.path.join(tmp_dir, name),
-            tensor_names=keys,
-            shape_and_slices=[""] * len(keys),
-            tensors=[values[k] for k in keys],
-        )
+        _save(values, os.path.join(tmp_dir, name))
         _write_checkpoint_state(tmp_dir, name)
         source_dir = os.path.dirname(checkpoint_paths[-1])
         for filename in RUN_FILES:
