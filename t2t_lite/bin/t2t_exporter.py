@@ -7,6 +7,7 @@ model directory with `t2t_lite.serving.ct2`.
 from __future__ import annotations
 
 import os
+import time
 
 from absl import logging
 
@@ -40,6 +41,7 @@ def main(flags) -> None:
     if not problem_name:
         raise UserError("--mode=export needs --problem (its vocabulary goes into the model), "
                         "or an --output_dir whose flags.json names it")
+    logging.info("Export step 1 of 2: loading the model and building the graph encoders")
     try:
         decode_hp = decoding.decode_hparams(flags.decode_hparams or "")
         hparams = decoding.load_hparams(flags.output_dir, hparams_set, flags.hparams)
@@ -62,7 +64,11 @@ def main(flags) -> None:
         raise UserError(one_line(e)) from e
     export_dir = flags.export_dir or os.path.join(
         flags.output_dir or os.path.dirname(checkpoint), "export")
+    start = time.time()
+    logging.info("Export step 2 of 2: tracing the signatures and writing the SavedModel "
+                 "(tens of seconds on a CPU) ...")
     path = export(module, export_dir)
+    logging.info("Export step 2 of 2 done in %.0f s", time.time() - start)
     logging.info("Exported %s to %s", checkpoint, path)
     print(f"SavedModel written to {path}")
 

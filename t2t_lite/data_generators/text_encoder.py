@@ -637,8 +637,10 @@ class SubwordTextEncoder(TextEncoder):
         Returns:
           the encoder whose size is closest to `target_vocab_size` in t2t's min_count bisection.
         """
+        from t2t_lite.utils import progress
+
         token_counts: collections.Counter = collections.Counter()
-        for item in generator:
+        for item in progress.track(generator, None, "Counting vocab tokens", "lines"):
             token_counts.update(tokenizer.encode(native_to_unicode(item)))
         return cls.build_to_target_size(
             target_vocab_size,
@@ -691,9 +693,15 @@ class SubwordTextEncoder(TextEncoder):
         _check_reserved_tokens(reserved_tokens)
         corpus = _build_corpus(token_counts, reserved_tokens, max_subtoken_length)
 
+        # Each bisection step builds a whole vocabulary; at most this many are needed.
+        max_steps = int(max_val - min_val + 1).bit_length() + 1
+        steps = [0]
+
         def bisect(min_val, max_val):
             present_count = (max_val + min_val) // 2
-            logging.info("Trying min_count %d", present_count)
+            steps[0] += 1
+            logging.info("Vocab build step %d (of at most %d): trying min_count %d",
+                         steps[0], max_steps, present_count)
             subtokenizer = cls()
             subtokenizer._build_from_corpus(corpus, present_count, num_iterations, reserved_tokens)
             # Being within 1% of the target size is ok.
