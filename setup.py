@@ -45,7 +45,7 @@ setup(
         "text": ["tensorflow-text>=2.16,<2.22"],
         # CTranslate2 export and decoding (t2t_lite.serving.ct2).
         "ctranslate2": ["ctranslate2>=4"],
-        # Pictures: --mode=plot and the curves at the end of train_and_eval.
+        # Pictures: --mode=plot, --mode=attention and the curves at the end of train_and_eval.
         "viz": ["matplotlib"],
         # CI tests the optional paths.
         "test": ["pytest", "hypothesis", "tensorboard", "tensorflow-text>=2.16,<2.22",
