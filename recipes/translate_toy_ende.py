@@ -103,7 +103,8 @@ def dev_curve(train_dir: str) -> list[tuple[int, float, float]]:
 
     scalars = read_scalars(os.path.join(train_dir, "eval"))
     loss = dict(scalars.get("loss", []))
-    accuracy = dict(scalars.get("metrics/accuracy", scalars.get("accuracy", [])))
+    accuracy_tags = [t for t in scalars if t.endswith("targets/accuracy")]
+    accuracy = dict(scalars[accuracy_tags[0]]) if accuracy_tags else {}
     return [(step, loss[step], accuracy.get(step, float("nan"))) for step in sorted(loss)]
 
 
@@ -118,6 +119,8 @@ def bleu_scores(output: str) -> tuple[float, float]:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    # TensorFlow's C++ start-up lines (oneDNN, CPU features) in every step say nothing here.
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     start = time.time()
     work = os.path.abspath(args.work_dir)
     data, train, tmp = (os.path.join(work, d) for d in ("data", "train", "tmp"))
@@ -154,7 +157,8 @@ def main(argv: list[str] | None = None) -> int:
         decodes = os.path.join(work, f"dev.{name}.decodes")
         run(python + ["--mode=decode", *problem, f"--hparams_set={args.hparams_set}", *hparams,
                       f"--output_dir={train}", *checkpoint,
-                      f"--decode_hparams={args.decode_hparams}",
+                      # 1,000 logged INPUT/OUTPUT lines would bury the recipe's own output.
+                      f"--decode_hparams={args.decode_hparams},log_results=False",
                       f"--decode_from_file={sources}", f"--decode_to_file={decodes}"], log)
         return bleu_scores(run(python + ["--mode=bleu", f"--translation={decodes}",
                                          f"--reference={references}"], log))
