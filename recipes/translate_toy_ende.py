@@ -110,8 +110,8 @@ def dev_curve(train_dir: str) -> list[tuple[int, float, float]]:
 
 def bleu_scores(output: str) -> tuple[float, float]:
     """(sacreBLEU, t2t's cased BLEU) from the lines `run.py --mode=bleu` prints."""
-    sacre = re.search(r"^BLEU\S* = ([0-9.]+)", output, re.M)
-    cased = re.search(r"^BLEU_cased = \s*([0-9.]+)", output, re.M)
+    sacre = re.search(r"^BLEU\S* = ([0-9.]+)", output, re.MULTILINE)
+    cased = re.search(r"^BLEU_cased = \s*([0-9.]+)", output, re.MULTILINE)
     if not sacre or not cased:
         sys.exit("recipe stopped: no BLEU in the output of --mode=bleu")
     return float(sacre.group(1)), float(cased.group(1))
