@@ -172,12 +172,18 @@ class ServingModule(tf.Module):
 
     def _translate_ids(self, inputs: tf.Tensor) -> dict[str, tf.Tensor]:
         """int32 [B, L] (ids, EOS, 0-padding) -> {"outputs": int32 [B, (K,) T], "scores"}."""
-        tf.debugging.assert_greater_equal(
-            inputs, 0, message="encode_decode_ids: input ids must be >= 0")
-        tf.debugging.assert_less(
-            inputs, self._input_vocab_size,
-            message=f"encode_decode_ids: input ids must be < the input vocab size "
-                    f"{self._input_vocab_size}")
+        checks = [
+            tf.debugging.assert_greater_equal(
+                inputs, 0, message="encode_decode_ids: input ids must be >= 0"),
+            tf.debugging.assert_less(
+                inputs, self._input_vocab_size,
+                message=f"encode_decode_ids: input ids must be < the input vocab size "
+                        f"{self._input_vocab_size}"),
+        ]
+        # The embedding lookup is stateless, so without this dependency the graph may run it
+        # before the checks and fail with GatherV2's message instead of theirs.
+        with tf.control_dependencies(checks):
+            inputs = tf.identity(inputs)
         inputs = limit_input_ids(inputs, self._max_input_length)
         result = self._infer(inputs)
         outputs = result["outputs"]
