@@ -43,29 +43,29 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # Run as a script: make t2t_lite importable.
     sys.path.insert(0, str(ROOT))
 
-from t2t_lite.data_generators import treebank  # noqa: E402
-from t2t_lite.utils import parsing_eval  # noqa: E402
+from t2t_lite.data_generators import treebank
+from t2t_lite.utils import parsing_eval
 
 PROBLEM = "parsing_english_ptb16k"
 TRAIN_FILES = "0001-0159"
 DEV_FILES = "0160-0179"
 
 # The best settings of the trials reported in README.md ("Results on the sample corpora").
-DEFAULTS = dict(
-    hparams_set="transformer_tiny",
-    hparams="batch_size=4096,learning_rate_warmup_steps=1000",
-    train_steps=6000,
-    decode_hparams="beam_size=4,alpha=0.6,extra_length=250,batch_size=32",
-    max_dev_sentences=0,
-)
-QUICK = dict(
-    hparams_set="transformer_tiny",
-    hparams=("num_hidden_layers=1,hidden_size=32,filter_size=64,num_heads=2,batch_size=1024,"
-             "learning_rate_warmup_steps=10"),
-    train_steps=20,
-    decode_hparams="beam_size=2,alpha=0.6,extra_length=20,batch_size=32",
-    max_dev_sentences=20,
-)
+DEFAULTS = {
+    "hparams_set": "transformer_tiny",
+    "hparams": "batch_size=4096,learning_rate_warmup_steps=1000",
+    "train_steps": 6000,
+    "decode_hparams": "beam_size=4,alpha=0.6,extra_length=250,batch_size=32",
+    "max_dev_sentences": 0,
+}
+QUICK = {
+    "hparams_set": "transformer_tiny",
+    "hparams": ("num_hidden_layers=1,hidden_size=32,filter_size=64,num_heads=2,batch_size=1024,"
+                "learning_rate_warmup_steps=10"),
+    "train_steps": 20,
+    "decode_hparams": "beam_size=2,alpha=0.6,extra_length=20,batch_size=32",
+    "max_dev_sentences": 20,
+}
 
 
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:

@@ -16,7 +16,7 @@ RESULT_RE = re.compile(
     r"recall=\d+\.\d\d exact_match=\d+\.\d\d rb_f1=(?P<rb_f1>\d+\.\d\d) "
     r"rb_unlabeled_f1=(?P<rb_unlabeled_f1>\d+\.\d\d) sentences=(?P<sentences>\d+) "
     r"error_sentences=(?P<errors>\d+) steps=(?P<steps>\d+) train_wall_s=\d+\.\d\d "
-    r"total_wall_s=\d+\.\d\d$", re.M)
+    r"total_wall_s=\d+\.\d\d$", re.MULTILINE)
 
 
 @pytest.mark.slow
