@@ -73,7 +73,8 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
         prog="python recipes/parse_ptb_sample.py",
         description="Train, decode and score a Transformer parser on the PTB sample.")
     parser.add_argument("--work_dir", default=str(ROOT / "runs" / "parse_ptb_sample"),
-                        help="where data, checkpoints, decodes and scores go (default: runs/parse_ptb_sample)")
+                        help="where data, checkpoints, decodes and scores go (default: "
+                             "runs/parse_ptb_sample)")
     parser.add_argument("--ptb_dir", default=None,
                         help="the treebank sample in its LDC layout (default: "
                              "../shared/data/ptb_sample relative to the project root)")
