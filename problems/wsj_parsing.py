@@ -102,8 +102,9 @@ class _WsjSource:
 
         Args:
             wsj_dir: folder of the LDC treebank (`.../parsed/mrg`, holding wsj/SS/*.mrg).
-            train_sections: e.g. "02-21" (datagen's --wsj_train_sections).
-            dev_sections: e.g. "22" (datagen's --wsj_dev_sections).
+            train_sections: e.g. "02-21", or files "0001-0159" (datagen's
+                --wsj_train_sections; see `treebank.parse_sections`).
+            dev_sections: e.g. "22", or files "0160-0179" (datagen's --wsj_dev_sections).
         Raises:
             ValueError: a malformed section spec.
         """

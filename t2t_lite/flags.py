@@ -108,9 +108,13 @@ flags.DEFINE_string(
     "wsj_dir", None,
     "Penn Treebank folder holding wsj/SS/wsj_SSNN.mrg (LDC layout); default: --tmp_dir.")
 flags.DEFINE_string(
-    "wsj_train_sections", None, 'Treebank sections for training, e.g. "02-21" (the default).')
+    "wsj_train_sections", None,
+    'Treebank sections for training, e.g. "02-21" (the default); 4-digit items name files '
+    '(wsj_NNNN.mrg), e.g. "0001-0159".')
 flags.DEFINE_string(
-    "wsj_dev_sections", None, 'Treebank sections for the dev split, e.g. "22" (the default).')
+    "wsj_dev_sections", None,
+    'Treebank sections for the dev split, e.g. "22" (the default); 4-digit items name files, '
+    'e.g. "0160-0179".')
 
 # --- t2t-decoder ----------------------------------------------------------------------------
 flags.DEFINE_string("decode_hparams", "", 'Decoding hparams: "beam_size=4,alpha=0.6,...".')

@@ -219,3 +219,46 @@ def test_command_line(tmp_path, capsys):
     (tmp_path / "test").write_text("")
     with pytest.raises(ValueError, match="1 lines but .*test: 0 lines"):
         pe.main([str(tmp_path / "gold"), str(tmp_path / "test")])
+
+
+# --- Right-branching baseline ----------------------------------------------------------------
+
+MAT = "(TOP (S (NP (DT The) (NN cat)) (VP (VBD sat) (PP (IN on) (NP (DT the) (NN mat)))) (. .)))"
+
+
+def test_right_branching_tree():
+    pos = [("a", "DT"), ("b", "NN"), ("c", ".")]
+    assert pe.right_branching_tree(pos).to_string() == "(TOP (S (DT a) (S (NN b) (. c))))"
+    assert pe.right_branching_tree(pos[:1], "X").to_string() == "(TOP (X (DT a)))"
+    with pytest.raises(ValueError, match="at least one word"):
+        pe.right_branching_tree([])
+
+
+def test_unlabeled():
+    tree = treebank.parse_tree(MAT)
+    assert pe.unlabeled(tree).to_string() == (
+        "(TOP (X (X (DT The) (NN cat)) (X (VBD sat) (X (IN on) (X (DT the) (NN mat)))) (. .)))")
+    assert tree.to_string() == MAT  # Not modified in place.
+
+
+def test_right_branching_baseline_by_hand():
+    # Words The cat sat on the mat . (the final "." is deleted by evalb: 6 words count).
+    # Chain spans: S(0,6) S(1,6) S(2,6) S(3,6) S(4,6) S(5,6) -> 6 test brackets.
+    # Gold: S(0,6) NP(0,2) VP(2,6) PP(3,6) NP(4,6) -> 5 gold brackets.
+    # Labeled: only S(0,6) matches: P = 1/6, R = 1/5.
+    # Unlabeled: (0,6) (2,6) (3,6) (4,6) match: P = 4/6, R = 4/5.
+    result = pe.right_branching_baseline([MAT])
+    assert result["test_trees"] == [
+        "(TOP (S (DT The) (S (NN cat) (S (VBD sat) (S (IN on) (S (DT the) (S (NN mat) (. .))))))))"]
+    assert (result["matched_brackets"], result["test_brackets"], result["gold_brackets"]) == (
+        1, 6, 5)
+    assert result["precision"] == pytest.approx(100 / 6)
+    assert result["recall"] == pytest.approx(20.0)
+    assert result["f1"] == pytest.approx(2 * (100 / 6) * 20 / (100 / 6 + 20))
+    assert result["tagging_accuracy"] == 100.0 and result["num_error_sentences"] == 0
+    flat = result["unlabeled"]
+    assert flat["matched_brackets"] == 4
+    assert flat["precision"] == pytest.approx(400 / 6) and flat["recall"] == pytest.approx(80.0)
+    # Another label hits another gold bracket: VP(2,6) only.
+    assert pe.right_branching_baseline([MAT], label="VP")["matched_brackets"] == 1
+    assert pe.right_branching_baseline([MAT], label="NP")["matched_brackets"] == 1

@@ -281,6 +281,39 @@ def test_parse_sections():
             treebank.parse_sections(bad)
 
 
+def test_parse_file_ranges():
+    assert treebank.parse_sections("0160-0179") == [f"{i:04d}" for i in range(160, 180)]
+    assert treebank.parse_sections("0099-0101") == ["0099", "0100", "0101"]
+    # Mixed kinds across items; sections sort before their own files.
+    assert treebank.parse_sections("0101, 01,0001") == ["0001", "01", "0101"]
+    # Two-digit specs are unchanged by the file syntax.
+    assert treebank.parse_sections("2-3") == ["02", "03"]
+    for bad in ["01-0159", "0001-01", "001-0159", "00001", "0179-0160", "0001-", "0001,"]:
+        with pytest.raises(ValueError, match="bad WSJ section spec"):
+            treebank.parse_sections(bad)
+    with pytest.raises(ValueError, match=r"'01-0159' is not a section number .* file number"):
+        treebank.parse_sections("01-0159")
+
+
+def test_sample_file_ranges(ptb_sample_dir):
+    train = treebank.mrg_files(ptb_sample_dir, "0001-0159")
+    dev = treebank.mrg_files(ptb_sample_dir, "0160-0179")
+    assert [p.name for p in train] == [f"wsj_{i:04d}.mrg" for i in range(1, 160)]
+    assert [p.name for p in dev] == [f"wsj_{i:04d}.mrg" for i in range(160, 180)]
+    assert train[98].parent.name == "00" and train[99].parent.name == "01"
+    assert train + dev == treebank.mrg_files(ptb_sample_dir, "00-01")
+    # A file named twice (as a file and by its section) is read once, in order.
+    assert treebank.mrg_files(ptb_sample_dir, "0005,00,0003") == train[:99]
+    # A range skips absent numbers (wsj_0000 does not exist) but must find one file.
+    assert treebank.mrg_files(ptb_sample_dir, "0000-0002") == train[:2]
+    with pytest.raises(FileNotFoundError, match=r"WSJ files 0180-0199: no wsj_NNNN\.mrg"):
+        treebank.mrg_files(ptb_sample_dir, "0160-0179,0180-0199")
+    with pytest.raises(FileNotFoundError, match=r"WSJ file 0000 not found: .*wsj_0000\.mrg"):
+        treebank.mrg_files(ptb_sample_dir, "0000")
+    trees = treebank.read_wsj_sections(ptb_sample_dir, "0160-0179")
+    assert trees == treebank.read_wsj_sections(ptb_sample_dir, "01")[-len(trees):]
+
+
 def test_sample_sections(ptb_sample_dir):
     files = treebank.mrg_files(ptb_sample_dir, "00-01")
     assert len(files) == 179

@@ -254,31 +254,41 @@ def read_trees_file(path: str | os.PathLike) -> list[Tree]:
 
 
 def parse_sections(spec: str | Sequence[str]) -> list[str]:
-    """Expands a section spec such as "02-21", "22", "00,01" or "02-21,24" (or a list).
+    """Expands a spec of sections and/or files, e.g. "02-21", "22", "00,01", "0001-0159".
+
+    Items of one or two digits are sections (`wsj/SS/`); items of four digits are file
+    numbers (`wsj_NNNN.mrg`, which lives in section NN). A range joins two items of the same
+    kind ("02-21", "0160-0179"; a file range may cross sections). Kinds may be mixed across
+    items ("02-21,2201-2210").
 
     Args:
-        spec: comma-separated section numbers and inclusive ranges (a list of such items is
-            also accepted).
+        spec: comma-separated items and inclusive ranges (a list of such items is also
+            accepted).
     Returns:
-        Two-digit section names, sorted, without duplicates, e.g. ["02", "03", ..., "21"].
+        Sorted names without duplicates: two-digit sections ("02") and four-digit file
+        numbers ("0160"); lexicographic order puts each section before its files. A
+        section-only spec gives exactly the sections, e.g. ["02", "03", ..., "21"].
     Raises:
-        ValueError: a malformed item or an empty spec (the message quotes the spec).
+        ValueError: a malformed item, a reversed or mixed-kind range, or an empty spec (the
+            message quotes the spec and the item).
     """
     items = spec.split(",") if isinstance(spec, str) else list(spec)
-    sections: set[int] = set()
+    names: set[str] = set()
     for item in items:
-        m = re.fullmatch(r"\s*(\d{1,2})\s*(?:-\s*(\d{1,2})\s*)?", str(item))
-        if not m:
+        m = re.fullmatch(r"\s*(\d{1,2}|\d{4})\s*(?:-\s*(\d{1,2}|\d{4})\s*)?", str(item))
+        four = m is not None and len(m.group(1)) == 4
+        if not m or (m.group(2) is not None and (len(m.group(2)) == 4) != four):
             raise ValueError(f"bad WSJ section spec {spec!r}: item {item!r} is not a section "
-                             f"number (00-99) or a range like 02-21")
+                             f"number (00-99), a file number (0000-9999, for wsj_NNNN.mrg) or "
+                             f"a range of one kind like 02-21 or 0001-0159")
         lo = int(m.group(1))
         hi = int(m.group(2)) if m.group(2) is not None else lo
         if hi < lo:
             raise ValueError(f"bad WSJ section spec {spec!r}: range {item!r} is reversed")
-        sections.update(range(lo, hi + 1))
-    if not sections:
+        names.update(f"{n:04d}" if four else f"{n:02d}" for n in range(lo, hi + 1))
+    if not names:
         raise ValueError(f"bad WSJ section spec {spec!r}: no section given")
-    return [f"{s:02d}" for s in sorted(sections)]
+    return sorted(names)
 
 
 def wsj_root(path: str | os.PathLike) -> pathlib.Path:
@@ -294,37 +304,58 @@ def wsj_root(path: str | os.PathLike) -> pathlib.Path:
     return path / "wsj" if (path / "wsj").is_dir() else path
 
 
+def _section_files(root: pathlib.Path, section: str) -> list[pathlib.Path]:
+    """The .mrg files of one two-digit section folder (FileNotFoundError if none)."""
+    folder = root / section
+    if not folder.is_dir():
+        present = sorted(p.name for p in root.iterdir() if p.is_dir())
+        raise FileNotFoundError(
+            f"WSJ section {section} not found: {folder} is not a directory (sections "
+            f"present in {root}: {', '.join(present) or 'none'}); check the section "
+            f"flags or the treebank path")
+    found = sorted(folder.glob("*.mrg"))
+    if not found:
+        raise FileNotFoundError(f"WSJ section {section}: no .mrg file in {folder}")
+    return found
+
+
 def mrg_files(wsj_dir: str | os.PathLike, sections: str | Sequence[str]) -> list[pathlib.Path]:
-    """The .mrg files of the given sections, in section and file-name order.
+    """The .mrg files of the given sections and file numbers, in section and file-name order.
 
     Args:
         wsj_dir: see `wsj_root`.
-        sections: a spec for `parse_sections`.
+        sections: a spec for `parse_sections`, e.g. "02-21" or "0001-0159".
     Returns:
-        Paths of all `*.mrg` files of those sections.
+        Paths of all `*.mrg` files of the named sections, and the `wsj_NNNN.mrg` files of the
+        named file numbers, each once. A file range skips numbers without a file (sections
+        have fewer than 100 files); a single file number must exist.
     Raises:
-        FileNotFoundError: the directory, a section folder, or any .mrg file in a section is
-            missing (the message names the path and what was expected).
+        FileNotFoundError: the directory, a section folder, any .mrg file in a section, a
+            single named file, or every file of a file range is missing (the message names the
+            path and what was expected).
     """
     root = wsj_root(wsj_dir)
     if not root.is_dir():
         raise FileNotFoundError(
             f"Penn Treebank directory {str(wsj_dir)!r} does not exist; pass the folder that "
             f"holds wsj/SS/wsj_SSNN.mrg (or the wsj folder itself)")
-    files: list[pathlib.Path] = []
-    for section in parse_sections(sections):
-        folder = root / section
-        if not folder.is_dir():
-            present = sorted(p.name for p in root.iterdir() if p.is_dir())
-            raise FileNotFoundError(
-                f"WSJ section {section} not found: {folder} is not a directory (sections "
-                f"present in {root}: {', '.join(present) or 'none'}); check the section "
-                f"flags or the treebank path")
-        found = sorted(folder.glob("*.mrg"))
+    parse_sections(sections)  # Refuses a bad spec as a whole, quoting it.
+    files: dict[pathlib.Path, None] = {}  # Ordered set: a file named twice is read once.
+    for item in sections.split(",") if isinstance(sections, str) else sections:
+        names = parse_sections([item])
+        if len(names[0]) == 2:
+            for section in names:
+                files.update(dict.fromkeys(_section_files(root, section)))
+            continue
+        paths = [root / name[:2] / f"wsj_{name}.mrg" for name in names]
+        found = [path for path in paths if path.is_file()]
         if not found:
-            raise FileNotFoundError(f"WSJ section {section}: no .mrg file in {folder}")
-        files.extend(found)
-    return files
+            what = (f"WSJ file {names[0]} not found: {paths[0]} does not exist" if len(names) == 1
+                    else f"WSJ files {names[0]}-{names[-1]}: no wsj_NNNN.mrg of that range in "
+                         f"{root}")
+            raise FileNotFoundError(f"{what}; check the section flags or the treebank path")
+        files.update(dict.fromkeys(found))
+    return sorted(files, key=lambda path: (path.parent.name, path.name))
 
 
 def read_wsj_sections(wsj_dir: str | os.PathLike, sections: str | Sequence[str],

@@ -34,6 +34,9 @@ Command line (like `evalb -p COLLINS.prm GOLD TEST`):
     python -m t2t_lite.utils.parsing_eval GOLD_TREES TEST_TREES
     python -m t2t_lite.utils.parsing_eval --inputs=SENTENCES GOLD DECODES
 The second form repairs decoded linearized trees first (`evalb_decode_files`).
+
+Baseline: `right_branching_baseline` scores the right-branching chain (`right_branching_tree`,
+gold POS tags, one phrase label) on the same gold trees, labeled and `unlabeled`.
 """
 from __future__ import annotations
 
@@ -49,6 +52,8 @@ DELETE_LABELS = frozenset({"TOP", "-NONE-", ",", ":", "``", "''", "."})
 DELETE_LABELS_FOR_LENGTH = frozenset({"-NONE-"})
 EQ_LABELS = (("ADVP", "PRT"),)
 CUTOFF_LEN = 40
+# The phrase label of the right-branching baseline (`right_branching_tree`).
+RIGHT_BRANCHING_LABEL = "S"
 
 _CANONICAL = {b: a for a, b in EQ_LABELS}
 
@@ -332,6 +337,86 @@ def evalb_decodes(inputs: Sequence[str], decodes: Sequence[str],
     ]
     result = evalb(gold_trees, test_trees, cutoff_len)
     result["test_trees"] = [t.to_string() for t in test_trees]
+    return result
+
+
+def right_branching_tree(tagged_words: Sequence[tuple[str, str]],
+                         label: str = RIGHT_BRANCHING_LABEL) -> treebank.Tree:
+    """The right-branching baseline parse: a binary chain of one phrase label over the words.
+
+    For words w1..wn the tree is `(TOP (L (t1 w1) (L (t2 w2) ... (L (tn-1 wn-1) (tn wn)))))`:
+    each word attaches to the chain, so the brackets are the suffixes [i, n) for i < n - 1
+    plus the whole sentence (n - 1 phrases; a one-word sentence gets `(TOP (L (t1 w1)))`).
+
+    The POS tags are given (normally the gold ones): the baseline is about brackets, and evalb
+    deletes punctuation by the test tree's own tags, so made-up tags would turn sentences into
+    "Length unmatch" errors instead of scoring the brackets. Punctuation stays in the chain,
+    as the parser sees it; evalb then scores the spans without it. One label for every
+    phrase, `S` by default (the usual whole-sentence label), so the labeled score counts only
+    the S brackets the chain happens to hit; `unlabeled` gives the bracket-only score.
+
+    Args:
+        tagged_words: (word, POS tag) pairs, e.g. `Tree.pos()` of the gold tree; at least one.
+        label: the phrase label of every chain node.
+    Returns:
+        The tree, rooted at TOP.
+    Raises:
+        ValueError: no words.
+    """
+    if not tagged_words:
+        raise ValueError("right_branching_tree: a sentence needs at least one word")
+    leaves = [treebank.Tree(tag, [word]) for word, tag in tagged_words]
+    node = treebank.Tree(label, [leaves[-1]]) if len(leaves) == 1 else leaves[-1]
+    for leaf in reversed(leaves[:-1]):
+        node = treebank.Tree(label, [leaf, node])
+    return treebank.Tree(treebank.ROOT_LABEL, [node])
+
+
+def unlabeled(tree: treebank.Tree, label: str = "X") -> treebank.Tree:
+    """A copy of `tree` with every phrase label except TOP replaced by `label`.
+
+    Scoring `unlabeled` gold and test trees with `evalb` gives unlabeled bracketing scores
+    (duplicated spans still count as a multiset, as in evalb). POS tags are kept, so the same
+    words are deleted as punctuation.
+
+    Args:
+        tree: any tree.
+        label: the one phrase label.
+    Returns:
+        The relabeled copy.
+    """
+    copies: dict[int, treebank.Tree] = {}
+    for event, node in tree.walk():
+        if event != "close":
+            continue
+        children = [c if isinstance(c, str) else copies.pop(id(c)) for c in node.children]
+        keep = node.is_preterminal or node.label == treebank.ROOT_LABEL
+        copies[id(node)] = treebank.Tree(node.label if keep else label, children)
+    return copies[id(tree)]
+
+
+def right_branching_baseline(gold_trees: Sequence[str | treebank.Tree],
+                             label: str = RIGHT_BRANCHING_LABEL,
+                             cutoff_len: int = CUTOFF_LEN) -> dict:
+    """evalb scores of `right_branching_tree` (gold POS tags) against the gold trees.
+
+    Args:
+        gold_trees: bracketed gold trees (strings or Trees), e.g. the lines of wsjEval.trees.
+        label: see `right_branching_tree`.
+        cutoff_len: see `evalb`.
+    Returns:
+        The labeled `evalb` result, plus `unlabeled`: the `evalb` result of the same trees
+        with all phrase labels merged (see `unlabeled`), and `test_trees`: the baseline trees.
+    Raises:
+        ValueError: an unreadable or empty gold tree (the message names its index).
+    """
+    gold = [treebank.parse_tree(g, f"gold tree {i}") if isinstance(g, str) else g
+            for i, g in enumerate(gold_trees)]
+    test = [right_branching_tree(g.pos(), label) for g in gold]
+    result = evalb(gold, test, cutoff_len)
+    result["unlabeled"] = evalb([unlabeled(g) for g in gold], [unlabeled(t) for t in test],
+                                cutoff_len)
+    result["test_trees"] = [t.to_string() for t in test]
     return result
 
 
