@@ -81,7 +81,8 @@ flags.DEFINE_bool("deterministic", False, "Enable TensorFlow op determinism (nee
 flags.DEFINE_bool(
     "xla_compile", False,
     "Compile the training step with XLA (jit_compile); training batches are padded to their "
-    "length bucket's boundary so that it compiles once per bucket.")
+    "length bucket's boundary so that it compiles once per bucket. In decode mode: compile "
+    "the decoder (greedy or beam search), once per bucket of input shapes.")
 
 # --- t2t-datagen ----------------------------------------------------------------------------
 flags.DEFINE_integer("max_cases", 0, "Maximum examples per split for datagen (0 = all).")

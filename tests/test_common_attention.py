@@ -124,6 +124,14 @@ def test_self_attention_cache_equals_full_causal_attention(attention):
         assert cache["k"].shape == (2, 2, max_len, 4)
         np.testing.assert_allclose(y[:, 0], full[:, i], atol=1e-5)
     np.testing.assert_array_equal(cache["k"][:, :, 4:], 0.0)
+    # A growing cache (no decode_step, no bias) appends a position per step and gives the
+    # same outputs and, at the end, the written slots of the fixed cache.
+    grown = {"k": tf.zeros([2, 2, 0, 4]), "v": tf.zeros([2, 2, 0, 4])}
+    for i in range(4):
+        y, grown = attention(x[:, i:i + 1], cache=grown)
+        assert grown["k"].shape == (2, 2, i + 1, 4)
+        np.testing.assert_allclose(y[:, 0], full[:, i], atol=1e-5)
+    np.testing.assert_array_equal(grown["v"], cache["v"][:, :, :4])
 
 
 def test_memory_kv_equals_memory(attention):

@@ -209,7 +209,7 @@ def _flags(**kwargs):
         "output_dir": None, "model": "transformer", "checkpoint_path": None,
         "decode_hparams": "", "decode_from_file": None, "decode_to_file": None,
         "decode_reference": None, "decode_interactive": False, "score_file": None,
-        "random_seed": None,
+        "random_seed": None, "xla_compile": False,
     }
     values.update(kwargs)
     return types.SimpleNamespace(**values)
@@ -288,6 +288,29 @@ def test_end_to_end_beam_search_n_best(t2t_fixtures, wmt_toy_dir, tmp_path):
         assert scores == sorted(scores, reverse=True)
         assert all(len(s.split(".")[1]) == 2 for s in fields[1::2])
     assert lines[2].split("\t")[0] == "Die Aussprache ist geschlossen."
+
+
+@pytest.mark.slow
+def test_xla_compiled_decode_writes_the_same_file(t2t_fixtures, wmt_toy_dir, tmp_path):
+    """`--xla_compile` in decode mode: the same n-best file with scores as the graph decoder;
+    sampling is refused in one line."""
+    data_dir, src, _ = _fixture_setup(t2t_fixtures, wmt_toy_dir, tmp_path)
+    common = dict(
+        problem="translate_files", hparams_set="transformer_tiny", data_dir=str(data_dir),
+        checkpoint_path=str(t2t_fixtures / "ckpt_A_trained"), decode_from_file=str(src),
+        decode_hparams="beam_size=3,alpha=0.6,extra_length=20,return_beams=true,"
+                       "write_beam_scores=true")
+    outputs = {}
+    for xla in (False, True):
+        outputs[xla] = tmp_path / f"xla_{xla}.de"
+        t2t_decoder.main(_flags(xla_compile=xla, decode_to_file=str(outputs[xla]), **common))
+    assert _read(outputs[True]) == _read(outputs[False])
+    assert _read(outputs[True]).split("\n")[2].split("\t")[0] == "Die Aussprache ist geschlossen."
+    with pytest.raises(UserError, match="does not sample"):
+        t2t_decoder.main(_flags(
+            xla_compile=True, decode_to_file=str(tmp_path / "x"),
+            hparams="sampling_method=random",
+            **{**common, "decode_hparams": "beam_size=1"}))
 
 
 def test_main_errors_name_the_flags(tmp_path):

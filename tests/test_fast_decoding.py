@@ -127,5 +127,44 @@ def test_xla_compiled_greedy_equals_graph_greedy(trained):
     # Early stop (rows 1 and 2 emit EOS) under XLA as well.
     early = model.infer({"inputs": data["inputs"][1:]}, decode_length=20, jit_compile=True)
     np.testing.assert_array_equal(early["outputs"], data["greedy_outputs"][1:, :12])
-    with pytest.raises(ValueError, match="cached greedy decoder only"):
-        model.infer({"inputs": data["inputs"]}, beam_size=2, jit_compile=True)
+    with pytest.raises(ValueError, match="needs the cached decoder"):
+        model.infer({"inputs": data["inputs"]}, use_cache=False, jit_compile=True)
+
+
+@pytest.mark.slow
+def test_xla_compiled_beam_equals_graph_beam(trained):
+    model, data = trained
+    # 3 rows of 17 ids run as a padded [4, 24] batch; the steps still follow the 17.
+    graph = model.infer({"inputs": data["inputs"]}, decode_length=20, beam_size=4)
+    xla = model.infer({"inputs": data["inputs"]}, decode_length=20, beam_size=4,
+                      jit_compile=True)
+    assert xla["outputs"].shape == graph["outputs"].shape
+    np.testing.assert_array_equal(xla["outputs"], graph["outputs"])
+    np.testing.assert_allclose(xla["scores"], graph["scores"], atol=1e-4)
+    row = xla["outputs"][2].numpy()  # "Die Aussprache ist geschlossen." + EOS, 0-padded
+    np.testing.assert_array_equal(row[:12], data["greedy_outputs"][2, :12])
+
+
+@pytest.mark.parametrize("top_beams, overrides", [
+    (1, ""), (3, ",layer_preprocess_sequence=none,layer_postprocess_sequence=dan")])
+def test_xla_beam_on_random_models(top_beams, overrides):
+    model = random_model(overrides, vocab=(37, 29), seed=1)
+    kwargs = {"decode_length": 5, "beam_size": 3, "alpha": 0.6, "top_beams": top_beams}
+    graph = model.infer({"inputs": INPUTS}, **kwargs)
+    xla = model.infer({"inputs": INPUTS}, jit_compile=True, **kwargs)
+    assert xla["outputs"].shape == graph["outputs"].shape
+    np.testing.assert_array_equal(xla["outputs"], graph["outputs"])
+    np.testing.assert_allclose(xla["scores"], graph["scores"], rtol=1e-5)
+    # A batch of one row and a batch of two reuse the bucket shapes [1, 8] and [2, 8].
+    for rows in (INPUTS[:1], INPUTS[1:]):
+        alone = model.infer({"inputs": rows}, jit_compile=True, **kwargs)
+        expected = model.infer({"inputs": rows}, **kwargs)
+        np.testing.assert_array_equal(alone["outputs"], expected["outputs"])
+
+
+def test_xla_bucket_shapes():
+    from t2t_lite.models.transformer import xla_batch_bucket, xla_length_bucket
+
+    assert [xla_length_bucket(n) for n in (1, 8, 9, 13, 17, 25, 33, 49, 65, 97, 129)] == [
+        8, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192]
+    assert [xla_batch_bucket(n) for n in (1, 2, 3, 20, 32, 33)] == [1, 2, 4, 32, 32, 64]

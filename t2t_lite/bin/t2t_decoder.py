@@ -44,7 +44,7 @@ def main(flags) -> None:
     Args:
       flags: absl FLAGS (output_dir, checkpoint_path, problem, data_dir, model, hparams_set,
         hparams, decode_hparams, decode_from_file, decode_to_file, decode_reference,
-        decode_interactive, score_file, random_seed).
+        decode_interactive, score_file, random_seed, xla_compile).
     """
     if getattr(flags, "decode_engine", "t2t_lite") == "ctranslate2":
         decode_ctranslate2(flags)
@@ -99,8 +99,12 @@ def main(flags) -> None:
         print(f"Scores of {len(scores)} lines written to {flags.decode_to_file}")
         return
     logging.info("Decoding with %s", checkpoint)
-    infer_fn = make_infer_fn(model, decode_hp,
-                             int(problem_hparams.get("target_space_id", 0)))
+    try:
+        infer_fn = make_infer_fn(model, decode_hp,
+                                 int(problem_hparams.get("target_space_id", 0)),
+                                 jit_compile=getattr(flags, "xla_compile", False))
+    except ValueError as e:
+        raise UserError(one_line(e)) from e
     name_parts = (model_name, str(hparams_set), problem_name)
     decode_to_file = flags.decode_to_file or decode_hp.decode_to_file or None
     reference = flags.decode_reference or decode_hp.decode_reference or None

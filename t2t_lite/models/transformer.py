@@ -75,6 +75,21 @@ def _check_hparams(hparams) -> None:
             )
 
 
+def xla_length_bucket(length: int) -> int:
+    """The padded input length of the XLA decoder: the smallest of 8, 12, 16, 24, 32, 48,
+    ... (powers of two and 1.5 times them) that holds `length`, so that inputs of all lengths
+    need few compilations and at most 50% padding."""
+    bucket = 8
+    while bucket < length:
+        bucket = bucket * 3 // 2 if bucket & (bucket - 1) == 0 else bucket * 4 // 3
+    return bucket
+
+
+def xla_batch_bucket(batch_size: int) -> int:
+    """The padded batch size of the XLA decoder: the next power of two."""
+    return 1 << max(0, batch_size - 1).bit_length()
+
+
 def _ids_2d(ids) -> tf.Tensor:
     """int32 [B, L] from [B, L] or t2t's [B, L, 1, 1]."""
     ids = tf.cast(ids, tf.int32)
@@ -329,7 +344,8 @@ class Transformer(keras.Model):
 
         Args:
           batch_size: B (int or scalar tensor).
-          max_length: M, the number of decode steps (int or scalar tensor).
+          max_length: M, the number of decode steps (int or scalar tensor) for fixed-size
+            caches; 0 for the empty caches that decoding grows by a position per step.
 
         Returns:
           {"layer_{l}": {"k": [B, H, M, Dk/H], "v": [B, H, M, Dv/H]}} zeros of the attention
@@ -348,9 +364,13 @@ class Transformer(keras.Model):
             }
         return cache
 
-    def _fast_symbols_to_logits_fn(self, memory_kv, encdec_bias, max_length, matrices):
+    def _fast_symbols_to_logits_fn(self, memory_kv, encdec_bias, max_length, matrices,
+                                   fixed_cache: bool = False):
         """`fn(ids [N, *], i, cache) -> (logits [N, V], cache)`: one decoder position from the
-        last id, reusing the caches (t2t's `symbols_to_logits_fn` of `_fast_decode`)."""
+        last id, reusing the caches (t2t's `symbols_to_logits_fn` of `_fast_decode`).
+
+        The caches grow by the new position (t2t's way), or with `fixed_cache` have
+        `max_length` slots and get position i written (static shapes, for XLA)."""
         timing = common_attention.get_timing_signal_1d(max_length + 1, self.hidden_size)
         slots = tf.range(max_length)
 
@@ -361,11 +381,14 @@ class Transformer(keras.Model):
             if self.hparams.pos == "timing":
                 # A static-size slice (not timing[:, i:i + 1]) keeps the step XLA-compilable.
                 x += tf.cast(tf.slice(timing, [0, i, 0], [1, 1, self.hidden_size]), x.dtype)
-            bias = tf.where(slots <= i, 0.0, common_attention.LARGE_NEGATIVE)
-            bias = tf.reshape(bias, [1, 1, 1, max_length])
+            if fixed_cache:
+                bias = tf.where(slots <= i, 0.0, common_attention.LARGE_NEGATIVE)
+                bias = tf.reshape(bias, [1, 1, 1, max_length])
+            else:
+                bias = None  # a growing cache holds exactly the positions 0..i
             x, cache = self.body.decoder(
-                x, None, bias, encdec_bias, memory_kv=memory_kv, cache=cache, decode_step=i,
-                training=False,
+                x, None, bias, encdec_bias, memory_kv=memory_kv, cache=cache,
+                decode_step=i if fixed_cache else None, training=False,
             )
             return tf.cast(self.modality.top(x, matrices)[:, 0, :], tf.float32), cache
 
@@ -398,16 +421,20 @@ class Transformer(keras.Model):
         return draws[:, 0]
 
     def _greedy(self, symbols_to_logits_fn, batch_size, max_length, states, full_ids: bool,
-                eos_id: int, force_decode_length: bool = False):
+                eos_id: int, force_decode_length: bool = False, buffer_length=None):
         """t2t's greedy loop: runs until `max_length` steps or every row has emitted EOS
         (only the former with `force_decode_length`).
 
         Returns:
-          (ids int32 [B, steps], scores float32 [B]): scores sum the log-probs of the chosen
-          tokens up to and including the first EOS; tokens after it are kept.
+          (ids int32 [B, buffer_length], scores float32 [B], steps int32 scalar): the ids
+          of the steps run in columns :steps, zeros after; scores sum the log-probs of the
+          chosen tokens up to and including the first EOS; tokens after it are kept.
         """
-        decoded = tf.zeros([batch_size, max_length], tf.int32)
-        columns = tf.range(max_length)
+        growing_states = buffer_length is None
+        if buffer_length is None:
+            buffer_length = max_length
+        decoded = tf.zeros([batch_size, buffer_length], tf.int32)
+        columns = tf.range(buffer_length)
 
         def body(i, hit_eos, next_id, decoded, states, log_prob):
             if full_ids:
@@ -436,18 +463,34 @@ class Transformer(keras.Model):
             states,
             tf.zeros([batch_size], tf.float32),
         )
+        invariants = tf.nest.map_structure(lambda v: v.shape, loop_vars)
+        if growing_states:
+            invariants = invariants[:4] + (
+                tf.nest.map_structure(beam_search.state_shape_invariant, states),
+                invariants[5])
         steps, _, _, decoded, _, log_prob = tf.while_loop(
-            not_finished, body, loop_vars, parallel_iterations=1
+            not_finished, body, loop_vars, shape_invariants=invariants, parallel_iterations=1
         )
-        return decoded[:, :steps], log_prob
+        return decoded, log_prob, steps
 
     def _infer_graph(self, inputs, target_space_id, decode_length, beam_size: int,
                      top_beams: int, alpha: float, use_cache: bool, eos_id: int,
-                     force_decode_length: bool = False):
+                     force_decode_length: bool = False, input_length=None,
+                     buffer_length: int | None = None):
+        """The decoding graph of `infer`.
+
+        With `buffer_length` (a Python int) every loop tensor has a static shape, so the
+        graph compiles with XLA: `inputs` may then carry extra padding columns beyond the
+        batch's own padded length `input_length`, which still sets the number of steps as in
+        t2t, and the result is the whole buffer with "steps" (see `infer`).
+        """
         inputs = _ids_2d(inputs)
         batch_size = tf.shape(inputs)[0]
+        if input_length is None:
+            input_length = tf.shape(inputs)[1]
         # t2t: decode_length = padded input length + extra length.
-        max_length = tf.shape(inputs)[1] + tf.cast(decode_length, tf.int32)
+        max_length = input_length + tf.cast(decode_length, tf.int32)
+        buffers = max_length if buffer_length is None else buffer_length
         # The embedding matrices are concatenated once, not at every step.
         matrices = self.modality.matrices()
         encoder_output, encdec_bias = self.encode(
@@ -460,24 +503,72 @@ class Transformer(keras.Model):
             encdec_bias = beam_search.tile_to_beams(encdec_bias, beam_size)
         if use_cache:
             memory_kv = self.body.decoder.encdec_memory_kv(encoder_output)
-            fn = self._fast_symbols_to_logits_fn(memory_kv, encdec_bias, max_length, matrices)
-            states = self.init_decode_cache(batch_size, max_length)
+            # Growing caches (t2t's) cost about half of fixed-size ones, which XLA needs.
+            fixed = buffer_length is not None
+            fn = self._fast_symbols_to_logits_fn(memory_kv, encdec_bias, buffers, matrices,
+                                                 fixed_cache=fixed)
+            states = self.init_decode_cache(batch_size, buffers if fixed else 0)
         else:
             fn = self._slow_symbols_to_logits_fn(encoder_output, encdec_bias, matrices)
             states = {}
         if beam_size == 1:
-            outputs, scores = self._greedy(
+            outputs, scores, steps = self._greedy(
                 fn, batch_size, max_length, states, full_ids=not use_cache, eos_id=eos_id,
-                force_decode_length=force_decode_length,
+                force_decode_length=force_decode_length, buffer_length=buffer_length,
             )
-            return {"outputs": outputs, "scores": scores}
-        ids, scores, _ = beam_search.beam_search(
-            fn, tf.zeros([batch_size], tf.int32), beam_size, max_length, self.vocab_size,
-            alpha, states=states, eos_id=eos_id, stop_early=top_beams == 1,
-        )
+            if buffer_length is not None:
+                return {"outputs": outputs, "scores": scores, "steps": steps}
+            return {"outputs": outputs[:, :steps], "scores": scores}
+        initial_ids = tf.zeros([batch_size], tf.int32)
+        if buffer_length is None:
+            ids, scores, _ = beam_search.beam_search(
+                fn, initial_ids, beam_size, max_length, self.vocab_size,
+                alpha, states=states, eos_id=eos_id, stop_early=top_beams == 1,
+            )
+        else:
+            ids, scores, _, steps = beam_search.beam_search_buffers(
+                fn, initial_ids, beam_size, max_length, self.vocab_size, alpha,
+                states=states, eos_id=eos_id, stop_early=top_beams == 1,
+                max_decode_length=buffer_length,
+            )
+            ids = ids[:, :, 1:]  # the start column
+        result = {"outputs": ids[:, :top_beams], "scores": scores[:, :top_beams]}
         if top_beams == 1:
-            return {"outputs": ids[:, 0], "scores": scores[:, 0]}
-        return {"outputs": ids[:, :top_beams], "scores": scores[:, :top_beams]}
+            result = {"outputs": ids[:, 0], "scores": scores[:, 0]}
+        if buffer_length is not None:
+            result["steps"] = steps
+        return result
+
+    def _infer_xla(self, inputs: tf.Tensor, target_space_id: tf.Tensor, decode_length: int,
+                   config: tuple) -> dict[str, tf.Tensor]:
+        """`infer` through one XLA-compiled decoder per bucket shape.
+
+        The batch [B, L] is padded to [xla_batch_bucket(B), xla_length_bucket(L)] (extra rows
+        copy row 0, so they finish with it; extra columns are padding, masked as any other),
+        which bounds the number of compilations; the number of steps still comes from L, as
+        in t2t, and the extra rows are dropped from the result.
+        """
+        batch, length = (int(d) for d in inputs.shape)
+        padded_batch, padded_length = xla_batch_bucket(batch), xla_length_bucket(length)
+        padded = tf.pad(inputs, [[0, 0], [0, padded_length - length]])
+        if padded_batch > batch:
+            padded = tf.concat(
+                [padded, tf.repeat(padded[:1], padded_batch - batch, axis=0)], axis=0)
+        key = config + ("xla", decode_length)
+        if key not in self._infer_functions:
+            # No input signature: one trace and compilation per bucket shape.
+            self._infer_functions[key] = tf.function(
+                lambda inputs, target_space_id, input_length: self._infer_graph(
+                    inputs, target_space_id, decode_length, *config,
+                    input_length=input_length,
+                    buffer_length=int(inputs.shape[1]) + decode_length,
+                ),
+                autograph=False, jit_compile=True,
+            )
+        result = self._infer_functions[key](padded, target_space_id, tf.constant(length))
+        steps = int(result["steps"])
+        return {"outputs": result["outputs"][:batch, ..., :steps],
+                "scores": result["scores"][:batch]}
 
     def infer(
         self,
@@ -507,9 +598,10 @@ class Transformer(keras.Model):
           top_beams: beams returned (<= beam_size).
           use_cache: False recomputes the whole decoder prefix every step (reference/slow path).
           eos_id: end-of-sequence id.
-          jit_compile: compile the cached greedy decoder with XLA (one compilation per input
-            shape; `decode_length` must then be a Python int). Not for beam search, whose
-            growing id prefix has no static shape. Ignored inside a tf.function.
+          jit_compile: compile the cached decoder (greedy or beam search) with XLA: one
+            compilation per bucket of input shapes (`xla_length_bucket`,
+            `xla_batch_bucket`); `decode_length` must then be a Python int. Ignored inside a
+            tf.function.
           force_decode_length: greedy decoding runs all `L_in + decode_length` steps even
             when every row has emitted EOS (t2t's decode hparam; beam search ignores it).
 
@@ -531,22 +623,12 @@ class Transformer(keras.Model):
             return self._infer_graph(inputs, target_space_id, decode_length, *config)
         signature = [tf.TensorSpec([None, None], tf.int32), tf.TensorSpec(None, tf.int32)]
         if jit_compile:
-            if beam_size != 1 or not use_cache or not isinstance(decode_length, int):
+            if not use_cache or not isinstance(decode_length, int):
                 raise ValueError(
-                    "jit_compile=True supports the cached greedy decoder only (beam_size=1, "
-                    f"use_cache=True, Python int decode_length); got beam_size={beam_size}, "
-                    f"use_cache={use_cache}, decode_length={decode_length!r}"
+                    "jit_compile=True needs the cached decoder and a Python int decode_length; "
+                    f"got use_cache={use_cache}, decode_length={decode_length!r}"
                 )
-            # XLA needs the cache shapes at compile time: decode_length is part of the key.
-            key = config + ("xla", decode_length)
-            if key not in self._infer_functions:
-                self._infer_functions[key] = tf.function(
-                    lambda inputs, target_space_id: self._infer_graph(
-                        inputs, target_space_id, decode_length, *config
-                    ),
-                    autograph=False, jit_compile=True, input_signature=signature,
-                )
-            return self._infer_functions[key](inputs, target_space_id)
+            return self._infer_xla(inputs, target_space_id, decode_length, config)
         if config not in self._infer_functions:
             self._infer_functions[config] = tf.function(
                 lambda inputs, target_space_id, decode_length: self._infer_graph(

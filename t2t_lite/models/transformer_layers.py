@@ -296,12 +296,13 @@ class TransformerDecoderLayer(_TransformerLayer):
         Args:
           x: [B, T, D] (T = 1 when decoding with a cache).
           encoder_output: [B, L, D]; may be None when `memory_kv` is given.
-          self_attention_bias: [1, 1, T, T] causal bias, or [1, 1, 1, M] row of the current
-            step when decoding with a cache of M slots.
+          self_attention_bias: [1, 1, T, T] causal bias; when decoding, [1, 1, 1, M] row of
+            the current step for a fixed-size cache of M slots, None for a growing cache.
           encdec_bias: [B, 1, 1, L] encoder padding bias.
           memory_kv: {"k", "v"} [B, H, L, D/H], the encoder output projected once (decoding).
-          cache: {"k", "v"} [B, H, M, D/H] self-attention cache (decoding).
-          decode_step: int32 scalar position being decoded (with `cache`).
+          cache: {"k", "v"} [B, H, T or M, D/H] self-attention cache (decoding).
+          decode_step: int32 scalar slot of a fixed-size cache; None appends to a growing
+            cache.
           training: enables dropout.
 
         Returns:
@@ -418,13 +419,15 @@ class TransformerDecoder(_LayerStack):
         Args:
           x: [B, T, D] prepared decoder input ([B, 1, D] with a cache).
           encoder_output: [B, L, D] (unused with a cache).
-          self_attention_bias: [1, 1, T, T] causal bias ([1, 1, 1, M] with a cache).
+          self_attention_bias: [1, 1, T, T] causal bias ([1, 1, 1, M] with fixed-size
+            caches, None with growing ones).
           encdec_bias: [B, 1, 1, L].
           memory_kv: with a cache, per layer {"k", "v"} [B, H, L, D/H]: the encoder output
             projected once by that layer's encdec_attention (`encdec_memory_kv`).
-          cache: {"layer_{l}": {"k", "v"}} [B, H, M, D/H] self-attention caches
+          cache: {"layer_{l}": {"k", "v"}} [B, H, T or M, D/H] self-attention caches
             (`Transformer.init_decode_cache`).
-          decode_step: int32 scalar (with a cache).
+          decode_step: int32 scalar slot of a fixed-size cache; None appends to growing
+            caches (see `common_attention.MultiheadAttention`).
           training: enables dropout.
 
         Returns:

@@ -18,10 +18,12 @@ same order):
 
 Implementation choices (results unchanged): the sequences live in fixed `[B, K, decode_length
 + 1]` buffers written at column i + 1 (t2t concatenates a column per step, its TPU path uses
-the same buffer), so the loop carries fixed shapes; the decoder states are kept merged as
-`[B * K, ...]` and gathered once per step by the parent beam of each new alive hypothesis
-(t2t gathers them twice, to the 2K candidates and then to the K survivors, which selects the
-same rows). The output keeps t2t's length: the number of steps actually run.
+the same buffer); the decoder states are kept merged as `[B * K, ...]` and gathered once per
+step by the parent beam of each new alive hypothesis (t2t gathers them twice, to the 2K
+candidates and then to the K survivors, which selects the same rows). The states may grow
+along every axis but the last, as in t2t (its shape invariants), e.g. key/value caches that
+append a position per step. The output keeps t2t's length: the number of steps actually run.
+`beam_search_buffers` is the same search with every shape static, for XLA.
 """
 from __future__ import annotations
 
@@ -122,7 +124,7 @@ def beam_search(
         [B * K, i + 1] are the alive hypotheses so far (column 0 = `initial_ids`), `i` the
         int32 scalar step, `states` the nested structure below with every tensor merged to
         [B * K, ...]; returns float logits [B * K, V] for the next token and the updated
-        states, which must keep their shapes (preallocate caches, write position i).
+        states, which may change every dimension but the last (e.g. append a position).
         With `states=None` also t2t's `fn(ids) -> logits` (see above).
       initial_ids: int32 [B], the start symbol of every batch element (0 in t2t).
       beam_size: K >= 1.
@@ -154,20 +156,68 @@ def beam_search(
           None when `states` was None.
     """
     del use_top_k_with_unique  # t2t's TPU top-k; the search here is exact either way.
-    caller_states = states
-    symbols_to_logits_fn = _accept_t2t_convention(symbols_to_logits_fn, states, use_tpu)
+    fn = _accept_t2t_convention(symbols_to_logits_fn, states, use_tpu)
+    seq, scores, out_states, steps = beam_search_buffers(
+        fn, initial_ids, beam_size, decode_length, vocab_size, alpha, states=states,
+        eos_id=eos_id, stop_early=stop_early,
+    )
+    seq = seq[:, :, (0 if keep_start_column else 1): steps + 1]
+    return seq, scores, (None if states is None else out_states)
+
+
+def beam_search_buffers(
+    symbols_to_logits_fn: SymbolsToLogitsFn,
+    initial_ids: tf.Tensor,
+    beam_size: int,
+    decode_length: int | tf.Tensor,
+    vocab_size: int,
+    alpha: float | tf.Tensor,
+    states: Any = None,
+    eos_id: int = EOS_ID,
+    stop_early: bool = True,
+    max_decode_length: int | None = None,
+) -> tuple[tf.Tensor, tf.Tensor, Any, tf.Tensor]:
+    """`beam_search` on fixed-shape buffers: the same search, XLA-compilable.
+
+    Every tensor of the loop has a static shape when `max_decode_length` is a Python int and
+    the batch size is static, so the whole search compiles with XLA (`jit_compile`), also
+    when the number of steps, `decode_length`, is only known at run time.
+
+    Args:
+      symbols_to_logits_fn: `fn(ids, i, states) -> (logits, states)` as for `beam_search`,
+        except that with `max_decode_length` given, `ids` int32 [B * K, 1] holds only the
+        last token of each alive hypothesis (a growing prefix has no static shape; a cached
+        decoder needs no more).
+      initial_ids, beam_size, vocab_size, alpha, states, eos_id, stop_early: as
+        `beam_search`.
+      decode_length: maximum number of steps (int or int32 scalar tensor), at most
+        `max_decode_length`.
+      max_decode_length: the buffers' static length (default: `decode_length`, which must
+        then be an int for a static shape). With it, the states must keep their shapes
+        (preallocated caches written at position i); without it, they may grow as in
+        `beam_search`.
+
+    Returns:
+      (ids, scores, states, steps): ids int32 [B, K, max_decode_length + 1] with the start
+      column, the steps' tokens in columns 1..steps and zeros after; scores float32 [B, K]
+      and states [B, K, ...] as `beam_search`; steps the int32 scalar number of steps run.
+    """
     if not isinstance(beam_size, int) or beam_size < 1:
         raise ValueError(f"beam_search: beam_size must be an int >= 1, got {beam_size!r}")
     if isinstance(vocab_size, int) and vocab_size < 2:
         raise ValueError(f"beam_search: vocab_size must be >= 2, got {vocab_size!r}")
     initial_ids = tf.convert_to_tensor(initial_ids, tf.int32)
+    buffer_length = decode_length if max_decode_length is None else max_decode_length
     decode_length = tf.convert_to_tensor(decode_length, tf.int32)
     alpha = tf.cast(alpha, tf.float32)
     batch_size = tf.shape(initial_ids)[0]
     k = beam_size
+    # Only the last ids are passed when a static shape is asked for: `beam_search`'s callers
+    # get t2t's growing prefix.
+    last_id_only = max_decode_length is not None
 
     alive_log_probs = tf.tile(tf.constant([[0.0] + [-INF] * (k - 1)]), [batch_size, 1])
-    alive_seq = tf.zeros(tf.stack([batch_size, k, decode_length + 1]), tf.int32)
+    alive_seq = tf.zeros(tf.stack([batch_size, k, buffer_length + 1]), tf.int32)
     alive_seq = _set_column(alive_seq, 0, expand_to_beam_size(initial_ids, k))
     finished_seq = tf.zeros_like(alive_seq)
     finished_scores = tf.ones([batch_size, k]) * -INF
@@ -182,7 +232,11 @@ def beam_search(
     def inner_loop(i, alive_seq, alive_log_probs, finished_seq, finished_scores,
                    finished_flags, flat_states):
         # grow_topk: score every one-token extension of every alive hypothesis.
-        flat_ids = tf.reshape(alive_seq[:, :, : i + 1], [batch_size * k, i + 1])
+        if last_id_only:
+            flat_ids = tf.reshape(
+                tf.slice(alive_seq, [0, 0, i], [batch_size, k, 1]), [batch_size * k, 1])
+        else:
+            flat_ids = tf.reshape(alive_seq[:, :, : i + 1], [batch_size * k, i + 1])
         flat_logits, new_states = symbols_to_logits_fn(flat_ids, i, flat_states)
         logits = tf.reshape(tf.cast(flat_logits, tf.float32), [batch_size, k, vocab_size])
         log_probs = log_prob_from_logits(logits) + tf.expand_dims(alive_log_probs, axis=2)
@@ -226,8 +280,12 @@ def beam_search(
         inputs = (alive_seq, alive_log_probs, finished_seq, finished_scores,
                   finished_flags, flat_states)
         # Gathers lose the static batch size; restore every static dim so the loop
-        # variables keep their shapes without shape invariants.
-        tf.nest.map_structure(lambda new, old: new.set_shape(old.shape), outputs, inputs)
+        # variables keep their shapes (the states' only where they must: XLA).
+        tf.nest.map_structure(lambda new, old: new.set_shape(old.shape), outputs[:-1],
+                              inputs[:-1])
+        if last_id_only:
+            tf.nest.map_structure(lambda new, old: new.set_shape(old.shape), new_states,
+                                  flat_states)
         return (i + 1,) + outputs
 
     def _is_not_finished(i, alive_seq, alive_log_probs, finished_seq, finished_scores,
@@ -245,25 +303,32 @@ def beam_search(
         bound_is_met = tf.reduce_all(tf.greater(best_finished, lower_bound_alive_scores))
         return tf.logical_and(tf.less(i, decode_length), tf.logical_not(bound_is_met))
 
+    loop_vars = [tf.constant(0), alive_seq, alive_log_probs, finished_seq, finished_scores,
+                 finished_flags, flat_states]
+    invariants = [v.shape for v in loop_vars[:-1]]
+    invariants.append(tf.nest.map_structure(
+        (lambda s: s.shape) if last_id_only else state_shape_invariant, flat_states))
     (steps, alive_seq, alive_log_probs, finished_seq, finished_scores, finished_flags,
      flat_states) = tf.while_loop(
-        _is_not_finished,
-        inner_loop,
-        [tf.constant(0), alive_seq, alive_log_probs, finished_seq, finished_scores,
-         finished_flags, flat_states],
+        _is_not_finished, inner_loop, loop_vars, shape_invariants=invariants,
         parallel_iterations=1,
     )
 
     has_finished = tf.reduce_any(finished_flags, axis=1)
     seq = tf.where(has_finished[:, None, None], finished_seq, alive_seq)
     scores = tf.where(has_finished[:, None], finished_scores, alive_log_probs)
-    seq = seq[:, :, (0 if keep_start_column else 1): steps + 1]
-    if caller_states is None:
-        return seq, scores, None
     out_states = tf.nest.map_structure(
         lambda s: unmerge_beam_dim(s, batch_size, k), flat_states
     )
-    return seq, scores, out_states
+    return seq, scores, out_states, steps
+
+
+def state_shape_invariant(tensor: tf.Tensor) -> tf.TensorShape:
+    """t2t's `get_state_shape_invariants`: every dimension may change but the last."""
+    shape = tensor.shape
+    if not shape.rank:
+        return shape
+    return tf.TensorShape([None] * (shape.rank - 1) + [shape[-1]])
 
 
 def _accept_t2t_convention(fn: Callable, states: Any, use_tpu: bool) -> SymbolsToLogitsFn:

@@ -645,18 +645,26 @@ def decode_dev_and_bleu(model: Any, problem: Any, hparams: HParams, data_dir: st
 
 
 # ------------------------------------------------------------------------------ the model
-def make_infer_fn(model: Any, decode_hp: HParams, target_space_id: int = 0) -> InferFn:
-    """Wraps `model.infer` (Transformer API) as an `infer_fn` on numpy batches."""
+def make_infer_fn(model: Any, decode_hp: HParams, target_space_id: int = 0,
+                  jit_compile: bool = False) -> InferFn:
+    """Wraps `model.infer` (Transformer API) as an `infer_fn` on numpy batches.
+
+    `jit_compile` decodes with the XLA-compiled decoder (`Transformer.infer`), one
+    compilation per bucket of batch shapes.
+    """
     import tensorflow as tf
 
     top_beams = decode_hp.beam_size if decode_hp.return_beams else 1
+    if jit_compile and decode_hp.beam_size == 1 and model.hparams.sampling_method == "random":
+        raise ValueError("--xla_compile decodes with argmax or beam search; it does not "
+                         "sample (hparams sampling_method=random)")
 
     def infer_fn(inputs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         result = model.infer(
             {"inputs": tf.constant(inputs, tf.int32), "target_space_id": target_space_id},
             decode_length=decode_hp.extra_length, beam_size=decode_hp.beam_size,
             alpha=decode_hp.alpha, top_beams=top_beams,
-            force_decode_length=decode_hp.force_decode_length,
+            force_decode_length=decode_hp.force_decode_length, jit_compile=jit_compile,
         )
         return np.asarray(result["outputs"]), np.asarray(result["scores"])
 
