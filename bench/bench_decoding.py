@@ -5,7 +5,7 @@
         [--beam_sizes 1,4] [--repeats 3]
 
 For each hparams set, one model with random weights decodes the same random batch with
-greedy and beam search, each with the preallocated key/value caches (`use_cache=True`: the
+greedy and beam search, each with the key/value caches (`use_cache=True`: the
 encoder once, the encoder-decoder K/V projected once, one decoder position per step) and with
 full recompute (`use_cache=False`: the whole decoder re-run on the prefix every step, t2t's
 slow path); greedy also with the cached decoder compiled by XLA (`jit_compile=True`). All

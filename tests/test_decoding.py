@@ -295,11 +295,12 @@ def test_xla_compiled_decode_writes_the_same_file(t2t_fixtures, wmt_toy_dir, tmp
     """`--xla_compile` in decode mode: the same n-best file with scores as the graph decoder;
     sampling is refused in one line."""
     data_dir, src, _ = _fixture_setup(t2t_fixtures, wmt_toy_dir, tmp_path)
-    common = dict(
-        problem="translate_files", hparams_set="transformer_tiny", data_dir=str(data_dir),
-        checkpoint_path=str(t2t_fixtures / "ckpt_A_trained"), decode_from_file=str(src),
-        decode_hparams="beam_size=3,alpha=0.6,extra_length=20,return_beams=true,"
-                       "write_beam_scores=true")
+    common = {
+        "problem": "translate_files", "hparams_set": "transformer_tiny",
+        "data_dir": str(data_dir), "checkpoint_path": str(t2t_fixtures / "ckpt_A_trained"),
+        "decode_from_file": str(src),
+        "decode_hparams": "beam_size=3,alpha=0.6,extra_length=20,return_beams=true,"
+                          "write_beam_scores=true"}
     outputs = {}
     for xla in (False, True):
         outputs[xla] = tmp_path / f"xla_{xla}.de"

@@ -1,5 +1,6 @@
-"""Fast cached decoding (preallocated K/V caches, one position per step) gives the ids of
-full-recompute decoding, for greedy and beam search, on random models and the t2t fixture."""
+"""Fast cached decoding (K/V caches, one position per step; growing, or preallocated under
+XLA) gives the ids of full-recompute decoding, for greedy and beam search, on random models
+and the t2t fixture."""
 import keras
 import numpy as np
 import pytest

@@ -14,8 +14,9 @@ Differences from t2t, none of which changes the logits:
   `relu_dropout_broadcast_dims` refers to axes of `[B, L, F]`, not of t2t's `[1, tokens, F]`.)
 * The encoder padding mask is computed from `inputs == 0` instead of "embedding is all zero":
   the same thing, since only id 0 embeds to the zero vector.
-* Fast decoding writes keys/values into preallocated caches `[B, H, max_len, D/H]` instead of
-  concatenating (fixed shapes for tf.while_loop / XLA); attention over the not-yet-written
+* Fast decoding concatenates each step's keys/values to the caches, as t2t does. Only the
+  XLA-compiled decoder (`infer(..., jit_compile=True)`), which needs static shapes, writes
+  them into preallocated caches `[B, H, max_len, D/H]`; attention over the not-yet-written
   slots gets -1e9, i.e. exactly zero weight.
 """
 from __future__ import annotations
