@@ -368,3 +368,30 @@ def test_t2t_calling_conventions_and_layout():
     np.testing.assert_array_equal(t2t_ids.numpy()[:, :, 0], 0)
     np.testing.assert_array_equal(t2t_ids.numpy()[:, :, 1:], want_ids.numpy())
     np.testing.assert_array_equal(t2t_scores.numpy(), want_scores.numpy())
+
+
+@pytest.mark.parametrize("rows,length,k", [(3, 4 * 1024, 8), (5, 32340, 8), (2, 2048, 2),
+                                           (4, 1031, 8), (2, 600, 4)])
+def test_top_k_exact_equals_top_k_with_ties(rows, length, k):
+    """The two-stage top-k returns tf.math.top_k's values and indices, ties to the lower
+    index included (few distinct values force ties across chunk boundaries); lengths
+    without a usable divisor (1031 is prime) or short rows take tf.math.top_k itself."""
+    rng = np.random.RandomState(length)
+    for distinct in (3, 50, None):
+        if distinct is None:
+            values = rng.normal(size=(rows, length)).astype(np.float32)
+        else:
+            values = rng.randint(0, distinct, size=(rows, length)).astype(np.float32)
+        values[0, -1] = 1e3  # the best value in the last chunk
+        expected = tf.math.top_k(values, k=k)
+        got = tf.function(lambda x: beam_search.top_k_exact(x, k))(tf.constant(values))
+        np.testing.assert_array_equal(got[1], expected.indices)
+        np.testing.assert_array_equal(got[0], expected.values)
+
+
+def test_top_k_exact_chunks():
+    # A divisor near sqrt(length / k) leaving at least 2k chunks; none for short or prime rows.
+    assert beam_search._chunk_length(32768, 8) == 64
+    assert 32340 % beam_search._chunk_length(32340, 8) == 0
+    assert beam_search._chunk_length(1031, 8) is None
+    assert beam_search._chunk_length(600, 4) is None

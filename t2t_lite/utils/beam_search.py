@@ -22,7 +22,9 @@ the same buffer); the decoder states are kept merged as `[B * K, ...]` and gathe
 step by the parent beam of each new alive hypothesis (t2t gathers them twice, to the 2K
 candidates and then to the K survivors, which selects the same rows). The states may grow
 along every axis but the last, as in t2t (its shape invariants), e.g. key/value caches that
-append a position per step. The output keeps t2t's length: the number of steps actually run.
+append a position per step. The top 2K of the `[B, K * V]` scores come from `top_k_exact`
+(the same values and indices as `tf.math.top_k`, in a fraction of its time on CPU). The output
+keeps t2t's length: the number of steps actually run.
 `beam_search_buffers` is the same search with every shape static, for XLA.
 """
 from __future__ import annotations
@@ -243,7 +245,7 @@ def beam_search_buffers(
         length_penalty = tf.pow((5.0 + tf.cast(i + 1, tf.float32)) / 6.0, alpha)
         curr_scores = log_probs / length_penalty
         flat_scores = tf.reshape(curr_scores, [batch_size, k * vocab_size])
-        topk_scores, topk_flat_ids = tf.math.top_k(flat_scores, k=2 * k)
+        topk_scores, topk_flat_ids = top_k_exact(flat_scores, 2 * k)
         topk_log_probs = topk_scores * length_penalty
         topk_beam_index = topk_flat_ids // vocab_size
         topk_ids = topk_flat_ids % vocab_size
@@ -321,6 +323,49 @@ def beam_search_buffers(
         lambda s: unmerge_beam_dim(s, batch_size, k), flat_states
     )
     return seq, scores, out_states, steps
+
+
+def _chunk_length(length: int, k: int) -> int | None:
+    """A divisor of `length` near sqrt(length / k) leaving at least 2k chunks, or None."""
+    if length < 1024:
+        return None
+    target = (length / k) ** 0.5
+    best = None
+    for chunk in range(8, length // (2 * k) + 1):
+        if length % chunk == 0 and (best is None or abs(chunk - target) < abs(best - target)):
+            best = chunk
+    return best
+
+
+def top_k_exact(values: tf.Tensor, k: int) -> tuple[tf.Tensor, tf.Tensor]:
+    """`tf.math.top_k(values, k)` (sorted, ties to the lower index), computed in two stages.
+
+    The row is cut into equal chunks; the k chunks with the largest maxima hold the k
+    largest values (a value outside them would be beaten by k chunk maxima, ties included
+    when chunks are ranked by index on ties), so top-k runs on those chunks only, gathered
+    in index order so that ties still resolve to the lower index. TopKV2 on CPU costs about
+    8x a max over the row; this costs about one max. Same values and indices as
+    `tf.math.top_k`.
+
+    Args:
+      values: float [N, M], M static.
+      k: int.
+
+    Returns:
+      (values [N, k], indices int32 [N, k]).
+    """
+    length = values.shape[-1]
+    chunk = _chunk_length(length, k) if isinstance(length, int) else None
+    if chunk is None:
+        return tf.math.top_k(values, k=k)
+    rows = tf.shape(values)[0]
+    chunks = tf.reshape(values, [rows, length // chunk, chunk])
+    _, best_chunks = tf.math.top_k(tf.reduce_max(chunks, axis=2), k=k)
+    best_chunks = tf.sort(best_chunks, axis=1)
+    candidates = tf.reshape(tf.gather(chunks, best_chunks, batch_dims=1), [rows, k * chunk])
+    top_values, positions = tf.math.top_k(candidates, k=k)
+    indices = tf.gather(best_chunks, positions // chunk, batch_dims=1) * chunk + positions % chunk
+    return top_values, indices
 
 
 def state_shape_invariant(tensor: tf.Tensor) -> tf.TensorShape:
