@@ -144,6 +144,27 @@ def test_memory_kv_equals_memory(attention):
         attention(query, memory_kv=kv), attention(query, memory=memory), atol=1e-6)
 
 
+def test_memory_kv_of_beams_reads_the_untiled_memory(attention):
+    """Beam search's query rows b * K + k attend to memory row b (projected once, untiled):
+    the same as tiling the memory and its padding bias to every beam, and recorded weights
+    keep the per-row [B * K, H, Lq, Lm] layout."""
+    rng = np.random.default_rng(3)
+    beams = 3
+    query = rng.normal(size=(2 * beams, 1, 8)).astype(np.float32)
+    memory = rng.normal(size=(2, 5, 8)).astype(np.float32)
+    bias = common_attention.attention_bias_ignore_padding(
+        tf.constant([[0, 0, 0, 1, 1], [0, 0, 0, 0, 0]], tf.float32))
+    tiled_memory, tiled_bias = (tf.repeat(t, beams, axis=0) for t in (memory, bias))
+    expected = attention(query, memory=tiled_memory, bias=tiled_bias)
+    with common_attention.record_attention_weights() as recorded:
+        got = attention(query, bias=bias, memory_kv=attention.compute_memory_kv(memory))
+    np.testing.assert_allclose(got, expected, atol=1e-6)
+    weights = recorded[0][1].numpy()
+    assert weights.shape == (2 * beams, 2, 1, 5)
+    np.testing.assert_array_equal(weights[:beams, :, :, 3:], 0.0)  # row 0's padding
+    assert (weights[beams:] > 0).all()
+
+
 def test_attention_dropout_broadcast_and_errors():
     layer = common_attention.MultiheadAttention(2, 8, dropout=0.5, dropout_broadcast_dims="0")
     layer.build()

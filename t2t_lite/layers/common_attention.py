@@ -235,7 +235,9 @@ class MultiheadAttention(keras.layers.Layer):
       written into slot `decode_step` and the query attends over all M slots, so the
       caller's bias must mask the slots after `decode_step`.
     * Encoder-decoder attention: pass `memory_kv = compute_memory_kv(memory)`, projected once,
-      instead of `memory`.
+      instead of `memory`. The query may hold K rows per memory row (beam search's
+      b * K + k layout; `bias` then stays [B, 1, 1, Lm]): each memory row is read once for
+      its K beams.
 
     Args:
       num_heads: H.
@@ -373,14 +375,24 @@ class MultiheadAttention(keras.layers.Layer):
             k, v = split_heads(k, self.num_heads), split_heads(v, self.num_heads)
         depth_per_head = self.key_depth // self.num_heads
         q = split_heads(q, self.num_heads) * tf.cast(depth_per_head**-0.5, q.dtype)
+        if memory_kv is not None:
+            # Beam search: the query rows are the K beams of each memory row (b * K + k).
+            # They attend to their memory row's keys together ([K * Lq, d] x [d, Lm]), so
+            # the memory is read once per batch element, not once per beam.
+            queries_per_memory = tf.shape(q)[0] // tf.shape(k)[0]
+            q = _group_beams(q, queries_per_memory)
         logits = tf.matmul(q, k, transpose_b=True)
         if bias is not None:
             logits += tf.cast(bias, logits.dtype)
         weights = tf.nn.softmax(logits)
         if _RECORDED_WEIGHTS is not None:  # record_attention_weights(): eager calls only
-            _RECORDED_WEIGHTS.append((self.path, weights))
+            _RECORDED_WEIGHTS.append((self.path, weights if memory_kv is None else
+                                      _ungroup_beams(weights, queries_per_memory)))
         weights = self.dropout(weights, training=training)
-        x = combine_heads(tf.matmul(weights, v))
+        x = tf.matmul(weights, v)
+        if memory_kv is not None:
+            x = _ungroup_beams(x, queries_per_memory)
+        x = combine_heads(x)
         (y,) = self._project(x, self.output_transform)
         return y if cache is None else (y, {"k": k, "v": v})
 
@@ -396,6 +408,22 @@ class MultiheadAttention(keras.layers.Layer):
             kernel_initializer=keras.initializers.serialize(self.kernel_initializer),
         )
         return config
+
+
+def _group_beams(x: tf.Tensor, beams) -> tf.Tensor:
+    """[B * K, H, L, d] -> [B, H, K * L, d]: the K rows of each group become one row."""
+    shape = tf.shape(x)
+    x = tf.reshape(x, [shape[0] // beams, beams, shape[1], shape[2], shape[3]])
+    x = tf.transpose(x, [0, 2, 1, 3, 4])
+    return tf.reshape(x, [shape[0] // beams, shape[1], beams * shape[2], shape[3]])
+
+
+def _ungroup_beams(x: tf.Tensor, beams) -> tf.Tensor:
+    """Inverse of `_group_beams`: [B, H, K * L, d] -> [B * K, H, L, d]."""
+    shape = tf.shape(x)
+    x = tf.reshape(x, [shape[0], shape[1], beams, shape[2] // beams, shape[3]])
+    x = tf.transpose(x, [0, 2, 1, 3, 4])
+    return tf.reshape(x, [shape[0] * beams, shape[1], shape[2] // beams, shape[3]])
 
 
 def _write_cache(cache: tf.Tensor, new: tf.Tensor, step) -> tf.Tensor:

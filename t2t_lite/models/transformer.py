@@ -497,9 +497,11 @@ class Transformer(keras.Model):
         encoder_output, encdec_bias = self.encode(
             inputs, target_space_id, training=False, matrices=matrices
         )
-        if beam_size > 1:
+        if beam_size > 1 and not use_cache:
             # The encoder-side tensors never change across steps: tile them once to the
             # [B * K] beam layout and close over them instead of carrying them as states.
+            # (The cached decoder's attention reads them untiled, the K beams of a batch
+            # element together.)
             encoder_output = beam_search.tile_to_beams(encoder_output, beam_size)
             encdec_bias = beam_search.tile_to_beams(encdec_bias, beam_size)
         if use_cache:

@@ -421,9 +421,10 @@ class TransformerDecoder(_LayerStack):
           encoder_output: [B, L, D] (unused with a cache).
           self_attention_bias: [1, 1, T, T] causal bias ([1, 1, 1, M] with fixed-size
             caches, None with growing ones).
-          encdec_bias: [B, 1, 1, L].
-          memory_kv: with a cache, per layer {"k", "v"} [B, H, L, D/H]: the encoder output
-            projected once by that layer's encdec_attention (`encdec_memory_kv`).
+          encdec_bias: [B, 1, 1, L] ([B', 1, 1, L] with `memory_kv`).
+          memory_kv: with a cache, per layer {"k", "v"} [B', H, L, D/H]: the encoder output
+            projected once by that layer's encdec_attention (`encdec_memory_kv`); B = B' * K
+            in beam search (rows b * K + k read memory row b).
           cache: {"layer_{l}": {"k", "v"}} [B, H, T or M, D/H] self-attention caches
             (`Transformer.init_decode_cache`).
           decode_step: int32 scalar slot of a fixed-size cache; None appends to growing
