@@ -395,3 +395,28 @@ def test_top_k_exact_chunks():
     assert 32340 % beam_search._chunk_length(32340, 8) == 0
     assert beam_search._chunk_length(1031, 8) is None
     assert beam_search._chunk_length(600, 4) is None
+
+
+def test_unordered_states_are_carried_untouched():
+    """States given as `unordered_states` reach the step function as they were returned (not
+    tiled to the beams, not reordered, free to grow), beside the ordered states; the search
+    is the same as without them."""
+    fn, h0 = _rnn_fn()
+
+    def fn_with_log(ids, i, states):
+        ordered, unordered = states
+        # [B, i, 1]: a position per step, batch-sized (3), never tiled or reordered.
+        tf.debugging.assert_equal(tf.shape(unordered["log"]), tf.stack([3, i, 1]))
+        logits, ordered = fn(ids, i, ordered)
+        log = tf.concat([unordered["log"], tf.fill([3, 1, 1], tf.cast(i, tf.float32))], axis=1)
+        return logits, (ordered, {"log": log})
+
+    run = tf.function(lambda unordered: beam_search.beam_search_buffers(
+        fn_with_log if unordered else fn, tf.zeros([3], tf.int32), 4, 8, 9, 0.6,
+        states={"h": tf.constant(h0)},
+        unordered_states={"log": tf.zeros([3, 0, 1])} if unordered else None))
+    ids, scores, _, steps = run(True)
+    expected_ids, expected_scores, _, expected_steps = run(False)
+    np.testing.assert_array_equal(ids, expected_ids)
+    np.testing.assert_array_equal(scores, expected_scores)
+    assert int(steps) == int(expected_steps)

@@ -134,6 +134,33 @@ def test_self_attention_cache_equals_full_causal_attention(attention):
     np.testing.assert_array_equal(grown["v"], cache["v"][:, :, :4])
 
 
+def test_beam_slot_storage_equals_a_reordered_cache(attention):
+    """Beam search's slot storage (keys stay in the slot that wrote them, a slot mask picks
+    each hypothesis' history) gives the outputs of a growing cache whose rows are copied to
+    their new beams after every step, with random parents (2 sentences, 3 beams)."""
+    rng = np.random.default_rng(4)
+    batch, beams, steps = 2, 3, 5
+    rows = batch * beams
+    reordered = {"k": tf.zeros([rows, 2, 0, 4]), "v": tf.zeros([rows, 2, 0, 4])}
+    storage = {"k": tf.zeros([batch, 2, beams, 0, 4]), "v": tf.zeros([batch, 2, beams, 0, 4])}
+    slot_ids = tf.zeros([rows, 0, 1], tf.int32)
+    own_slot = tf.reshape(tf.range(rows) % beams, [rows, 1, 1])
+    for _ in range(steps):
+        x = rng.normal(size=(rows, 1, 8)).astype(np.float32)
+        expected, reordered = attention(x, cache=reordered)
+        slot_ids = tf.concat([slot_ids, own_slot], axis=1)
+        mask = common_attention.beam_slot_mask(slot_ids, beams, tf.float32)
+        assert mask.shape == (batch, 1, beams, beams, slot_ids.shape[1])
+        got, cache = attention(x, cache=dict(storage, slot_mask=mask))
+        np.testing.assert_allclose(got, expected, atol=1e-6)
+        storage = {"k": cache["k"], "v": cache["v"]}
+        parents = (rng.integers(0, beams, size=(batch, beams))
+                   + np.arange(batch)[:, None] * beams).reshape(-1)
+        reordered = {name: tf.gather(t, parents) for name, t in reordered.items()}
+        slot_ids = tf.gather(slot_ids, parents)
+    assert storage["k"].shape == (batch, 2, beams, steps, 4)
+
+
 def test_memory_kv_equals_memory(attention):
     rng = np.random.default_rng(2)
     query = rng.normal(size=(2, 1, 8)).astype(np.float32)

@@ -365,6 +365,11 @@ class MultiheadAttention(keras.layers.Layer):
         else:
             (q,) = self._project(query, self.q)
             k, v = self._project(memory, self.k, self.v)
+        if cache is not None and "slot_mask" in cache:
+            y, cache = _attend_beam_slots(q, k, v, cache, self.num_heads,
+                                          self.key_depth // self.num_heads)
+            (y,) = self._project(y, self.output_transform)
+            return y, cache
         if cache is not None:
             k = _write_cache(cache["k"], split_heads(k, self.num_heads), decode_step)
             v = _write_cache(cache["v"], split_heads(v, self.num_heads), decode_step)
@@ -424,6 +429,73 @@ def _ungroup_beams(x: tf.Tensor, beams) -> tf.Tensor:
     x = tf.reshape(x, [shape[0], shape[1], beams, shape[2] // beams, shape[3]])
     x = tf.transpose(x, [0, 2, 1, 3, 4])
     return tf.reshape(x, [shape[0] * beams, shape[1], shape[2] // beams, shape[3]])
+
+
+def _attend_beam_slots(q: tf.Tensor, k: tf.Tensor, v: tf.Tensor, cache: dict,
+                       num_heads: int, depth_per_head: int) -> tuple[tf.Tensor, dict]:
+    """Self-attention of one decode step over beam-slot storage that is never reordered.
+
+    Beam search reorders its hypotheses every step; instead of copying every cache row to
+    its new beam, each beam slot's keys/values stay where they were written, and a one-hot
+    `slot_mask` (from the slots that beam search reorders with the hypotheses, a few ints)
+    says which slot holds each earlier position of each hypothesis. The K queries of a
+    sentence score all K slots' keys in one `[K, d] x [d, K * T]` matmul per head; the mask
+    keeps each hypothesis' own history (exact: one term, the others exact zeros), and the
+    weights go back through the same mask to the values. A step thus appends its
+    keys/values once, where a reordered cache is copied twice (append, then reorder).
+
+    Args:
+      q, k, v: [B * K, 1, D] the step's projected query (unscaled), key and value; row
+        b * K + j is hypothesis j of sentence b.
+      cache: {"k", "v": [B, H, K, T, d] storage (position t of slot s), "slot_mask":
+        [B, 1, K, K, T + 1] with 1 where hypothesis j's position t is in slot s (this
+        step's position in the hypothesis' own slot)}.
+      num_heads: H.
+      depth_per_head: d of the keys, for the query scale.
+
+    Returns:
+      ([B * K, 1, H * d_v] attention output before the output transform, the cache with
+      the step's keys/values appended).
+    """
+    own = cache["slot_mask"]
+    shape = tf.shape(cache["k"])
+    batch, beams = shape[0], shape[2]
+
+    def to_heads(x):  # [B * K, 1, H * d] -> [B, H, K, 1, d]
+        x = tf.reshape(x, [batch, beams, num_heads, 1, x.shape[-1] // num_heads])
+        return tf.transpose(x, [0, 2, 1, 3, 4])
+
+    keys = tf.concat([cache["k"], to_heads(k)], axis=3)
+    values = tf.concat([cache["v"], to_heads(v)], axis=3)
+    length = tf.shape(keys)[3]
+    q = to_heads(q)[:, :, :, 0] * tf.cast(depth_per_head**-0.5, q.dtype)  # [B, H, K, d]
+    all_logits = tf.matmul(q, tf.reshape(keys, [batch, num_heads, beams * length, -1]),
+                           transpose_b=True)
+    all_logits = tf.reshape(all_logits, [batch, num_heads, beams, beams, length])
+    weights = tf.nn.softmax(tf.reduce_sum(all_logits * own, axis=3))  # [B, H, K, T]
+    weights = tf.reshape(weights[:, :, :, tf.newaxis, :] * own,
+                         [batch, num_heads, beams, beams * length])
+    x = tf.matmul(weights, tf.reshape(values, [batch, num_heads, beams * length, -1]))
+    # [B, H, K, d] -> [B * K, 1, H * d] (combine_heads of the ungrouped rows).
+    x = tf.reshape(tf.transpose(x, [0, 2, 1, 3]), [batch * beams, 1, v.shape[-1]])
+    return x, {"k": keys, "v": values, "slot_mask": own}
+
+
+def beam_slot_mask(slots: tf.Tensor, beams: int, dtype) -> tf.Tensor:
+    """The `slot_mask` of `_attend_beam_slots` from the slot of every position.
+
+    Args:
+      slots: int32 [B * K, T, 1], the beam slot holding position t of hypothesis row.
+      beams: K.
+      dtype: the attention's compute dtype.
+
+    Returns:
+      [B, 1, K, K, T]: 1 at [b, 0, j, s, t] where hypothesis j's position t is in slot s.
+    """
+    shape = tf.shape(slots)
+    slots = tf.reshape(slots, [shape[0] // beams, beams, 1, shape[1]])
+    own = tf.equal(slots, tf.range(beams)[tf.newaxis, tf.newaxis, :, tf.newaxis])
+    return tf.cast(own, dtype)[:, tf.newaxis]
 
 
 def _write_cache(cache: tf.Tensor, new: tf.Tensor, step) -> tf.Tensor:

@@ -14,10 +14,14 @@ Differences from t2t, none of which changes the logits:
   `relu_dropout_broadcast_dims` refers to axes of `[B, L, F]`, not of t2t's `[1, tokens, F]`.)
 * The encoder padding mask is computed from `inputs == 0` instead of "embedding is all zero":
   the same thing, since only id 0 embeds to the zero vector.
-* Fast decoding concatenates each step's keys/values to the caches, as t2t does. Only the
-  XLA-compiled decoder (`infer(..., jit_compile=True)`), which needs static shapes, writes
-  them into preallocated caches `[B, H, max_len, D/H]`; attention over the not-yet-written
-  slots gets -1e9, i.e. exactly zero weight.
+* Fast decoding concatenates each step's keys/values to the caches, as t2t does. Beam search
+  does not copy the caches to their new beams after each step (t2t gathers them): they
+  stay in the beam slot that computed them and a slot-id table, reordered instead, picks
+  each hypothesis' history (`init_beam_slot_storage`); the K beams of a sentence also read
+  its encoder output untiled. Only the XLA-compiled decoder (`infer(..., jit_compile=True)`),
+  which needs static shapes, writes the keys/values into preallocated caches `[B, H,
+  max_len, D/H]`; attention over the not-yet-written slots gets -1e9, i.e. exactly zero
+  weight.
 """
 from __future__ import annotations
 
@@ -365,13 +369,35 @@ class Transformer(keras.Model):
             }
         return cache
 
+    def init_beam_slot_storage(self, batch_size, beam_size: int) -> dict[str, dict[str, tf.Tensor]]:
+        """Empty per-slot key/value storage for beam search (see `_fast_symbols_to_logits_fn`).
+
+        Returns:
+          {"layer_{l}": {"k": [B, H, K, 0, Dk/H], "v": [B, H, K, 0, Dv/H]}}.
+        """
+        storage = {}
+        for layer in self.body.decoder.layers_:
+            attention = layer.self_attention
+            heads = attention.num_heads
+            storage[layer.name] = {
+                name: tf.zeros([batch_size, heads, beam_size, 0, depth // heads],
+                               attention.compute_dtype)
+                for name, depth in (("k", attention.key_depth), ("v", attention.value_depth))
+            }
+        return storage
+
     def _fast_symbols_to_logits_fn(self, memory_kv, encdec_bias, max_length, matrices,
-                                   fixed_cache: bool = False):
+                                   fixed_cache: bool = False, beam_slots: int | None = None):
         """`fn(ids [N, *], i, cache) -> (logits [N, V], cache)`: one decoder position from the
         last id, reusing the caches (t2t's `symbols_to_logits_fn` of `_fast_decode`).
 
         The caches grow by the new position (t2t's way), or with `fixed_cache` have
-        `max_length` slots and get position i written (static shapes, for XLA)."""
+        `max_length` slots and get position i written (static shapes, for XLA). With
+        `beam_slots` = K (beam search's `unordered_states`), `cache` is the pair
+        ({"slots": int32 [N, i, 1]}, `init_beam_slot_storage` grown by i positions): the keys
+        and values stay in the slot of the hypothesis that computed them and `slots`, which
+        beam search reorders, records where each hypothesis' history is (the same attention
+        without copying the caches to their new beams every step)."""
         timing = common_attention.get_timing_signal_1d(max_length + 1, self.hidden_size)
         slots = tf.range(max_length)
 
@@ -387,10 +413,22 @@ class Transformer(keras.Model):
                 bias = tf.reshape(bias, [1, 1, 1, max_length])
             else:
                 bias = None  # a growing cache holds exactly the positions 0..i
+            if beam_slots:
+                states, storage = cache
+                rows = tf.shape(states["slots"])[0]
+                # Row b * K + j writes its step into slot j.
+                own_slot = tf.reshape(tf.range(rows, dtype=tf.int32) % beam_slots, [rows, 1, 1])
+                slot_ids = tf.concat([states["slots"], own_slot], axis=1)
+                slot_mask = common_attention.beam_slot_mask(slot_ids, beam_slots, x.dtype)
+                cache = {name: dict(layer_storage, slot_mask=slot_mask)
+                         for name, layer_storage in storage.items()}
             x, cache = self.body.decoder(
                 x, None, bias, encdec_bias, memory_kv=memory_kv, cache=cache,
                 decode_step=i if fixed_cache else None, training=False,
             )
+            if beam_slots:
+                cache = ({"slots": slot_ids},
+                         {name: {"k": c["k"], "v": c["v"]} for name, c in cache.items()})
             return tf.cast(self.modality.top(x, matrices)[:, 0, :], tf.float32), cache
 
         return symbols_to_logits_fn
@@ -508,9 +546,16 @@ class Transformer(keras.Model):
             memory_kv = self.body.decoder.encdec_memory_kv(encoder_output)
             # Growing caches (t2t's) cost about half of fixed-size ones, which XLA needs.
             fixed = buffer_length is not None
+            # Beam search without XLA keeps keys/values in beam-slot storage (no per-step
+            # reordering copies); XLA needs the fixed-size caches.
+            slots = beam_size if beam_size > 1 and not fixed else None
             fn = self._fast_symbols_to_logits_fn(memory_kv, encdec_bias, buffers, matrices,
-                                                 fixed_cache=fixed)
+                                                 fixed_cache=fixed, beam_slots=slots)
             states = self.init_decode_cache(batch_size, buffers if fixed else 0)
+            if slots:
+                # [B, T, 1]: states may grow along every axis but the last (t2t's invariant).
+                states = {"slots": tf.zeros([batch_size, 0, 1], tf.int32)}
+                unordered = self.init_beam_slot_storage(batch_size, beam_size)
         else:
             fn = self._slow_symbols_to_logits_fn(encoder_output, encdec_bias, matrices)
             states = {}
@@ -523,7 +568,14 @@ class Transformer(keras.Model):
                 return {"outputs": outputs, "scores": scores, "steps": steps}
             return {"outputs": outputs[:, :steps], "scores": scores}
         initial_ids = tf.zeros([batch_size], tf.int32)
-        if buffer_length is None:
+        if buffer_length is None and use_cache:
+            ids, scores, _, steps = beam_search.beam_search_buffers(
+                fn, initial_ids, beam_size, max_length, self.vocab_size, alpha,
+                states=states, eos_id=eos_id, stop_early=top_beams == 1,
+                unordered_states=unordered,
+            )
+            ids = ids[:, :, 1: steps + 1]  # the start column; t2t's length
+        elif buffer_length is None:
             ids, scores, _ = beam_search.beam_search(
                 fn, initial_ids, beam_size, max_length, self.vocab_size,
                 alpha, states=states, eos_id=eos_id, stop_early=top_beams == 1,

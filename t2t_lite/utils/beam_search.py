@@ -22,7 +22,8 @@ the same buffer); the decoder states are kept merged as `[B * K, ...]` and gathe
 step by the parent beam of each new alive hypothesis (t2t gathers them twice, to the 2K
 candidates and then to the K survivors, which selects the same rows). The states may grow
 along every axis but the last, as in t2t (its shape invariants), e.g. key/value caches that
-append a position per step. The top 2K of the `[B, K * V]` scores come from `top_k_exact`
+append a position per step; `unordered_states` are carried without reordering (for storage
+that the step function indexes itself). The top 2K of the `[B, K * V]` scores come from `top_k_exact`
 (the same values and indices as `tf.math.top_k`, in a fraction of its time on CPU). The output
 keeps t2t's length: the number of steps actually run.
 `beam_search_buffers` is the same search with every shape static, for XLA.
@@ -178,6 +179,7 @@ def beam_search_buffers(
     eos_id: int = EOS_ID,
     stop_early: bool = True,
     max_decode_length: int | None = None,
+    unordered_states: Any = None,
 ) -> tuple[tf.Tensor, tf.Tensor, Any, tf.Tensor]:
     """`beam_search` on fixed-shape buffers: the same search, XLA-compilable.
 
@@ -198,6 +200,11 @@ def beam_search_buffers(
         then be an int for a static shape). With it, the states must keep their shapes
         (preallocated caches written at position i); without it, they may grow as in
         `beam_search`.
+      unordered_states: optional nested structure of tensors that the search carries from
+        step to step as they are: neither tiled to the beams nor reordered (e.g. key/value
+        storage indexed by beam slot, read through indices kept in `states`). With it,
+        `fn` receives and returns the pair `(states, unordered_states)` in place of
+        `states`; they may grow along every axis but the last.
 
     Returns:
       (ids, scores, states, steps): ids int32 [B, K, max_decode_length + 1] with the start
@@ -230,16 +237,23 @@ def beam_search_buffers(
     # Row b of the merged [B * K] layout starts at b * K: offsets to turn per-element beam
     # indices into merged row indices.
     row_offsets = tf.range(batch_size)[:, None] * k
+    has_unordered = unordered_states is not None
+    if has_unordered:
+        unordered_states = tf.nest.map_structure(tf.convert_to_tensor, unordered_states)
 
     def inner_loop(i, alive_seq, alive_log_probs, finished_seq, finished_scores,
-                   finished_flags, flat_states):
+                   finished_flags, flat_states, unordered):
         # grow_topk: score every one-token extension of every alive hypothesis.
         if last_id_only:
             flat_ids = tf.reshape(
                 tf.slice(alive_seq, [0, 0, i], [batch_size, k, 1]), [batch_size * k, 1])
         else:
             flat_ids = tf.reshape(alive_seq[:, :, : i + 1], [batch_size * k, i + 1])
-        flat_logits, new_states = symbols_to_logits_fn(flat_ids, i, flat_states)
+        if has_unordered:
+            flat_logits, (new_states, unordered) = symbols_to_logits_fn(
+                flat_ids, i, (flat_states, unordered))
+        else:
+            flat_logits, new_states = symbols_to_logits_fn(flat_ids, i, flat_states)
         logits = tf.reshape(tf.cast(flat_logits, tf.float32), [batch_size, k, vocab_size])
         log_probs = log_prob_from_logits(logits) + tf.expand_dims(alive_log_probs, axis=2)
         length_penalty = tf.pow((5.0 + tf.cast(i + 1, tf.float32)) / 6.0, alpha)
@@ -288,10 +302,10 @@ def beam_search_buffers(
         if last_id_only:
             tf.nest.map_structure(lambda new, old: new.set_shape(old.shape), new_states,
                                   flat_states)
-        return (i + 1,) + outputs
+        return (i + 1,) + outputs + (unordered,)
 
     def _is_not_finished(i, alive_seq, alive_log_probs, finished_seq, finished_scores,
-                         finished_flags, flat_states):
+                         finished_flags, flat_states, unordered):
         # The best alive hypothesis can at most keep its log-prob and get the largest
         # length-penalty divisor; if a finished score already beats that everywhere, stop.
         max_length_penalty = tf.pow((5.0 + tf.cast(decode_length, tf.float32)) / 6.0, alpha)
@@ -306,12 +320,13 @@ def beam_search_buffers(
         return tf.logical_and(tf.less(i, decode_length), tf.logical_not(bound_is_met))
 
     loop_vars = [tf.constant(0), alive_seq, alive_log_probs, finished_seq, finished_scores,
-                 finished_flags, flat_states]
-    invariants = [v.shape for v in loop_vars[:-1]]
+                 finished_flags, flat_states, unordered_states if has_unordered else {}]
+    invariants = [v.shape for v in loop_vars[:-2]]
     invariants.append(tf.nest.map_structure(
         (lambda s: s.shape) if last_id_only else state_shape_invariant, flat_states))
+    invariants.append(tf.nest.map_structure(state_shape_invariant, loop_vars[-1]))
     (steps, alive_seq, alive_log_probs, finished_seq, finished_scores, finished_flags,
-     flat_states) = tf.while_loop(
+     flat_states, _) = tf.while_loop(
         _is_not_finished, inner_loop, loop_vars, shape_invariants=invariants,
         parallel_iterations=1,
     )
