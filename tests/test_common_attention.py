@@ -200,3 +200,21 @@ def test_attention_dropout_broadcast_and_errors():
     assert not np.allclose(layer(x, training=True), layer(x))
     with pytest.raises(ValueError, match="not divisible by num_heads 3"):
         common_attention.MultiheadAttention(3, 8)
+
+
+def test_small_tensor_permutations_equal_transposes():
+    """The decode step's permutations (a gather over merged axes; a reshape when the moved
+    axis has length 1) give exactly what tf.transpose gives."""
+    rng = np.random.default_rng(5)
+    x = tf.constant(rng.normal(size=(3, 4, 5, 2, 6)).astype(np.float32))
+    np.testing.assert_array_equal(common_attention._swap_axes_1_2(x),
+                                  tf.transpose(x, [0, 2, 1, 3, 4]))
+    one_position = tf.constant(rng.normal(size=(6, 1, 8)).astype(np.float32))
+    heads = common_attention.split_heads(one_position, 2)
+    np.testing.assert_array_equal(
+        heads, tf.transpose(tf.reshape(one_position, [6, 1, 2, 4]), [0, 2, 1, 3]))
+    np.testing.assert_array_equal(common_attention.combine_heads(heads), one_position)
+    grouped = common_attention._group_beams(tf.reshape(x, [12, 5, 2, 6]), 2)
+    assert grouped.shape == (6, 5, 4, 6)
+    np.testing.assert_array_equal(
+        common_attention._ungroup_beams(grouped, 2), tf.reshape(x, [12, 5, 2, 6]))

@@ -177,6 +177,9 @@ def split_heads(x: tf.Tensor, num_heads: int) -> tf.Tensor:
     """
     depth = x.shape[-1]
     shape = tf.shape(x)
+    if x.shape[1] == 1:
+        # One position (a decode step): moving a length-1 axis is a reshape, not a copy.
+        return tf.reshape(x, [shape[0], num_heads, 1, depth // num_heads])
     x = tf.reshape(x, [shape[0], shape[1], num_heads, depth // num_heads])
     return tf.transpose(x, [0, 2, 1, 3])
 
@@ -191,6 +194,8 @@ def combine_heads(x: tf.Tensor) -> tf.Tensor:
       [B, L, D].
     """
     num_heads, depth = x.shape[1], x.shape[3]
+    if x.shape[2] == 1:  # one position: a reshape (see split_heads)
+        return tf.reshape(x, [tf.shape(x)[0], 1, num_heads * depth])
     x = tf.transpose(x, [0, 2, 1, 3])
     shape = tf.shape(x)
     return tf.reshape(x, [shape[0], shape[1], num_heads * depth])
@@ -415,11 +420,28 @@ class MultiheadAttention(keras.layers.Layer):
         return config
 
 
+def _swap_axes_1_2(x: tf.Tensor) -> tf.Tensor:
+    """[A, M, N, ...] -> [A, N, M, ...] as a gather over the merged M * N axis.
+
+    For the small per-step tensors of decoding: oneDNN's Transpose costs ~50 us a call on
+    them, a gather ~6 us (measured in a loop of 1,000 on [32, 4, 4, 32]); same values.
+    """
+    shape = tf.shape(x)
+    m, n = shape[1], shape[2]
+    out_index = tf.range(m * n)  # output (j, i) at j * M + i reads input (i, j) at i * N + j
+    source = (out_index % m) * n + out_index // m
+    merged = tf.reshape(x, tf.concat([[shape[0], m * n], shape[3:]], axis=0))
+    y = tf.reshape(tf.gather(merged, source, axis=1),
+                   tf.concat([[shape[0], n, m], shape[3:]], axis=0))
+    y.set_shape([x.shape[0], x.shape[2], x.shape[1]] + x.shape[3:].as_list())
+    return y
+
+
 def _group_beams(x: tf.Tensor, beams) -> tf.Tensor:
     """[B * K, H, L, d] -> [B, H, K * L, d]: the K rows of each group become one row."""
     shape = tf.shape(x)
     x = tf.reshape(x, [shape[0] // beams, beams, shape[1], shape[2], shape[3]])
-    x = tf.transpose(x, [0, 2, 1, 3, 4])
+    x = _swap_axes_1_2(x)
     return tf.reshape(x, [shape[0] // beams, shape[1], beams * shape[2], shape[3]])
 
 
@@ -427,7 +449,7 @@ def _ungroup_beams(x: tf.Tensor, beams) -> tf.Tensor:
     """Inverse of `_group_beams`: [B, H, K * L, d] -> [B * K, H, L, d]."""
     shape = tf.shape(x)
     x = tf.reshape(x, [shape[0], shape[1], beams, shape[2] // beams, shape[3]])
-    x = tf.transpose(x, [0, 2, 1, 3, 4])
+    x = _swap_axes_1_2(x)
     return tf.reshape(x, [shape[0] * beams, shape[1], shape[2] // beams, shape[3]])
 
 
@@ -461,14 +483,13 @@ def _attend_beam_slots(q: tf.Tensor, k: tf.Tensor, v: tf.Tensor, cache: dict,
     shape = tf.shape(cache["k"])
     batch, beams = shape[0], shape[2]
 
-    def to_heads(x):  # [B * K, 1, H * d] -> [B, H, K, 1, d]
-        x = tf.reshape(x, [batch, beams, num_heads, 1, x.shape[-1] // num_heads])
-        return tf.transpose(x, [0, 2, 1, 3, 4])
+    def to_heads(x):  # [B * K, 1, H * d] -> [B, H, K, d]
+        return _swap_axes_1_2(tf.reshape(x, [batch, beams, num_heads, x.shape[-1] // num_heads]))
 
-    keys = tf.concat([cache["k"], to_heads(k)], axis=3)
-    values = tf.concat([cache["v"], to_heads(v)], axis=3)
+    keys = tf.concat([cache["k"], to_heads(k)[:, :, :, tf.newaxis]], axis=3)
+    values = tf.concat([cache["v"], to_heads(v)[:, :, :, tf.newaxis]], axis=3)
     length = tf.shape(keys)[3]
-    q = to_heads(q)[:, :, :, 0] * tf.cast(depth_per_head**-0.5, q.dtype)  # [B, H, K, d]
+    q = to_heads(q) * tf.cast(depth_per_head**-0.5, q.dtype)  # [B, H, K, d]
     all_logits = tf.matmul(q, tf.reshape(keys, [batch, num_heads, beams * length, -1]),
                            transpose_b=True)
     all_logits = tf.reshape(all_logits, [batch, num_heads, beams, beams, length])
@@ -477,7 +498,7 @@ def _attend_beam_slots(q: tf.Tensor, k: tf.Tensor, v: tf.Tensor, cache: dict,
                          [batch, num_heads, beams, beams * length])
     x = tf.matmul(weights, tf.reshape(values, [batch, num_heads, beams * length, -1]))
     # [B, H, K, d] -> [B * K, 1, H * d] (combine_heads of the ungrouped rows).
-    x = tf.reshape(tf.transpose(x, [0, 2, 1, 3]), [batch * beams, 1, v.shape[-1]])
+    x = tf.reshape(_swap_axes_1_2(x), [batch * beams, 1, v.shape[-1]])
     return x, {"k": keys, "v": values, "slot_mask": own}
 
 
