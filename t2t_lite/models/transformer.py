@@ -551,14 +551,16 @@ class Transformer(keras.Model):
             slots = beam_size if beam_size > 1 and not fixed else None
             fn = self._fast_symbols_to_logits_fn(memory_kv, encdec_bias, buffers, matrices,
                                                  fixed_cache=fixed, beam_slots=slots)
-            states = self.init_decode_cache(batch_size, buffers if fixed else 0)
             if slots:
                 # [B, T, 1]: states may grow along every axis but the last (t2t's invariant).
                 states = {"slots": tf.zeros([batch_size, 0, 1], tf.int32)}
                 unordered = self.init_beam_slot_storage(batch_size, beam_size)
+            else:
+                states = self.init_decode_cache(batch_size, buffers if fixed else 0)
+                unordered = None
         else:
             fn = self._slow_symbols_to_logits_fn(encoder_output, encdec_bias, matrices)
-            states = {}
+            states, unordered = {}, None
         if beam_size == 1:
             outputs, scores, steps = self._greedy(
                 fn, batch_size, max_length, states, full_ids=not use_cache, eos_id=eos_id,
