@@ -203,8 +203,8 @@ def test_attention_dropout_broadcast_and_errors():
 
 
 def test_small_tensor_permutations_equal_transposes():
-    """The decode step's permutations (a gather over merged axes; a reshape when the moved
-    axis has length 1) give exactly what tf.transpose gives."""
+    """The decode step's permutations (a gather over merged axes; head splits of one
+    position) give exactly what tf.transpose gives."""
     rng = np.random.default_rng(5)
     x = tf.constant(rng.normal(size=(3, 4, 5, 2, 6)).astype(np.float32))
     np.testing.assert_array_equal(common_attention._swap_axes_1_2(x),

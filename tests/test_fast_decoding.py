@@ -14,6 +14,11 @@ TINY = "hidden_size=16,filter_size=32,num_heads=4,num_hidden_layers=2,symbol_mod
 INPUTS = np.array([[5, 9, 3, 7, 11, 1], [4, 8, 2, 1, 0, 0], [6, 1, 0, 0, 0, 0]], np.int32)
 
 
+# Beam cases of the random-model comparisons: one beam of the pre-norm default, and three of
+# the post-norm ("none"/"dan") layout.
+BEAM_CASES = [(1, ""), (3, ",layer_preprocess_sequence=none,layer_postprocess_sequence=dan")]
+
+
 def random_model(overrides="", vocab=(31, 31), seed=0):
     keras.utils.set_random_seed(seed)
     model = Transformer(create_hparams("transformer_tiny", TINY + overrides), *vocab)
@@ -50,8 +55,7 @@ def test_cached_greedy_equals_full_recompute(overrides, vocab):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("top_beams, overrides", [
-    (1, ""), (3, ",layer_preprocess_sequence=none,layer_postprocess_sequence=dan")])
+@pytest.mark.parametrize("top_beams, overrides", BEAM_CASES)
 def test_cached_beam_equals_full_recompute(top_beams, overrides):
     model = random_model(overrides, vocab=(37, 29), seed=1)
     kwargs = {"decode_length": 5, "beam_size": 3, "alpha": 0.6, "top_beams": top_beams}
@@ -146,8 +150,7 @@ def test_xla_compiled_beam_equals_graph_beam(trained):
     np.testing.assert_array_equal(row[:12], data["greedy_outputs"][2, :12])
 
 
-@pytest.mark.parametrize("top_beams, overrides", [
-    (1, ""), (3, ",layer_preprocess_sequence=none,layer_postprocess_sequence=dan")])
+@pytest.mark.parametrize("top_beams, overrides", BEAM_CASES)
 def test_xla_beam_on_random_models(top_beams, overrides):
     model = random_model(overrides, vocab=(37, 29), seed=1)
     kwargs = {"decode_length": 5, "beam_size": 3, "alpha": 0.6, "top_beams": top_beams}

@@ -177,9 +177,6 @@ def split_heads(x: tf.Tensor, num_heads: int) -> tf.Tensor:
     """
     depth = x.shape[-1]
     shape = tf.shape(x)
-    if x.shape[1] == 1:
-        # One position (a decode step): moving a length-1 axis is a reshape, not a copy.
-        return tf.reshape(x, [shape[0], num_heads, 1, depth // num_heads])
     x = tf.reshape(x, [shape[0], shape[1], num_heads, depth // num_heads])
     return tf.transpose(x, [0, 2, 1, 3])
 
@@ -194,8 +191,6 @@ def combine_heads(x: tf.Tensor) -> tf.Tensor:
       [B, L, D].
     """
     num_heads, depth = x.shape[1], x.shape[3]
-    if x.shape[2] == 1:  # one position: a reshape (see split_heads)
-        return tf.reshape(x, [tf.shape(x)[0], 1, num_heads * depth])
     x = tf.transpose(x, [0, 2, 1, 3])
     shape = tf.shape(x)
     return tf.reshape(x, [shape[0], shape[1], num_heads * depth])
@@ -484,7 +479,7 @@ def _attend_beam_slots(q: tf.Tensor, k: tf.Tensor, v: tf.Tensor, cache: dict,
     batch, beams = shape[0], shape[2]
 
     def to_heads(x):  # [B * K, 1, H * d] -> [B, H, K, d]
-        return _swap_axes_1_2(tf.reshape(x, [batch, beams, num_heads, x.shape[-1] // num_heads]))
+        return _group_beams(split_heads(x, num_heads), beams)
 
     keys = tf.concat([cache["k"], to_heads(k)[:, :, :, tf.newaxis]], axis=3)
     values = tf.concat([cache["v"], to_heads(v)[:, :, :, tf.newaxis]], axis=3)

@@ -344,6 +344,19 @@ class Transformer(keras.Model):
     # ----------------------------------------------------------------------------------------
     # Decoding.
 
+    def _self_attention_zeros(self, shape_fn) -> dict[str, dict[str, tf.Tensor]]:
+        """{"layer_{l}": {"k", "v"}} zeros of shape `shape_fn(heads, depth per head)` in each
+        decoder self-attention's compute dtype (bfloat16/float16 under a mixed policy)."""
+        zeros = {}
+        for layer in self.body.decoder.layers_:
+            attention = layer.self_attention
+            heads = attention.num_heads
+            zeros[layer.name] = {
+                name: tf.zeros(shape_fn(heads, depth // heads), attention.compute_dtype)
+                for name, depth in (("k", attention.key_depth), ("v", attention.value_depth))
+            }
+        return zeros
+
     def init_decode_cache(self, batch_size, max_length) -> dict[str, dict[str, tf.Tensor]]:
         """Preallocated, zero self-attention caches for fast decoding.
 
@@ -356,18 +369,8 @@ class Transformer(keras.Model):
           {"layer_{l}": {"k": [B, H, M, Dk/H], "v": [B, H, M, Dv/H]}} zeros of the attention
           layers' compute dtype.
         """
-        cache = {}
-        for layer in self.body.decoder.layers_:
-            attention = layer.self_attention
-            heads = attention.num_heads
-            dtype = attention.compute_dtype  # bfloat16/float16 under a mixed precision policy
-            cache[layer.name] = {
-                "k": tf.zeros([batch_size, heads, max_length, attention.key_depth // heads],
-                              dtype),
-                "v": tf.zeros([batch_size, heads, max_length, attention.value_depth // heads],
-                              dtype),
-            }
-        return cache
+        return self._self_attention_zeros(
+            lambda heads, depth: [batch_size, heads, max_length, depth])
 
     def init_beam_slot_storage(self, batch_size, beam_size: int) -> dict[str, dict[str, tf.Tensor]]:
         """Empty per-slot key/value storage for beam search (see `_fast_symbols_to_logits_fn`).
@@ -375,16 +378,8 @@ class Transformer(keras.Model):
         Returns:
           {"layer_{l}": {"k": [B, H, K, 0, Dk/H], "v": [B, H, K, 0, Dv/H]}}.
         """
-        storage = {}
-        for layer in self.body.decoder.layers_:
-            attention = layer.self_attention
-            heads = attention.num_heads
-            storage[layer.name] = {
-                name: tf.zeros([batch_size, heads, beam_size, 0, depth // heads],
-                               attention.compute_dtype)
-                for name, depth in (("k", attention.key_depth), ("v", attention.value_depth))
-            }
-        return storage
+        return self._self_attention_zeros(
+            lambda heads, depth: [batch_size, heads, beam_size, 0, depth])
 
     def _fast_symbols_to_logits_fn(self, memory_kv, encdec_bias, max_length, matrices,
                                    fixed_cache: bool = False, beam_slots: int | None = None):
@@ -570,25 +565,20 @@ class Transformer(keras.Model):
                 return {"outputs": outputs, "scores": scores, "steps": steps}
             return {"outputs": outputs[:, :steps], "scores": scores}
         initial_ids = tf.zeros([batch_size], tf.int32)
-        if buffer_length is None and use_cache:
+        if use_cache:
             ids, scores, _, steps = beam_search.beam_search_buffers(
                 fn, initial_ids, beam_size, max_length, self.vocab_size, alpha,
                 states=states, eos_id=eos_id, stop_early=top_beams == 1,
-                unordered_states=unordered,
+                max_decode_length=buffer_length, unordered_states=unordered,
             )
-            ids = ids[:, :, 1: steps + 1]  # the start column; t2t's length
-        elif buffer_length is None:
+            # Without the start column; t2t's length (the steps run) unless the caller
+            # wants the static buffer (XLA).
+            ids = ids[:, :, 1:] if buffer_length is not None else ids[:, :, 1: steps + 1]
+        else:
             ids, scores, _ = beam_search.beam_search(
                 fn, initial_ids, beam_size, max_length, self.vocab_size,
                 alpha, states=states, eos_id=eos_id, stop_early=top_beams == 1,
             )
-        else:
-            ids, scores, _, steps = beam_search.beam_search_buffers(
-                fn, initial_ids, beam_size, max_length, self.vocab_size, alpha,
-                states=states, eos_id=eos_id, stop_early=top_beams == 1,
-                max_decode_length=buffer_length,
-            )
-            ids = ids[:, :, 1:]  # the start column
         result = {"outputs": ids[:, :top_beams], "scores": scores[:, :top_beams]}
         if top_beams == 1:
             result = {"outputs": ids[:, 0], "scores": scores[:, 0]}
