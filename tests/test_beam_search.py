@@ -389,6 +389,33 @@ def test_top_k_exact_equals_top_k_with_ties(rows, length, k):
         np.testing.assert_array_equal(got[0], expected.values)
 
 
+@pytest.mark.parametrize("vocab,beams", [(8192, 4), (2048, 2), (1000, 4), (4096, 1)])
+def test_best_extensions_equal_top_k_of_all_scores(vocab, beams):
+    """The chunked extension scores return t2t's top 2K of all K * V scores bit for bit:
+    ties inside and across hypotheses (few distinct logits), -INF hypotheses (step 0),
+    an odd length penalty; a vocab without a usable chunk (1000) takes the direct path."""
+    rng = np.random.RandomState(vocab + beams)
+    count = 2 * beams
+    fn = tf.function(lambda x, a, p: beam_search.best_extensions(x, a, p, count))
+    for distinct in (4, 100, None):
+        if distinct is None:
+            logits = rng.normal(scale=3.0, size=(3, beams, vocab)).astype(np.float32)
+        else:
+            logits = rng.randint(0, distinct, size=(3, beams, vocab)).astype(np.float32)
+        logits[1, 0, -1] = 50.0  # the best logit in the last chunk of a row
+        logits[2] = logits[2, :1]  # identical hypotheses: every score tied across beams
+        alive = rng.normal(size=(3, beams)).astype(np.float32) * 4
+        alive[0, 1:] = -beam_search.INF
+        alive[2] = alive[2, 0]
+        penalty = tf.constant(1.37, tf.float32)
+        scores = (beam_search.log_prob_from_logits(tf.constant(logits))
+                  + alive[:, :, None]) / penalty
+        expected = tf.math.top_k(tf.reshape(scores, [3, beams * vocab]), k=count)
+        got = fn(tf.constant(logits), tf.constant(alive), penalty)
+        np.testing.assert_array_equal(got[1], expected.indices)
+        np.testing.assert_array_equal(got[0], expected.values)
+
+
 def test_top_k_exact_chunks():
     # A divisor near sqrt(length / k) leaving at least 2k chunks; none for short or prime rows.
     assert beam_search._chunk_length(32768, 8) == 64

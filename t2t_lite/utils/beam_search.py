@@ -23,8 +23,9 @@ step by the parent beam of each new alive hypothesis (t2t gathers them twice, to
 candidates and then to the K survivors, which selects the same rows). The states may grow
 along every axis but the last, as in t2t (its shape invariants), e.g. key/value caches that
 append a position per step; `unordered_states` are carried without reordering (for storage
-that the step function indexes itself). The top 2K of the `[B, K * V]` scores come from `top_k_exact`
-(the same values and indices as `tf.math.top_k`, in a fraction of its time on CPU). The output
+that the step function indexes itself). The top 2K of the `[B, K * V]` scores come from
+`best_extensions` (the same values and indices as `tf.math.top_k` over all scores, computing
+the scores of a few chunks only). The output
 keeps t2t's length: the number of steps actually run.
 `beam_search_buffers` is the same search with every shape static, for XLA.
 """
@@ -255,11 +256,9 @@ def beam_search_buffers(
         else:
             flat_logits, new_states = symbols_to_logits_fn(flat_ids, i, flat_states)
         logits = tf.reshape(tf.cast(flat_logits, tf.float32), [batch_size, k, vocab_size])
-        log_probs = log_prob_from_logits(logits) + tf.expand_dims(alive_log_probs, axis=2)
         length_penalty = tf.pow((5.0 + tf.cast(i + 1, tf.float32)) / 6.0, alpha)
-        curr_scores = log_probs / length_penalty
-        flat_scores = tf.reshape(curr_scores, [batch_size, k * vocab_size])
-        topk_scores, topk_flat_ids = top_k_exact(flat_scores, 2 * k)
+        topk_scores, topk_flat_ids = best_extensions(logits, alive_log_probs,
+                                                     length_penalty, 2 * k)
         topk_log_probs = topk_scores * length_penalty
         topk_beam_index = topk_flat_ids // vocab_size
         topk_ids = topk_flat_ids % vocab_size
@@ -381,6 +380,70 @@ def top_k_exact(values: tf.Tensor, k: int) -> tuple[tf.Tensor, tf.Tensor]:
     top_values, positions = tf.math.top_k(candidates, k=k)
     indices = tf.gather(best_chunks, positions // chunk, batch_dims=1) * chunk + positions % chunk
     return top_values, indices
+
+
+def best_extensions(logits: tf.Tensor, alive_log_probs: tf.Tensor, length_penalty: tf.Tensor,
+                    count: int) -> tuple[tf.Tensor, tf.Tensor]:
+    """The `count` best one-token extensions of each batch element's K hypotheses.
+
+    Equal, values and indices, ties included, to t2t's
+    `top_k(reshape((log_prob_from_logits(logits) + alive_log_probs[:, :, None]) /
+    length_penalty, [B, K * V]), count)`, but the score is computed on a few chunks of
+    each row instead of all K * V logits. The score f(x) = ((x - logsumexp) + alive) /
+    penalty is a non-decreasing function of the logit within a hypothesis row, so the
+    score of a chunk's best logit is the chunk's best score, exactly (rounding included);
+    ranking the chunks by that score and scoring only the `count` best, gathered in index
+    order, is `top_k_exact` on the scores. The row maximum for the logsumexp is the maximum
+    of the chunk maxima, so the logits are read four times (chunk maxima, subtract, exp,
+    sum) where scoring every logit reads them about eight times.
+
+    Args:
+      logits: float32 [B, K, V], V static.
+      alive_log_probs: float32 [B, K].
+      length_penalty: float32 scalar, > 0.
+      count: int, the number of extensions to return (2K in beam search).
+
+    Returns:
+      (scores float32 [B, count] sorted best first, flat ids int32 [B, count]: beam * V +
+      token).
+    """
+    batch, beams = tf.shape(logits)[0], tf.shape(logits)[1]
+    vocab = logits.shape[-1]
+    chunk = _chunk_length(vocab, count) if isinstance(vocab, int) else None
+    if chunk is None:
+        log_probs = log_prob_from_logits(logits) + tf.expand_dims(alive_log_probs, axis=2)
+        flat_scores = tf.reshape(log_probs / length_penalty, [batch, beams * vocab])
+        return top_k_exact(flat_scores, count)
+    chunks_per_row = vocab // chunk
+    chunks = tf.reshape(logits, [batch, beams, chunks_per_row, chunk])
+    chunk_max = tf.reduce_max(chunks, axis=3)  # [B, K, V / c]
+    # tf.reduce_logsumexp(logits, axis=-1, keepdims=True), op for op, with its row maximum
+    # taken from the chunk maxima (the same value).
+    raw_max = tf.reduce_max(chunk_max, axis=2, keepdims=True)
+    row_max = tf.stop_gradient(tf.where(tf.math.is_finite(raw_max), raw_max, 0.0))
+    logsumexp = tf.math.log(tf.reduce_sum(tf.exp(logits - row_max), axis=2, keepdims=True))
+    logsumexp = logsumexp + row_max  # [B, K, 1]
+    offset = tf.expand_dims(alive_log_probs, axis=2)
+
+    def score(x, logsumexp, offset):
+        return ((x - logsumexp) + offset) / length_penalty
+
+    chunk_scores = tf.reshape(score(chunk_max, logsumexp, offset),
+                              [batch, beams * chunks_per_row])
+    _, best_chunks = tf.math.top_k(chunk_scores, k=count)
+    best_chunks = tf.sort(best_chunks, axis=1)  # index order keeps ties to the lower index
+    candidates = tf.gather(tf.reshape(chunks, [batch, beams * chunks_per_row, chunk]),
+                           best_chunks, batch_dims=1)  # [B, count, c]
+    beam_of_chunk = best_chunks // chunks_per_row
+    candidate_scores = score(
+        candidates,
+        tf.gather(logsumexp[:, :, 0], beam_of_chunk, batch_dims=1)[:, :, tf.newaxis],
+        tf.gather(alive_log_probs, beam_of_chunk, batch_dims=1)[:, :, tf.newaxis])
+    top_scores, positions = tf.math.top_k(
+        tf.reshape(candidate_scores, [batch, count * chunk]), k=count)
+    flat_ids = (tf.gather(best_chunks, positions // chunk, batch_dims=1) * chunk
+                + positions % chunk)
+    return top_scores, flat_ids
 
 
 def state_shape_invariant(tensor: tf.Tensor) -> tf.TensorShape:
