@@ -10,7 +10,8 @@ is its SubwordTextEncoder file. The first `--lines` lines of the toy WMT dev set
 with beam 4, alpha 0.6 (t2t's defaults, 32 sentences per batch, sorted by length) by:
 
 * t2t_lite's in-process decoder (`decoding.decode_lines`, TensorFlow on all cores);
-* CTranslate2 fp32 and int8 (`ct2.Translator`, `--threads` intra-op threads);
+* CTranslate2 fp32 and int8 (`ct2.Translator`, `--inter_threads` batches in parallel of
+  `--threads` intra-op threads each; by default one thread per batch, a batch per core);
 * t2t-decoder of tensor2tensor 1.15.7 (../shared/t2t_speed/t2t_run.py, with its usr_dir problem
   translate_toy_ende8k over `--t2t_data_dir`), when `--t2t_python` is given: its own
   "Elapsed Time" (decoding, after graph building and checkpoint loading) and the whole process.
@@ -82,7 +83,11 @@ def main() -> None:
     parser.add_argument("--beam_size", type=int, default=4)
     parser.add_argument("--alpha", type=float, default=0.6)
     parser.add_argument("--extra_length", type=int, default=100)
-    parser.add_argument("--threads", type=int, default=2, help="CTranslate2 intra threads")
+    parser.add_argument("--threads", type=int, default=0,
+                        help="CTranslate2 intra threads (0: ct2.Translator's choice, 1 on CPU)")
+    parser.add_argument("--inter_threads", type=int, default=0,
+                        help="CTranslate2 batches in parallel (0: ct2.Translator's choice, the "
+                        "cores / intra threads on CPU)")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--t2t_python", default=None)
     parser.add_argument("--t2t_data_dir", default=None)
@@ -116,8 +121,9 @@ def main() -> None:
         # return_beams: "text\tscore\ttext\tscore..." -> best text and its score.
         return [(r.split("\t")[0], float(r.split("\t")[1])) for r in records]
 
-    translators = {"fp32": ct2.Translator(fp32_dir, intra_threads=args.threads),
-                   "int8": ct2.Translator(int8_dir, intra_threads=args.threads)}
+    threads = {"inter_threads": args.inter_threads, "intra_threads": args.threads}
+    translators = {"fp32": ct2.Translator(fp32_dir, **threads),
+                   "int8": ct2.Translator(int8_dir, **threads)}
 
     def engine(name: str, beam_size: int, subset=None, **options):
         hyps = translators[name].translate(subset or lines, beam_size=beam_size,
@@ -149,7 +155,8 @@ def main() -> None:
 
     base = rows.get("t2t-decoder (tensor2tensor 1.15.7)", rows["t2t_lite (TensorFlow)"])[0]
     print(f"\n{len(lines)} lines, beam {args.beam_size}, alpha {args.alpha}; "
-          f"CTranslate2 intra_threads={args.threads}")
+          f"CTranslate2 threads (inter x intra) "
+          f"{' x '.join(map(str, ct2.thread_counts('cpu', args.inter_threads, args.threads)))}")
     print("| engine | decode s | sentences/s | target tokens/s | vs t2t-decoder | BLEU |")
     print("| --- | --- | --- | --- | --- | --- |")
     for name, (seconds, outputs) in rows.items():

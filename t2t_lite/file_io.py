@@ -17,9 +17,37 @@ from typing import Any
 Content = str | bytes | Iterable[str]
 
 
-def _gfile() -> Any:
-    # Imported on first write, not with this module: text_encoder and decoding import file_io
-    # and also serve the CTranslate2 Translator, which runs without TensorFlow.
+class _LocalFiles:
+    """The few `tf.io.gfile` calls used here, for local paths: writing a local file needs no
+    TensorFlow (the CTranslate2 decode path runs without it)."""
+
+    makedirs = staticmethod(lambda path: os.makedirs(path, exist_ok=True))
+    exists = staticmethod(os.path.exists)
+    remove = staticmethod(os.remove)
+
+    @staticmethod
+    def GFile(path: str, mode: str):
+        # As GFile: text is UTF-8 without newline translation.
+        if "b" in mode:
+            return open(path, mode)
+        return open(path, mode, encoding="utf-8", newline="")
+
+    @staticmethod
+    def rename(source: str, target: str, overwrite: bool = False) -> None:
+        if not overwrite and os.path.exists(target):
+            raise FileExistsError(target)
+        os.replace(source, target)
+
+
+def _gfile(path: str) -> Any:
+    """`tf.io.gfile` for a path with a scheme (gs://, hdfs://, ram://...), else local files.
+
+    TensorFlow is imported on the first such write, not with this module: text_encoder and
+    decoding import file_io and also serve the CTranslate2 Translator, which runs without
+    TensorFlow.
+    """
+    if "://" not in path:
+        return _LocalFiles
     import tensorflow as tf
 
     return tf.io.gfile
@@ -45,7 +73,7 @@ def atomic_open(path: str, mode: str = "w") -> Iterator[Any]:
     """
     if mode not in ("w", "wb"):
         raise ValueError(f"atomic_open: mode must be 'w' or 'wb', got {mode!r}")
-    gfile = _gfile()
+    gfile = _gfile(path)
     directory = os.path.dirname(path)
     if directory:
         gfile.makedirs(directory)

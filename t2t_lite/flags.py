@@ -174,8 +174,11 @@ flags.DEFINE_string(
     "--decode_engine=ctranslate2: CTranslate2 compute type (default = the saved weights' "
     "type; int8, int8_float32, float16, bfloat16, float32, ...).")
 flags.DEFINE_integer(
-    "ct2_intra_threads", 0, "--decode_engine=ctranslate2: threads per batch (0 = CTranslate2's "
-    "default).")
+    "ct2_intra_threads", 0, "--decode_engine=ctranslate2: threads per batch (0: 1 on CPU, "
+    "CTranslate2's default on GPU).")
+flags.DEFINE_integer(
+    "ct2_inter_threads", 0, "--decode_engine=ctranslate2: batches decoded in parallel (0: on "
+    "CPU the usable cores / ct2_intra_threads, on GPU 1).")
 flags.DEFINE_float(
     "ct2_patience", 1.0,
     "--decode_engine=ctranslate2: beam search ends after beam_size * patience finished "

@@ -188,9 +188,13 @@ def test_int8_export_is_smaller_and_translates(tmp_path):
 
 
 # ----------------------------------------------------------------- t2t's fixture checkpoint
-def _run_py(*args: str) -> subprocess.CompletedProcess:
-    result = subprocess.run([sys.executable, str(REPO_ROOT / "run.py"), *args],
-                            capture_output=True, text=True, timeout=300, cwd=REPO_ROOT,
+def _run_py(*args: str, without_tensorflow: bool = False) -> subprocess.CompletedProcess:
+    command = [sys.executable, str(REPO_ROOT / "run.py"), *args]
+    if without_tensorflow:  # `import tensorflow` raises ImportError in that process
+        command = [sys.executable, "-c",
+                   ("import runpy, sys; sys.modules['tensorflow'] = None; "
+                   f"sys.argv = {command[1:]!r}; runpy.run_path(sys.argv[0], run_name='__main__')")]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=REPO_ROOT,
                             check=False)
     assert result.returncode == 0, result.stderr[-3000:]
     return result
@@ -211,9 +215,11 @@ def test_t2t_checkpoint_exported_by_run_py_decodes_like_t2t_lite(t2t_fixtures, w
             f"--data_dir={data_dir}", "--hparams_set=transformer_tiny",
             f"--checkpoint_path={t2t_fixtures / 'ckpt_A_trained'}", f"--export_dir={export_dir}")
     hyp = tmp_path / "hyp.txt"
+    # Serving needs no TensorFlow: the decode process runs with its import blocked.
     _run_py("--mode=decode", "--decode_engine=ctranslate2", f"--export_dir={export_dir}",
             "--decode_hparams=beam_size=1,extra_length=20", f"--decode_from_file={source}",
-            f"--decode_to_file={hyp}")
+            f"--decode_to_file={hyp}", f"--decode_reference={source}",
+            without_tensorflow=True)
     got = hyp.read_text(encoding="utf-8").splitlines()
 
     encoder = text_encoder.SubwordTextEncoder(str(t2t_fixtures / VOCAB))
@@ -234,3 +240,39 @@ def test_t2t_checkpoint_exported_by_run_py_decodes_like_t2t_lite(t2t_fixtures, w
     assert max(len(row) for row in nbest) == 3
     for row in nbest:
         assert [h.score for h in row] == sorted((h.score for h in row), reverse=True)
+
+
+def test_translate_queues_batches_in_parallel_and_keeps_input_order(tmp_path):
+    """`translate` queues every batch at once on 2 workers; the result equals translating
+    t2t-decoder's sorted batches one by one (each with its own decode length), in input
+    order."""
+    model = _tiny_model("")
+    inputs = _encoder(tmp_path, "in.subwords", model.input_vocab_size)
+    export_dir = ct2.export(model, str(tmp_path / "ct2"), inputs, inputs)
+    rng = np.random.RandomState(0)
+    lines = [" ".join(f"t{i}" for i in rng.randint(1, 30, size=rng.randint(1, 9)))
+             for _ in range(11)]
+    parallel = ct2.Translator(export_dir, inter_threads=2, intra_threads=1)
+    got = parallel.translate(lines, beam_size=2, extra_length=6, batch_size=3)
+
+    one_by_one = ct2.Translator(export_dir, inter_threads=1, intra_threads=1)
+    sorted_lines, keys = decoding.sort_inputs(lines)
+    expected = []
+    for start in range(0, len(lines), 3):
+        expected += one_by_one.translate_ids(
+            [inputs.encode(text) for text in sorted_lines[start:start + 3]], beam_size=2,
+            extra_length=6)
+    expected = [expected[keys[i]] for i in range(len(lines))]
+    assert [[(h.ids, h.score) for h in row] for row in got] == \
+        [[(h.ids, h.score) for h in row] for row in expected]
+    assert len({len(row[0].ids) for row in got}) > 1  # not all one trivial output
+
+
+def test_thread_counts():
+    cores = len(os.sched_getaffinity(0))
+    assert ct2.thread_counts("cpu", 0, 0) == (cores, 1)
+    assert ct2.thread_counts("cpu", 3, 0) == (3, 1)
+    assert ct2.thread_counts("cpu", 0, 2) == (max(1, cores // 2), 2)
+    assert ct2.thread_counts("cuda", 0, 0) == (1, 0)
+    with pytest.raises(UserError, match="inter_threads=-1"):
+        ct2.thread_counts("cpu", -1, 0)

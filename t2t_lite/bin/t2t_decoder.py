@@ -141,8 +141,8 @@ def decode_ctranslate2(flags) -> str:
 
     Args:
       flags: absl FLAGS (export_dir or output_dir, decode_from_file, decode_to_file,
-        decode_hparams, decode_reference, ct2_device, ct2_compute_type, ct2_intra_threads,
-        ct2_patience, ct2_length_penalty).
+        decode_hparams, decode_reference, ct2_device, ct2_compute_type, ct2_inter_threads,
+        ct2_intra_threads, ct2_patience, ct2_length_penalty).
 
     Returns:
       The decodes file written.
@@ -168,6 +168,7 @@ def decode_ctranslate2(flags) -> str:
         raise UserError(f"--decode_from_file={filename}: no such file")
     translator = ct2.Translator(ct2.default_model_dir(flags.export_dir, flags.output_dir),
                                 device=flags.ct2_device, compute_type=flags.ct2_compute_type,
+                                inter_threads=flags.ct2_inter_threads,
                                 intra_threads=flags.ct2_intra_threads)
     lines = read_inputs(filename, decode_hp.delimiter)
     hypotheses = translator.translate(

@@ -14,8 +14,6 @@ import tempfile
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-import tensorflow as tf
-
 from t2t_lite.errors import UserError
 
 # hparams that must be > 0, >= 0, or in [0, 1) when present.
@@ -96,7 +94,15 @@ def check_output_dir(flag: str, path: str | None) -> None:
     Raises:
       UserError: "--output_dir=/x is a file, not a directory".
     """
-    if path and tf.io.gfile.exists(path) and not tf.io.gfile.isdir(path):
+    if not path:
+        return
+    if "://" not in path:
+        if os.path.exists(path) and not os.path.isdir(path):
+            raise UserError(f"--{flag}={path} is a file, not a directory")
+        return
+    import tensorflow as tf
+
+    if tf.io.gfile.exists(path) and not tf.io.gfile.isdir(path):
         raise UserError(f"--{flag}={path} is a file, not a directory")
 
 
@@ -149,6 +155,8 @@ def explain_ids_out_of_vocab(source: str, advice: str) -> Iterator[None]:
       source: what held the id, e.g. "the training data in --data_dir=d".
       advice: what to do, e.g. "regenerate it with --mode=datagen".
     """
+    import tensorflow as tf
+
     try:
         yield
     except tf.errors.InvalidArgumentError as e:
