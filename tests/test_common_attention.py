@@ -134,15 +134,18 @@ def test_self_attention_cache_equals_full_causal_attention(attention):
     np.testing.assert_array_equal(grown["v"], cache["v"][:, :, :4])
 
 
-def test_beam_slot_storage_equals_a_reordered_cache(attention):
+@pytest.mark.parametrize("block", [1, 2, 100])
+def test_beam_slot_storage_equals_a_reordered_cache(attention, block):
     """Beam search's slot storage (keys stay in the slot that wrote them, a slot mask picks
     each hypothesis' history) gives the outputs of a growing cache whose rows are copied to
-    their new beams after every step, with random parents (2 sentences, 3 beams)."""
+    their new beams after every step, with random parents (2 sentences, 3 beams), whether
+    the positions are settled every step, every 2 steps or never."""
     rng = np.random.default_rng(4)
     batch, beams, steps = 2, 3, 5
     rows = batch * beams
     reordered = {"k": tf.zeros([rows, 2, 0, 4]), "v": tf.zeros([rows, 2, 0, 4])}
-    storage = {"k": tf.zeros([batch, 2, beams, 0, 4]), "v": tf.zeros([batch, 2, beams, 0, 4])}
+    empty = tf.zeros([batch, 2, beams, 0, 4])
+    storage = {"k": empty, "v": empty, "k_recent": empty, "v_recent": empty}
     slot_ids = tf.zeros([rows, 0, 1], tf.int32)
     own_slot = tf.reshape(tf.range(rows) % beams, [rows, 1, 1])
     for _ in range(steps):
@@ -153,12 +156,15 @@ def test_beam_slot_storage_equals_a_reordered_cache(attention):
         assert mask.shape == (batch, 1, beams, beams, slot_ids.shape[1])
         got, cache = attention(x, cache=dict(storage, slot_mask=mask))
         np.testing.assert_allclose(got, expected, atol=1e-6)
-        storage = {"k": cache["k"], "v": cache["v"]}
+        storage = {part: cache[part] for part in storage}
+        # Settled every 2 positions: steps see 0-1 recent and 0-4 settled positions.
+        storage = common_attention.settle_beam_slots({"layer": storage}, block)["layer"]
         parents = (rng.integers(0, beams, size=(batch, beams))
                    + np.arange(batch)[:, None] * beams).reshape(-1)
         reordered = {name: tf.gather(t, parents) for name, t in reordered.items()}
         slot_ids = tf.gather(slot_ids, parents)
-    assert storage["k"].shape == (batch, 2, beams, steps, 4)
+    assert storage["k"].shape[3] + storage["k_recent"].shape[3] == steps
+    assert storage["k"].shape[3] == (steps // block) * block
 
 
 def test_memory_kv_equals_memory(attention):

@@ -458,43 +458,91 @@ def _attend_beam_slots(q: tf.Tensor, k: tf.Tensor, v: tf.Tensor, cache: dict,
     says which slot holds each earlier position of each hypothesis. The K queries of a
     sentence score all K slots' keys in one `[K, d] x [d, K * T]` matmul per head; the mask
     keeps each hypothesis' own history (exact: one term, the others exact zeros), and the
-    weights go back through the same mask to the values. A step thus appends its
-    keys/values once, where a reordered cache is copied twice (append, then reorder).
+    weights go back through the same mask to the values.
+
+    The storage is in two parts so that a step does not copy all earlier positions (a
+    growing tensor is copied whenever it grows): "settled" positions, grown a block at a
+    time by `settle_beam_slots`, and the "recent" ones since, to which the step appends.
+    Scores and values are read from both parts.
 
     Args:
       q, k, v: [B * K, 1, D] the step's projected query (unscaled), key and value; row
         b * K + j is hypothesis j of sentence b.
-      cache: {"k", "v": [B, H, K, T, d] storage (position t of slot s), "slot_mask":
-        [B, 1, K, K, T + 1] with 1 where hypothesis j's position t is in slot s (this
+      cache: {"k", "v": [B, H, K, S, d] settled storage (position s of slot j),
+        "k_recent", "v_recent": [B, H, K, R, d] the positions S..S + R - 1, "slot_mask":
+        [B, 1, K, K, S + R + 1] with 1 where hypothesis j's position t is in slot s (this
         step's position in the hypothesis' own slot)}.
       num_heads: H.
       depth_per_head: d of the keys, for the query scale.
 
     Returns:
       ([B * K, 1, H * d_v] attention output before the output transform, the cache with
-      the step's keys/values appended).
+      the step's keys/values appended to the recent part).
     """
     own = cache["slot_mask"]
     shape = tf.shape(cache["k"])
-    batch, beams = shape[0], shape[2]
+    batch, beams, settled = shape[0], shape[2], shape[3]
 
     def to_heads(x):  # [B * K, 1, H * d] -> [B, H, K, d]
         return _group_beams(split_heads(x, num_heads), beams)
 
-    keys = tf.concat([cache["k"], to_heads(k)[:, :, :, tf.newaxis]], axis=3)
-    values = tf.concat([cache["v"], to_heads(v)[:, :, :, tf.newaxis]], axis=3)
-    length = tf.shape(keys)[3]
+    recent_keys = tf.concat([cache["k_recent"], to_heads(k)[:, :, :, tf.newaxis]], axis=3)
+    recent_values = tf.concat([cache["v_recent"], to_heads(v)[:, :, :, tf.newaxis]], axis=3)
+    recent = tf.shape(recent_keys)[3]
     q = to_heads(q) * tf.cast(depth_per_head**-0.5, q.dtype)  # [B, H, K, d]
-    all_logits = tf.matmul(q, tf.reshape(keys, [batch, num_heads, beams * length, -1]),
-                           transpose_b=True)
-    all_logits = tf.reshape(all_logits, [batch, num_heads, beams, beams, length])
+
+    def scores(keys, length):  # [B, H, K, K, length]: query j against slot s, position t
+        # The depth is given (not -1): a part may hold no positions.
+        logits = tf.matmul(
+            q, tf.reshape(keys, [batch, num_heads, beams * length, keys.shape[-1]]),
+            transpose_b=True)
+        return tf.reshape(logits, [batch, num_heads, beams, beams, length])
+
+    all_logits = tf.concat([scores(cache["k"], settled), scores(recent_keys, recent)], axis=4)
     weights = tf.nn.softmax(tf.reduce_sum(all_logits * own, axis=3))  # [B, H, K, T]
-    weights = tf.reshape(weights[:, :, :, tf.newaxis, :] * own,
-                         [batch, num_heads, beams, beams * length])
-    x = tf.matmul(weights, tf.reshape(values, [batch, num_heads, beams * length, -1]))
+    settled_weights, recent_weights = tf.split(weights[:, :, :, tf.newaxis, :] * own,
+                                               tf.stack([settled, recent]), axis=4)
+
+    def read(slot_weights, values, length):  # [B, H, K, d]
+        return tf.matmul(tf.reshape(slot_weights, [batch, num_heads, beams, beams * length]),
+                         tf.reshape(values, [batch, num_heads, beams * length,
+                                             values.shape[-1]]))
+
+    x = read(settled_weights, cache["v"], settled) + read(recent_weights, recent_values, recent)
     # [B, H, K, d] -> [B * K, 1, H * d] (combine_heads of the ungrouped rows).
     x = tf.reshape(_swap_axes_1_2(x), [batch * beams, 1, v.shape[-1]])
-    return x, {"k": keys, "v": values, "slot_mask": own}
+    return x, {"k": cache["k"], "v": cache["v"], "k_recent": recent_keys,
+               "v_recent": recent_values, "slot_mask": own}
+
+
+def settle_beam_slots(storage: dict, block: int) -> dict:
+    """Moves the recent keys/values of beam-slot storage into the settled part once
+    `block` positions have gathered there (for every layer together).
+
+    Appending to one growing tensor copies all positions every step; appending to the
+    recent part copies fewer than `block`, and the settled part is copied once per
+    `block` steps.
+
+    Args:
+      storage: {layer: {"k", "v", "k_recent", "v_recent"}} as `_attend_beam_slots`
+        returns them (without "slot_mask"); every layer has the same number of recent
+        positions.
+      block: the number of recent positions that triggers the move.
+
+    Returns:
+      The same structure, settled when full.
+    """
+    some_layer = next(iter(storage.values()))
+    full = tf.equal(tf.shape(some_layer["k_recent"])[3], block)
+
+    def settle():
+        return {name: {"k": tf.concat([s["k"], s["k_recent"]], axis=3),
+                       "v": tf.concat([s["v"], s["v_recent"]], axis=3),
+                       "k_recent": s["k_recent"][:, :, :, :0],
+                       "v_recent": s["v_recent"][:, :, :, :0]}
+                for name, s in storage.items()}
+
+    return tf.cond(full, settle, lambda: storage)
 
 
 def beam_slot_mask(slots: tf.Tensor, beams: int, dtype) -> tf.Tensor:
