@@ -17,7 +17,9 @@ Differences from t2t, none of which changes the logits:
 * Fast decoding concatenates each step's keys/values to the caches, as t2t does. Beam search
   does not copy the caches to their new beams after each step (t2t gathers them): they
   stay in the beam slot that computed them and a slot-id table, reordered instead, picks
-  each hypothesis' history (`init_beam_slot_storage`); the K beams of a sentence also read
+  each hypothesis' history (`init_beam_slot_storage`; new positions gather in a small
+  recent part that moves into the settled part every `BEAM_SLOT_BLOCK` steps, so a step
+  does not copy all earlier positions); the K beams of a sentence also read
   its encoder output untiled. Only the XLA-compiled decoder (`infer(..., jit_compile=True)`),
   which needs static shapes, writes the keys/values into preallocated caches `[B, H,
   max_len, D/H]`; attention over the not-yet-written slots gets -1e9, i.e. exactly zero
