@@ -518,7 +518,7 @@ class Translator:
                 else:
                     ranked = [(ids, raw, raw) for ids, _, raw in ranked]
                 ranked.sort(key=lambda h: -h[1])
-            # Text only for what is returned: detokenizing is the slow part of this loop.
+            # Detokenized only when returned (beam search returns 1 of 4 by default).
             out.append([Hypothesis(self.targets_encoder.decode(ids), ids, score)
                         for ids, score, _ in ranked[:num_hypotheses]])
         return out
