@@ -253,6 +253,12 @@ def test_translate_queues_batches_in_parallel_and_keeps_input_order(tmp_path):
     lines = [" ".join(f"t{i}" for i in rng.randint(1, 30, size=rng.randint(1, 9)))
              for _ in range(11)]
     parallel = ct2.Translator(export_dir, inter_threads=2, intra_threads=1)
+    assert parallel.translator.num_translators == 2
+    # device="auto": the defaults of the device CTranslate2 picks (CPU: a worker per core).
+    auto = ct2.Translator(export_dir, device="auto")
+    on_gpu = ct2.import_ctranslate2().get_cuda_device_count() > 0
+    assert auto.translator.device == ("cuda" if on_gpu else "cpu")
+    assert auto.translator.num_translators == (1 if on_gpu else len(os.sched_getaffinity(0)))
     got = parallel.translate(lines, beam_size=2, extra_length=6, batch_size=3)
 
     one_by_one = ct2.Translator(export_dir, inter_threads=1, intra_threads=1)

@@ -412,7 +412,10 @@ class Translator:
         self._target_ids = {token: i for i, token in
                             enumerate(self.targets_encoder.all_subtoken_strings)}
         self.max_position = int(self.metadata["max_position"])
-        inter_threads, intra_threads = thread_counts(device, inter_threads, intra_threads)
+        runs_on = device
+        if device == "auto":  # CTranslate2's choice: CUDA when a GPU is visible
+            runs_on = "cuda" if ctranslate2.get_cuda_device_count() > 0 else "cpu"
+        inter_threads, intra_threads = thread_counts(runs_on, inter_threads, intra_threads)
         self.translator = ctranslate2.Translator(
             model_dir, device=device, compute_type=compute_type, inter_threads=inter_threads,
             intra_threads=intra_threads)
