@@ -64,7 +64,7 @@ def filtered_stderr(drop: tuple[re.Pattern, ...]) -> Iterator[None]:
 # use: `keras.visualization` imports matplotlib.pyplot and `keras.saving`'s weights editor
 # IPython (with jedi), ~0.3 s each, when installed. `import_tensorflow` skips them (Keras
 # catches the ImportError); they stay importable afterwards.
-UNUSED_KERAS_IMPORTS = ("matplotlib.pyplot", "IPython")
+UNUSED_KERAS_IMPORTS = ("matplotlib", "IPython")
 
 
 @contextlib.contextmanager
