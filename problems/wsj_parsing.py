@@ -2,8 +2,9 @@
 
 The trees (reading, preprocessing, writing) are `t2t_lite.data_generators.treebank`; t2t's
 linearization and its repairing inverse are `t2t_lite.data_generators.tree_linearization`.
-Here: the problems (`wsj_parsing`, `parsing_english_ptb8k`, `parsing_english_ptb16k`, see their
-docstrings), which read the treebank from `set_wsj_source(wsj_dir, train_sections,
+Here: the problems (`wsj_parsing`, `parsing_english_ptb8k`, `parsing_english_ptb16k`, and
+`parsing_english_ptb16k_xx`, which is not t2t's: its targets write the words' POS tags as XX;
+see their docstrings), which read the treebank from `set_wsj_source(wsj_dir, train_sections,
 dev_sections)` (datagen's --wsj_dir, --wsj_train_sections, --wsj_dev_sections) or from
 tmp_dir, and `write_wsj_tmp_dir`: the files t2t's `wsj_parsing` problem expects in tmp_dir
 (`wsjTrain.trees`, `wsjEval.trees`, `wsj.train.text.txt`, `wsj.train.tags.txt`), written from
@@ -17,7 +18,11 @@ from collections.abc import Iterator, Sequence
 
 from t2t_lite import file_io
 from t2t_lite.data_generators import problem, text_problems
-from t2t_lite.data_generators.tree_linearization import linearize, words_and_tags_from_wsj_tree
+from t2t_lite.data_generators.tree_linearization import (
+    linearize,
+    mask_pos_tags,
+    words_and_tags_from_wsj_tree,
+)
 from t2t_lite.data_generators.treebank import (
     DEV_SECTIONS,
     TRAIN_SECTIONS,
@@ -381,3 +386,26 @@ class ParsingEnglishPtb16k(_ParsingEnglishPtb):
             if not existed and os.path.exists(source_path):
                 os.remove(source_path)
             raise
+
+
+@register_problem("parsing_english_ptb16k_xx")
+class ParsingEnglishPtb16kXX(ParsingEnglishPtb16k):
+    """`parsing_english_ptb16k` with the POS tags of words written XX (not a t2t problem).
+
+    Vinyals et al. (2015) replace the POS tags by XX in the linearized trees: the target
+    then holds the brackets and one XX per word, and a model learns no tagging, which
+    bracketing F1 does not score. Punctuation keeps its tags (`tree_linearization.
+    mask_pos_tags`), so evalb deletes the same words from the repaired trees as from the gold
+    ones. The same inputs and source vocab (`wsj_source.vocab.512`); the target vocab is
+    `wsj_xx_target.vocab.16384`, built from the masked training targets. Decodes are repaired
+    and scored like ptb16k's (`parsing_eval`), with tagging accuracy counting punctuation only.
+    """
+
+    def generate_samples(self, data_dir: str, tmp_dir: str, dataset_split: str):
+        """Yields {"inputs": words, "targets": linearized tree with XX for the POS tags}."""
+        for sample in super().generate_samples(data_dir, tmp_dir, dataset_split):
+            yield {"inputs": sample["inputs"], "targets": mask_pos_tags(sample["targets"])}
+
+    @property
+    def vocab_filename(self) -> str:
+        return f"{self.vocab_prefix}_xx_target.vocab.{self.approx_vocab_size}"

@@ -46,12 +46,13 @@ if str(ROOT) not in sys.path:  # Run as a script: make t2t_lite importable.
 from t2t_lite.data_generators import treebank
 from t2t_lite.utils import parsing_eval
 
-PROBLEM = "parsing_english_ptb16k"
+PROBLEMS = ("parsing_english_ptb16k", "parsing_english_ptb16k_xx")
 TRAIN_FILES = "0001-0159"
 DEV_FILES = "0160-0179"
 
 # The best settings of the trials reported in README.md ("Results on the sample corpora").
 DEFAULTS = {
+    "problem": "parsing_english_ptb16k",
     "hparams_set": "transformer_tiny",
     "hparams": "batch_size=4096,learning_rate_warmup_steps=1000",
     "train_steps": 6000,
@@ -59,6 +60,7 @@ DEFAULTS = {
     "max_dev_sentences": 0,
 }
 QUICK = {
+    "problem": "parsing_english_ptb16k",
     "hparams_set": "transformer_tiny",
     "hparams": ("num_hidden_layers=1,hidden_size=32,filter_size=64,num_heads=2,batch_size=1024,"
                 "learning_rate_warmup_steps=10"),
@@ -80,6 +82,9 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
                              "../shared/data/ptb_sample relative to the project root)")
     parser.add_argument("--quick", action="store_true",
                         help="tiny model, a few steps, 20 dev sentences: a smoke test")
+    parser.add_argument("--problem", default=None, choices=PROBLEMS,
+                        help="t2t's linearization (POS tags in the targets) or the same with "
+                             "the words' tags written XX")
     parser.add_argument("--hparams_set", default=None)
     parser.add_argument("--hparams", default=None, help="overrides of the hparams set")
     parser.add_argument("--train_steps", type=int, default=None)
@@ -130,13 +135,13 @@ def main(argv: list[str] | None = None) -> int:
     ptb_dir = (str(pathlib.Path(args.ptb_dir).resolve()) if args.ptb_dir
                else os.path.normpath(ROOT / ".." / "shared" / "data" / "ptb_sample"))
     data, train = work / "data", work / "train"
-    _run(["--mode=datagen", f"--problem={PROBLEM}", f"--data_dir={data}",
+    _run(["--mode=datagen", f"--problem={args.problem}", f"--data_dir={data}",
           f"--tmp_dir={work / 'tmp'}", f"--wsj_dir={ptb_dir}",
           f"--wsj_train_sections={TRAIN_FILES}", f"--wsj_dev_sections={DEV_FILES}"])
     sentences, gold = _write_dev(ptb_dir, work, args.max_dev_sentences)
 
     train_start = time.time()
-    _run(["--mode=train", f"--problem={PROBLEM}", f"--data_dir={data}",
+    _run(["--mode=train", f"--problem={args.problem}", f"--data_dir={data}",
           f"--output_dir={train}", f"--hparams_set={args.hparams_set}",
           f"--hparams={args.hparams}", f"--train_steps={args.train_steps}",
           f"--save_checkpoints_steps={min(1000, args.train_steps)}", "--keep_checkpoint_max=2",
@@ -144,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
     train_wall = time.time() - train_start
 
     decodes = work / "dev.decodes"
-    _run(["--mode=decode", f"--problem={PROBLEM}", f"--data_dir={data}",
+    _run(["--mode=decode", f"--problem={args.problem}", f"--data_dir={data}",
           f"--output_dir={train}", f"--hparams_set={args.hparams_set}",
           f"--decode_hparams={args.decode_hparams}", f"--decode_from_file={sentences}",
           f"--decode_to_file={decodes}"])
@@ -169,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
         "error_sentences": result["num_error_sentences"] + result["num_skip_sentences"],
         "steps": steps, "train_wall_s": train_wall, "total_wall_s": time.time() - start,
     }
-    scores = dict(summary, hparams_set=args.hparams_set, hparams=args.hparams,
+    scores = dict(summary, problem=args.problem, hparams_set=args.hparams_set, hparams=args.hparams,
                   decode_hparams=args.decode_hparams, tagging_accuracy=result["tagging_accuracy"],
                   rb_precision=baseline["precision"], rb_recall=baseline["recall"])
     (work / "scores.json").write_text(json.dumps(scores, indent=2) + "\n", encoding="utf-8")

@@ -73,6 +73,38 @@ def test_round_trip_every_sample_tree(raw_sample, sample):
         assert tree.leaves() == [w for w, tag in raw.pos() if tag != "-NONE-"]
 
 
+def test_mask_pos_tags():
+    _, tags = tree_linearization.words_and_tags_from_wsj_tree(
+        "(TOP (S (NP (DT The) (NN cat)) (VP (VBD sat) (, ,) (`` ``) (NP (PRP it)) (. .))))")
+    assert tree_linearization.mask_pos_tags(tags) == "S NP XX XX /NP VP XX , `` NP XX /NP . /VP /S"
+    # Phrase labels that are also words' text, and unknown tokens, are left alone.
+    assert tree_linearization.mask_pos_tags("NP X NNP : /NP", placeholder="T") == "NP X T : /NP"
+    assert tree_linearization.mask_pos_tags("S DT '' /S", keep=()) == "S XX XX /S"
+
+
+def test_masked_round_trip_scores_every_sample_tree(sample):
+    # The masked targets keep the brackets and one tag per word: repaired, every sample tree
+    # has its gold brackets back (F1 100 with evalb's rules) and no sentence is an evalb
+    # error, so the punctuation tags line up with the gold ones (possessive "'" included).
+    from t2t_lite.utils import parsing_eval
+
+    repaired = []
+    for tree in sample:
+        words, tags = tree_linearization.linearize(tree)
+        masked = tree_linearization.mask_pos_tags(tags)
+        assert masked.split().count("XX") + sum(
+            t in tree_linearization.PUNCTUATION_POS_TAGS for t in masked.split()) == \
+            len(words.split())
+        back = tree_linearization.tree_from_words_and_tags(words, masked)
+        assert tree_linearization.is_well_formed(back, words.split())
+        repaired.append(back)
+    result = parsing_eval.evalb(sample, repaired)
+    assert result["num_valid_sentences"] == len(sample)
+    assert result["f1"] == result["exact_match"] == 100.0
+    # evalb compares the tags of non-punctuation words only: all XX.
+    assert result["tagging_accuracy"] == 0.0
+
+
 def test_sample_labels_are_known(sample):
     labels = {n.label for t in sample for e, n in t.walk() if e == "open"}
     pos = {n.label for t in sample for e, n in t.walk() if e == "open" and n.is_preterminal}
@@ -139,6 +171,20 @@ def test_unary_chains_are_kept():
     ("a , b -- c ...", "", "(TOP (XX a) (, ,) (XX b) (: --) (XX c) (: ...))"),
     # Too few POS tags, still open: the rest goes to the innermost open constituent.
     ("The cat", "S NP DT", "(TOP (S (NP (DT The) (XX cat))))"),
+    # Masked targets (`mask_pos_tags`): XX is a preterminal like any POS tag.
+    ("The cat sat .", "S NP XX XX /NP VP XX /VP . /S",
+     "(TOP (S (NP (XX The) (XX cat)) (VP (XX sat)) (. .)))"),
+    # ... and, too few of them, never pairs with punctuation; the possessive "'" takes XX.
+    ("The cat sat .", "S NP XX /NP VP XX /VP . /S",
+     "(TOP (S (NP (XX The)) (VP (XX cat)) (XX sat) (. .)))"),
+    ("The boys ' toys", "NP NP XX XX XX /NP XX XX /NP",
+     "(TOP (NP (NP (XX The) (XX boys) (XX ')) (XX toys)))"),
+    # As many tags as words, but a punctuation word would get a word's tag (the "," tag is
+    # missing, a word's tag is extra): aligned instead, so evalb deletes the "," as in gold.
+    ("a , b .", "S XX XX XX . /S", "(TOP (S (XX a) (, ,) (XX b) (. .)))"),
+    ("a , b .", "S NP DT NN /NP VB . /S", "(TOP (S (NP (DT a) (, ,) (NN b)) (. .)))"),
+    # ... while a word given a punctuation tag keeps it (the treebank does that: "Wa" ",").
+    ("Wa b", "S , NN /S", "(TOP (S (, Wa) (NN b)))"),
     # Too many POS tags: the extra ones are dropped.
     ("The cat", "S NP DT NN NN JJ /NP /S", "(TOP (S (NP (DT The) (NN cat))))"),
     # Empty output.
@@ -487,6 +533,26 @@ def test_parsing_english_ptb16k_datagen(ptb_sample_dir, tmp_path_factory, sample
                                     "neg_log_perplexity"]
     rev = registry.problem("parsing_english_ptb16k_rev").get_hparams(data_dir=str(data_dir))
     assert rev.vocab_size == {"inputs": target.vocab_size, "targets": source.vocab_size}
+
+
+@pytest.mark.slow
+def test_parsing_english_ptb16k_xx_datagen(ptb_sample_dir, tmp_path_factory, sample_pairs):
+    from t2t_lite import registry
+
+    _, data_dir, _ = _generate("parsing_english_ptb16k_xx", ptb_sample_dir, tmp_path_factory,
+                               train_shards=2)
+    fresh = registry.problem("parsing_english_ptb16k_xx")
+    assert fresh.vocab_filename == "wsj_xx_target.vocab.16384"
+    assert sorted(p.name for p in data_dir.glob("*vocab*")) == [
+        "wsj_source.vocab.512", "wsj_xx_target.vocab.16384"]
+    encoders = fresh.feature_encoders(str(data_dir))
+    source, target = encoders["inputs"], encoders["targets"]
+    _, dev = _read_shards(data_dir, "parsing_english_ptb16k_xx-dev-*")
+    masked = sorted((w, tree_linearization.mask_pos_tags(t)) for w, t in sample_pairs[1])
+    assert _decoded(dev, source, target) == masked
+    assert "NN" not in " ".join(t for _, t in masked).split()
+    hp = fresh.get_hparams(data_dir=str(data_dir))
+    assert (hp.input_space_id, hp.target_space_id) == (3, 15)
 
 
 @pytest.mark.slow

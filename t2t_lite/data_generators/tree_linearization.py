@@ -2,6 +2,8 @@
 
 * `words_and_tags_from_wsj_tree` / `linearize`: t2t's linearization (§5.5 of the reference:
   POS tags appear once, phrases as `X ... /X`, the TOP label is dropped).
+* `mask_pos_tags`: the same targets with the POS tags of words written `XX` (Vinyals et al.'s
+  variant; punctuation keeps its tags), the targets of `parsing_english_ptb16k_xx`.
 * `tree_from_words_and_tags`: the inverse, which repairs any decoded sequence into a
   well-formed tree over exactly the input words; `is_well_formed` checks such a tree.
 """
@@ -25,8 +27,8 @@ PTB_PUNCTUATION_TAGS = {
 }
 
 # Words the treebank tags either as punctuation or not: the tags they may pair with when a
-# decode's tags are realigned to the words.
-_AMBIGUOUS_WORD_TAGS = {"'": frozenset({"POS", "''"})}
+# decode's tags are realigned to the words (XX: the masked POS of `mask_pos_tags`).
+_AMBIGUOUS_WORD_TAGS = {"'": frozenset({"POS", "''", DEFAULT_TAG})}
 
 # The 45 Penn Treebank POS tags (the empty-element tag -NONE- is removed by preprocessing).
 PTB_POS_TAGS = frozenset({
@@ -35,6 +37,11 @@ PTB_POS_TAGS = frozenset({
     "RBR", "RBS", "RP", "SYM", "TO", "UH", "VB", "VBD", "VBG", "VBN", "VBP", "VBZ", "WDT", "WP",
     "WP$", "WRB", "``",
 })
+# The POS tags that evalb deletes as punctuation (COLLINS.prm), which `mask_pos_tags` keeps.
+PUNCTUATION_POS_TAGS = frozenset(PTB_PUNCTUATION_TAGS.values())
+# The preterminal labels `tree_from_words_and_tags` reads by default: PTB's, and the
+# placeholder of masked targets.
+DECODE_POS_TAGS = PTB_POS_TAGS | {DEFAULT_TAG}
 # The Penn Treebank phrase labels after function tags are stripped.
 PTB_PHRASE_LABELS = frozenset({
     "ADJP", "ADVP", "CONJP", "FRAG", "INTJ", "LST", "NAC", "NP", "NX", "PP", "PRN", "PRT", "QP",
@@ -100,6 +107,30 @@ def linearize(tree: Tree) -> tuple[str, str]:
     return words_and_tags_from_wsj_tree(tree.to_string())
 
 
+def mask_pos_tags(tags: str, placeholder: str = DEFAULT_TAG,
+                  keep: Iterable[str] = PUNCTUATION_POS_TAGS,
+                  pos_tags: Iterable[str] = PTB_POS_TAGS) -> str:
+    """Writes the POS tags of a linearized tree as `placeholder`, except the `keep` ones.
+
+    Vinyals et al. (2015, arXiv:1412.7449) replace all POS tags by XX: the output then says
+    only where the words go, not how they are tagged, and (bracketing F1 ignores tags) a model
+    spends none of its capacity on tagging. The punctuation tags are kept: evalb deletes
+    punctuation by its tag, and `tree_from_words_and_tags` never pairs a punctuation tag with
+    another word, so the repaired trees stay aligned.
+
+    Args:
+        tags: a linearized tree, e.g. "S NP DT NN /NP VP VBD /VP . /S".
+        placeholder: what the masked tags become.
+        keep: the tags left as they are (evalb's punctuation tags by default).
+        pos_tags: the tokens that are POS tags (PTB's 45).
+    Returns:
+        The masked text, e.g. "S NP XX XX /NP VP XX /VP . /S".
+    """
+    keep, pos_tags = frozenset(keep), frozenset(pos_tags)
+    return " ".join(placeholder if tok in pos_tags and tok not in keep else tok
+                    for tok in tags.split())
+
+
 def _align_tags_to_words(tags: Sequence[str], words: Sequence[str],
                          punctuation_tags: Mapping[str, str]) -> tuple[list, list]:
     """Monotone alignment of POS-tag tokens to words when their counts differ.
@@ -163,7 +194,7 @@ def _align_tags_to_words(tags: Sequence[str], words: Sequence[str],
 def tree_from_words_and_tags(
     words: str | Sequence[str],
     tags: str,
-    pos_tags: Iterable[str] = PTB_POS_TAGS,
+    pos_tags: Iterable[str] = DECODE_POS_TAGS,
     phrase_labels: Iterable[str] = PTB_PHRASE_LABELS,
     punctuation_tags: Mapping[str, str] = PTB_PUNCTUATION_TAGS,
     default_tag: str = DEFAULT_TAG,
@@ -182,8 +213,11 @@ def tree_from_words_and_tags(
       constituent (wrong label); a closer with only TOP open is dropped (extra closer).
 
     Words and POS tags: when there are as many POS tags as words, the i-th tag takes the i-th
-    word, as the model says. Otherwise (too few or too many tags) tags and words are aligned
-    by `_align_tags_to_words`, which never pairs a punctuation tag with a non-punctuation word
+    word, as the model says, unless that gives a punctuation word (a key of
+    `punctuation_tags`) another tag: the decode then missed a punctuation tag and has an extra
+    tag elsewhere, and pairing them in order would keep a word that evalb deletes from the
+    gold tree (the treebank never tags those words otherwise). In that case, and when there
+    are too few or too many tags, tags and words are aligned by `_align_tags_to_words`, which never pairs a punctuation tag with a non-punctuation word
     or the reverse: unpaired tags are dropped, and each unpaired word becomes a preterminal
     tagged by `punctuation_tags` (punctuation words, so evalb deletes them as in the gold
     tree) or `default_tag`, placed between its neighbours: before the first phrase label or
@@ -198,7 +232,7 @@ def tree_from_words_and_tags(
     Args:
         words: the input sentence, a string (split on whitespace) or a list of words.
         tags: the decoded target text, e.g. "S NP DT NN /NP VP VBD /VP . /S".
-        pos_tags: the POS tag inventory (PTB's 45 by default).
+        pos_tags: the POS tag inventory (PTB's 45 and the placeholder XX by default).
         phrase_labels: the phrase label inventory (PTB's by default).
         punctuation_tags: punctuation word -> its POS tag (its values are the tags treated
             as punctuation when aligning).
@@ -227,7 +261,10 @@ def tree_from_words_and_tags(
         elif tok in pos_tags:
             tokens.append(("pos", tok))
     pos_at = [k for k, (kind, _) in enumerate(tokens) if kind == "pos"]
-    if len(pos_at) == len(words):
+    punct_tags = frozenset(punctuation_tags.values())
+    if len(pos_at) == len(words) and not any(
+            words[j] in punctuation_tags and tokens[k][1] not in punct_tags
+            for j, k in enumerate(pos_at)):
         match: list = list(range(len(words)))
         gaps: list[tuple[int, int]] = []
     else:
