@@ -3,7 +3,8 @@
 The trees (reading, preprocessing, writing) are `t2t_lite.data_generators.treebank`; t2t's
 linearization and its repairing inverse are `t2t_lite.data_generators.tree_linearization`.
 Here: the problems (`wsj_parsing`, `parsing_english_ptb8k`, `parsing_english_ptb16k`, and
-`parsing_english_ptb16k_xx`, which is not t2t's: its targets write the words' POS tags as XX;
+two that are not t2t's: `parsing_english_ptb16k_xx`, whose targets write the words' POS tags
+as XX, and `parsing_english_ptb_words`, whose targets hold the words in place of their tags;
 see their docstrings), which read the treebank from `set_wsj_source(wsj_dir, train_sections,
 dev_sections)` (datagen's --wsj_dir, --wsj_train_sections, --wsj_dev_sections) or from
 tmp_dir, and `write_wsj_tmp_dir`: the files t2t's `wsj_parsing` problem expects in tmp_dir
@@ -20,6 +21,7 @@ from t2t_lite import file_io
 from t2t_lite.data_generators import problem, text_problems
 from t2t_lite.data_generators.tree_linearization import (
     linearize,
+    linearize_words,
     mask_pos_tags,
     words_and_tags_from_wsj_tree,
 )
@@ -409,3 +411,29 @@ class ParsingEnglishPtb16kXX(ParsingEnglishPtb16k):
     @property
     def vocab_filename(self) -> str:
         return f"{self.vocab_prefix}_xx_target.vocab.{self.approx_vocab_size}"
+
+
+@register_problem("parsing_english_ptb_words")
+class ParsingEnglishPtbWords(_ParsingEnglishPtb):
+    """Linearized trees with the words in place of their POS tags (not a t2t problem).
+
+    Targets are `tree_linearization.linearize_words`: "(S (NP The cat )NP (VP sat )VP . )S".
+    The decoder copies the sentence into its brackets, so it reads in its own output which
+    words it has placed; with t2t's tag sequences a model trained on a few thousand trees
+    loses count of the words (README, "Parsing"). One shared subword vocab for words and
+    labels (`vocab.parsing_english_ptb_words.4096.subwords`, built from the training split's
+    inputs and targets), so a copied word has the same ids on both sides. No POS tags are
+    predicted: decodes are repaired by `tree_linearization.tree_from_bracketed_words`
+    (`parsing_eval --linearization=words`), which takes the punctuation's tags from the words.
+    """
+
+    @property
+    def default_approx_vocab_size(self) -> int:
+        return 2**12
+
+    def generate_samples(self, data_dir: str, tmp_dir: str, dataset_split: str):
+        """Yields {"inputs": words, "targets": linearized tree with the words as leaves}."""
+        del data_dir
+        for tree in self.wsj_trees(tmp_dir, dataset_split):
+            words, target = linearize_words(tree)
+            yield {"inputs": words, "targets": target}

@@ -46,7 +46,9 @@ if str(ROOT) not in sys.path:  # Run as a script: make t2t_lite importable.
 from t2t_lite.data_generators import treebank
 from t2t_lite.utils import parsing_eval
 
-PROBLEMS = ("parsing_english_ptb16k", "parsing_english_ptb16k_xx")
+# Problem -> the linearization of its targets (parsing_eval's repair of the decodes).
+PROBLEMS = {"parsing_english_ptb16k": "tags", "parsing_english_ptb16k_xx": "tags",
+            "parsing_english_ptb_words": "words"}
 TRAIN_FILES = "0001-0159"
 DEV_FILES = "0160-0179"
 
@@ -82,9 +84,9 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
                              "../shared/data/ptb_sample relative to the project root)")
     parser.add_argument("--quick", action="store_true",
                         help="tiny model, a few steps, 20 dev sentences: a smoke test")
-    parser.add_argument("--problem", default=None, choices=PROBLEMS,
-                        help="t2t's linearization (POS tags in the targets) or the same with "
-                             "the words' tags written XX")
+    parser.add_argument("--problem", default=None, choices=sorted(PROBLEMS),
+                        help="t2t's linearization (POS tags in the targets), the same with the "
+                             "words' tags written XX, or with the words in place of the tags")
     parser.add_argument("--hparams_set", default=None)
     parser.add_argument("--hparams", default=None, help="overrides of the hparams set")
     parser.add_argument("--train_steps", type=int, default=None)
@@ -156,7 +158,8 @@ def main(argv: list[str] | None = None) -> int:
 
     print(f"+ parsing_eval.evalb_decode_files({sentences.name}, {decodes.name}, {gold.name})",
           flush=True)
-    result = parsing_eval.evalb_decode_files(sentences, decodes, gold)
+    result = parsing_eval.evalb_decode_files(sentences, decodes, gold,
+                                             linearization=PROBLEMS[args.problem])
     (work / "dev.parsed.trees").write_text(
         "".join(t + "\n" for t in result["test_trees"]), encoding="utf-8")
     print(parsing_eval.summary_text(result))

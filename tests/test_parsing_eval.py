@@ -179,6 +179,28 @@ def test_evalb_decodes():
         pe.evalb_decodes(inputs, decodes[:1], gold_targets)
 
 
+def test_evalb_decodes_with_words():
+    inputs = ["The cat sat .", "Title X"]
+    gold = ["(TOP (S (NP (DT The) (NN cat)) (VP (VBD sat)) (. .)))",
+            "(TOP (NP (NN Title) (NNP X)))"]
+    # Decode 1 misses ")NP (VP": S(0,3) and NP(0,3) hold all words, against gold S(0,3)
+    # NP(0,2) VP(2,3): 1 match. Decode 2 copied "X" (a phrase label too) right: NP(0,2).
+    # Totals: 2 matched, 4 gold, 3 test (P 66.7, R 50); tags are XX (0 of 4 words).
+    decodes = ["(S (NP The cat sat . )S\t-0.5", "(NP Title X )NP"]
+    result = pe.evalb_decodes(inputs, decodes, gold, linearization="words")
+    assert result["test_trees"] == ["(TOP (S (NP (XX The) (XX cat) (XX sat) (. .))))",
+                                    "(TOP (NP (XX Title) (XX X)))"]
+    assert (result["matched_brackets"], result["gold_brackets"], result["test_brackets"]) == \
+        (2, 4, 3)
+    assert result["num_valid_sentences"] == 2 and result["tagging_accuracy"] == 0.0
+    # Gold given as targets in the same linearization.
+    again = pe.evalb_decodes(inputs, decodes, ["(S (NP The cat )NP (VP sat )VP . )S",
+                                               "(NP Title X )NP"], linearization="words")
+    assert again["f1"] == result["f1"] == pytest.approx(2 * (200 / 3) * 50.0 / (200 / 3 + 50))
+    with pytest.raises(ValueError, match="linearization 'trees' is not one of"):
+        pe.evalb_decodes(inputs, decodes, gold, linearization="trees")
+
+
 def test_evalb_decode_files(tmp_path):
     (tmp_path / "in.txt").write_text("The cat sat .\nGo\n")
     (tmp_path / "out.txt").write_text("\nS VP VB /VP /S\n")  # First decode empty.

@@ -10,6 +10,7 @@ import pytest
 from t2t_lite.data_generators import tree_linearization, treebank
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
+DEFAULT_PROBLEM = "parsing_english_ptb16k"
 
 RESULT_RE = re.compile(
     r"^RESULT parse_ptb_sample: dev_f1=(?P<dev_f1>\d+\.\d\d) precision=\d+\.\d\d "
@@ -20,17 +21,19 @@ RESULT_RE = re.compile(
 
 
 @pytest.mark.slow
-def test_quick_recipe_end_to_end(ptb_sample_dir, tmp_path):
+@pytest.mark.parametrize("problem", [None, "parsing_english_ptb_words"])
+def test_quick_recipe_end_to_end(ptb_sample_dir, tmp_path, problem):
     work = tmp_path / "work"
     proc = subprocess.run(
         [sys.executable, str(REPO_ROOT / "recipes" / "parse_ptb_sample.py"), "--quick",
-         f"--work_dir={work}", f"--ptb_dir={ptb_sample_dir}"],
+         f"--work_dir={work}", f"--ptb_dir={ptb_sample_dir}",
+         *([f"--problem={problem}"] if problem else [])],
         cwd=tmp_path, capture_output=True, text=True, timeout=600, check=False)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     out = proc.stdout
     # Each step is printed as the command a user would type, before it runs.
     for mode in ("datagen", "train", "decode"):
-        assert f"+ python run.py --mode={mode} --problem=parsing_english_ptb16k" in out
+        assert f"+ python run.py --mode={mode} --problem={problem or DEFAULT_PROBLEM} " in out
     assert "--wsj_train_sections=0001-0159 --wsj_dev_sections=0160-0179" in out
     match = RESULT_RE.search(out)
     assert match, out[-3000:]
@@ -53,4 +56,5 @@ def test_quick_recipe_end_to_end(ptb_sample_dir, tmp_path):
     scores = json.loads((work / "scores.json").read_text())
     assert f"{scores['dev_f1']:.2f}" == match["dev_f1"]
     assert scores["hparams_set"] == "transformer_tiny"
+    assert scores["problem"] == (problem or DEFAULT_PROBLEM)
     assert (work / "train" / "ckpt-20.index").exists()

@@ -105,6 +105,45 @@ def test_masked_round_trip_scores_every_sample_tree(sample):
     assert result["tagging_accuracy"] == 0.0
 
 
+def test_linearize_words(sample):
+    tree = treebank.parse_tree("(TOP (S (NP (DT The) (NN cat)) (VP (VBD sat)) (. .)))")
+    assert tree_linearization.linearize_words(tree) == (
+        "The cat sat .", "(S (NP The cat )NP (VP sat )VP . )S")
+    # Every sample tree: t2t's brackets, with the i-th word where the i-th POS tag was.
+    for tree in sample:
+        words, tags = tree_linearization.linearize(tree)
+        same_words, target = tree_linearization.linearize_words(tree)
+        assert same_words == words
+        pos = iter(tag for _, tag in tree.pos())
+        assert " ".join(tok[1:] if tok[0] == "(" else "/" + tok[1:] if tok[0] == ")"
+                        else next(pos) for tok in target.split()) == tags, target
+
+
+def test_bracketed_words_round_trip_scores_every_sample_tree(sample):
+    # Repaired from their own targets, the sample trees get their brackets back; the
+    # preterminals are read from the words, so evalb deletes the same punctuation, except
+    # where the treebank tags "'" as '' (the repair says POS, the possessive) or a word as
+    # "," (tree 452): evalb errors there, and nowhere else.
+    from t2t_lite.utils import parsing_eval
+
+    repaired = []
+    for tree in sample:
+        words, target = tree_linearization.linearize_words(tree)
+        back = tree_linearization.tree_from_bracketed_words(words, target)
+        assert tree_linearization.is_well_formed(back, words.split())
+        assert [t for _, t in back.pos()] == [
+            tree_linearization.WORD_FORM_TAGS.get(w, "XX") for w in tree.leaves()]
+        repaired.append(back)
+    result = parsing_eval.evalb(sample, repaired)
+    errors = {s.index for s in result["sentences"] if s.status}
+    odd = {i for i, t in enumerate(sample)
+           if ("'", "''") in t.pos() or any(w not in tree_linearization.WORD_FORM_TAGS
+                                            and tag in tree_linearization.PUNCTUATION_POS_TAGS
+                                            for w, tag in t.pos())}
+    assert 452 in odd and errors == odd and len(odd) <= 12
+    assert result["f1"] == result["exact_match"] == 100.0
+
+
 def test_sample_labels_are_known(sample):
     labels = {n.label for t in sample for e, n in t.walk() if e == "open"}
     pos = {n.label for t in sample for e, n in t.walk() if e == "open" and n.is_preterminal}
@@ -147,6 +186,43 @@ def test_unary_chains_are_kept():
 
 
 # --- Repair --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("words,decoded,expected", [
+    ("The cat sat .", "(S (NP The cat )NP (VP sat )VP . )S",
+     "(TOP (S (NP (XX The) (XX cat)) (VP (XX sat)) (. .)))"),
+    # Words that are phrase labels too are words here.
+    ("Title X funds", "(NP Title X funds )NP", "(TOP (NP (XX Title) (XX X) (XX funds)))"),
+    # A skipped word goes after its left neighbour's closers; a repeated one is dropped.
+    ("The cat sat .", "(S (NP The )NP (VP cat sat sat )VP )S",
+     "(TOP (S (NP (XX The)) (VP (XX cat) (XX sat)) (. .)))"),
+    # A miscopied word stands for the input word at its place (here "dog" for "cat").
+    ("The cat sat .", "(S (NP The dog )NP (VP sat )VP",
+     "(TOP (S (NP (XX The) (XX cat)) (VP (XX sat)) (. .)))"),
+    # ... but punctuation only for punctuation: "," for "." and not for "sat".
+    ("The cat sat .", "(S (NP The cat )NP , )S",
+     "(TOP (S (NP (XX The) (XX cat)) (XX sat) (. .)))"),
+    # Nothing usable: the words under TOP; "'" is tagged as the possessive.
+    ("The boys ' toys", "", "(TOP (XX The) (XX boys) (POS ') (XX toys))"),
+    # Unknown labels and bracket debris are dropped; a wrong closer closes the innermost.
+    ("a b", "(NP a (FOO ( b )) (TOP )VP", "(TOP (NP (XX a) (XX b)))"),
+    # Too many words: the extra ones are dropped; missing closers are added.
+    ("a b", "(S (NP a c b d e", "(TOP (S (NP (XX a) (XX b))))"),
+])
+def test_bracketed_word_repairs(words, decoded, expected):
+    tree = tree_linearization.tree_from_bracketed_words(words, decoded)
+    assert tree.to_string() == expected
+    assert tree_linearization.is_well_formed(tree, words.split())
+
+
+@settings(max_examples=200, deadline=None)
+@given(words=st.lists(st.sampled_from(["a", "b", "-LRB-", ",", ".", "'", "S"]), min_size=1,
+                      max_size=10),
+       tokens=st.lists(st.sampled_from(["a", "b", "c", ",", ".", "'", "S", "(S", "(NP", ")NP",
+                                        ")S", "(VP", ")VP", ")", "(", "TOP"]), max_size=30))
+def test_arbitrary_word_sequences_give_well_formed_trees(words, tokens):
+    tree = tree_linearization.tree_from_bracketed_words(words, " ".join(tokens))
+    assert tree_linearization.is_well_formed(tree, words)
 
 
 @pytest.mark.parametrize("words,tags,expected", [
@@ -552,6 +628,26 @@ def test_parsing_english_ptb16k_xx_datagen(ptb_sample_dir, tmp_path_factory, sam
     assert _decoded(dev, source, target) == masked
     assert "NN" not in " ".join(t for _, t in masked).split()
     hp = fresh.get_hparams(data_dir=str(data_dir))
+    assert (hp.input_space_id, hp.target_space_id) == (3, 15)
+
+
+@pytest.mark.slow
+def test_parsing_english_ptb_words_datagen(ptb_sample_dir, tmp_path_factory, sample):
+    from t2t_lite import registry
+
+    _, data_dir, _ = _generate("parsing_english_ptb_words", ptb_sample_dir, tmp_path_factory,
+                               train_shards=2, approx_vocab_size=2**10)
+    assert sorted(p.name for p in data_dir.glob("vocab*")) == [
+        "vocab.parsing_english_ptb_words.1024.subwords"]
+    assert registry.problem("parsing_english_ptb_words").vocab_filename == \
+        "vocab.parsing_english_ptb_words.4096.subwords"
+    prob = type(registry.problem("parsing_english_ptb_words"))(approx_vocab_size=2**10)
+    encoders = prob.feature_encoders(str(data_dir))
+    assert encoders["inputs"] is encoders["targets"]  # One vocab: a copied word, same ids.
+    _, dev = _read_shards(data_dir, "parsing_english_ptb_words-dev-*")
+    expected = sorted(tree_linearization.linearize_words(t) for t in sample[1921:])
+    assert _decoded(dev, encoders["inputs"], encoders["targets"]) == expected
+    hp = prob.get_hparams(data_dir=str(data_dir))
     assert (hp.input_space_id, hp.target_space_id) == (3, 15)
 
 

@@ -4,6 +4,8 @@
   POS tags appear once, phrases as `X ... /X`, the TOP label is dropped).
 * `mask_pos_tags`: the same targets with the POS tags of words written `XX` (Vinyals et al.'s
   variant; punctuation keeps its tags), the targets of `parsing_english_ptb16k_xx`.
+* `linearize_words`: the same brackets, written "(X" / ")X", with each word in place of its POS
+  tag (the targets of `parsing_english_ptb_words`); `tree_from_bracketed_words` repairs such a decode.
 * `tree_from_words_and_tags`: the inverse, which repairs any decoded sequence into a
   well-formed tree over exactly the input words; `is_well_formed` checks such a tree.
 """
@@ -37,6 +39,10 @@ PTB_POS_TAGS = frozenset({
     "RBR", "RBS", "RP", "SYM", "TO", "UH", "VB", "VBD", "VBG", "VBN", "VBP", "VBZ", "WDT", "WP",
     "WP$", "WRB", "``",
 })
+# Preterminal labels of the words in a repaired `linearize_words` decode, which has no POS
+# tags: the punctuation's treebank tags (so evalb deletes the same words as from the gold tree),
+# POS for "'" (the possessive: 58 of its 68 uses in the sample), XX for every other word.
+WORD_FORM_TAGS = {**PTB_PUNCTUATION_TAGS, "'": "POS"}
 # The POS tags that evalb deletes as punctuation (COLLINS.prm), which `mask_pos_tags` keeps.
 PUNCTUATION_POS_TAGS = frozenset(PTB_PUNCTUATION_TAGS.values())
 # The preterminal labels `tree_from_words_and_tags` reads by default: PTB's, and the
@@ -107,6 +113,30 @@ def linearize(tree: Tree) -> tuple[str, str]:
     return words_and_tags_from_wsj_tree(tree.to_string())
 
 
+def linearize_words(tree: Tree) -> tuple[str, str]:
+    """t2t's linearization with each word written where its POS tag was.
+
+    The target then repeats the sentence inside its brackets, so a decoder reads in its own
+    output which words it has placed (with tags or XX alone, a model trained on a few
+    thousand trees loses count of the words: see README, "Parsing"). Tags are not predicted.
+    Brackets are written "(X" and ")X" (Vinyals et al.'s notation), which no word can be
+    mistaken for: the treebank escapes brackets in words, and words such as "X" (Title X) or
+    "S" are phrase labels too.
+
+    Args:
+        tree: a preprocessed tree (TOP root).
+    Returns:
+        (words, target): "The cat sat ." and "(S (NP The cat )NP (VP sat )VP . )S".
+    """
+    tokens: list[str] = []
+    for event, node in tree.walk():
+        if event == "word":
+            tokens.append(node)
+        elif not node.is_preterminal:
+            tokens.append(("(" if event == "open" else ")") + node.label)
+    return " ".join(tree.leaves()), " ".join(tokens[1:-1])
+
+
 def mask_pos_tags(tags: str, placeholder: str = DEFAULT_TAG,
                   keep: Iterable[str] = PUNCTUATION_POS_TAGS,
                   pos_tags: Iterable[str] = PTB_POS_TAGS) -> str:
@@ -131,34 +161,22 @@ def mask_pos_tags(tags: str, placeholder: str = DEFAULT_TAG,
                     for tok in tags.split())
 
 
-def _align_tags_to_words(tags: Sequence[str], words: Sequence[str],
-                         punctuation_tags: Mapping[str, str]) -> tuple[list, list]:
-    """Monotone alignment of POS-tag tokens to words when their counts differ.
+def _monotone_alignment(m: int, n: int, pair_cost) -> tuple[list, list]:
+    """Minimum-cost monotone alignment of m output items to n words.
 
-    Minimum cost with: dropping a tag 1, leaving a word untagged 1, pairing a tag with a word
-    0 if they agree on being punctuation (a punctuation tag with a punctuation word, any other
-    tag with any other word; the ambiguous "'" with POS or ''), else never. Among optimal
-    alignments, the one that pairs tags and words as early as possible (untagged words and
-    dropped tags as late as possible) is chosen, as a left-to-right reading would.
+    Costs: dropping an item 1, leaving a word unpaired 1, pairing item i with word j
+    `pair_cost(i, j)` (0 or 1; None: never). Among optimal alignments, the one that pairs items
+    and words as early as possible (unpaired words and dropped items as late as possible) is
+    chosen, as a left-to-right reading would.
 
     Args:
-        tags: the m POS-tag tokens, in order.
-        words: the n words.
-        punctuation_tags: punctuation word -> its tag; its values are the punctuation tags.
+        m: number of output items (POS tags, or words copied by the decode).
+        n: number of input words.
+        pair_cost: (i, j) -> the cost of item i taking word j, or None if it may not.
     Returns:
-        (match, gaps): match[i] = word index of tag i, or None if tag i is dropped;
-        gaps = [(j, i)] for each untagged word j, which goes before tag i (i = m: after all).
+        (match, gaps): match[i] = word index of item i, or None if item i is dropped;
+        gaps = [(j, i)] for each unpaired word j, which goes before item i (i = m: after all).
     """
-    punct_tags = frozenset(punctuation_tags.values())
-    m, n = len(tags), len(words)
-    tag_is_punct = [t in punct_tags for t in tags]
-    word_is_punct = [w in punctuation_tags for w in words]
-
-    def compatible(i: int, j: int) -> bool:
-        if words[j] in _AMBIGUOUS_WORD_TAGS:
-            return tags[i] in _AMBIGUOUS_WORD_TAGS[words[j]]
-        return tag_is_punct[i] == word_is_punct[j]
-
     big = m + n + 1
     cost = [[0] * (n + 1) for _ in range(m + 1)]
     for i in range(m + 1):
@@ -167,8 +185,10 @@ def _align_tags_to_words(tags: Sequence[str], words: Sequence[str],
             if i == 0 and j == 0:
                 continue
             best = big
-            if i and j and compatible(i - 1, j - 1):
-                best = up[j - 1]
+            if i and j:
+                pair = pair_cost(i - 1, j - 1)
+                if pair is not None:
+                    best = up[j - 1] + pair
             if i and up[j] + 1 < best:
                 best = up[j] + 1
             if j and row[j - 1] + 1 < best:
@@ -189,6 +209,114 @@ def _align_tags_to_words(tags: Sequence[str], words: Sequence[str],
             match[i] = j
     gaps.reverse()
     return match, gaps
+
+
+def _align_tags_to_words(tags: Sequence[str], words: Sequence[str],
+                         punctuation_tags: Mapping[str, str]) -> tuple[list, list]:
+    """Monotone alignment of POS-tag tokens to words when their counts differ.
+
+    `_monotone_alignment` where a tag may take a word (at no cost) if they agree on being punctuation (a
+    punctuation tag with a punctuation word, any other tag with any other word; the ambiguous
+    "'" with POS, '' or XX).
+
+    Args:
+        tags: the m POS-tag tokens, in order.
+        words: the n words.
+        punctuation_tags: punctuation word -> its tag; its values are the punctuation tags.
+    Returns:
+        (match, gaps): see `_monotone_alignment`.
+    """
+    punct_tags = frozenset(punctuation_tags.values())
+    tag_is_punct = [t in punct_tags for t in tags]
+    word_is_punct = [w in punctuation_tags for w in words]
+
+    def compatible(i: int, j: int) -> bool:
+        if words[j] in _AMBIGUOUS_WORD_TAGS:
+            return tags[i] in _AMBIGUOUS_WORD_TAGS[words[j]]
+        return tag_is_punct[i] == word_is_punct[j]
+
+    return _monotone_alignment(len(tags), len(words),
+                               lambda i, j: 0 if compatible(i, j) else None)
+
+
+def _checked_words(words: str | Sequence[str], caller: str) -> list[str]:
+    """The input words as a list; ValueError for none, or one no bracketed tree can carry."""
+    words = words.split() if isinstance(words, str) else list(words)
+    if not words:
+        raise ValueError(f"{caller}: the input sentence has no word")
+    for i, w in enumerate(words):
+        if not w or "(" in w or ")" in w or w != w.strip() or len(w.split()) != 1:
+            raise ValueError(f"{caller}: word {i} {w!r} cannot appear in a "
+                             f"bracketed tree; escape brackets as -LRB- / -RRB-")
+    return words
+
+
+def _build_tree(words: Sequence[str], tokens: Sequence[tuple[str, str]], match: Sequence,
+                gaps: Sequence[tuple[int, int]], untagged_label) -> Tree:
+    """The repaired tree from read tokens and their alignment to the words.
+
+    Args:
+        words: the input words.
+        tokens: ("open", label) / ("close", label) / ("pos", preterminal label), in order.
+        match: per "pos" token, the word it takes, or None (dropped).
+        gaps: [(j, i)]: word j, which no token took, goes before the i-th "pos" token.
+        untagged_label: word -> preterminal label of a word that no token took.
+    Returns:
+        A Tree rooted at TOP whose leaves are exactly `words` (see `tree_from_words_and_tags`).
+    """
+    pos_at = [k for k, (kind, _) in enumerate(tokens) if kind == "pos"]
+    # Untagged words: token index before which they are attached (None: after the last).
+    inserted: dict[int | None, list[int]] = {}
+    for j, gap in gaps:
+        if gap == len(pos_at):
+            anchor = None
+        elif gap == 0:
+            anchor = pos_at[0]
+        else:
+            anchor = next(k for k in range(pos_at[gap - 1] + 1, len(tokens))
+                          if tokens[k][0] != "close")
+        inserted.setdefault(anchor, []).append(j)
+
+    def untagged(indices: list[int]) -> list[Tree]:
+        return [Tree(untagged_label(words[j]), [words[j]]) for j in indices]
+
+    root = Tree(ROOT_LABEL)
+    stack = [root]
+
+    def close_innermost() -> None:
+        node = stack.pop()
+        if not node.children:  # An empty constituent is the last child of its parent.
+            stack[-1].children.pop()
+
+    n_tags = 0
+    for k, (kind, label) in enumerate(tokens):
+        stack[-1].children.extend(untagged(inserted.get(k, [])))
+        if kind == "close":
+            if len(stack) == 1:
+                continue
+            depth = next((d for d in range(len(stack) - 1, 0, -1) if stack[d].label == label),
+                         len(stack) - 1)
+            while len(stack) > depth:
+                close_innermost()
+        elif kind == "open":
+            node = Tree(label)
+            stack[-1].children.append(node)
+            stack.append(node)
+        else:
+            if match[n_tags] is not None:
+                stack[-1].children.append(Tree(label, [words[match[n_tags]]]))
+            n_tags += 1
+    if None in inserted:
+        if len(stack) > 1:
+            target = stack[-1]
+        elif root.children and not root.children[-1].is_preterminal:
+            target = root.children[-1]
+        else:
+            target = root
+        target.children.extend(untagged(inserted[None]))
+    while len(stack) > 1:
+        close_innermost()
+    return root
 
 
 def tree_from_words_and_tags(
@@ -243,13 +371,7 @@ def tree_from_words_and_tags(
         ValueError: `words` is empty, or a word holds "(" or ")" (use the treebank's escapes
             -LRB- / -RRB-), which no bracketed tree can carry.
     """
-    words = words.split() if isinstance(words, str) else list(words)
-    if not words:
-        raise ValueError("tree_from_words_and_tags: the input sentence has no word")
-    for i, w in enumerate(words):
-        if not w or "(" in w or ")" in w or w != w.strip() or len(w.split()) != 1:
-            raise ValueError(f"tree_from_words_and_tags: word {i} {w!r} cannot appear in a "
-                             f"bracketed tree; escape brackets as -LRB- / -RRB-")
+    words = _checked_words(words, "tree_from_words_and_tags")
     pos_tags = frozenset(pos_tags)
     phrase_labels = frozenset(phrase_labels)
     tokens: list[tuple[str, str]] = []
@@ -270,58 +392,74 @@ def tree_from_words_and_tags(
     else:
         match, gaps = _align_tags_to_words([tokens[k][1] for k in pos_at], words,
                                            punctuation_tags)
-    # Untagged words: token index before which they are attached (None: after the last).
-    inserted: dict[int | None, list[int]] = {}
-    for j, gap in gaps:
-        if gap == len(pos_at):
-            anchor = None
-        elif gap == 0:
-            anchor = pos_at[0]
-        else:
-            anchor = next(k for k in range(pos_at[gap - 1] + 1, len(tokens))
-                          if tokens[k][0] != "close")
-        inserted.setdefault(anchor, []).append(j)
+    return _build_tree(words, tokens, match, gaps,
+                       lambda word: punctuation_tags.get(word, default_tag))
 
-    def untagged(indices: list[int]) -> list[Tree]:
-        return [Tree(punctuation_tags.get(words[j], default_tag), [words[j]]) for j in indices]
 
-    root = Tree(ROOT_LABEL)
-    stack = [root]
+def tree_from_bracketed_words(
+    words: str | Sequence[str],
+    decoded: str,
+    phrase_labels: Iterable[str] = PTB_PHRASE_LABELS,
+    word_tags: Mapping[str, str] = WORD_FORM_TAGS,
+    default_tag: str = DEFAULT_TAG,
+) -> Tree:
+    """Repairs a decoded `linearize_words` sequence into a tree over exactly `words`.
 
-    def close_innermost() -> None:
-        node = stack.pop()
-        if not node.children:  # An empty constituent is the last child of its parent.
-            stack[-1].children.pop()
+    Tokens: ")X" closes, "(X" with X in `phrase_labels` opens, any other token holding a
+    bracket is dropped (unknown labels, debris), and the rest are words the decoder wrote. Those are aligned to the input words (`_monotone_alignment`: an
+    identical word pairs at no cost, a different one at cost 1, as a miscopied rare word
+    standing for the input word at its place, but punctuation only with punctuation; dropping
+    a written word or skipping an input word costs 1; the earliest pairing among the cheapest):
+    each paired word becomes a preterminal where the decoder wrote it, the decoder's other
+    words are dropped, and input words it skipped are placed as `tree_from_words_and_tags` places
+    untagged words. Brackets are then repaired as there (missing, extra or wrong closers,
+    empty constituents). Preterminal labels come from the word form (`word_tags`, else
+    `default_tag`), since the decode holds no tags. A well-formed sequence is rebuilt exactly
+    up to those labels.
 
-    n_tags = 0
-    for k, (kind, label) in enumerate(tokens):
-        stack[-1].children.extend(untagged(inserted.get(k, [])))
-        if kind == "close":
-            if len(stack) == 1:
-                continue
-            depth = next((d for d in range(len(stack) - 1, 0, -1) if stack[d].label == label),
-                         len(stack) - 1)
-            while len(stack) > depth:
-                close_innermost()
-        elif kind == "open":
-            node = Tree(label)
-            stack[-1].children.append(node)
-            stack.append(node)
-        else:
-            if match[n_tags] is not None:
-                stack[-1].children.append(Tree(label, [words[match[n_tags]]]))
-            n_tags += 1
-    if None in inserted:
-        if len(stack) > 1:
-            target = stack[-1]
-        elif root.children and not root.children[-1].is_preterminal:
-            target = root.children[-1]
-        else:
-            target = root
-        target.children.extend(untagged(inserted[None]))
-    while len(stack) > 1:
-        close_innermost()
-    return root
+    Args:
+        words: the input sentence, a string (split on whitespace) or a list of words.
+        decoded: the decoded target text, e.g. "(S (NP The cat )NP (VP sat )VP . )S".
+        phrase_labels: the phrase label inventory (PTB's by default).
+        word_tags: word -> its preterminal label (punctuation and "'" by default).
+        default_tag: the preterminal label of the other words.
+    Returns:
+        A Tree rooted at TOP whose leaves are exactly `words`, in order.
+    Raises:
+        ValueError: `words` is empty, or a word holds "(" or ")".
+    """
+    words = _checked_words(words, "tree_from_bracketed_words")
+    phrase_labels = frozenset(phrase_labels)
+    tokens: list[tuple[str, str]] = []
+    written: list[str] = []
+    for tok in decoded.split():
+        if tok.startswith(")") and len(tok) > 1:
+            tokens.append(("close", tok[1:]))
+        elif tok.startswith("(") and tok[1:] in phrase_labels:
+            tokens.append(("open", tok[1:]))
+        elif "(" not in tok and ")" not in tok:
+            tokens.append(("pos", ""))
+            written.append(tok)
+    def pair_cost(i: int, j: int) -> int | None:
+        if written[i] == words[j]:
+            return 0
+        # A miscopied word (a rare word misspelt) stands in for the input word at its place,
+        # punctuation only for punctuation, so that evalb's deletions stay aligned.
+        return 1 if (written[i] in word_tags) == (words[j] in word_tags) else None
+
+    def tag_of(word: str) -> str:
+        return word_tags.get(word, default_tag)
+
+    match, gaps = _monotone_alignment(len(written), len(words), pair_cost)
+    # Preterminal labels from the input words (a miscopied word takes its input word's).
+    pairs = iter(match)
+    labeled = []
+    for kind, label in tokens:
+        if kind == "pos":
+            j = next(pairs)
+            label = "" if j is None else tag_of(words[j])
+        labeled.append((kind, label))
+    return _build_tree(words, labeled, match, gaps, tag_of)
 
 
 def is_well_formed(tree: Tree, words: Sequence[str] | None = None) -> bool:

@@ -43,6 +43,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+import re
 from collections import Counter
 from collections.abc import Sequence
 
@@ -307,8 +308,27 @@ def summary_text(result: dict) -> str:
     return "\n".join(lines)
 
 
+# The linearizations a decode may be in, and the repair that turns it into a tree.
+REPAIRS = {
+    "tags": tree_linearization.tree_from_words_and_tags,  # t2t's: "S NP DT NN /NP ..."
+    "words": tree_linearization.tree_from_bracketed_words,  # "(S (NP The cat )NP ..."
+}
+
+
+# A closer with its label attached, ")NP": in `linearize_words` targets, never in a tree.
+_LABELED_CLOSER_RE = re.compile(r"\)[^\s()]")
+
+
+def _is_tree(text: str, linearization: str) -> bool:
+    """Whether a gold line is a bracketed tree rather than a linearized target."""
+    if not text.lstrip().startswith("("):
+        return False
+    return linearization != "words" or not _LABELED_CLOSER_RE.search(text)
+
+
 def evalb_decodes(inputs: Sequence[str], decodes: Sequence[str],
-                  gold: Sequence[str | treebank.Tree], cutoff_len: int = CUTOFF_LEN) -> dict:
+                  gold: Sequence[str | treebank.Tree], cutoff_len: int = CUTOFF_LEN,
+                  linearization: str = "tags") -> dict:
     """Decoded linearized trees -> repaired trees -> evalb scores.
 
     Args:
@@ -316,23 +336,30 @@ def evalb_decodes(inputs: Sequence[str], decodes: Sequence[str],
         decodes: the decoded target texts ("S NP DT NN /NP ..."). Text after a tab (further
             beams, or t2t's beam scores) is ignored.
         gold: the gold trees, or the gold linearized targets (t2t's `.targets` file), which are
-            turned into trees with the inputs; a string starting with "(" is a tree.
+            turned into trees with the inputs; a string starting with "(" is a tree (for
+            "words", unless it has a closer with its label attached, ")NP").
         cutoff_len: see `evalb`.
+        linearization: "tags" (t2t's, `tree_linearization.tree_from_words_and_tags` repairs)
+            or "words" (`linearize_words`, repaired by `tree_from_bracketed_words`).
     Returns:
         The `evalb` result, plus `test_trees`: the repaired one-line trees.
     Raises:
-        ValueError: the three lists differ in length, or see `evalb`.
+        ValueError: the three lists differ in length, an unknown linearization, or see
+            `evalb`.
     """
+    if linearization not in REPAIRS:
+        raise ValueError(f"evalb_decodes: linearization {linearization!r} is not one of "
+                         f"{sorted(REPAIRS)}")
+    repair = REPAIRS[linearization]
     if not len(inputs) == len(decodes) == len(gold):
         raise ValueError(f"evalb_decodes: {len(inputs)} inputs, {len(decodes)} decodes and "
                          f"{len(gold)} gold lines; they must correspond line by line")
     gold_trees = [
-        g if isinstance(g, treebank.Tree) or g.lstrip().startswith("(")
-        else tree_linearization.tree_from_words_and_tags(words, g)
+        g if isinstance(g, treebank.Tree) or _is_tree(g, linearization) else repair(words, g)
         for words, g in zip(inputs, gold)
     ]
     test_trees = [
-        tree_linearization.tree_from_words_and_tags(words, decode.split("\t", 1)[0])
+        repair(words, decode.split("\t", 1)[0])
         for words, decode in zip(inputs, decodes)
     ]
     result = evalb(gold_trees, test_trees, cutoff_len)
@@ -429,7 +456,8 @@ def _read_lines(path: str | os.PathLike) -> list[str]:
 
 
 def evalb_decode_files(inputs_path: str | os.PathLike, decodes_path: str | os.PathLike,
-                       gold_path: str | os.PathLike, cutoff_len: int = CUTOFF_LEN) -> dict:
+                       gold_path: str | os.PathLike, cutoff_len: int = CUTOFF_LEN,
+                       linearization: str = "tags") -> dict:
     """`evalb_decodes` on files: one sentence / decode / gold tree or target per line.
 
     Args:
@@ -438,6 +466,7 @@ def evalb_decode_files(inputs_path: str | os.PathLike, decodes_path: str | os.Pa
         decodes_path: the decoder's output (`--decode_to_file`, or `.decodes`).
         gold_path: gold trees one per line (e.g. `wsjEval.trees`), or t2t's `.targets`.
         cutoff_len: see `evalb`.
+        linearization: see `evalb_decodes`.
     Returns:
         See `evalb_decodes`.
     Raises:
@@ -447,7 +476,7 @@ def evalb_decode_files(inputs_path: str | os.PathLike, decodes_path: str | os.Pa
     if not len(inputs) == len(decodes) == len(gold):
         raise ValueError(f"{inputs_path}: {len(inputs)} lines, {decodes_path}: {len(decodes)} "
                          f"lines, {gold_path}: {len(gold)} lines; they must match line by line")
-    return evalb_decodes(inputs, decodes, gold, cutoff_len)
+    return evalb_decodes(inputs, decodes, gold, cutoff_len, linearization)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -465,9 +494,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("test", help="test trees, one per line (decodes with --inputs)")
     parser.add_argument("--inputs", help="sentences that were decoded; TEST is then decodes")
     parser.add_argument("--cutoff_len", type=int, default=CUTOFF_LEN)
+    parser.add_argument("--linearization", choices=sorted(REPAIRS), default="tags",
+                        help="of the decodes: tags (t2t's, parsing_english_ptb8k/16k) or "
+                             "words (parsing_english_ptb_words)")
     args = parser.parse_args(argv)
     if args.inputs:
-        result = evalb_decode_files(args.inputs, args.test, args.gold, args.cutoff_len)
+        result = evalb_decode_files(args.inputs, args.test, args.gold, args.cutoff_len,
+                                    args.linearization)
     else:
         gold, test = _read_lines(args.gold), _read_lines(args.test)
         if len(gold) != len(test):
