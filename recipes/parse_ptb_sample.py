@@ -7,14 +7,16 @@
 Steps, each printed before it runs; the training steps are the `python run.py --mode=...`
 commands a user would type, run from the project root:
 
-1. datagen: `parsing_english_ptb16k` (separate word and tag vocabs) from the sample in its LDC
-   layout, files wsj_0001-0159 for training and wsj_0160-0179 as dev
-   (`--wsj_train_sections=0001-0159 --wsj_dev_sections=0160-0179`);
+1. datagen: `parsing_english_ptb_words` (t2t's bracketing with the words in place of the POS
+   tags, one shared 4k subword vocab; `--problem=parsing_english_ptb16k` for t2t's own
+   linearization) from the sample in its LDC layout, files wsj_0001-0159 for training and
+   wsj_0160-0179 as dev (`--wsj_train_sections=0001-0159 --wsj_dev_sections=0160-0179`);
 2. the dev sentences and their gold trees (`treebank.write_sentences_and_trees`);
 3. train (`--mode=train`), resuming from `<work_dir>/train` when it holds checkpoints;
 4. decode the dev sentences with beam search (`--mode=decode --decode_from_file`);
 5. repair the decodes into trees over the input words and score them with EVALB's
-   COLLINS.prm conventions (`parsing_eval.evalb_decode_files`), and score the right-branching
+   COLLINS.prm conventions (`parsing_eval.evalb_decode_files`, with the problem's
+   linearization), and score the right-branching
    baseline (`parsing_eval.right_branching_baseline`: gold POS tags, one label S) on the same
    dev trees.
 
@@ -54,15 +56,15 @@ DEV_FILES = "0160-0179"
 
 # The best settings of the trials reported in README.md ("Results on the sample corpora").
 DEFAULTS = {
-    "problem": "parsing_english_ptb16k",
+    "problem": "parsing_english_ptb_words",
     "hparams_set": "transformer_tiny",
     "hparams": "batch_size=4096,learning_rate_warmup_steps=1000",
-    "train_steps": 6000,
+    "train_steps": 12000,
     "decode_hparams": "beam_size=4,alpha=0.6,extra_length=250,batch_size=32",
     "max_dev_sentences": 0,
 }
 QUICK = {
-    "problem": "parsing_english_ptb16k",
+    "problem": "parsing_english_ptb_words",
     "hparams_set": "transformer_tiny",
     "hparams": ("num_hidden_layers=1,hidden_size=32,filter_size=64,num_heads=2,batch_size=1024,"
                 "learning_rate_warmup_steps=10"),

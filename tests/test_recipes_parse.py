@@ -10,7 +10,7 @@ import pytest
 from t2t_lite.data_generators import tree_linearization, treebank
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
-DEFAULT_PROBLEM = "parsing_english_ptb16k"
+DEFAULT_PROBLEM = "parsing_english_ptb_words"
 
 RESULT_RE = re.compile(
     r"^RESULT parse_ptb_sample: dev_f1=(?P<dev_f1>\d+\.\d\d) precision=\d+\.\d\d "
@@ -21,7 +21,7 @@ RESULT_RE = re.compile(
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("problem", [None, "parsing_english_ptb_words"])
+@pytest.mark.parametrize("problem", [None, "parsing_english_ptb16k"])
 def test_quick_recipe_end_to_end(ptb_sample_dir, tmp_path, problem):
     work = tmp_path / "work"
     proc = subprocess.run(
