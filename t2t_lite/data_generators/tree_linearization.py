@@ -4,8 +4,9 @@
   POS tags appear once, phrases as `X ... /X`, the TOP label is dropped).
 * `mask_pos_tags`: the same targets with the POS tags of words written `XX` (Vinyals et al.'s
   variant; punctuation keeps its tags), the targets of `parsing_english_ptb16k_xx`.
-* `linearize_words`: the same brackets, written "(X" / ")X", with each word in place of its POS
-  tag (the targets of `parsing_english_ptb_words`); `tree_from_bracketed_words` repairs such a decode.
+* `linearize_words`: the same brackets, written "(X" / ")X", with each word in place of its
+  POS tag (the targets of `parsing_english_ptb_words`); `tree_from_bracketed_words` repairs
+  such a decode.
 * `tree_from_words_and_tags`: the inverse, which repairs any decoded sequence into a
   well-formed tree over exactly the input words; `is_well_formed` checks such a tree.
 """
