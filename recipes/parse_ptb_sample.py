@@ -16,9 +16,8 @@ commands a user would type, run from the project root:
 4. decode the dev sentences with beam search (`--mode=decode --decode_from_file`);
 5. repair the decodes into trees over the input words and score them with EVALB's
    COLLINS.prm conventions (`parsing_eval.evalb_decode_files`, with the problem's
-   linearization), and score the right-branching
-   baseline (`parsing_eval.right_branching_baseline`: gold POS tags, one label S) on the same
-   dev trees.
+   linearization), and score the right-branching baseline
+   (`parsing_eval.right_branching_baseline`: gold POS tags, one label S) on the same dev trees.
 
 The last line printed is the summary, e.g.
 `RESULT parse_ptb_sample: dev_f1=... precision=... recall=... exact_match=... rb_f1=...
@@ -179,8 +178,9 @@ def main(argv: list[str] | None = None) -> int:
         "error_sentences": result["num_error_sentences"] + result["num_skip_sentences"],
         "steps": steps, "train_wall_s": train_wall, "total_wall_s": time.time() - start,
     }
-    scores = dict(summary, problem=args.problem, hparams_set=args.hparams_set, hparams=args.hparams,
-                  decode_hparams=args.decode_hparams, tagging_accuracy=result["tagging_accuracy"],
+    scores = dict(summary, problem=args.problem, hparams_set=args.hparams_set,
+                  hparams=args.hparams, decode_hparams=args.decode_hparams,
+                  tagging_accuracy=result["tagging_accuracy"],
                   rb_precision=baseline["precision"], rb_recall=baseline["recall"])
     (work / "scores.json").write_text(json.dumps(scores, indent=2) + "\n", encoding="utf-8")
     print("RESULT parse_ptb_sample: " + " ".join(

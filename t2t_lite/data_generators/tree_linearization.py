@@ -216,9 +216,9 @@ def _align_tags_to_words(tags: Sequence[str], words: Sequence[str],
                          punctuation_tags: Mapping[str, str]) -> tuple[list, list]:
     """Monotone alignment of POS-tag tokens to words when their counts differ.
 
-    `_monotone_alignment` where a tag may take a word (at no cost) if they agree on being punctuation (a
-    punctuation tag with a punctuation word, any other tag with any other word; the ambiguous
-    "'" with POS, '' or XX).
+    `_monotone_alignment` where a tag may take a word (at no cost) if they agree on being
+    punctuation (a punctuation tag with a punctuation word, any other tag with any other word;
+    the ambiguous "'" with POS, '' or XX).
 
     Args:
         tags: the m POS-tag tokens, in order.
@@ -252,16 +252,18 @@ def _checked_words(words: str | Sequence[str], caller: str) -> list[str]:
     return words
 
 
-def _build_tree(words: Sequence[str], tokens: Sequence[tuple[str, str]], match: Sequence,
-                gaps: Sequence[tuple[int, int]], untagged_label) -> Tree:
+def _build_tree(words: Sequence[str], tokens: Sequence[tuple[str, str | None]],
+                match: Sequence, gaps: Sequence[tuple[int, int]], word_label) -> Tree:
     """The repaired tree from read tokens and their alignment to the words.
 
     Args:
         words: the input words.
-        tokens: ("open", label) / ("close", label) / ("pos", preterminal label), in order.
+        tokens: ("open", label) / ("close", label) / ("pos", preterminal label or None), in
+            order.
         match: per "pos" token, the word it takes, or None (dropped).
         gaps: [(j, i)]: word j, which no token took, goes before the i-th "pos" token.
-        untagged_label: word -> preterminal label of a word that no token took.
+        word_label: word -> preterminal label of a word that no token took, or that a "pos"
+            token without a label (None) took.
     Returns:
         A Tree rooted at TOP whose leaves are exactly `words` (see `tree_from_words_and_tags`).
     """
@@ -279,7 +281,7 @@ def _build_tree(words: Sequence[str], tokens: Sequence[tuple[str, str]], match: 
         inserted.setdefault(anchor, []).append(j)
 
     def untagged(indices: list[int]) -> list[Tree]:
-        return [Tree(untagged_label(words[j]), [words[j]]) for j in indices]
+        return [Tree(word_label(words[j]), [words[j]]) for j in indices]
 
     root = Tree(ROOT_LABEL)
     stack = [root]
@@ -304,8 +306,10 @@ def _build_tree(words: Sequence[str], tokens: Sequence[tuple[str, str]], match: 
             stack[-1].children.append(node)
             stack.append(node)
         else:
-            if match[n_tags] is not None:
-                stack[-1].children.append(Tree(label, [words[match[n_tags]]]))
+            j = match[n_tags]
+            if j is not None:
+                stack[-1].children.append(
+                    Tree(word_label(words[j]) if label is None else label, [words[j]]))
             n_tags += 1
     if None in inserted:
         if len(stack) > 1:
@@ -346,12 +350,13 @@ def tree_from_words_and_tags(
     `punctuation_tags`) another tag: the decode then missed a punctuation tag and has an extra
     tag elsewhere, and pairing them in order would keep a word that evalb deletes from the
     gold tree (the treebank never tags those words otherwise). In that case, and when there
-    are too few or too many tags, tags and words are aligned by `_align_tags_to_words`, which never pairs a punctuation tag with a non-punctuation word
-    or the reverse: unpaired tags are dropped, and each unpaired word becomes a preterminal
-    tagged by `punctuation_tags` (punctuation words, so evalb deletes them as in the gold
-    tree) or `default_tag`, placed between its neighbours: before the first phrase label or
-    POS tag that follows the previous word's tag (so after that word's closers), or just
-    before the first tag for a leading word. Unpaired words after the last tag go to the
+    are too few or too many tags, tags and words are aligned by `_align_tags_to_words`, which
+    never pairs a punctuation tag with a non-punctuation word or the reverse: unpaired tags
+    are dropped, and each unpaired word becomes a preterminal tagged by `punctuation_tags`
+    (punctuation words, so evalb deletes them as in the gold tree) or `default_tag`, placed
+    between its neighbours: before the first phrase label or POS tag that follows the
+    previous word's tag (so after that word's closers), or just before the first tag for a
+    leading word. Unpaired words after the last tag go to the
     innermost constituent still open at the end, or if none is, to the last phrase under
     TOP, or else to TOP itself. Word order is always kept.
 
@@ -407,16 +412,17 @@ def tree_from_bracketed_words(
     """Repairs a decoded `linearize_words` sequence into a tree over exactly `words`.
 
     Tokens: ")X" closes, "(X" with X in `phrase_labels` opens, any other token holding a
-    bracket is dropped (unknown labels, debris), and the rest are words the decoder wrote. Those are aligned to the input words (`_monotone_alignment`: an
-    identical word pairs at no cost, a different one at cost 1, as a miscopied rare word
-    standing for the input word at its place, but punctuation only with punctuation; dropping
-    a written word or skipping an input word costs 1; the earliest pairing among the cheapest):
-    each paired word becomes a preterminal where the decoder wrote it, the decoder's other
-    words are dropped, and input words it skipped are placed as `tree_from_words_and_tags` places
-    untagged words. Brackets are then repaired as there (missing, extra or wrong closers,
-    empty constituents). Preterminal labels come from the word form (`word_tags`, else
-    `default_tag`), since the decode holds no tags. A well-formed sequence is rebuilt exactly
-    up to those labels.
+    bracket is dropped (unknown labels, debris), and the rest are words the decoder wrote.
+    Those are aligned to the input words (`_monotone_alignment`: an identical word pairs at no
+    cost, a different one at cost 1, as a miscopied rare word standing for the input word at
+    its place, but punctuation only with punctuation; dropping a written word or skipping an
+    input word costs 1; the earliest pairing among the cheapest): each paired word becomes a
+    preterminal where the decoder wrote it, the decoder's other words are dropped, and input
+    words it skipped are placed as `tree_from_words_and_tags` places untagged words. Brackets
+    are then repaired as there (missing, extra or wrong closers, empty constituents).
+    Preterminal labels come from the input word's form (`word_tags`, else `default_tag`; a
+    miscopied word takes its input word's), since the decode holds no tags. A well-formed
+    sequence is rebuilt exactly up to those labels.
 
     Args:
         words: the input sentence, a string (split on whitespace) or a list of words.
@@ -431,7 +437,7 @@ def tree_from_bracketed_words(
     """
     words = _checked_words(words, "tree_from_bracketed_words")
     phrase_labels = frozenset(phrase_labels)
-    tokens: list[tuple[str, str]] = []
+    tokens: list[tuple[str, str | None]] = []
     written: list[str] = []
     for tok in decoded.split():
         if tok.startswith(")") and len(tok) > 1:
@@ -439,8 +445,9 @@ def tree_from_bracketed_words(
         elif tok.startswith("(") and tok[1:] in phrase_labels:
             tokens.append(("open", tok[1:]))
         elif "(" not in tok and ")" not in tok:
-            tokens.append(("pos", ""))
+            tokens.append(("pos", None))  # Labeled from the input word it takes.
             written.append(tok)
+
     def pair_cost(i: int, j: int) -> int | None:
         if written[i] == words[j]:
             return 0
@@ -452,15 +459,7 @@ def tree_from_bracketed_words(
         return word_tags.get(word, default_tag)
 
     match, gaps = _monotone_alignment(len(written), len(words), pair_cost)
-    # Preterminal labels from the input words (a miscopied word takes its input word's).
-    pairs = iter(match)
-    labeled = []
-    for kind, label in tokens:
-        if kind == "pos":
-            j = next(pairs)
-            label = "" if j is None else tag_of(words[j])
-        labeled.append((kind, label))
-    return _build_tree(words, labeled, match, gaps, tag_of)
+    return _build_tree(words, tokens, match, gaps, tag_of)
 
 
 def is_well_formed(tree: Tree, words: Sequence[str] | None = None) -> bool:
