@@ -123,6 +123,11 @@ flags.DEFINE_string("decode_from_file", None, "Decode the lines of this file.")
 flags.DEFINE_string("decode_to_file", None, "Write decodes here.")
 flags.DEFINE_string("decode_reference", None, "Reference translations, for BLEU after decoding.")
 flags.DEFINE_bool("decode_interactive", False, "Decode lines typed on standard input.")
+flags.DEFINE_integer(
+    "decode_parallel_batches", 0,
+    "--decode_from_file: batches decoded at the same time, one per thread (0: one per usable "
+    "CPU core on CPU, 1 on GPU; always 1 when sampling, whose draws follow the batch order). "
+    "Same output; not a t2t flag.")
 flags.DEFINE_string("checkpoint_path", None, "Checkpoint to use (default: latest in output_dir).")
 flags.DEFINE_string(
     "score_file", None,

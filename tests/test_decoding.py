@@ -3,6 +3,8 @@ formats with a fake model; end to end with a real Transformer on the t2t fixture
 import io
 import json
 import shutil
+import threading
+import time
 import types
 
 import numpy as np
@@ -106,6 +108,95 @@ def test_decode_lines_default_batch_size_is_32():
     model = FakeModel()
     decoding.decode_lines([str(i) for i in range(70)], model, ENCODER, ENCODER, hp())
     assert [len(b) for b in model.batches] == [32, 32, 6]
+
+
+class SlowFakeModel(FakeModel):
+    """FakeModel whose call sleeps longer for earlier batches (so later batches finish first
+    when decoded in parallel) and records how many calls ran at once."""
+
+    def __init__(self):
+        super().__init__()
+        self.lock = threading.Lock()
+        self.active = self.most_active = self.calls = 0
+
+    def __call__(self, inputs):
+        with self.lock:
+            self.active += 1
+            self.most_active = max(self.most_active, self.active)
+            delay = 0.04 * max(0, 5 - self.calls)
+            self.calls += 1
+        time.sleep(delay)
+        try:
+            with self.lock:
+                return super().__call__(inputs)
+        finally:
+            with self.lock:
+                self.active -= 1
+
+
+def test_parallel_batches_run_at_once_and_keep_the_order():
+    lines = [" ".join(str(i + j) for j in range(1 + i % 4)) for i in range(2, 23)]
+    expected = decoding.decode_lines(lines, FakeModel(), ENCODER, ENCODER, hp(batch_size=2))
+    model = SlowFakeModel()
+    out = decoding.decode_lines(lines, model, ENCODER, ENCODER, hp(batch_size=2),
+                                parallel_batches=3)
+    assert out == expected
+    assert model.calls == 11 and model.most_active >= 2
+    assert model.most_active <= 3
+
+
+def test_parallel_batch_count_from_the_flag(monkeypatch):
+    from t2t_lite.hparams import create_hparams
+
+    monkeypatch.setattr(t2t_decoder, "usable_cores", lambda: 3)
+    hparams = create_hparams("transformer_tiny")
+    beam = hp(beam_size=4)
+    assert t2t_decoder.parallel_batches(_flags(decode_parallel_batches=2), hparams, beam) == 2
+    auto = t2t_decoder.parallel_batches(_flags(decode_parallel_batches=0), hparams, beam)
+    import tensorflow as tf
+
+    assert auto == (1 if tf.config.list_logical_devices("GPU") else 3)
+    # Seeded sampling draws in batch order: one batch at a time whatever the flag says.
+    sampling = create_hparams("transformer_tiny", "sampling_method=random")
+    assert t2t_decoder.parallel_batches(
+        _flags(decode_parallel_batches=2), sampling, hp(beam_size=1)) == 1
+    with pytest.raises(UserError, match="--decode_parallel_batches=-1"):
+        t2t_decoder.parallel_batches(_flags(decode_parallel_batches=-1), hparams, beam)
+
+
+@pytest.mark.slow
+def test_parallel_batches_decode_a_real_model_to_the_same_lines(t2t_fixtures, wmt_toy_dir):
+    """Beam search and greedy decoding of 40 dev lines with the t2t fixture checkpoint, 4
+    lines a batch: 3 batches at a time on threads give the same ids and bit-equal scores for
+    every batch, and the same lines, as one at a time."""
+    from t2t_lite.hparams import create_hparams
+    from t2t_lite.utils import t2t_checkpoint
+
+    vocab = text_encoder.SubwordTextEncoder(
+        str(t2t_fixtures / "vocab.translate_toy_ende1k.1024.subwords"))
+    model = t2t_checkpoint.load_model(str(t2t_fixtures / "ckpt_A_trained"),
+                                      create_hparams("transformer_tiny"))
+    lines = decoding.read_inputs(str(wmt_toy_dir / "dev.en"))[:40]
+    for settings in ({"beam_size": 4, "alpha": 0.6}, {"beam_size": 1}):
+        decode_hp = hp(batch_size=4, extra_length=10, **settings)
+        infer_fn = decoding.make_infer_fn(model, decode_hp)
+        results = {1: {}, 3: {}}
+
+        def recording(batch, parallel):
+            outputs, scores = infer_fn(batch)
+            results[parallel][batch.tobytes()] = (outputs, scores)
+            return outputs, scores
+
+        texts = {parallel: decoding.decode_lines(
+            lines, lambda batch, p=parallel: recording(batch, p), vocab, vocab, decode_hp,
+            parallel_batches=parallel) for parallel in (1, 3)}
+        assert texts[3] == texts[1]
+        assert results[3].keys() == results[1].keys() and len(results[1]) == 10
+        for key, (outputs, scores) in results[1].items():
+            np.testing.assert_array_equal(results[3][key][0], outputs)
+            np.testing.assert_array_equal(results[3][key][1], scores)
+        all_scores = np.concatenate([scores for _, scores in results[1].values()])
+        assert len(set(all_scores.tolist())) > 30  # 40 different hypotheses' scores
 
 
 def test_format_decodes_beams_and_scores():

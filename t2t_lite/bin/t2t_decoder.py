@@ -33,6 +33,7 @@ from t2t_lite.utils.decoding import (
     report_bleu,
     score_pairs,
     unpacked_problem,
+    usable_cores,
 )
 
 
@@ -118,8 +119,9 @@ def main(flags) -> None:
                     f"--decode_from_file={flags.decode_from_file}",
                     "check that the input uses the problem's symbols and that the vocabulary "
                     "is the one the model was trained with"):
-                output = decode_from_file(infer_fn, flags.decode_from_file, encoders,
-                                          decode_hp, decode_to_file, name_parts)
+                output = decode_from_file(
+                    infer_fn, flags.decode_from_file, encoders, decode_hp, decode_to_file,
+                    name_parts, parallel_batches(flags, hparams, decode_hp))
         except (FileNotFoundError, ValueError) as e:
             raise UserError(one_line(e)) from e
     else:
@@ -133,6 +135,24 @@ def main(flags) -> None:
     print(f"Decodes written to {output}")
     if reference:
         report_bleu(reference, output, flags.output_dir, checkpoint, decode_hp.summaries_log_dir)
+
+
+def parallel_batches(flags, hparams, decode_hp) -> int:
+    """--decode_parallel_batches resolved: 0 means one batch per usable CPU core (1 when a GPU
+    is visible); sampling always decodes one batch at a time (its random draws must follow the
+    batch order to repeat per --random_seed)."""
+    count = getattr(flags, "decode_parallel_batches", 1)
+    if count < 0:
+        raise UserError(f"--decode_parallel_batches={count}: must be >= 0")
+    sampling = (decode_hp.beam_size == 1 and hparams.sampling_method == "random"
+                and hparams.sampling_temp != 0.0)
+    if sampling:
+        return 1
+    if count == 0:
+        import tensorflow as tf
+
+        count = 1 if tf.config.list_logical_devices("GPU") else usable_cores()
+    return count
 
 
 def decode_ctranslate2(flags) -> str:

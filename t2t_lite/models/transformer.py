@@ -27,6 +27,8 @@ Differences from t2t, none of which changes the logits:
 """
 from __future__ import annotations
 
+import threading
+
 import keras
 import tensorflow as tf
 
@@ -162,6 +164,8 @@ class Transformer(keras.Model):
         # Compiled decoders by configuration; set past Keras/TF attribute tracking so that
         # checkpoints and SavedModels of the model never include them.
         object.__setattr__(self, "_infer_functions", {})
+        # Decoding threads (decode_from_file's parallel batches) create each function once.
+        object.__setattr__(self, "_infer_functions_lock", threading.Lock())
         self.build()
         common_layers.number_dropout_layers(self)
 
@@ -616,16 +620,17 @@ class Transformer(keras.Model):
             padded = tf.concat(
                 [padded, tf.repeat(padded[:1], padded_batch - batch, axis=0)], axis=0)
         key = config + ("xla", decode_length)
-        if key not in self._infer_functions:
-            # No input signature: one trace and compilation per bucket shape.
-            self._infer_functions[key] = tf.function(
-                lambda inputs, target_space_id, input_length: self._infer_graph(
-                    inputs, target_space_id, decode_length, *config,
-                    input_length=input_length,
-                    buffer_length=int(inputs.shape[1]) + decode_length,
-                ),
-                autograph=False, jit_compile=True,
-            )
+        with self._infer_functions_lock:
+            if key not in self._infer_functions:
+                # No input signature: one trace and compilation per bucket shape.
+                self._infer_functions[key] = tf.function(
+                    lambda inputs, target_space_id, input_length: self._infer_graph(
+                        inputs, target_space_id, decode_length, *config,
+                        input_length=input_length,
+                        buffer_length=int(inputs.shape[1]) + decode_length,
+                    ),
+                    autograph=False, jit_compile=True,
+                )
         result = self._infer_functions[key](padded, target_space_id, tf.constant(length))
         steps = int(result["steps"])
         return {"outputs": result["outputs"][:batch, ..., :steps],
@@ -690,14 +695,15 @@ class Transformer(keras.Model):
                     f"got use_cache={use_cache}, decode_length={decode_length!r}"
                 )
             return self._infer_xla(inputs, target_space_id, decode_length, config)
-        if config not in self._infer_functions:
-            self._infer_functions[config] = tf.function(
-                lambda inputs, target_space_id, decode_length: self._infer_graph(
-                    inputs, target_space_id, decode_length, *config
-                ),
-                # The loops are explicit tf.while_loops; autograph would only slow tracing.
-                autograph=False,
-                input_signature=signature + [tf.TensorSpec([], tf.int32)],
-            )
+        with self._infer_functions_lock:
+            if config not in self._infer_functions:
+                self._infer_functions[config] = tf.function(
+                    lambda inputs, target_space_id, decode_length: self._infer_graph(
+                        inputs, target_space_id, decode_length, *config
+                    ),
+                    # The loops are explicit tf.while_loops; autograph would only slow tracing.
+                    autograph=False,
+                    input_signature=signature + [tf.TensorSpec([], tf.int32)],
+                )
         decode_length = tf.cast(decode_length, tf.int32)
         return self._infer_functions[config](inputs, target_space_id, decode_length)
