@@ -182,7 +182,7 @@ def test_parallel_batches_decode_a_real_model_to_the_same_lines(t2t_fixtures, wm
         infer_fn = decoding.make_infer_fn(model, decode_hp)
         results = {1: {}, 3: {}}
 
-        def recording(batch, parallel):
+        def recording(batch, parallel, infer_fn=infer_fn, results=results):
             outputs, scores = infer_fn(batch)
             results[parallel][batch.tobytes()] = (outputs, scores)
             return outputs, scores
