@@ -9,7 +9,8 @@ read by t2t_lite's t2t_checkpoint and exported by t2t_lite.serving.ct2 in this r
 is its SubwordTextEncoder file. The first `--lines` lines of the toy WMT dev set are decoded
 with beam 4, alpha 0.6 (t2t's defaults, 32 sentences per batch, sorted by length) by:
 
-* t2t_lite's in-process decoder (`decoding.decode_lines`, TensorFlow on all cores);
+* t2t_lite's in-process decoder (`decoding.decode_lines`, one batch per core at a time as
+  `run.py --mode=decode` decodes a file);
 * CTranslate2 fp32 and int8 (`ct2.Translator`, `--inter_threads` batches in parallel of
   `--threads` intra-op threads each; by default one thread per batch, a batch per core);
 * t2t-decoder of tensor2tensor 1.15.7 (../shared/t2t_speed/t2t_run.py, with its usr_dir problem
@@ -117,7 +118,8 @@ def main() -> None:
                                      f"extra_length={args.extra_length},log_results=False,"
                                      "write_beam_scores=True,return_beams=True")
         records = decoding.decode_lines(subset or lines, decoding.make_infer_fn(model, hp),
-                                        encoder, encoder, hp)
+                                        encoder, encoder, hp,
+                                        parallel_batches=decoding.usable_cores())
         # return_beams: "text\tscore\ttext\tscore..." -> best text and its score.
         return [(r.split("\t")[0], float(r.split("\t")[1])) for r in records]
 
