@@ -126,7 +126,8 @@ flags.DEFINE_bool("decode_interactive", False, "Decode lines typed on standard i
 flags.DEFINE_integer(
     "decode_parallel_batches", 0,
     "--decode_from_file: batches decoded at the same time, one per thread (0: one per usable "
-    "CPU core on CPU, 1 on GPU; always 1 when sampling, whose draws follow the batch order). "
+    "CPU core, at most 4, on CPU; 1 on GPU; always 1 when sampling, whose draws follow the "
+    "batch order). "
     "Same output; not a t2t flag.")
 flags.DEFINE_string("checkpoint_path", None, "Checkpoint to use (default: latest in output_dir).")
 flags.DEFINE_string(

@@ -156,6 +156,9 @@ def test_parallel_batch_count_from_the_flag(monkeypatch):
     import tensorflow as tf
 
     assert auto == (1 if tf.config.list_logical_devices("GPU") else 3)
+    monkeypatch.setattr(t2t_decoder, "usable_cores", lambda: 64)
+    many = t2t_decoder.parallel_batches(_flags(decode_parallel_batches=0), hparams, beam)
+    assert many == (1 if tf.config.list_logical_devices("GPU") else 4)
     # Seeded sampling draws in batch order: one batch at a time whatever the flag says.
     sampling = create_hparams("transformer_tiny", "sampling_method=random")
     assert t2t_decoder.parallel_batches(

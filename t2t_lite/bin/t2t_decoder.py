@@ -137,9 +137,15 @@ def main(flags) -> None:
         report_bleu(reference, output, flags.output_dir, checkpoint, decode_hp.summaries_log_dir)
 
 
+# Measured on 2 cores (bench/bench_parallel_decode.py); more batches at once only add
+# memory where the ops already spread over many cores.
+MAX_AUTO_PARALLEL_BATCHES = 4
+
+
 def parallel_batches(flags, hparams, decode_hp) -> int:
-    """--decode_parallel_batches resolved: 0 means one batch per usable CPU core (1 when a GPU
-    is visible); sampling always decodes one batch at a time (its random draws must follow the
+    """--decode_parallel_batches resolved: 0 means one batch per usable CPU core, at most
+    `MAX_AUTO_PARALLEL_BATCHES` (each batch holds its own decoder state), or 1 when a GPU is
+    visible; sampling always decodes one batch at a time (its random draws must follow the
     batch order to repeat per --random_seed)."""
     count = getattr(flags, "decode_parallel_batches", 1)
     if count < 0:
@@ -151,7 +157,8 @@ def parallel_batches(flags, hparams, decode_hp) -> int:
     if count == 0:
         import tensorflow as tf
 
-        count = 1 if tf.config.list_logical_devices("GPU") else usable_cores()
+        count = (1 if tf.config.list_logical_devices("GPU")
+                 else min(usable_cores(), MAX_AUTO_PARALLEL_BATCHES))
     return count
 
 
