@@ -119,7 +119,7 @@ def main() -> None:
                                      "write_beam_scores=True,return_beams=True")
         records = decoding.decode_lines(subset or lines, decoding.make_infer_fn(model, hp),
                                         encoder, encoder, hp,
-                                        parallel_batches=decoding.usable_cores())
+                                        parallel_batches=decoding.default_parallel_batches())
         # return_beams: "text\tscore\ttext\tscore..." -> best text and its score.
         return [(r.split("\t")[0], float(r.split("\t")[1])) for r in records]
 

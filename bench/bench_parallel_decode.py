@@ -7,8 +7,8 @@ One t2t checkpoint (or t2t_lite one with its problem's vocab), the first `--line
 the toy WMT dev set, t2t-decoder's batching (sorted by words, 32 per batch) and decode
 hparams (`--decode_hparams`, default beam 4, alpha 0.6), decoded in process by
 `decoding.decode_lines` with `parallel_batches=1` and with `--parallel` (0: one per usable
-core, at most 4: `run.py --mode=decode`'s default), alternating for `--rounds` rounds after a warm-up of
-both. Prints each round's wall time, the medians, their ratio, and checks that both give the
+core, at most 4: `run.py --mode=decode`'s default), alternating for `--rounds` rounds after
+a warm-up of both. Prints each round's wall time, the medians, their ratio, and checks that both give the
 same lines.
 """
 import argparse
@@ -20,7 +20,6 @@ import time
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from t2t_lite.bin.t2t_decoder import MAX_AUTO_PARALLEL_BATCHES
 from t2t_lite.data_generators import text_encoder
 from t2t_lite.hparams import create_hparams
 from t2t_lite.utils import decoding, t2t_checkpoint
@@ -41,7 +40,7 @@ def main() -> None:
     ap.add_argument("--parallel", type=int, default=0,
                     help="batches at a time to compare with 1 (0: run.py's default)")
     args = ap.parse_args()
-    parallel = args.parallel or min(decoding.usable_cores(), MAX_AUTO_PARALLEL_BATCHES)
+    parallel = args.parallel or decoding.default_parallel_batches()
 
     encoder = text_encoder.SubwordTextEncoder(args.vocab)
     model = t2t_checkpoint.load_model(args.checkpoint, create_hparams(args.hparams_set))

@@ -148,7 +148,7 @@ def test_parallel_batches_run_at_once_and_keep_the_order():
 def test_parallel_batch_count_from_the_flag(monkeypatch):
     from t2t_lite.hparams import create_hparams
 
-    monkeypatch.setattr(t2t_decoder, "usable_cores", lambda: 3)
+    monkeypatch.setattr(decoding, "usable_cores", lambda: 3)
     hparams = create_hparams("transformer_tiny")
     beam = hp(beam_size=4)
     assert t2t_decoder.parallel_batches(_flags(decode_parallel_batches=2), hparams, beam) == 2
@@ -156,7 +156,7 @@ def test_parallel_batch_count_from_the_flag(monkeypatch):
     import tensorflow as tf
 
     assert auto == (1 if tf.config.list_logical_devices("GPU") else 3)
-    monkeypatch.setattr(t2t_decoder, "usable_cores", lambda: 64)
+    monkeypatch.setattr(decoding, "usable_cores", lambda: 64)
     many = t2t_decoder.parallel_batches(_flags(decode_parallel_batches=0), hparams, beam)
     assert many == (1 if tf.config.list_logical_devices("GPU") else 4)
     # Seeded sampling draws in batch order: one batch at a time whatever the flag says.

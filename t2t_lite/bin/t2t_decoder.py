@@ -24,6 +24,7 @@ from t2t_lite.utils.decoding import (
     decode_from_file,
     decode_hparams,
     decode_interactively,
+    default_parallel_batches,
     load_hparams,
     load_model,
     make_infer_fn,
@@ -33,7 +34,6 @@ from t2t_lite.utils.decoding import (
     report_bleu,
     score_pairs,
     unpacked_problem,
-    usable_cores,
 )
 
 
@@ -137,16 +137,10 @@ def main(flags) -> None:
         report_bleu(reference, output, flags.output_dir, checkpoint, decode_hp.summaries_log_dir)
 
 
-# Measured on 2 cores (bench/bench_parallel_decode.py); more batches at once only add
-# memory where the ops already spread over many cores.
-MAX_AUTO_PARALLEL_BATCHES = 4
-
-
 def parallel_batches(flags, hparams, decode_hp) -> int:
-    """--decode_parallel_batches resolved: 0 means one batch per usable CPU core, at most
-    `MAX_AUTO_PARALLEL_BATCHES` (each batch holds its own decoder state), or 1 when a GPU is
-    visible; sampling always decodes one batch at a time (its random draws must follow the
-    batch order to repeat per --random_seed)."""
+    """--decode_parallel_batches resolved: 0 means `default_parallel_batches()`; sampling
+    always decodes one batch at a time (its random draws must follow the batch order to
+    repeat per --random_seed)."""
     count = getattr(flags, "decode_parallel_batches", 1)
     if count < 0:
         raise UserError(f"--decode_parallel_batches={count}: must be >= 0")
@@ -154,12 +148,7 @@ def parallel_batches(flags, hparams, decode_hp) -> int:
                 and hparams.sampling_temp != 0.0)
     if sampling:
         return 1
-    if count == 0:
-        import tensorflow as tf
-
-        count = (1 if tf.config.list_logical_devices("GPU")
-                 else min(usable_cores(), MAX_AUTO_PARALLEL_BATCHES))
-    return count
+    return count or default_parallel_batches()
 
 
 def decode_ctranslate2(flags) -> str:

@@ -56,6 +56,7 @@ import numpy as np
 
 from t2t_lite.data_generators.text_encoder import EOS_ID, PAD_ID
 from t2t_lite.errors import UserError
+from t2t_lite.utils.decoding import usable_cores
 
 METADATA_FILE = "t2t_lite_serving.json"
 INPUTS_VOCAB_FILE = "t2t_inputs.subwords"
@@ -361,12 +362,8 @@ def thread_counts(device: str, inter_threads: int, intra_threads: int) -> tuple[
                         f"intra_threads={intra_threads}")
     if device != "cpu":
         return inter_threads or 1, intra_threads
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        cores = os.cpu_count() or 1
     intra_threads = intra_threads or 1
-    return inter_threads or max(1, cores // intra_threads), intra_threads
+    return inter_threads or max(1, usable_cores() // intra_threads), intra_threads
 
 
 def gnmt_score(log_prob: float, length: int, alpha: float) -> float:

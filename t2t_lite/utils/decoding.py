@@ -355,12 +355,28 @@ def format_options(decode_hp: HParams) -> dict:
             "identity_output": decode_hp.identity_output}
 
 
+# Measured on 2 cores (bench/bench_parallel_decode.py); more batches at once only add
+# memory where the ops already spread over many cores.
+MAX_AUTO_PARALLEL_BATCHES = 4
+
+
 def usable_cores() -> int:
     """The CPU cores this process may run on (its affinity mask; os.cpu_count() elsewhere)."""
     try:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # not Linux
         return os.cpu_count() or 1
+
+
+def default_parallel_batches() -> int:
+    """Batches to decode at a time by default: one per usable CPU core, at most
+    `MAX_AUTO_PARALLEL_BATCHES` (each batch holds its own decoder state); 1 when a GPU is
+    visible."""
+    import tensorflow as tf
+
+    if tf.config.list_logical_devices("GPU"):
+        return 1
+    return min(usable_cores(), MAX_AUTO_PARALLEL_BATCHES)
 
 
 def _decoded_batches(batches: Iterator[np.ndarray], infer_fn: InferFn,
