@@ -58,6 +58,12 @@ def _steps(output_dir) -> list[int]:
                   for p in glob.glob(os.path.join(str(output_dir), "ckpt-*.index")))
 
 
+def _listed_steps(output_dir) -> list[int]:
+    """The steps of the checkpoints the run's `checkpoint` state lists, ascending."""
+    return sorted(int(p.rsplit("-", 1)[1])
+                  for p in checkpoint_guard.checkpoints_newest_first(str(output_dir)))
+
+
 @pytest.fixture(scope="module")
 def data_dir(tmp_path_factory):
     path = tmp_path_factory.mktemp("failures") / "data"
@@ -153,7 +159,9 @@ def test_second_run_refuses_then_stale_lock_of_killed_run_is_taken_over(data_dir
         first.wait()
     assert (output_dir / "run.lock").exists()
     (output_dir / "ckpt-999_temp").mkdir()  # as a save killed midway leaves it
-    resume_at = _steps(output_dir)[-1]
+    # The run resumes from the newest checkpoint its `checkpoint` state lists: a kill between
+    # writing ckpt-N's files and listing it leaves ckpt-N on disk but unlisted.
+    resume_at = _listed_steps(output_dir)[-1]
     third = _run(*_train_flags(data_dir, output_dir, f"--train_steps={resume_at + 2}"),
                  cwd=tmp_path)
     assert third.returncode == 0, third.stderr[-3000:]
@@ -161,7 +169,7 @@ def test_second_run_refuses_then_stale_lock_of_killed_run_is_taken_over(data_dir
     assert f"global step {resume_at}" in third.stderr  # resumed
     assert not (output_dir / "ckpt-999_temp").exists()
     assert not (output_dir / "run.lock").exists()  # released at exit
-    assert _steps(output_dir)[-1] == resume_at + 2
+    assert _listed_steps(output_dir)[-1] == resume_at + 2
 
 
 @pytest.mark.slow
