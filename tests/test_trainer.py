@@ -137,6 +137,20 @@ def test_float16_training_uses_loss_scaling(tmp_path):
 
 
 @pytest.mark.slow
+def test_symbol_dropout_is_drawn_in_the_training_step_from_the_step_seed(tmp_path):
+    """symbol_dropout (every other dropout off) changes the training loss, and two runs with
+    the same --random_seed draw the same dropped ids."""
+    losses = {}
+    for name, rate in (("off", 0.0), ("on", 0.5), ("on_again", 0.5)):
+        trainer = _trainer(tmp_path / name, tiny_hparams(dropout=0.0, symbol_dropout=rate))
+        iterator = iter(trainer.distributed_dataset(trainer_lib.TRAIN))
+        step = trainer._make_train_step(iterator.element_spec, update=True)
+        losses[name] = [float(step(next(iterator))["loss"]) for _ in range(3)]
+    np.testing.assert_array_equal(losses["on"], losses["on_again"])
+    assert abs(losses["on"][0] - losses["off"][0]) > 1e-4
+
+
+@pytest.mark.slow
 def test_xla_compiled_step_trains_as_the_graph_step(tmp_path):
     # Without dropout both steps compute the same maths: the losses agree step by step.
     losses = {}

@@ -310,7 +310,7 @@ def test_mixed_bfloat16_policy_runs_and_stays_close():
 
 
 @pytest.mark.parametrize("override, message", [
-    ("symbol_dropout=0.1", "symbol_dropout=0.1 is not supported"),
+    ("unidirectional_encoder=True", "unidirectional_encoder=True is not supported"),
     ("causal_decoder_self_attention=False", "causal_decoder_self_attention=False"),
     ("num_heads=3", "hidden_size=128 is not divisible by hparams.num_heads=3"),
     ("ffn_layer=conv_hidden_relu", "ffn_layer='conv_hidden_relu' is not supported"),
@@ -336,3 +336,79 @@ def test_more_shards_than_symbols_gives_empty_shards_as_t2t():
     with tf.GradientTape() as tape:
         loss = tf.reduce_sum(model(features, training=True))
     assert all(g is not None for g in tape.gradient(loss, model.trainable_variables))
+
+
+def test_symbol_dropout_layer_zeroes_ids_at_its_rate_without_rescaling():
+    """t2t's `dropout_no_scaling(ids, 1 - symbol_dropout)`: ids become 0, others unchanged."""
+    layer = common_layers.SymbolDropout(0.3, name="symbol_dropout")
+    ids = tf.concat([tf.random.uniform([400, 50], 1, 1000, tf.int32, seed=1),
+                     tf.zeros([400, 10], tf.int32)], axis=1)
+    np.testing.assert_array_equal(layer(ids, training=False), ids)
+    with common_layers.dropout_seed(tf.constant([3, 4], tf.int64)):
+        dropped = layer(ids, training=True).numpy()
+        again = layer(ids, training=True).numpy()
+    with common_layers.dropout_seed(tf.constant([3, 5], tf.int64)):
+        other = layer(ids, training=True).numpy()
+    ids = ids.numpy()
+    kept = dropped != 0
+    np.testing.assert_array_equal(dropped[kept], ids[kept])
+    assert not dropped[:, 50:].any()  # padding stays padding
+    assert abs(1.0 - kept[:, :50].mean() - 0.3) < 0.01  # 20,000 draws
+    np.testing.assert_array_equal(dropped, again)  # the mask is a function of the seed
+    assert (dropped != other).mean() > 0.3
+    assert common_layers.SymbolDropout.from_config(layer.get_config()).rate == 0.3
+
+
+def _symbol_dropout_model(rate):
+    """transformer_tiny with symbol dropout only (every other dropout 0)."""
+    hp = create_hparams("transformer_tiny", f"symbol_dropout={rate},layer_prepostprocess_dropout=0,"
+                        "attention_dropout=0,relu_dropout=0,hidden_size=32,filter_size=64")
+    return Transformer(hp, 30, 30)
+
+
+def test_symbol_dropout_masks_dropped_source_tokens_as_padding():
+    """A dropped source id embeds to zero and t2t takes zero embeddings for padding: training
+    logits equal eval logits on the inputs with those ids set to 0."""
+    model = _symbol_dropout_model(0.4)
+    model.targets_symbol_dropout.rate = 0.0  # the source side alone
+    features = {"inputs": tf.constant([[4, 5, 6, 7, 8, 9, 10, 1], [11, 12, 13, 1, 0, 0, 0, 0]]),
+                "targets": tf.constant([[7, 8, 9, 1], [5, 4, 1, 0]])}
+    seed = tf.constant([7, 8], tf.int64)
+    with common_layers.dropout_seed(seed):
+        logits = model(features, training=True)
+        dropped = model.inputs_symbol_dropout(features["inputs"], training=True)
+    assert 0 < int(tf.reduce_sum(tf.cast(
+        tf.not_equal(dropped, features["inputs"]), tf.int32)))  # something was dropped
+    expected = model({"inputs": dropped, "targets": features["targets"]}, training=False)
+    np.testing.assert_allclose(logits, expected, atol=1e-6)
+    assert np.abs(logits - model(features, training=False)).max() > 1e-3
+
+
+def test_symbol_dropout_on_targets_leaves_the_timing_signal_and_the_labels():
+    model = _symbol_dropout_model(0.5)
+    shifted = tf.constant([[0, 7, 8, 9, 10, 11, 12, 13]])
+    with common_layers.dropout_seed(tf.constant([1, 2], tf.int64)):
+        x = model._decoder_input(shifted, training=True)
+        dropped = model.targets_symbol_dropout(shifted, training=True).numpy()[0]
+    eval_x = model._decoder_input(shifted, training=False).numpy()[0]
+    timing_only = model._decoder_input(tf.zeros_like(shifted), training=False).numpy()[0]
+    drop = (dropped == 0) & (shifted.numpy()[0] != 0)
+    assert drop.any() and not drop.all()
+    np.testing.assert_allclose(x[0][drop], timing_only[drop], atol=1e-6)
+    np.testing.assert_allclose(x[0][~drop], eval_x[~drop], atol=1e-6)
+    # The loss still scores every real target token.
+    features = {"inputs": tf.constant([[4, 5, 6, 1]]), "targets": tf.constant([[7, 8, 9, 1, 0]])}
+    with common_layers.dropout_seed(tf.constant([1, 2], tf.int64)):
+        _, den = model.training_loss(features, 0.1, training=True)
+    assert float(den) == 4.0
+
+
+def test_symbol_dropout_changes_nothing_outside_training():
+    model = _symbol_dropout_model(0.5)
+    plain = _symbol_dropout_model(0.0)
+    plain.set_weights(model.get_weights())
+    inputs = tf.constant([[4, 5, 6, 7, 1]])
+    np.testing.assert_array_equal(model.infer({"inputs": inputs}, decode_length=4)["outputs"],
+                                  plain.infer({"inputs": inputs}, decode_length=4)["outputs"])
+    features = {"inputs": inputs, "targets": tf.constant([[7, 8, 1]])}
+    np.testing.assert_array_equal(model(features), plain(features))

@@ -202,6 +202,46 @@ class Dropout(keras.layers.Layer):
         return config
 
 
+class SymbolDropout(Dropout):
+    """t2t's `symbol_dropout`: each id is replaced by 0 (padding) with probability `rate`.
+
+    t2t's symbol modality calls `dropout_no_scaling(ids, 1 - symbol_dropout)` before the
+    embedding lookup, so a dropped token embeds to the zero vector, and in the encoder t2t
+    derives the padding from that zero embedding: a dropped source token is masked out of
+    attention as padding is (word dropout). There is no rescaling. Active only when called
+    with `training=True` (t2t sets every `*dropout` hparam to 0 outside training). It draws
+    from the same per-step, per-replica seed as `Dropout` (with its own salt).
+
+    Args:
+      rate: probability of dropping an id, in [0, 1).
+      seed: optional integer op seed of the stateful fallback (outside a `dropout_seed`).
+    """
+
+    def __init__(self, rate: float, seed: int | None = None, **kwargs):
+        super().__init__(rate, seed=seed, **kwargs)
+
+    def call(self, inputs: tf.Tensor, training: bool | None = None) -> tf.Tensor:
+        """Args: inputs: int ids, any shape. Returns: the same ids, some set to 0 when
+        training."""
+        if not training or self.rate == 0.0:
+            return inputs
+        seed = current_dropout_seed()
+        shape = tf.shape(inputs)
+        if seed is None:
+            uniform = tf.random.uniform(shape, seed=self.seed)
+        else:
+            uniform = tf.random.stateless_uniform(
+                shape, tf.random.experimental.stateless_fold_in(seed, self.salt))
+        # t2t keeps an id where uniform < keep_prob.
+        keep = tf.less(uniform, 1.0 - self.rate)
+        return tf.where(keep, inputs, tf.zeros_like(inputs))
+
+    def get_config(self) -> dict:
+        config = super().get_config()
+        del config["broadcast_dims"]
+        return config
+
+
 def layer_norm_compute(
     x: tf.Tensor, epsilon: float, scale: tf.Tensor, bias: tf.Tensor
 ) -> tf.Tensor:

@@ -12,8 +12,9 @@ Differences from t2t, none of which changes the logits:
   real positions and all decoder outputs are identical because padded encoder positions are
   masked with -1e9 in the encoder-decoder attention. (Consequently a non-empty
   `relu_dropout_broadcast_dims` refers to axes of `[B, L, F]`, not of t2t's `[1, tokens, F]`.)
-* The encoder padding mask is computed from `inputs == 0` instead of "embedding is all zero":
-  the same thing, since only id 0 embeds to the zero vector.
+* The encoder padding mask is computed from `inputs == 0` (after `symbol_dropout`, which sets
+  dropped ids to 0) instead of "embedding is all zero": the same thing, since only id 0
+  embeds to the zero vector.
 * Fast decoding concatenates each step's keys/values to the caches, as t2t does. Beam search
   does not copy the caches to their new beams after each step (t2t gathers them): they
   stay in the beam slot that computed them and a slot-id table, reordered instead, picks
@@ -81,7 +82,6 @@ def _check_hparams(hparams) -> None:
         "unidirectional_encoder": False,
         "causal_decoder_self_attention": True,
         "prepend_mode": "none",
-        "symbol_dropout": 0.0,
     }
     for name, supported in unsupported.items():
         if name in hparams and hparams.get(name) != supported:
@@ -161,6 +161,13 @@ class Transformer(keras.Model):
             kernel_initializer=initializer,
             **layer_args(hparams),
         )
+        # t2t's symbol_dropout on the source and the (shifted) target ids. Created after the
+        # body so that the body's dropout layers keep their salts (`number_dropout_layers`).
+        symbol_dropout = hparams_support.hparam(hparams, "symbol_dropout") or 0.0
+        self.inputs_symbol_dropout = common_layers.SymbolDropout(
+            symbol_dropout, name="inputs_symbol_dropout")
+        self.targets_symbol_dropout = common_layers.SymbolDropout(
+            symbol_dropout, name="targets_symbol_dropout")
         # Compiled decoders by configuration; set past Keras/TF attribute tracking so that
         # checkpoints and SavedModels of the model never include them.
         object.__setattr__(self, "_infer_functions", {})
@@ -214,9 +221,10 @@ class Transformer(keras.Model):
           (encoder_output [B, L, D], encoder-decoder bias float32 [B, 1, 1, L], or
           [B, 1, T, L] with packing).
         """
-        inputs = _ids_2d(inputs)
+        inputs = self.inputs_symbol_dropout(_ids_2d(inputs), training=training)
         x = self.modality.bottom(inputs, "inputs", matrices)
         if packing is None:
+            # A dropped source id is padding here, as t2t's padding from zero embeddings.
             padding = tf.cast(tf.equal(inputs, 0), tf.float32)
             bias = encdec_bias = common_attention.attention_bias_ignore_padding(padding)
         else:
@@ -275,6 +283,7 @@ class Transformer(keras.Model):
 
     def _decoder_input(self, shifted_ids: tf.Tensor, training, matrices=None,
                        position: tf.Tensor | None = None) -> tf.Tensor:
+        shifted_ids = self.targets_symbol_dropout(shifted_ids, training=training)
         x = self.modality.bottom(shifted_ids, "targets", matrices)
         x = self._add_timing(x, position)
         return self.body.decoder_input_dropout(x, training=training)
