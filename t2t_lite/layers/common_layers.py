@@ -189,12 +189,19 @@ class Dropout(keras.layers.Layer):
         broadcast = broadcast_noise_shape(rank, self.broadcast_dims)
         noise_shape = None if broadcast is None else tf.where(
             tf.constant([d == 1 for d in broadcast]), 1, shape)
-        seed = current_dropout_seed()
+        seed = self.step_seed()
         if seed is None:
             return tf.nn.dropout(inputs, self.rate, noise_shape=noise_shape, seed=self.seed)
-        seed = tf.random.experimental.stateless_fold_in(seed, self.salt)
         return tf.nn.experimental.stateless_dropout(
             inputs, self.rate, seed, noise_shape=noise_shape)
+
+    def step_seed(self) -> tf.Tensor | None:
+        """This layer's stateless seed int64 [2]: the enclosing `dropout_seed` folded with its
+        `salt`, or None outside such a context (then the stateful RNG draws the mask)."""
+        seed = current_dropout_seed()
+        if seed is None:
+            return None
+        return tf.random.experimental.stateless_fold_in(seed, self.salt)
 
     def get_config(self) -> dict:
         config = super().get_config()
@@ -225,13 +232,12 @@ class SymbolDropout(Dropout):
         training."""
         if not training or self.rate == 0.0:
             return inputs
-        seed = current_dropout_seed()
+        seed = self.step_seed()
         shape = tf.shape(inputs)
         if seed is None:
             uniform = tf.random.uniform(shape, seed=self.seed)
         else:
-            uniform = tf.random.stateless_uniform(
-                shape, tf.random.experimental.stateless_fold_in(seed, self.salt))
+            uniform = tf.random.stateless_uniform(shape, seed)
         # t2t keeps an id where uniform < keep_prob.
         keep = tf.less(uniform, 1.0 - self.rate)
         return tf.where(keep, inputs, tf.zeros_like(inputs))

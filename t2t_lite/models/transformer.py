@@ -163,7 +163,7 @@ class Transformer(keras.Model):
         )
         # t2t's symbol_dropout on the source and the (shifted) target ids. Created after the
         # body so that the body's dropout layers keep their salts (`number_dropout_layers`).
-        symbol_dropout = hparams_support.hparam(hparams, "symbol_dropout") or 0.0
+        symbol_dropout = hparams_support.hparam(hparams, "symbol_dropout")
         self.inputs_symbol_dropout = common_layers.SymbolDropout(
             symbol_dropout, name="inputs_symbol_dropout")
         self.targets_symbol_dropout = common_layers.SymbolDropout(
