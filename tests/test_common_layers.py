@@ -65,6 +65,75 @@ def test_dropout_shares_mask_along_broadcast_dims():
     np.testing.assert_array_equal(layer(x, training=False), x)
 
 
+
+def _composed_layer_norm(x, epsilon, scale, bias):
+    # t2t's layer_norm_compute as plain ops, differentiated by autodiff.
+    mean = tf.reduce_mean(x, axis=-1, keepdims=True)
+    variance = tf.reduce_mean(tf.math.squared_difference(x, mean), axis=-1, keepdims=True)
+    return (x - mean) * tf.math.rsqrt(variance + epsilon) * scale + bias
+
+
+@pytest.mark.parametrize("shape", [(5, 16), (3, 4, 16)])
+def test_layer_norm_closed_form_gradient_equals_autodiff_of_t2t_formula(shape):
+    rng = np.random.default_rng(1)
+    # float64 and a variance near epsilon: the closed form must be the exact derivative.
+    x = tf.constant(rng.normal(size=shape) * np.linspace(1e-3, 3, shape[-1]) + 2.0)
+    scale, bias = (tf.constant(rng.normal(size=shape[-1])) for _ in range(2))
+    upstream = tf.constant(rng.normal(size=shape))
+    grads = []
+    for norm in (_composed_layer_norm, common_layers.layer_norm_compute):
+        with tf.GradientTape() as tape:
+            tape.watch([x, scale, bias])
+            y = norm(x, 1e-6, scale, bias)
+            total = tf.reduce_sum(y * upstream)
+        grads.append([g.numpy() for g in tape.gradient(total, [x, scale, bias])])
+    for got, want in zip(grads[1], grads[0]):
+        np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-12)
+
+
+def test_layer_norm_forward_is_t2t_formula_bit_for_bit_in_float32():
+    rng = np.random.default_rng(2)
+    x = tf.constant(rng.normal(size=(6, 32)).astype(np.float32))
+    scale = tf.constant(rng.normal(size=32).astype(np.float32))
+    bias = tf.constant(rng.normal(size=32).astype(np.float32))
+    np.testing.assert_array_equal(common_layers.layer_norm_compute(x, 1e-6, scale, bias),
+                                  _composed_layer_norm(x, 1e-6, scale, bias))
+
+
+@pytest.mark.parametrize("rate", [0.1, 0.3, 0.5])
+def test_stateless_dropout_rate_scaling_and_determinism(rate):
+    x = tf.ones([301, 333])  # odd number of units: the last 32-bit draw is half used
+    seed = tf.constant([7, 11], tf.int64)
+    y = common_layers.stateless_dropout(x, rate, seed).numpy()
+    assert set(np.unique(y)) == {0.0, np.float32(1 / (1 - rate))}
+    dropped = (y == 0).mean()
+    # 100,233 units: 5 standard deviations of the binomial are < 0.008.
+    assert abs(dropped - rate) < 5 * np.sqrt(rate * (1 - rate) / y.size)
+    np.testing.assert_array_equal(common_layers.stateless_dropout(x, rate, seed), y)
+    other = common_layers.stateless_dropout(x, rate, tf.constant([7, 12], tf.int64)).numpy()
+    assert ((other == 0) != (y == 0)).mean() > rate  # another seed, another mask
+
+
+def test_stateless_dropout_noise_shape_gradient_and_half_precision():
+    seed = tf.constant([1, 2], tf.int64)
+    y = common_layers.stateless_dropout(tf.ones([4, 6, 5]), 0.5, seed, tf.constant([1, 1, 5]))
+    assert (y.numpy() == y.numpy()[:1, :1, :]).all()
+    assert 0 < (y.numpy() == 0).sum() < y.numpy().size
+    x = tf.random.normal([9, 7])
+    with tf.GradientTape() as tape:
+        tape.watch(x)
+        y = common_layers.stateless_dropout(x, 0.25, seed)
+        total = tf.reduce_sum(y)
+    grad = tape.gradient(total, x).numpy()
+    # The gradient passes exactly where the forward kept a unit, scaled as the forward.
+    np.testing.assert_array_equal(grad != 0, y.numpy() != 0)
+    np.testing.assert_allclose(grad[grad != 0], 1 / 0.75)
+    half = common_layers.stateless_dropout(tf.ones([64], tf.bfloat16), 0.5, seed)
+    assert half.dtype == tf.bfloat16
+    np.testing.assert_array_equal(half.numpy() == 0,
+                                  common_layers.stateless_dropout(tf.ones([64]), 0.5, seed) == 0)
+
+
 def _hand_sublayer_case(sequence_pre, sequence_post):
     """x = [1, 3] (d=2), sublayer f(z) = 2z, no dropout."""
     hp = create_hparams(

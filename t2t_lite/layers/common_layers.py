@@ -147,13 +147,51 @@ def number_dropout_layers(layer: keras.layers.Layer) -> int:
     return count
 
 
+# Stateless dropout draws 16 random bits per unit: a unit is kept when its bits are >=
+# round(rate * 2**16), so the drop probability is rate to within 2**-17 (0.1 -> 0.100006).
+_DROPOUT_BITS = 16
+
+
+def stateless_dropout(
+    x: tf.Tensor, rate: float, seed: tf.Tensor, noise_shape: tf.Tensor | None = None
+) -> tf.Tensor:
+    """Inverted dropout with a stateless mask, two units per 32 random bits.
+
+    The same maths as `tf.nn.experimental.stateless_dropout` (kept units scaled by
+    1 / (1 - rate), the rest zero; the mask a function of `seed` alone), with the mask drawn
+    as 16-bit integers: one Philox draw gives the bits of two units and no float conversion
+    is made. Measured on this CPU at [3400, 512]: 2.2 ms against 3.6 ms for TensorFlow's
+    op (bench/README.md, "Where the step goes"); the random draws were 10% of a
+    `transformer_tiny` training step.
+
+    Args:
+      x: any shape, floating.
+      rate: drop probability in (0, 1).
+      seed: int64 [2] stateless seed.
+      noise_shape: int32 [rank] shape of the mask, broadcastable to x's shape (1 on shared
+        axes); None: x's shape.
+
+    Returns:
+      x's shape and dtype.
+    """
+    shape = tf.shape(x) if noise_shape is None else noise_shape
+    units = tf.reduce_prod(shape)
+    words = tf.random.stateless_uniform(
+        [(units + 1) // 2], seed, minval=None, maxval=None, dtype=tf.int32)
+    # Each int32 holds two uniform int16 values; int16 v >= t - 2**15 is uint16 v >= t.
+    halves = tf.reshape(tf.bitcast(words, tf.int16), [-1])[:units]
+    threshold = min(round(rate * 2**_DROPOUT_BITS), 2**_DROPOUT_BITS - 1) - 2 ** (_DROPOUT_BITS - 1)
+    keep = tf.reshape(halves, shape) >= tf.constant(threshold, tf.int16)
+    return tf.where(keep, x * tf.cast(1.0 / (1.0 - rate), x.dtype), tf.zeros([], x.dtype))
+
+
 class Dropout(keras.layers.Layer):
     """Inverted dropout whose mask may be shared along axes (t2t's `dropout_with_broadcast_dims`).
 
     Active only when called with `training=True` and `rate > 0`. Inside a `dropout_seed`
-    context the mask comes from `tf.nn.experimental.stateless_dropout` with the context's seed
-    folded with this layer's `salt`; outside one it comes from TensorFlow's stateful RNG
-    (seeded by `seed` and the global seed), for direct use of a layer or model.
+    context the mask comes from `stateless_dropout` with the context's seed folded with this
+    layer's `salt`; outside one it comes from TensorFlow's stateful RNG (seeded by `seed` and
+    the global seed), for direct use of a layer or model.
 
     Args:
       rate: probability of dropping a unit (t2t passes `1 - rate` as keep_prob).
@@ -192,8 +230,7 @@ class Dropout(keras.layers.Layer):
         seed = self.step_seed()
         if seed is None:
             return tf.nn.dropout(inputs, self.rate, noise_shape=noise_shape, seed=self.seed)
-        return tf.nn.experimental.stateless_dropout(
-            inputs, self.rate, seed, noise_shape=noise_shape)
+        return stateless_dropout(inputs, self.rate, seed, noise_shape)
 
     def step_seed(self) -> tf.Tensor | None:
         """This layer's stateless seed int64 [2]: the enclosing `dropout_seed` folded with its
@@ -266,12 +303,41 @@ def layer_norm_compute(
     # Half-precision activations are normalized in float32 (as Keras does) for stability.
     if dtype in (tf.float16, tf.bfloat16):
         x = tf.cast(x, tf.float32)
-    scale = tf.cast(scale, x.dtype)
-    bias = tf.cast(bias, x.dtype)
-    mean = tf.reduce_mean(x, axis=-1, keepdims=True)
-    variance = tf.reduce_mean(tf.math.squared_difference(x, mean), axis=-1, keepdims=True)
-    norm_x = (x - mean) * tf.math.rsqrt(variance + tf.cast(epsilon, x.dtype))
-    return tf.cast(norm_x * scale + bias, dtype)
+    scale = tf.convert_to_tensor(tf.cast(scale, x.dtype))
+    bias = tf.convert_to_tensor(tf.cast(bias, x.dtype))
+    return tf.cast(_layer_norm_with_gradient(x, scale, bias, epsilon), dtype)
+
+
+def _layer_norm_with_gradient(x, scale, bias, epsilon):
+    """t2t's layer norm forward, op for op, with its gradient in closed form.
+
+    Autodiff of the composed forward keeps x - mean, the squared differences and the scaled
+    products of every norm for the backward pass (3 x [N, D] floats) and runs ~20 small ops;
+    the closed form keeps the normalized x and 1/std only ([N, D] + [N, 1]) and runs ~11.
+    With n = (x - mean) * rstd and g = dy * scale:
+    dx = rstd * (g - mean(g) - n * mean(g * n)), dscale = sum(dy * n), dbias = sum(dy),
+    the exact derivative of the biased-variance norm with epsilon inside the rsqrt.
+    """
+
+    @tf.custom_gradient
+    def norm(x, scale, bias):
+        mean = tf.reduce_mean(x, axis=-1, keepdims=True)
+        variance = tf.reduce_mean(tf.math.squared_difference(x, mean), axis=-1, keepdims=True)
+        rstd = tf.math.rsqrt(variance + tf.cast(epsilon, x.dtype))
+        norm_x = (x - mean) * rstd
+
+        def grad(dy):
+            outer_axes = tf.range(tf.rank(dy) - 1)
+            d_scale = tf.reduce_sum(dy * norm_x, axis=outer_axes)
+            d_bias = tf.reduce_sum(dy, axis=outer_axes)
+            g = dy * scale
+            dx = rstd * (g - tf.reduce_mean(g, axis=-1, keepdims=True)
+                         - norm_x * tf.reduce_mean(g * norm_x, axis=-1, keepdims=True))
+            return dx, d_scale, d_bias
+
+        return norm_x * scale + bias, grad
+
+    return norm(x, scale, bias)
 
 
 class LayerNorm(keras.layers.Layer):
