@@ -134,6 +134,31 @@ def test_stateless_dropout_noise_shape_gradient_and_half_precision():
                                   common_layers.stateless_dropout(tf.ones([64]), 0.5, seed) == 0)
 
 
+
+@pytest.mark.parametrize("broadcast_dims", ["", "0"])
+def test_relu_then_dropout_equals_the_two_ops_in_value_and_gradient(broadcast_dims):
+    layer = common_layers.Dropout(0.3, broadcast_dims)
+    z = tf.random.normal([4, 6, 16], seed=5)
+    upstream = tf.random.normal([4, 6, 16], seed=6)
+    results = []
+    for fused in (False, True):
+        with common_layers.dropout_seed(tf.constant([3, 9], tf.int64)), \
+                tf.GradientTape() as tape:
+            tape.watch(z)
+            if fused:
+                y = layer.relu_then_dropout(z, training=True)
+            else:
+                y = layer(tf.nn.relu(z), training=True)
+            total = tf.reduce_sum(y * upstream)
+        results.append((y.numpy(), tape.gradient(total, z).numpy()))
+    (y_ref, g_ref), (y, g) = results
+    assert 0 < (y == 0).mean() < 1 and (g_ref == 0).any()
+    np.testing.assert_array_equal(y, y_ref)
+    np.testing.assert_array_equal(g, g_ref)
+    # Outside training it is the relu alone.
+    np.testing.assert_array_equal(layer.relu_then_dropout(z, training=False), tf.nn.relu(z))
+
+
 def _hand_sublayer_case(sequence_pre, sequence_post):
     """x = [1, 3] (d=2), sublayer f(z) = 2z, no dropout."""
     hp = create_hparams(
