@@ -174,15 +174,25 @@ def stateless_dropout(
     Returns:
       x's shape and dtype.
     """
-    shape = tf.shape(x) if noise_shape is None else noise_shape
+    keep = stateless_keep_mask(tf.shape(x) if noise_shape is None else noise_shape, rate, seed)
+    return tf.where(keep, x * tf.cast(1.0 / (1.0 - rate), x.dtype), tf.zeros([], x.dtype))
+
+
+def stateless_keep_mask(shape: tf.Tensor, rate: float, seed: tf.Tensor) -> tf.Tensor:
+    """The keep mask of `stateless_dropout`: bool `shape`, False with probability `rate`.
+
+    Args:
+      shape: int32 [rank].
+      rate: drop probability in (0, 1).
+      seed: int64 [2] stateless seed.
+    """
     units = tf.reduce_prod(shape)
     words = tf.random.stateless_uniform(
         [(units + 1) // 2], seed, minval=None, maxval=None, dtype=tf.int32)
     # Each int32 holds two uniform int16 values; int16 v >= t - 2**15 is uint16 v >= t.
     halves = tf.reshape(tf.bitcast(words, tf.int16), [-1])[:units]
     threshold = min(round(rate * 2**_DROPOUT_BITS), 2**_DROPOUT_BITS - 1) - 2 ** (_DROPOUT_BITS - 1)
-    keep = tf.reshape(halves, shape) >= tf.constant(threshold, tf.int16)
-    return tf.where(keep, x * tf.cast(1.0 / (1.0 - rate), x.dtype), tf.zeros([], x.dtype))
+    return tf.reshape(halves, shape) >= tf.constant(threshold, tf.int16)
 
 
 class Dropout(keras.layers.Layer):
@@ -794,11 +804,21 @@ def fused_softmax_cross_entropy(
 
     def chunk_loss_and_gradient(logits, chunk_labels):
         if label_smoothing > 0:
-            soft_targets = tf.one_hot(chunk_labels, vocab_size, on_value=confidence,
-                                      off_value=low_confidence)
-            loss, dlogits = tf.raw_ops.SoftmaxCrossEntropyWithLogits(
-                features=logits, labels=soft_targets)
-            return tf.reduce_sum(loss) - normalizing * tf.cast(tf.shape(loss)[0], tf.float32), dlogits
+            # The soft-target cross-entropy -sum_j q_j log p_j and its gradient p - q, with
+            # q = low + (confidence - low) * one_hot(label), written from log_softmax without
+            # materializing q: 5.2 ms against 6.9 ms for one_hot + the fused
+            # SoftmaxCrossEntropyWithLogits kernel on a [512, 8085] chunk (same values to
+            # float rounding, tested against the full-logits form).
+            log_probs = tf.nn.log_softmax(logits)
+            at_label = tf.stack([tf.range(tf.shape(logits)[0]), chunk_labels], axis=1)
+            rows = tf.cast(tf.shape(logits)[0], tf.float32)
+            loss = -(low_confidence * tf.reduce_sum(log_probs)
+                     + (confidence - low_confidence) * tf.reduce_sum(
+                         tf.gather_nd(log_probs, at_label)))
+            dlogits = tf.tensor_scatter_nd_sub(
+                tf.exp(log_probs) - low_confidence, at_label,
+                tf.fill(tf.shape(chunk_labels), confidence - low_confidence))
+            return loss - normalizing * rows, dlogits
         loss, dlogits = tf.raw_ops.SparseSoftmaxCrossEntropyWithLogits(
             features=logits, labels=chunk_labels)
         return tf.reduce_sum(loss), dlogits
