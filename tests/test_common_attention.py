@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from t2t_lite.layers import common_attention
+from t2t_lite.layers import common_attention, common_layers
 
 
 @pytest.fixture(scope="module")
@@ -224,3 +224,25 @@ def test_small_tensor_permutations_equal_transposes():
     assert grouped.shape == (6, 5, 4, 6)
     np.testing.assert_array_equal(
         common_attention._ungroup_beams(grouped, 2), tf.reshape(x, [12, 5, 2, 6]))
+
+
+@pytest.mark.parametrize("noise_shape", [None, [2, 1, 5, 7]])
+def test_softmax_dropout_matmul_equals_the_three_ops_in_value_and_gradient(noise_shape):
+    logits = tf.random.normal([2, 3, 5, 7], seed=1) * 2
+    v = tf.random.normal([2, 3, 7, 4], seed=2)
+    upstream = tf.random.normal([2, 3, 5, 4], seed=3)
+    seed = tf.constant([5, 6], tf.int64)
+    shape = None if noise_shape is None else tf.constant(noise_shape)
+    results = []
+    for fused in (False, True):
+        with tf.GradientTape() as tape:
+            tape.watch([logits, v])
+            if fused:
+                out = common_attention.softmax_dropout_matmul(logits, v, 0.4, seed, shape)
+            else:
+                out = tf.matmul(common_layers.stateless_dropout(
+                    tf.nn.softmax(logits), 0.4, seed, shape), v)
+            total = tf.reduce_sum(out * upstream)
+        results.append([out.numpy()] + [g.numpy() for g in tape.gradient(total, [logits, v])])
+    for got, want in zip(results[1], results[0]):
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)

@@ -389,12 +389,17 @@ class MultiheadAttention(keras.layers.Layer):
         logits = tf.matmul(q, k, transpose_b=True)
         if bias is not None:
             logits += tf.cast(bias, logits.dtype)
-        weights = tf.nn.softmax(logits)
-        if _RECORDED_WEIGHTS is not None:  # record_attention_weights(): eager calls only
-            _RECORDED_WEIGHTS.append((self.path, weights if memory_kv is None else
-                                      _ungroup_beams(weights, queries_per_memory)))
-        weights = self.dropout(weights, training=training)
-        x = tf.matmul(weights, v)
+        seed = self.dropout.step_seed() if training and self.dropout_rate > 0 else None
+        if seed is not None and _RECORDED_WEIGHTS is None:
+            x = softmax_dropout_matmul(logits, v, self.dropout_rate, seed,
+                                       self.dropout.noise_shape(logits))
+        else:
+            weights = tf.nn.softmax(logits)
+            if _RECORDED_WEIGHTS is not None:  # record_attention_weights(): eager calls only
+                _RECORDED_WEIGHTS.append((self.path, weights if memory_kv is None else
+                                          _ungroup_beams(weights, queries_per_memory)))
+            weights = self.dropout(weights, training=training)
+            x = tf.matmul(weights, v)
         if memory_kv is not None:
             x = _ungroup_beams(x, queries_per_memory)
         x = combine_heads(x)
@@ -413,6 +418,54 @@ class MultiheadAttention(keras.layers.Layer):
             kernel_initializer=keras.initializers.serialize(self.kernel_initializer),
         )
         return config
+
+
+def softmax_dropout_matmul(logits: tf.Tensor, v: tf.Tensor, rate: float, seed: tf.Tensor,
+                           noise_shape: tf.Tensor | None = None) -> tf.Tensor:
+    """`matmul(stateless_dropout(softmax(logits)), v)` whose backward pass keeps only the
+    softmax weights and the keep mask.
+
+    Autodiff of the three ops keeps the weights (softmax gradient), the dropped weights
+    (gradient of v) and the mask: 9 bytes per attention weight in float32. Here the dropped
+    weights are recomputed from the other two in the backward pass (5 bytes kept). Same
+    values and gradients as the three ops (the same kernels in the same order).
+
+    Args:
+      logits: [B, H, Lq, Lk] attention logits (bias added).
+      v: [B, H, Lk, d] values.
+      rate: attention dropout rate in (0, 1).
+      seed: int64 [2] stateless seed of this dropout layer.
+      noise_shape: mask shape broadcastable to logits' (None: logits' shape).
+
+    Returns:
+      [B, H, Lq, d].
+    """
+
+    @tf.custom_gradient
+    def fused(logits, v):
+        weights = tf.nn.softmax(logits)
+        keep = common_layers.stateless_keep_mask(
+            tf.shape(weights) if noise_shape is None else noise_shape, rate, seed)
+        scale = tf.cast(1.0 / (1.0 - rate), weights.dtype)
+        zero = tf.zeros([], weights.dtype)
+        out = tf.matmul(tf.where(keep, weights * scale, zero), v)
+
+        def grad(dout):
+            # Recomputed once the upstream gradient exists (without the dependency the
+            # executor would run it during the forward pass and keep it), masked first,
+            # then scaled: the forward's values, not its ops (Grappler would merge those).
+            with tf.control_dependencies([dout]):
+                dropped = tf.where(keep, weights, zero) * scale
+            d_dropped = tf.matmul(dout, v, adjoint_b=True)
+            d_v = tf.matmul(dropped, dout, adjoint_a=True)
+            d_weights = tf.where(keep, d_dropped * scale, zero)
+            # Softmax's gradient, as TensorFlow's _SoftmaxGrad writes it.
+            d_logits = (d_weights - tf.reduce_sum(d_weights * weights, -1, keepdims=True)) * weights
+            return d_logits, d_v
+
+        return out, grad
+
+    return fused(logits, v)
 
 
 def _swap_axes_1_2(x: tf.Tensor) -> tf.Tensor:

@@ -265,7 +265,11 @@ class Dropout(keras.layers.Layer):
             out = stateless_dropout(tf.nn.relu(z), self.rate, seed, noise_shape)
 
             def grad(dout):
-                return tf.where(out > 0, dout * tf.cast(scale, dout.dtype),
+                # After the upstream gradient: otherwise the executor computes the bool
+                # mask during the forward pass and keeps it until here.
+                with tf.control_dependencies([dout]):
+                    passed = out > 0
+                return tf.where(passed, dout * tf.cast(scale, dout.dtype),
                                 tf.zeros([], dout.dtype))
 
             return out, grad
