@@ -389,7 +389,7 @@ class MultiheadAttention(keras.layers.Layer):
         logits = tf.matmul(q, k, transpose_b=True)
         if bias is not None:
             logits += tf.cast(bias, logits.dtype)
-        seed = self.dropout.step_seed() if training and self.dropout_rate > 0 else None
+        seed = self.dropout.active_seed(training)
         if seed is not None and _RECORDED_WEIGHTS is None:
             x = softmax_dropout_matmul(logits, v, self.dropout_rate, seed,
                                        self.dropout.noise_shape(logits))
@@ -448,7 +448,7 @@ def softmax_dropout_matmul(logits: tf.Tensor, v: tf.Tensor, rate: float, seed: t
             tf.shape(weights) if noise_shape is None else noise_shape, rate, seed)
         scale = tf.cast(1.0 / (1.0 - rate), weights.dtype)
         zero = tf.zeros([], weights.dtype)
-        out = tf.matmul(tf.where(keep, weights * scale, zero), v)
+        out = tf.matmul(common_layers.apply_keep_mask(weights, keep, rate), v)
 
         def grad(dout):
             # Recomputed once the upstream gradient exists (without the dependency the

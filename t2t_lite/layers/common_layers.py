@@ -175,6 +175,12 @@ def stateless_dropout(
       x's shape and dtype.
     """
     keep = stateless_keep_mask(tf.shape(x) if noise_shape is None else noise_shape, rate, seed)
+    return apply_keep_mask(x, keep, rate)
+
+
+def apply_keep_mask(x: tf.Tensor, keep: tf.Tensor, rate: float) -> tf.Tensor:
+    """Inverted dropout with a given mask: x / (1 - rate) where `keep` (bool, broadcastable
+    to x), 0 elsewhere."""
     return tf.where(keep, x * tf.cast(1.0 / (1.0 - rate), x.dtype), tf.zeros([], x.dtype))
 
 
@@ -254,7 +260,7 @@ class Dropout(keras.layers.Layer):
         Returns:
           z's shape: dropout(relu(z)).
         """
-        seed = self.step_seed() if training and self.rate > 0.0 else None
+        seed = self.active_seed(training)
         if seed is None:
             return self(tf.nn.relu(z), training=training)
         noise_shape = self.noise_shape(z)
@@ -282,6 +288,11 @@ class Dropout(keras.layers.Layer):
         if broadcast is None:
             return None
         return tf.where(tf.constant([d == 1 for d in broadcast]), 1, tf.shape(x))
+
+    def active_seed(self, training: bool | None) -> tf.Tensor | None:
+        """`step_seed()` when this layer drops units (training, rate > 0) with a stateless
+        mask, else None: the condition of the hand-written backward passes."""
+        return self.step_seed() if training and self.rate > 0.0 else None
 
     def step_seed(self) -> tf.Tensor | None:
         """This layer's stateless seed int64 [2]: the enclosing `dropout_seed` folded with its
