@@ -49,6 +49,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--corpus", default=DEFAULT_CORPUS,
                     help="folder with train.en/train.de/dev.en/dev.de")
     ap.add_argument("--approx_vocab_size", type=int, default=8192)
+    ap.add_argument("--subword_dropout", type=float, default=0.0,
+                    help="datagen's MaxMatch-dropout rate for the training data (0: t2t's)")
+    ap.add_argument("--subword_dropout_copies", type=int, default=1,
+                    help="passes over the training corpus written with --subword_dropout")
     ap.add_argument("--hparams_set", default=None)
     ap.add_argument("--hparams", default=None, help='overrides, "a=1,b=2"')
     ap.add_argument("--train_steps", type=int, default=None)
@@ -133,7 +137,10 @@ def main(argv: list[str] | None = None) -> int:
         ("train_src", "train.en"), ("train_tgt", "train.de"),
         ("dev_src", "dev.en"), ("dev_tgt", "dev.de"))}
 
-    run(python + ["--mode=datagen", *problem, f"--tmp_dir={tmp}"]
+    dropout = ([f"--subword_dropout={args.subword_dropout}",
+                f"--subword_dropout_copies={args.subword_dropout_copies}"]
+               if args.subword_dropout else [])
+    run(python + ["--mode=datagen", *problem, f"--tmp_dir={tmp}", *dropout]
         + [f"--{k}={v}" for k, v in corpus.items()], log)
     train_start = time.time()
     hparams = [f"--hparams={args.hparams}"] if args.hparams else []
@@ -180,9 +187,13 @@ def main(argv: list[str] | None = None) -> int:
     for step, loss, accuracy in curve:
         print(f"  {step:6d}  {loss:.3f}  {accuracy:.3f}")
     last_step, last_loss, last_accuracy = curve[-1] if curve else (0, float("nan"), float("nan"))
+    vocab = f"vocab {args.approx_vocab_size}"
+    if args.subword_dropout:
+        vocab += (f", subword dropout {args.subword_dropout:g} x "
+                  f"{args.subword_dropout_copies}")
     print(f"RESULT translate_toy_ende: steps {last_step} | dev loss {last_loss:.3f} "
           f"acc {last_accuracy:.3f} | sacreBLEU {sacre:.2f}{averaged} | t2t BLEU cased "
-          f"{cased:.2f} | {args.hparams_set} {args.hparams or '(set defaults)'} | "
+          f"{cased:.2f} | {vocab} | {args.hparams_set} {args.hparams or '(set defaults)'} | "
           f"{args.decode_hparams} | train {train_minutes:.1f} min, decode+BLEU "
           f"{decode_minutes:.1f} min, total {(time.time() - start) / 60:.1f} min", flush=True)
     return 0

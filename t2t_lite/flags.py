@@ -100,6 +100,14 @@ flags.DEFINE_integer(
     "approx_vocab_size", 0,
     "Datagen: subword vocab size instead of the problem's (0 = t2t's, e.g. 2**15); training "
     "then finds that vocab in --data_dir.")
+flags.DEFINE_float(
+    "subword_dropout", 0.0,
+    "Datagen (not t2t's): MaxMatch-dropout rate for the training split's subword "
+    "segmentation, e.g. 0.1; the split is written --subword_dropout_copies times, each pass "
+    "segmented anew (subword regularization for small corpora). 0 = t2t's one pass.")
+flags.DEFINE_integer(
+    "subword_dropout_copies", 1,
+    "Datagen: passes over the training corpus written with --subword_dropout, e.g. 10.")
 flags.DEFINE_string(
     "tfds_data_dir", None,
     "Where TFDS keeps WMT data when translation datagen falls back to it (default: TFDS's).")

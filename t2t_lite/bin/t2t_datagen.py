@@ -83,7 +83,8 @@ def _flag(flags: Any, name: str, default: Any = None) -> Any:
 def configure_problem_from_flags(name: str, flags: Any):
     """`datagen.configure_problem` with --approx_vocab_size, --train_src/--train_tgt/
     --dev_src/--dev_tgt, --tfds_data_dir and --wsj_dir/--wsj_train_sections/
-    --wsj_dev_sections (each used when defined and set)."""
+    --wsj_dev_sections and --subword_dropout/--subword_dropout_copies (each used when
+    defined and set)."""
     return configure_problem(
         name,
         approx_vocab_size=_flag(flags, "approx_vocab_size", 0),
@@ -91,4 +92,6 @@ def configure_problem_from_flags(name: str, flags: Any):
         tfds_data_dir=_flag(flags, "tfds_data_dir"),
         wsj_source=(_flag(flags, "wsj_dir"), _flag(flags, "wsj_train_sections"),
                     _flag(flags, "wsj_dev_sections")),
+        subword_dropout=_flag(flags, "subword_dropout", 0.0),
+        subword_dropout_copies=_flag(flags, "subword_dropout_copies", 1),
     )

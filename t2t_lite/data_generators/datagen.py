@@ -73,6 +73,8 @@ def configure_problem(
     source_files: dict[str, str | None] | None = None,
     tfds_data_dir: str | None = None,
     wsj_source: tuple[str | None, str | None, str | None] = (None, None, None),
+    subword_dropout: float = 0.0,
+    subword_dropout_copies: int = 1,
 ):
     """The problem instance for `name`, with datagen's source and vocab settings applied.
 
@@ -83,6 +85,9 @@ def configure_problem(
         parallel text files of a translation problem.
       tfds_data_dir: where TFDS keeps its data, for problems that fall back to TFDS.
       wsj_source: (treebank folder, train sections, dev sections) of the WSJ problems.
+      subword_dropout, subword_dropout_copies: write the training split that many times,
+        each segmented with MaxMatch-dropout at that rate (0: t2t's one deterministic pass;
+        `Text2TextProblem.set_subword_dropout`).
 
     Returns:
       A Problem instance.
@@ -94,6 +99,14 @@ def configure_problem(
         if not isinstance(problem, text_problems.Text2TextProblem):
             raise ValueError(f"--approx_vocab_size does not apply to {name} (it has no vocab)")
         problem = type(problem)(approx_vocab_size=approx_vocab_size)
+    if subword_dropout or subword_dropout_copies != 1:
+        if not isinstance(problem, text_problems.Text2TextProblem):
+            raise ValueError(f"--subword_dropout does not apply to {name} (it has no vocab)")
+        if subword_dropout_copies != 1 and not subword_dropout:
+            raise ValueError(
+                f"--subword_dropout_copies={subword_dropout_copies} needs --subword_dropout > 0 "
+                "(identical copies of the corpus would only repeat it)")
+        problem.set_subword_dropout(subword_dropout, subword_dropout_copies)
     source_files = source_files or {}
     if any(source_files.values()):
         if not hasattr(problem, "set_source_files"):

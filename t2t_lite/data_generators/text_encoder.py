@@ -503,6 +503,50 @@ class SubwordTextEncoder(TextEncoder):
             ]
         return list(itertools.chain.from_iterable(parts))
 
+    def encode_with_dropout(self, s: str | bytes, dropout: float, rng) -> list[int]:
+        """Converts text to subtoken ids with MaxMatch-dropout (no EOS).
+
+        Subword regularization for a longest-match encoder (Hiraoka, 2022): at each position
+        of an escaped token, every vocab subtoken longer than one character that would be
+        the longest match is passed over with probability `dropout`, so the next longest
+        match is tried; single characters are never passed over, so every token stays
+        encodable. `dropout=0` gives `encode(s)`; `decode` inverts every result. Not t2t's:
+        its encoder is deterministic; this gives training data several segmentations of
+        each sentence (datagen's `--subword_dropout`).
+
+        Args:
+          s: text (`str`, or UTF-8 `bytes`).
+          dropout: probability in [0, 1) of passing over a candidate subtoken.
+          rng: a `random.Random` (its `random()` draws the decisions).
+
+        Returns:
+          [T] ids in [0, vocab_size), T >= len(encode(s)).
+        """
+        if not 0.0 <= dropout < 1.0:
+            raise ValueError(f"subword dropout must be in [0, 1), got {dropout}")
+        if dropout == 0.0:
+            return self.encode(s)
+        to_id = self._subtoken_string_to_id
+        ids: list[int] = []
+        for token in tokenizer.encode(native_to_unicode(s)):
+            escaped = _escape_token(token, self._alphabet)
+            start, n = 0, len(escaped)
+            while start < n:
+                for end in range(min(n, start + self._max_subtoken_len), start, -1):
+                    subtoken_id = to_id.get(escaped[start:end])
+                    if subtoken_id is None:
+                        continue
+                    if end - start > 1 and rng.random() < dropout:
+                        continue
+                    ids.append(subtoken_id)
+                    start = end
+                    break
+                else:
+                    # The deterministic split names the character that cannot be encoded.
+                    self._escaped_token_to_subtoken_strings(escaped)
+                    raise AssertionError("unreachable: the longest-match split raised")
+        return ids
+
     def encode_without_tokenizing(self, token_text: str | bytes) -> list[int]:
         """Encodes `token_text` as one token (no tokenizer split).
 

@@ -12,6 +12,7 @@ of different lengths (t2t's `zip` silently dropped the tail of the longer one).
 from __future__ import annotations
 
 import os
+import random
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -169,6 +170,29 @@ class Text2TextProblem(problem.Problem):
         """
         super().__init__(was_reversed=was_reversed, was_copy=was_copy)
         self._approx_vocab_size = approx_vocab_size
+        self._subword_dropout = 0.0
+        self._subword_dropout_copies = 1
+
+    def set_subword_dropout(self, rate: float, copies: int) -> None:
+        """Makes datagen write the training split `copies` times, each pass over the corpus
+        segmented with MaxMatch-dropout at `rate` (`SubwordTextEncoder.encode_with_dropout`;
+        pass k draws from `random.Random(k)`, so datagen stays reproducible). The vocab and
+        the dev/test splits are unchanged. Not t2t's (subword regularization for small
+        corpora).
+
+        Raises:
+          ValueError: rate outside [0, 1), copies < 1, or a vocab that is not subwords.
+        """
+        if not 0.0 <= rate < 1.0:
+            raise ValueError(f"--subword_dropout={rate}: must be in [0, 1)")
+        if copies < 1:
+            raise ValueError(f"--subword_dropout_copies={copies}: must be at least 1")
+        if rate > 0 and self.vocab_type != VocabType.SUBWORD:
+            raise ValueError(
+                f"--subword_dropout applies to subword vocabs; {self.name} has a "
+                f"{self.vocab_type} vocab")
+        self._subword_dropout = rate
+        self._subword_dropout_copies = copies
 
     # Subclass interface ----------------------------------------------------------------------
     @property
@@ -367,8 +391,24 @@ class Text2TextProblem(problem.Problem):
     def generate_encoded_samples(self, data_dir: str, tmp_dir: str, dataset_split: str):
         """Samples of a split encoded with the (built or loaded) vocab, EOS appended."""
         encoder = self.get_or_create_vocab(data_dir, tmp_dir)
+        if self._subword_dropout > 0 and dataset_split == problem.DatasetSplit.TRAIN:
+            return self._generate_encoded_with_dropout(data_dir, tmp_dir, encoder)
         samples = self.generate_samples(data_dir, tmp_dir, dataset_split)
         return text2text_generate_encoded(samples, encoder, has_inputs=self.has_inputs)
+
+    def _generate_encoded_with_dropout(self, data_dir: str, tmp_dir: str, encoder):
+        """The training samples, `_subword_dropout_copies` passes, each re-segmented."""
+        from t2t_lite.data_generators import text_encoder
+
+        for copy in range(self._subword_dropout_copies):
+            logging.info("%s: training pass %d of %d with subword dropout %g", self.name,
+                         copy + 1, self._subword_dropout_copies, self._subword_dropout)
+            rng = random.Random(copy)
+            for sample in self.generate_samples(data_dir, tmp_dir, problem.DatasetSplit.TRAIN):
+                for key in ("inputs", "targets") if self.has_inputs else ("targets",):
+                    ids = encoder.encode_with_dropout(sample[key], self._subword_dropout, rng)
+                    sample[key] = ids + [text_encoder.EOS_ID]
+                yield sample
 
     def generate_data(
         self, data_dir: str, tmp_dir: str, task_id: int = -1, max_cases: int | None = None
