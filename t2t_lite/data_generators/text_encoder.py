@@ -529,22 +529,9 @@ class SubwordTextEncoder(TextEncoder):
         to_id = self._subtoken_string_to_id
         ids: list[int] = []
         for token in tokenizer.encode(native_to_unicode(s)):
-            escaped = _escape_token(token, self._alphabet)
-            start, n = 0, len(escaped)
-            while start < n:
-                for end in range(min(n, start + self._max_subtoken_len), start, -1):
-                    subtoken_id = to_id.get(escaped[start:end])
-                    if subtoken_id is None:
-                        continue
-                    if end - start > 1 and rng.random() < dropout:
-                        continue
-                    ids.append(subtoken_id)
-                    start = end
-                    break
-                else:
-                    # The deterministic split names the character that cannot be encoded.
-                    self._escaped_token_to_subtoken_strings(escaped)
-                    raise AssertionError("unreachable: the longest-match split raised")
+            pieces = self._longest_match_split(_escape_token(token, self._alphabet),
+                                               pass_over=lambda: rng.random() < dropout)
+            ids.extend(to_id[piece] for piece in pieces)
         return ids
 
     def encode_without_tokenizing(self, token_text: str | bytes) -> list[int]:
@@ -634,16 +621,23 @@ class SubwordTextEncoder(TextEncoder):
         if self._split_regex is not None:
             pieces = self._split_regex.findall(escaped_token)
             # findall skips a character that starts no subtoken; then the pieces fall short
-            # and t2t's loop below reports it.
+            # and t2t's loop (`_longest_match_split`) reports it.
             if sum(map(len, pieces)) == len(escaped_token):
                 return pieces
+        return self._longest_match_split(escaped_token)
+
+    def _longest_match_split(self, escaped_token: str, pass_over=None) -> list[str]:
+        """t2t's loop: left to right, the longest vocab subtoken at each position. With
+        `pass_over` (a callable drawing True/False), a match longer than one character is
+        skipped when it returns True and the next longest is tried (MaxMatch-dropout)."""
         ret = []
         start = 0
         n = len(escaped_token)
         while start < n:
             for end in range(min(n, start + self._max_subtoken_len), start, -1):
                 subtoken = escaped_token[start:end]
-                if subtoken in self._subtoken_string_to_id:
+                if subtoken in self._subtoken_string_to_id and not (
+                        pass_over is not None and end - start > 1 and pass_over()):
                     ret.append(subtoken)
                     start = end
                     break

@@ -11,8 +11,10 @@ of different lengths (t2t's `zip` silently dropped the tail of the longer one).
 """
 from __future__ import annotations
 
+import functools
 import os
 import random
+import types
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -398,17 +400,15 @@ class Text2TextProblem(problem.Problem):
 
     def _generate_encoded_with_dropout(self, data_dir: str, tmp_dir: str, encoder):
         """The training samples, `_subword_dropout_copies` passes, each re-segmented."""
-        from t2t_lite.data_generators import text_encoder
-
         for copy in range(self._subword_dropout_copies):
             logging.info("%s: training pass %d of %d with subword dropout %g", self.name,
                          copy + 1, self._subword_dropout_copies, self._subword_dropout)
-            rng = random.Random(copy)
-            for sample in self.generate_samples(data_dir, tmp_dir, problem.DatasetSplit.TRAIN):
-                for key in ("inputs", "targets") if self.has_inputs else ("targets",):
-                    ids = encoder.encode_with_dropout(sample[key], self._subword_dropout, rng)
-                    sample[key] = ids + [text_encoder.EOS_ID]
-                yield sample
+            resegmenting = types.SimpleNamespace(encode=functools.partial(
+                encoder.encode_with_dropout, dropout=self._subword_dropout,
+                rng=random.Random(copy)))
+            samples = self.generate_samples(data_dir, tmp_dir, problem.DatasetSplit.TRAIN)
+            yield from text2text_generate_encoded(samples, resegmenting,
+                                                  has_inputs=self.has_inputs)
 
     def generate_data(
         self, data_dir: str, tmp_dir: str, task_id: int = -1, max_cases: int | None = None
