@@ -38,3 +38,40 @@ def test_quick_recipe_runs_every_step_and_prints_its_numbers(wmt_toy_dir, tmp_pa
         lines = (work / name).read_text(encoding="utf-8").splitlines()
         assert len(lines) == 5, name
     assert (work / "avg3").is_dir() and os.listdir(work / "train")
+
+
+def _recipe_module():
+    """recipes/translate_toy_ende.py as a module (recipes/ is not a package)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "translate_toy_ende", os.path.join(REPO_ROOT, "recipes", "translate_toy_ende.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_presets_fill_only_what_the_command_line_leaves_open(wmt_toy_dir):
+    recipe = _recipe_module()
+    corpus = f"--corpus={wmt_toy_dir}"
+    t2t = recipe.parse_args([corpus])
+    assert (t2t.approx_vocab_size, t2t.hparams_set, t2t.train_steps, t2t.average_last,
+            t2t.decode_hparams) == (8192, "transformer_tiny", 4800, 3, "beam_size=4,alpha=0.6")
+    tuned = recipe.parse_args([corpus, "--tuned"])
+    assert (tuned.approx_vocab_size, tuned.hparams_set, tuned.train_steps, tuned.eval_every,
+            tuned.average_last) == (4096, "transformer_small", 4800, 500, 5)
+    # The tuned budget is t2t's: the same steps, and no batch_size override.
+    assert "num_hidden_layers=3" in tuned.hparams and "batch_size" not in tuned.hparams
+    assert tuned.decode_hparams == "beam_size=4,alpha=1.0"
+    overridden = recipe.parse_args([corpus, "--tuned", "--approx_vocab_size=2048",
+                                    "--hparams=label_smoothing=0.1", "--average_last=0"])
+    assert (overridden.approx_vocab_size, overridden.hparams, overridden.average_last,
+            overridden.hparams_set) == (2048, "label_smoothing=0.1", 0, "transformer_small")
+
+
+def test_tuned_and_quick_are_refused_together(wmt_toy_dir, capsys):
+    recipe = _recipe_module()
+    with pytest.raises(SystemExit) as exit_info:
+        recipe.parse_args([f"--corpus={wmt_toy_dir}", "--tuned", "--quick"])
+    assert exit_info.value.code == 2
+    assert "not allowed with argument" in capsys.readouterr().err
