@@ -68,6 +68,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                     help="datagen's MaxMatch-dropout rate for the training data (0: t2t's)")
     ap.add_argument("--subword_dropout_copies", type=int, default=1,
                     help="passes over the training corpus written with --subword_dropout")
+    ap.add_argument("--bidirectional", action="store_true",
+                    help="train one model on En->De and De->En (a target-language tag "
+                         "starts each source line); dev is En->De")
     ap.add_argument("--hparams_set", default=None)
     ap.add_argument("--hparams", default=None, help='overrides, "a=1,b=2"')
     ap.add_argument("--train_steps", type=int, default=None)
@@ -141,6 +144,42 @@ def bleu_scores(output: str) -> tuple[float, float]:
     return float(sacre.group(1)), float(cased.group(1))
 
 
+TARGET_TAGS = {"de": "<2de>", "en": "<2en>"}
+
+
+def write_bidirectional_corpus(corpus_dir: str, out_dir: str) -> dict[str, str]:
+    """Writes the corpus for training both directions with one model; returns its file paths.
+
+    Johnson et al. (2017): a token naming the target language starts every source line, so
+    one model learns En->De and De->En from the same pairs, each side of the corpus serving
+    as source and as target. The training split holds each pair twice (En->De, then De->En;
+    training shuffles); the dev split stays En->De with its tag, so dev loss and BLEU measure
+    the recipe's direction. Returns {"train_src", "train_tgt", "dev_src", "dev_tgt"} paths.
+    """
+    def read(name: str) -> list[str]:
+        with open(os.path.join(corpus_dir, name), encoding="utf-8") as f:
+            return f.read().splitlines()
+
+    en, de = read("train.en"), read("train.de")
+    if len(en) != len(de):
+        sys.exit(f"recipe stopped: {corpus_dir}: train.en has {len(en)} lines, "
+                 f"train.de {len(de)}")
+    files = {
+        "train_src": [f"{TARGET_TAGS['de']} {line}" for line in en]
+                     + [f"{TARGET_TAGS['en']} {line}" for line in de],
+        "train_tgt": de + en,
+        "dev_src": [f"{TARGET_TAGS['de']} {line}" for line in read("dev.en")],
+        "dev_tgt": read("dev.de"),
+    }
+    os.makedirs(out_dir, exist_ok=True)
+    paths = {}
+    for key, lines in files.items():
+        paths[key] = os.path.join(out_dir, key.replace("_", "."))
+        with open(paths[key], "w", encoding="utf-8") as f:
+            f.write("".join(line + "\n" for line in lines))
+    return paths
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     # TensorFlow's C++ start-up lines (oneDNN, CPU features) in every step say nothing here.
@@ -156,6 +195,8 @@ def main(argv: list[str] | None = None) -> int:
     corpus = {k: os.path.join(args.corpus, f) for k, f in (
         ("train_src", "train.en"), ("train_tgt", "train.de"),
         ("dev_src", "dev.en"), ("dev_tgt", "dev.de"))}
+    if args.bidirectional:
+        corpus = write_bidirectional_corpus(args.corpus, os.path.join(work, "bidirectional"))
 
     dropout = ([f"--subword_dropout={args.subword_dropout}",
                 f"--subword_dropout_copies={args.subword_dropout_copies}"]
@@ -211,6 +252,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.subword_dropout:
         vocab += (f", subword dropout {args.subword_dropout:g} x "
                   f"{args.subword_dropout_copies}")
+    if args.bidirectional:
+        vocab += ", trained both directions"
     print(f"RESULT translate_toy_ende: steps {last_step} | dev loss {last_loss:.3f} "
           f"acc {last_accuracy:.3f} | sacreBLEU {sacre:.2f}{averaged} | t2t BLEU cased "
           f"{cased:.2f} | {vocab} | {args.hparams_set} {args.hparams or '(set defaults)'} | "

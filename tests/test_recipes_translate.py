@@ -75,3 +75,32 @@ def test_tuned_and_quick_are_refused_together(wmt_toy_dir, capsys):
         recipe.parse_args([f"--corpus={wmt_toy_dir}", "--tuned", "--quick"])
     assert exit_info.value.code == 2
     assert "not allowed with argument" in capsys.readouterr().err
+
+
+def test_bidirectional_corpus_pairs_every_line_both_ways(tmp_path):
+    recipe = _recipe_module()
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    for name, text in (("train.en", "a house\nthe cat\n"), ("train.de", "ein Haus\ndie Katze\n"),
+                       ("dev.en", "a cat\n"), ("dev.de", "eine Katze\n")):
+        (corpus / name).write_text(text, encoding="utf-8")
+    paths = recipe.write_bidirectional_corpus(str(corpus), str(tmp_path / "bidi"))
+
+    def lines(key):
+        with open(paths[key], encoding="utf-8") as f:
+            return f.read().splitlines()
+
+    assert lines("train_src") == ["<2de> a house", "<2de> the cat",
+                                  "<2en> ein Haus", "<2en> die Katze"]
+    assert lines("train_tgt") == ["ein Haus", "die Katze", "a house", "the cat"]
+    # Dev measures the recipe's direction only: En->De, with its tag; references untouched.
+    assert lines("dev_src") == ["<2de> a cat"] and lines("dev_tgt") == ["eine Katze"]
+
+
+def test_bidirectional_corpus_refuses_unpaired_files(tmp_path):
+    recipe = _recipe_module()
+    for name, text in (("train.en", "a\nb\n"), ("train.de", "a\n"), ("dev.en", "c\n"),
+                       ("dev.de", "c\n")):
+        (tmp_path / name).write_text(text, encoding="utf-8")
+    with pytest.raises(SystemExit, match="train.en has 2 lines, train.de 1"):
+        recipe.write_bidirectional_corpus(str(tmp_path), str(tmp_path / "bidi"))
