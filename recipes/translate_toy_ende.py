@@ -20,8 +20,9 @@ also the list of commands a user types. The last line printed is the summary:
 budget (4,800 steps of ~3.4k target tokens): a 4k vocab, `transformer_small` with 3 layers, half
 t2t's learning rate with a linear cool-down over the last 1,600 steps, more dropout and label
 smoothing, beam 4 / alpha 1.0. `--approx_vocab_size`, `--hparams_set`, `--hparams`,
-`--train_steps`, `--eval_every`, `--decode_hparams` and `--average_last` override either preset. Re-running with the same
-`--work_dir` reuses the generated data and resumes training from the newest checkpoint.
+`--train_steps`, `--eval_every`, `--decode_hparams` and `--average_last` override either
+preset. Re-running with the same `--work_dir` reuses the generated data and resumes training
+from the newest checkpoint.
 """
 from __future__ import annotations
 
@@ -35,9 +36,11 @@ import time
 PROJECT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_CORPUS = os.path.join(os.path.dirname(PROJECT), "shared", "data", "wmt_toy_ende")
 
-# t2t's recipe (see the module docstring); --quick replaces these with a model of seconds.
-T2T_RECIPE = {"approx_vocab_size": 8192, "hparams_set": "transformer_tiny", "hparams": "", "train_steps": 4800,
-              "eval_every": 1000, "decode_hparams": "beam_size=4,alpha=0.6", "average_last": 3}
+# Presets: parse_args takes every setting the command line leaves unset from one of these.
+# t2t's recipe (see the module docstring), the default.
+T2T_RECIPE = {"approx_vocab_size": 8192, "hparams_set": "transformer_tiny", "hparams": "",
+              "train_steps": 4800, "eval_every": 1000, "decode_hparams": "beam_size=4,alpha=0.6",
+              "average_last": 3}
 # The best settings of the README's search ("Towards a tuned recipe"), same training budget.
 TUNED = {"approx_vocab_size": 4096, "hparams_set": "transformer_small",
          "hparams": "num_hidden_layers=3,learning_rate_constant=1.0,"
@@ -47,6 +50,7 @@ TUNED = {"approx_vocab_size": 4096, "hparams_set": "transformer_small",
                     "rsqrt_hidden_size*linear_decay,learning_rate_decay_steps=1600",
          "train_steps": 4800, "eval_every": 500, "decode_hparams": "beam_size=4,alpha=1.0",
          "average_last": 5}
+# --quick: a model of seconds, to check the path.
 QUICK = {"approx_vocab_size": 8192, "hparams_set": "transformer_tiny",
          "hparams": "hidden_size=32,filter_size=64,num_heads=2,num_hidden_layers=1,"
                     "batch_size=1024,learning_rate_warmup_steps=10",
@@ -192,11 +196,12 @@ def main(argv: list[str] | None = None) -> int:
     python = [sys.executable, "run.py"]
     problem = ["--problem=translate_files", f"--approx_vocab_size={args.approx_vocab_size}",
                f"--data_dir={data}"]
-    corpus = {k: os.path.join(args.corpus, f) for k, f in (
-        ("train_src", "train.en"), ("train_tgt", "train.de"),
-        ("dev_src", "dev.en"), ("dev_tgt", "dev.de"))}
     if args.bidirectional:
         corpus = write_bidirectional_corpus(args.corpus, os.path.join(work, "bidirectional"))
+    else:
+        corpus = {k: os.path.join(args.corpus, f) for k, f in (
+            ("train_src", "train.en"), ("train_tgt", "train.de"),
+            ("dev_src", "dev.en"), ("dev_tgt", "dev.de"))}
 
     dropout = ([f"--subword_dropout={args.subword_dropout}",
                 f"--subword_dropout_copies={args.subword_dropout_copies}"]

@@ -1,4 +1,5 @@
 """Shared pytest fixtures: where ../shared is, and quiet TensorFlow logs."""
+import importlib.util
 import os
 import pathlib
 
@@ -10,6 +11,14 @@ REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 SHARED_DIR = pathlib.Path(os.environ.get("T2T_LITE_SHARED", REPO_ROOT.parent / "shared"))
 FIXTURES_DIR = SHARED_DIR / "fixtures" / "t2t"
 DATA_DIR = SHARED_DIR / "data"
+
+
+def load_script(path: pathlib.Path, name: str):
+    """Imports the Python file at `path` (a recipe or bench script, not in a package) as `name`."""
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def _require(path: pathlib.Path) -> pathlib.Path:

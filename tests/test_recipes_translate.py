@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from tests.conftest import REPO_ROOT
+from tests.conftest import REPO_ROOT, load_script
 
 
 @pytest.mark.slow
@@ -42,13 +42,7 @@ def test_quick_recipe_runs_every_step_and_prints_its_numbers(wmt_toy_dir, tmp_pa
 
 def _recipe_module():
     """recipes/translate_toy_ende.py as a module (recipes/ is not a package)."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location(
-        "translate_toy_ende", os.path.join(REPO_ROOT, "recipes", "translate_toy_ende.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(REPO_ROOT / "recipes" / "translate_toy_ende.py", "translate_toy_ende")
 
 
 def test_presets_fill_only_what_the_command_line_leaves_open(wmt_toy_dir):

@@ -2,7 +2,6 @@
 check against a plain transcription of t2t's algorithm, and the generator_utils helpers."""
 import gzip
 import hashlib
-import importlib.util
 import io
 import os
 import pathlib
@@ -16,6 +15,7 @@ from hypothesis import strategies as st
 
 from t2t_lite.data_generators import generator_utils, text_encoder
 from t2t_lite.data_generators.text_encoder import SubwordTextEncoder
+from tests.conftest import load_script
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 VOCAB_NAME = "vocab.translate_toy_ende1k.1024.subwords"
@@ -26,12 +26,7 @@ SHA256_8K = "87f9afc99ecbf240be56ba8269dedc4e44b10fdce824b0e3514fdfa1faec93b1"
 
 
 def _load_plain():
-    spec = importlib.util.spec_from_file_location(
-        "bench_text_encoder", REPO_ROOT / "bench" / "bench_text_encoder.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(REPO_ROOT / "bench" / "bench_text_encoder.py", "bench_text_encoder")
 
 
 @pytest.fixture(scope="module")
