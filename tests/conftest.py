@@ -21,6 +21,17 @@ def load_script(path: pathlib.Path, name: str):
     return module
 
 
+def require_extra(module: str, extra: str):
+    """Imports an optional extra's module for a test: skips without it, except under CI.
+
+    CI installs every extra its tests use (`pip install -e ".[test]"`), so a missing one there
+    is an install defect and fails instead of letting the tests of that path skip silently.
+    """
+    if os.environ.get("T2T_LITE_REQUIRE_SHARED") or os.environ.get("CI"):
+        return importlib.import_module(module)
+    return pytest.importorskip(module, reason=f"{module} is not installed (the [{extra}] extra)")
+
+
 def _require(path: pathlib.Path) -> pathlib.Path:
     if path.exists():
         return path

@@ -9,6 +9,7 @@ from t2t_lite.hparams import create_hparams
 from t2t_lite.layers import common_attention
 from t2t_lite.models.transformer import Transformer
 from t2t_lite.utils import attention_viz
+from tests.conftest import require_extra
 
 
 @pytest.fixture(scope="module")
@@ -38,7 +39,7 @@ def test_recording_changes_nothing_and_gives_softmax_rows(model):
 
 
 def test_pictures_and_npz_are_written(model, tmp_path):
-    pytest.importorskip("matplotlib", reason="pictures need the [viz] extra")
+    require_extra("matplotlib", "viz")
     weights = attention_viz.attention_weights(model, [3, 4, 5, 1], [6, 7, 1])
     written = attention_viz.plot_attention(weights, ["a", "b", "c", "<EOS>"],
                                            ["x", "y", "<EOS>"], str(tmp_path / "line0"))

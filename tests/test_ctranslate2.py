@@ -14,8 +14,9 @@ import sys
 import numpy as np
 import pytest
 
-ctranslate2 = pytest.importorskip(
-    "ctranslate2", reason="the ctranslate2 wheel is not installed (no wheel for this platform?)")
+from tests.conftest import REPO_ROOT, require_extra
+
+ctranslate2 = require_extra("ctranslate2", "ctranslate2")
 
 import tensorflow as tf
 
@@ -26,7 +27,6 @@ from t2t_lite.hparams import create_hparams
 from t2t_lite.models.transformer import Transformer
 from t2t_lite.serving import ct2
 from t2t_lite.utils import decoding, t2t_checkpoint
-from tests.conftest import REPO_ROOT
 
 TINY = "num_heads=4,num_hidden_layers=2,symbol_modality_num_shards=3"
 SMALL = ",hidden_size=16,filter_size=32"
