@@ -30,6 +30,11 @@ EXPECTED_CPU_ONLY_LINES = (
     re.compile(r"\] failed call to cuInit: "),
     re.compile(r"Unable to register cu(DNN|FFT|BLAS) factory: Attempting to register factory"),
     re.compile(r"computation placer already registered"),
+    # Informational banners of every start (oneDNN's, once per loaded library; the CPU
+    # feature notice on two lines), not about the user's work.
+    re.compile(r"port\.cc:\d+\] oneDNN custom operations are on"),
+    re.compile(r"cpu_feature_guard\.cc:\d+\] This TensorFlow binary is optimized"),
+    re.compile(r"^To enable the following instructions: .* rebuild TensorFlow with"),
 )
 
 

@@ -1,4 +1,5 @@
 """run.py as a user calls it: flags parse, help is readable, bad input fails clearly."""
+import os
 import subprocess
 import sys
 
@@ -79,13 +80,41 @@ def test_help_is_the_same_for_run_py_and_the_console_script():
     assert flag_lines(direct.stdout) == flag_lines(script.stdout)
 
 
-def test_cpu_start_prints_no_cuda_noise(tmp_path):
-    # bleu mode imports TensorFlow; the machine's CUDA start-up lines must not reach stderr.
+def test_tensorflow_start_prints_nothing_but_the_answer(tmp_path):
+    # decode mode imports TensorFlow before it reads its flags: neither the machine's CUDA
+    # start-up lines nor the oneDNN / CPU-feature banners may reach stderr, only the error.
+    result = _run("--mode=decode", f"--output_dir={tmp_path / 'no_run'}")
+    assert result.returncode == 1
+    assert result.stderr.splitlines() == [
+        "error: --mode=decode needs --problem (or an --output_dir whose flags.json names it)"]
+
+
+def _run_without_tensorflow(tmp_path, *args: str) -> subprocess.CompletedProcess:
+    """run.py with a `tensorflow` package on the path whose import fails."""
+    fake = tmp_path / "fake_site" / "tensorflow"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text('raise ImportError("tensorflow was imported")\n')
+    env = {**os.environ, "PYTHONPATH": str(fake.parent)}
+    return subprocess.run([sys.executable, str(REPO_ROOT / "run.py"), *args], check=False,
+                          capture_output=True, text=True, timeout=60, cwd=REPO_ROOT, env=env)
+
+
+def test_bleu_mode_runs_without_tensorflow(tmp_path):
     hyp, ref = tmp_path / "hyp.txt", tmp_path / "ref.txt"
     hyp.write_text("the cat sat on the mat\n")
     ref.write_text("the cat sat on the mat\n")
-    result = _run("--mode=bleu", f"--translation={hyp}", f"--reference={ref}")
+    result = _run_without_tensorflow(tmp_path, "--mode=bleu", f"--translation={hyp}",
+                                     f"--reference={ref}")
     assert result.returncode == 0, result.stderr
-    assert "BLEU" in result.stdout
-    for noise in ("cuInit", "Could not find cuda drivers", "absl::InitializeLog"):
-        assert noise not in result.stderr, result.stderr
+    assert "BLEU_cased = 100.00" in result.stdout
+
+
+def test_misspelled_hparams_set_is_refused_before_tensorflow(tmp_path):
+    result = _run_without_tensorflow(
+        tmp_path, "--mode=train", "--hparams_set=transformer_tinyy", "--problem=x",
+        f"--data_dir={tmp_path}", f"--output_dir={tmp_path / 'run'}")
+    assert result.returncode == 1
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith(
+        "error: Unknown hparams set 'transformer_tinyy'. Did you mean: transformer_tiny"), lines
+    assert not (tmp_path / "run").exists()
