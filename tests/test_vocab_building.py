@@ -3,6 +3,7 @@ check against a plain transcription of t2t's algorithm, and the generator_utils 
 import gzip
 import hashlib
 import io
+import logging
 import os
 import pathlib
 import subprocess
@@ -226,3 +227,14 @@ def test_txt_and_tabbed_vocab_helpers(tmp_path):
 def test_bad_token_counts(count):
     with pytest.raises(ValueError, match=r"non-negative integers; got .* for token 'b'"):
         SubwordTextEncoder.build_to_target_size(10, {"a": 3, "b": count}, 1, 5)
+
+
+def test_a_vocabulary_build_logs_one_info_line(caplog):
+    # The bisection's steps and iterations are DEBUG; a user reads one line per build.
+    lines = ["the cat sat on the mat", "a dog sat on a log", "the end"] * 20
+    with caplog.at_level(logging.INFO, logger="absl"):
+        encoder = SubwordTextEncoder.build_from_generator(lines, 40)
+    info = [r.getMessage() for r in caplog.records if r.levelno == logging.INFO]
+    # The token count's progress line, then the build's one line.
+    assert len(info) == 2 and info[0].startswith("Counting vocab tokens: 60 lines"), info
+    assert info[1].startswith(f"Built a subword vocabulary of {encoder.vocab_size} (target 40) in ")

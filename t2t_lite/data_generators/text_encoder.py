@@ -738,8 +738,8 @@ class SubwordTextEncoder(TextEncoder):
         def bisect(min_val, max_val):
             present_count = (max_val + min_val) // 2
             steps[0] += 1
-            logging.info("Vocab build step %d (of at most %d): trying min_count %d",
-                         steps[0], max_steps, present_count)
+            logging.debug("Vocab build step %d (of at most %d): trying min_count %d",
+                          steps[0], max_steps, present_count)
             subtokenizer = cls()
             subtokenizer._build_from_corpus(corpus, present_count, num_iterations, reserved_tokens)
             # Being within 1% of the target size is ok.
@@ -754,7 +754,11 @@ class SubwordTextEncoder(TextEncoder):
                 return other
             return subtokenizer
 
-        return bisect(min_val, max_val)
+        built = bisect(min_val, max_val)
+        # One line per vocabulary build; each step's and iteration's lines are at DEBUG.
+        logging.info("Built a subword vocabulary of %d (target %d) in %d bisection steps",
+                     built.vocab_size, target_size, steps[0])
+        return built
 
     def build_from_token_counts(
         self,
@@ -806,7 +810,7 @@ class SubwordTextEncoder(TextEncoder):
         fixed_intervals = corpus.intervals_of(itertools.chain(alphabet, escaped_reserved))
         intervals = None
         for i in range(num_iterations):
-            logging.info("Iteration %d", i)
+            logging.debug("Iteration %d", i)
             if i == 0:
                 # The first split is into single characters whatever min_count is.
                 if corpus.first_weights is None:
@@ -822,7 +826,7 @@ class SubwordTextEncoder(TextEncoder):
             new_subtokens.sort(reverse=True)
             self._init_subtokens_from_list(escaped_reserved + [s for _, s in new_subtokens])
             intervals = vocab_builder.merge_intervals(fixed_intervals, kept_intervals)
-            logging.info("vocab_size = %d", self.vocab_size)
+            logging.debug("vocab_size = %d", self.vocab_size)
 
     def _init_subtokens_from_list(
         self, subtoken_strings: list[str], reserved_tokens: Sequence[str] | None = None
