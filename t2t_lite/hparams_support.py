@@ -82,6 +82,13 @@ USED: dict[str, str] = {
     "num_heads": _MODEL,
     "num_hidden_layers": _MODEL,
     "optimizer": _OPTIMIZE,
+    "optimizer_adafactor_beta1": _OPTIMIZE,
+    "optimizer_adafactor_beta2": _OPTIMIZE,
+    "optimizer_adafactor_clipping_threshold": _OPTIMIZE,
+    "optimizer_adafactor_decay_type": _OPTIMIZE,
+    "optimizer_adafactor_factored": _OPTIMIZE,
+    "optimizer_adafactor_memory_exponent": _OPTIMIZE,
+    "optimizer_adafactor_multiply_by_parameter_scale": _OPTIMIZE,
     "optimizer_adam_beta1": _OPTIMIZE,
     "optimizer_adam_beta2": _OPTIMIZE,
     "optimizer_adam_epsilon": _OPTIMIZE,
@@ -123,7 +130,6 @@ _AREA = "area attention"
 _MULTIPROBLEM = "multi-problem training"
 _SCHEDULED_SAMPLING = "scheduled sampling"
 _SPLIT_TARGETS = "splitting long targets into chunks"
-_ADAFACTOR = "the adafactor optimizer"
 _UNREAD = "t2t's Transformer does not read it"
 
 NOT_SUPPORTED: dict[str, tuple[Any, str]] = {
@@ -167,13 +173,6 @@ NOT_SUPPORTED: dict[str, tuple[Any, str]] = {
     "nbr_decoder_problems": (1, "several decoder problems"),
     "no_data_parallelism": (False, _UNREAD),
     "num_area_layers": (0, _AREA),
-    "optimizer_adafactor_beta1": (0.0, _ADAFACTOR),
-    "optimizer_adafactor_beta2": (0.999, _ADAFACTOR),
-    "optimizer_adafactor_clipping_threshold": (1.0, _ADAFACTOR),
-    "optimizer_adafactor_decay_type": ("pow", _ADAFACTOR),
-    "optimizer_adafactor_factored": (True, _ADAFACTOR),
-    "optimizer_adafactor_memory_exponent": (0.8, _ADAFACTOR),
-    "optimizer_adafactor_multiply_by_parameter_scale": (True, _ADAFACTOR),
     "optimizer_zero_grads": (False, "zeroing gradients of unused variables"),
     "pad_batch": (False, "padding the last batch to the full batch size"),
     "parameter_attention_key_channels": (0, _FFN_ONLY),

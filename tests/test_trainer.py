@@ -125,6 +125,30 @@ def test_multistep_accumulation_in_the_loop(tmp_path):
 
 
 @pytest.mark.slow
+def test_adafactor_trains_and_resumes_with_its_slots(tmp_path):
+    hparams = tiny_hparams(0.0, optimizer="adafactor", optimizer_adafactor_beta1=0.9)
+    first = _trainer(tmp_path, hparams, train_steps=6, save_checkpoints_steps=3)
+    initial = [v.numpy() for v in first.model.trainable_variables]
+    first.train()
+    optimizer = first.optimizer.inner_optimizer
+    assert int(optimizer.iterations) == 6
+    kernel = next(v for v in first.model.trainable_variables if len(v.shape) == 2)
+    assert sorted(optimizer.slots(kernel)) == ["m", "vc", "vr"]
+    saved = {name: var.numpy() for name, var in optimizer.slots(kernel).items()}
+    assert all(np.max(np.abs(a.numpy() - b)) > 0
+               for a, b in zip(first.model.trainable_variables, initial))
+    second = _trainer(tmp_path, tiny_hparams(0.0, optimizer="adafactor",
+                                             optimizer_adafactor_beta1=0.9), train_steps=9)
+    assert second.restore() == 6
+    restored = second.optimizer.inner_optimizer
+    second_kernel = second.model.trainable_variables[
+        [v.path for v in first.model.trainable_variables].index(kernel.path)]
+    for name, var in restored.slots(second_kernel).items():
+        np.testing.assert_array_equal(var.numpy(), saved[name])
+    assert int(restored.iterations) == 6
+
+
+@pytest.mark.slow
 def test_float16_training_uses_loss_scaling(tmp_path):
     trainer = _trainer(tmp_path, tiny_hparams(activation_dtype="float16"), train_steps=4,
                        log_step_count_steps=2)

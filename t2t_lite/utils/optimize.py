@@ -1,4 +1,4 @@
-"""tensor2tensor's optimizer side: Adam from hparams, multistep gradient accumulation, gradient
+"""tensor2tensor's optimizer side: Adam and Adafactor from hparams, multistep gradient accumulation, gradient
 clipping, weight decay and the variable initializers by name (T2T_REFERENCE.md §4.1, §4.3, §2.10).
 
 Division of labour with the trainer (`t2t_lite.utils.trainer_lib`): the trainer computes each replica's
@@ -13,15 +13,17 @@ import keras
 import tensorflow as tf
 
 from t2t_lite import hparams_support
+from t2t_lite.errors import UserError
 from t2t_lite.hparams import HParams
+from t2t_lite.utils import adafactor
 from t2t_lite.utils import learning_rate as learning_rate_lib
 
 ADAM_OPTIMIZERS = ("adam", "true_adam", "multistep_adam")
-OPTIMIZERS = ADAM_OPTIMIZERS + ("momentum", "sgd")
+OPTIMIZERS = ADAM_OPTIMIZERS + ("adafactor", "momentum", "sgd")
 
 
-class OptimizerError(ValueError):
-    """An optimizer setting t2t_lite does not support."""
+class OptimizerError(UserError):
+    """An optimizer setting t2t_lite does not support (one line naming the hparam)."""
 
 
 class _PreReducedGradients:
@@ -57,6 +59,10 @@ class Adam(_ModelOwnsItsWeights, _PreReducedGradients, keras.optimizers.Adam):
 
 class SGD(_ModelOwnsItsWeights, _PreReducedGradients, keras.optimizers.SGD):
     """Keras SGD / momentum for gradients already summed over replicas."""
+
+
+class Adafactor(_ModelOwnsItsWeights, _PreReducedGradients, adafactor.Adafactor):
+    """t2t's Adafactor (`t2t_lite.utils.adafactor`) for gradients already summed over replicas."""
 
 
 class LossScaleOptimizer(_ModelOwnsItsWeights, keras.optimizers.LossScaleOptimizer):
@@ -130,7 +136,8 @@ def optimizer_from_hparams(hparams: HParams) -> keras.optimizers.Optimizer:
     """The Keras optimizer t2t's `ConditionalOptimizer` builds for `hparams`.
 
     adam / true_adam / multistep_adam -> Adam(beta1, beta2, epsilon) (t2t's LazyAdam equals
-    Adam for dense gradients); momentum -> SGD with momentum (and Nesterov); sgd -> SGD. The
+    Adam for dense gradients); adafactor -> t2t's Adafactor with the `optimizer_adafactor_*`
+    hparams (`adafactor_optimizer_from_hparams`); momentum -> SGD with momentum (and Nesterov); sgd -> SGD. The
     learning rate is `learning_rate_schedule(hparams)` read at the global step. With
     `activation_dtype=float16` the optimizer is wrapped in Keras' LossScaleOptimizer with
     t2t's initial scale `mixed_precision_optimizer_init_loss_scale` and growth every 2000
@@ -153,6 +160,8 @@ def optimizer_from_hparams(hparams: HParams) -> keras.optimizers.Optimizer:
             beta_2=hparams.optimizer_adam_beta2,
             epsilon=hparams.optimizer_adam_epsilon,
         )
+    elif name == "adafactor":
+        opt = _adafactor_from_hparams(hparams, lr)
     elif name == "momentum":
         opt = SGD(
             learning_rate=lr,
@@ -178,6 +187,29 @@ def optimizer_from_hparams(hparams: HParams) -> keras.optimizers.Optimizer:
             dynamic_growth_steps=2000,
         )
     return opt
+
+
+def _adafactor_from_hparams(hparams: HParams, lr) -> Adafactor:
+    """t2t's `adafactor_optimizer_from_hparams` (float32 weights: no parameter encoding)."""
+    if hparams_support.hparam(hparams, "weight_dtype") != "float32":
+        raise OptimizerError("optimizer=adafactor needs weight_dtype=float32 (t2t's bfloat16 "
+                             "weights with the eighth-power encoding are not supported)")
+    try:
+        return Adafactor(
+            learning_rate=lr,
+            decay_type=hparams_support.hparam(hparams, "optimizer_adafactor_decay_type"),
+            beta1=hparams_support.hparam(hparams, "optimizer_adafactor_beta1"),
+            beta2=hparams_support.hparam(hparams, "optimizer_adafactor_beta2"),
+            memory_exponent=hparams_support.hparam(hparams,
+                                                   "optimizer_adafactor_memory_exponent"),
+            clipping_threshold=hparams_support.hparam(
+                hparams, "optimizer_adafactor_clipping_threshold"),
+            factored=hparams_support.hparam(hparams, "optimizer_adafactor_factored"),
+            multiply_by_parameter_scale=hparams_support.hparam(
+                hparams, "optimizer_adafactor_multiply_by_parameter_scale"),
+        )
+    except ValueError as e:
+        raise OptimizerError(f"hparams.{e}") from e
 
 
 def weight_decay(decay_rate: float, variables) -> tf.Tensor | float:
