@@ -57,7 +57,7 @@ def test_only_the_tools_read_flags_and_nothing_imports_the_tools():
 
 # utils modules with one small job each, which layers/models/data may use (as in t2t, where
 # models import utils.beam_search and data_generators import utils.data_reader).
-LEAF_UTILS = {"beam_search", "optimize", "learning_rate", "data_reader", "metrics",
+LEAF_UTILS = {"beam_search", "optimize", "adafactor", "learning_rate", "data_reader", "metrics",
               "bleu_hook", "parsing_eval", "subword_graph", "summaries", "validation", "progress",
               "run_card"}
 TOP_LEVEL = {"t2t_lite", "t2t_lite.errors", "t2t_lite.file_io", "t2t_lite.hparams",
