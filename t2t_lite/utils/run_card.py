@@ -36,8 +36,8 @@ from typing import Any
 JSON_NAME = "run_card.json"
 MARKDOWN_NAME = "run_card.md"
 SECTIONS = ("setup", "history", "training", "eval", "bleu")
-_TITLES = {"setup": "Setup", "history": "History (resumes)", "training": "Training", "eval": "Dev metrics (last evaluation)",
-           "bleu": "BLEU (last decode with a reference)"}
+_TITLES = {"setup": "Setup", "history": "History (resumes)", "training": "Training",
+           "eval": "Dev metrics (last evaluation)", "bleu": "BLEU (last decode with a reference)"}
 
 
 def read(output_dir: str) -> dict[str, dict[str, Any]]:
