@@ -227,3 +227,24 @@ def test_hparams_classification_matches_the_variables_and_outputs_of_a_tiny_mode
     for name in _SINGLE_VALUE:
         del expected[name]
     assert {name: _effect(name) for name in expected} == expected
+
+
+def _resume_many_times(output_dir: str, count: int) -> None:
+    for step in range(count):
+        run_card.record_resume(output_dir, step, [])
+
+
+def test_concurrent_card_updates_are_not_lost(tmp_path):
+    """A training run's and an eval's updates of the card at the same moment both land."""
+    import multiprocessing
+
+    writer = multiprocessing.get_context("fork").Process(
+        target=_resume_many_times, args=(str(tmp_path), 40))
+    writer.start()
+    for step in range(40):
+        run_card.record_eval(str(tmp_path), step, {"loss": 1.0})
+    writer.join()
+    assert writer.exitcode == 0
+    card = run_card.read(str(tmp_path))
+    assert len([key for key in card["history"] if key != "updated"]) == 40
+    assert card["eval"]["step"] == 39
