@@ -128,6 +128,21 @@ def test_damaged_hparams_or_flags_json_is_one_line_naming_it(data_dir, trained, 
                            "JSON object, not list")
 
 
+def test_hparams_json_of_another_set_or_damaged_is_one_line_naming_it(tmp_path):
+    from t2t_lite.errors import UserError
+
+    path = tmp_path / "hparams.json"
+    path.write_text('{"hidden_sise": 32}')
+    with pytest.raises(UserError, match=rf"^{path}: Unknown hparam 'hidden_sise'.* use the "
+                                        "set the run was trained with"):
+        create_hparams("transformer_tiny", hparams_json_path=str(path))
+    path.write_text('{"hidden_size": 3')
+    with pytest.raises(UserError, match=rf"^{path}: the run's hparams are damaged \(invalid "
+                                        r"JSON: Expecting ',' delimiter at line 1 column 18\)"):
+        create_hparams("transformer_tiny", hparams_json_path=str(path))
+    assert run_metadata.read_json_object(str(tmp_path / "absent.json"), "x") is None
+
+
 def test_run_card_history_adds_one_entry_per_resume(tmp_path):
     run_card.record_eval(str(tmp_path), 4, {"loss": 1.5})
     run_card.record_resume(str(tmp_path), 4, ["train_steps 4 -> 6"])
