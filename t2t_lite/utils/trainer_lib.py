@@ -860,9 +860,8 @@ def create_trainer(
     )
     validation.check_hparams(hparams)
     resume_from = tf.train.latest_checkpoint(config.output_dir) if lock else None
-    writes = lock and is_chief()
     changes = None
-    if resume_from and writes:
+    if resume_from:  # on every worker: all of them stop, none waits for the chief
         problem_name = problem.name + ("_rev" if getattr(problem, "was_reversed", False)
                                        else "")
         changes = run_metadata.check_resume(
@@ -881,7 +880,7 @@ def create_trainer(
         warm_start.warm_start(trainer.model, warm_start_from, allow_partial=warm_start_partial)
     if not is_chief():
         return trainer
-    if not writes:
+    if not lock:
         run_card.record_setup(config.output_dir, problem, model_name, hparams_set,
                               hparams_overrides, hparams,
                               trainer.strategy.num_replicas_in_sync, training=False)
