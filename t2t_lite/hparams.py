@@ -241,7 +241,10 @@ class HParams:
 
     def parse_json(self, text: str) -> HParams:
         """Overrides declared hparams from a JSON object (names must exist); returns self."""
-        data = json.loads(text)
+        return self.override_from_dict(json.loads(text))
+
+    def override_from_dict(self, data: dict[str, Any]) -> HParams:
+        """Overrides declared hparams from {name: value} (names must exist); returns self."""
         for name, value in data.items():
             if name not in self._types:
                 raise HParamsError(self._unknown_message(name))
@@ -284,15 +287,25 @@ def create_hparams(name: str, overrides: str = "", hparams_json_path: str | None
 
     Returns:
       HParams.
-    """
-    import os
 
+    Raises:
+      UserError: hparams.json is damaged or names an hparam the set lacks (one line
+        naming the file).
+    """
     from t2t_lite import registry
+    from t2t_lite.errors import UserError
+    from t2t_lite.utils.run_metadata import read_json_object
 
     hparams = registry.hparams(name)
-    if hparams_json_path and os.path.exists(hparams_json_path):
-        with open(hparams_json_path, encoding="utf-8") as f:
-            hparams.parse_json(f.read())
+    stored = read_json_object(hparams_json_path, "the run's hparams") \
+        if hparams_json_path else None
+    if stored is not None:
+        try:
+            hparams.override_from_dict(stored)
+        except HParamsError as e:
+            raise UserError(f"{hparams_json_path}: {e} (the run's hparams do not fit "
+                            f"--hparams_set={name}; use the set the run was trained with)"
+                            ) from None
     if overrides:
         hparams.parse(overrides)
     return hparams

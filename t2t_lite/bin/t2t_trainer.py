@@ -14,7 +14,7 @@ from absl import logging
 from t2t_lite import registry
 from t2t_lite.data_generators import datagen
 from t2t_lite.errors import UserError
-from t2t_lite.utils import plots, run_lock, validation
+from t2t_lite.utils import plots, run_lock, run_metadata, validation
 from t2t_lite.utils.trainer_lib import (
     EVAL,
     TRAIN,
@@ -71,13 +71,25 @@ def check_flags(flags_obj: Any) -> None:
 
 def build_trainer(flags_obj: Any, strategy: tf.distribute.Strategy,
                   lock: bool = False, data_splits: tuple[str, ...] = ()) -> Trainer:
-    """Hparams (set -> output_dir/hparams.json -> --hparams), problem and model from flags;
-    with `lock` (training modes) the chief holds output_dir's run lock. The data of
-    `data_splits` (ModeKeys) is checked complete before anything is written."""
+    """Hparams (set -> output_dir/hparams.json -> --hparams), problem and model from flags.
+
+    With `lock` (training modes) a resume is checked against the run in output_dir, then the
+    chief holds output_dir's run lock and writes hparams.json, flags.json and the run card;
+    without it (eval) the run's files are only read. The data of `data_splits` (ModeKeys)
+    is checked complete before anything is written.
+
+    Raises:
+      UserError / DataError: one line, with nothing written.
+    """
     check_flags(flags_obj)
     config = config_from_flags(flags_obj)
     data_dir = os.path.expanduser(flags_obj.data_dir)
     problem = registry.problem(flags_obj.problem)
+    if lock and tf.train.latest_checkpoint(config.output_dir):
+        # Before looking for the data: resuming with another problem is refused as such.
+        run_metadata.check_identity(config.output_dir, {
+            "problem": flags_obj.problem, "model": flags_obj.model,
+            "hparams_set": flags_obj.hparams_set})
     if not getattr(flags_obj, "generate_data", False) and not tf.io.gfile.isdir(data_dir):
         raise UserError(f"--data_dir={flags_obj.data_dir}: no such directory (run "
                         f"`run.py --mode=datagen --problem={flags_obj.problem} "

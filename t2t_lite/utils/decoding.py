@@ -40,7 +40,6 @@ work with any model.
 """
 from __future__ import annotations
 
-import json
 import os
 import re
 import sys
@@ -729,31 +728,36 @@ def make_infer_fn(model: Any, decode_hp: HParams, target_space_id: int = 0,
 
 
 def read_run_flags(output_dir: str | None) -> dict:
-    """The training run's `output_dir/flags.json` as a dict (empty when absent).
+    """The training run's `output_dir/flags.json` as a dict (empty when absent); read only.
 
     Decode and export take --problem, --hparams_set and --data_dir from it when not given.
+
+    Raises:
+      UserError: flags.json is damaged (one line naming it).
     """
-    path = os.path.join(output_dir, "flags.json") if output_dir else None
-    if path and os.path.exists(path):
-        with open(path, encoding="utf-8") as f:
-            return json.load(f)
-    return {}
+    from t2t_lite.utils.run_metadata import read_json_object
+
+    if not output_dir:
+        return {}
+    return read_json_object(os.path.join(output_dir, "flags.json"), "the run's flags") or {}
 
 
 def load_hparams(output_dir: str | None, hparams_set: str | None, overrides: str) -> HParams:
-    """Model hparams: the set, then `<output_dir>/hparams.json`, then `--hparams`.
+    """Model hparams: the set, then `<output_dir>/hparams.json`, then `--hparams`; read only.
 
     Raises:
       ValueError: neither a set nor an hparams.json is available.
+      UserError: hparams.json is damaged (one line naming it).
     """
     from t2t_lite.hparams import create_hparams
+    from t2t_lite.utils.run_metadata import read_json_object
 
     json_path = os.path.join(output_dir, "hparams.json") if output_dir else None
     if hparams_set:
         return create_hparams(hparams_set, overrides or "", json_path)
-    if json_path and os.path.exists(json_path):
-        with open(json_path, encoding="utf-8") as f:
-            hparams = HParams.from_json(f.read())
+    stored = read_json_object(json_path, "the run's hparams") if json_path else None
+    if stored is not None:
+        hparams = HParams(**stored)
         return hparams.parse(overrides) if overrides else hparams
     raise ValueError("Decoding needs --hparams_set, or an --output_dir holding the run's "
                      "hparams.json")

@@ -9,28 +9,35 @@
   token-batched problems, sequences otherwise), gradient accumulation;
 * "training" (end of `Trainer.train`): global step, steps and wall time of this session,
   tokens/s of the last progress interval, last training loss and learning rate;
+* "history" (by `trainer_lib.create_trainer` when a training run resumes): one entry per
+  resume, the checkpoint step and the settings it changed (`run_metadata.check_resume`);
 * "eval" (each `Trainer.evaluate`): the step and every dev metric;
 * "bleu" (`decoding.report_bleu`): the decodes and reference files, the checkpoint step,
   sacreBLEU's score with its signature and t2t's tokenized BLEU lines.
 
 Sections merge: eval and decode update the card of the training run without touching the
-other sections; a resumed training run replaces "setup" and "training" with its own.
+other sections; a resumed training run replaces "setup" and "training" with its own and adds
+to "history". Each update reads, changes and replaces the card while holding an exclusive
+lock on output_dir (flock), so an eval beside a live training run loses neither's update.
 """
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import platform
 import shlex
 import sys
 import time
+from collections.abc import Callable, Iterator
 from typing import Any
 
 JSON_NAME = "run_card.json"
 MARKDOWN_NAME = "run_card.md"
-SECTIONS = ("setup", "training", "eval", "bleu")
-_TITLES = {"setup": "Setup", "training": "Training", "eval": "Dev metrics (last evaluation)",
-           "bleu": "BLEU (last decode with a reference)"}
+SECTIONS = ("setup", "history", "training", "eval", "bleu")
+_TITLES = {"setup": "Setup", "history": "History (resumes)", "training": "Training",
+           "eval": "Dev metrics (last evaluation)", "bleu": "BLEU (last decode with a reference)"}
 
 
 def read(output_dir: str) -> dict[str, dict[str, Any]]:
@@ -56,14 +63,35 @@ def update(output_dir: str, section: str, values: dict[str, Any]) -> dict[str, d
     Returns:
       The whole card after the update.
     """
+    return _change_section(output_dir, section, lambda _: dict(values))
+
+
+def _change_section(output_dir: str, section: str,
+                    change: Callable[[dict[str, Any]], dict[str, Any]]) -> dict[str, dict]:
+    """Sets `section` to `change(its current values)`, stamped with the time, under the lock."""
     if section not in SECTIONS:
         raise ValueError(f"run card section {section!r}: use one of {SECTIONS}")
-    card = read(output_dir)
-    card[section] = dict(values, updated=time.strftime("%Y-%m-%d %H:%M:%S %Z"))
     os.makedirs(output_dir, exist_ok=True)
-    _write_atomically(os.path.join(output_dir, JSON_NAME), json.dumps(card, indent=2) + "\n")
-    _write_atomically(os.path.join(output_dir, MARKDOWN_NAME), to_markdown(card))
+    with _locked(output_dir):
+        card = read(output_dir)
+        values = change({k: v for k, v in card.get(section, {}).items() if k != "updated"})
+        card[section] = dict(values, updated=time.strftime("%Y-%m-%d %H:%M:%S %Z"))
+        _write_atomically(os.path.join(output_dir, JSON_NAME),
+                          json.dumps(card, indent=2) + "\n")
+        _write_atomically(os.path.join(output_dir, MARKDOWN_NAME), to_markdown(card))
     return card
+
+
+@contextlib.contextmanager
+def _locked(output_dir: str) -> Iterator[None]:
+    """Holds an exclusive flock on the directory itself (no lock file is left behind):
+    training and a concurrent eval or decode update the card one after the other."""
+    fd = os.open(output_dir, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
 
 
 def _write_atomically(path: str, text: str) -> None:
@@ -183,6 +211,21 @@ def record_setup(output_dir: str, problem: Any, model_name: str, hparams_set: st
                                bool(getattr(problem, "batch_size_means_tokens", True))))
     values["hparams (all, overrides applied)"] = "hparams.json"
     update(output_dir, "setup", values)
+
+
+def record_resume(output_dir: str, step: int, changes: list[str]) -> None:
+    """Adds a "history" entry: a training run resumed from checkpoint `step` with `changes`.
+
+    Args:
+      output_dir: the run's directory.
+      step: the global step of the checkpoint it resumed from.
+      changes: the settings it changed, "name old -> new" (`run_metadata.check_resume`).
+    """
+    def add(history: dict[str, Any]) -> dict[str, Any]:
+        entry = f"{len(history) + 1}. resumed at step {step}"
+        return dict(history, **{entry: "; ".join(changes) or "(no setting changed)"})
+
+    _change_section(output_dir, "history", add)
 
 
 def record_training(output_dir: str, global_step: int, start_step: int, wall_time: float,

@@ -49,6 +49,7 @@ from t2t_lite.utils import (
     progress,
     run_card,
     run_lock,
+    run_metadata,
     summaries,
     validation,
     warm_start,
@@ -822,9 +823,13 @@ def create_trainer(
     """A Trainer for `model_name` on `problem`, as t2t-trainer builds it.
 
     The hparams are the set, then `config.output_dir/hparams.json` (a restarted run keeps
-    its hparams, as in t2t), then `hparams_overrides`. The hparams are checked and the model
-    built first; then the chief writes hparams.json (and flags.json when `flag_values` is
-    given).
+    its hparams, as in t2t), then `hparams_overrides`. Check first, write after: a training
+    run (`lock`) that resumes from a checkpoint must keep the problem, model, hparams set and
+    the hparams that shape the checkpoint (`run_metadata.check_resume`); the model is built,
+    the warm start or the checkpoint restored, and only then does the chief take the lock and
+    write hparams.json, flags.json (when `flag_values` is given) and the run card (with a
+    "history" entry for a resume). Evaluation (no `lock`) reads the run's files and writes
+    only a run card setup section where there is none.
 
     Args:
       problem: a Problem instance whose data is in `data_dir`.
@@ -838,21 +843,31 @@ def create_trainer(
         output_dir holds no checkpoint yet.
       warm_start_partial: load the variables that match and keep the others' initial values.
       flag_values: the run's flags (name -> value) for flags.json.
-      lock: the chief takes output_dir's run lock (`run_lock`, released at exit) and removes
-        the temporary folders of a killed save, before writing anything (training runs).
+      lock: a training run: the chief takes output_dir's run lock (`run_lock`, released at
+        exit), removes the temporary folders of a killed save and writes the run's files.
 
     Returns:
-      The Trainer (not yet restored).
+      The Trainer (restored when it resumes a training run).
 
     Raises:
-      UserError: hparams out of range (`validation.check_hparams`), output_dir locked by a
-        live run.
+      UserError: hparams out of range (`validation.check_hparams`), a resume that changes
+        what output_dir was trained with, a damaged hparams.json / flags.json, output_dir
+        locked by a live run.
     """
     hparams = create_hparams(
         hparams_set, hparams_overrides,
         hparams_json_path=os.path.join(config.output_dir, "hparams.json"),
     )
     validation.check_hparams(hparams)
+    resume_from = tf.train.latest_checkpoint(config.output_dir) if lock else None
+    changes = None
+    if resume_from:  # on every worker: all of them stop, none waits for the chief
+        problem_name = problem.name + ("_rev" if getattr(problem, "was_reversed", False)
+                                       else "")
+        changes = run_metadata.check_resume(
+            config.output_dir, {"problem": problem_name, "model": model_name,
+                                "hparams_set": hparams_set},
+            hparams.values(), flag_values)
     vocab = problem.get_hparams(hparams, data_dir=data_dir).vocab_size
     model_cls = registry.model(model_name)
     input_vocab = vocab.get("inputs", vocab["targets"])
@@ -860,20 +875,31 @@ def create_trainer(
     def model_fn():
         return model_cls(hparams, input_vocab, vocab["targets"])
 
-    # The model is built before anything is written: bad hparams leave no hparams.json.
     trainer = Trainer(model_fn, hparams, problem, data_dir, config, strategy)
-    if is_chief():
-        if lock:
-            trainer.run_lock = run_lock.acquire(config.output_dir)
-            checkpoint_guard.remove_temp_folders(config.output_dir, CHECKPOINT_PREFIX)
-        save_hparams(config.output_dir, hparams)
-        run_card.record_setup(config.output_dir, problem, model_name, hparams_set,
-                              hparams_overrides, hparams,
-                              trainer.strategy.num_replicas_in_sync, lock)
-        if flag_values is not None:
-            save_flags(config.output_dir, flag_values)
     if warm_start_from and not tf.train.latest_checkpoint(config.output_dir):
         warm_start.warm_start(trainer.model, warm_start_from, allow_partial=warm_start_partial)
+    if not is_chief():
+        return trainer
+    if not lock:
+        run_card.record_setup(config.output_dir, problem, model_name, hparams_set,
+                              hparams_overrides, hparams,
+                              trainer.strategy.num_replicas_in_sync, training=False)
+        return trainer
+    if resume_from:
+        # Reads the checkpoint into this model before anything is written (train restores
+        # it again, with the input pipeline): a checkpoint that does not fit leaves the
+        # run's files as they were.
+        trainer.restore()
+    trainer.run_lock = run_lock.acquire(config.output_dir)
+    checkpoint_guard.remove_temp_folders(config.output_dir, CHECKPOINT_PREFIX)
+    save_hparams(config.output_dir, hparams)
+    run_card.record_setup(config.output_dir, problem, model_name, hparams_set,
+                          hparams_overrides, hparams, trainer.strategy.num_replicas_in_sync,
+                          training=True)
+    if changes is not None:
+        run_card.record_resume(config.output_dir, trainer.step, changes)
+    if flag_values is not None:
+        save_flags(config.output_dir, flag_values)
     return trainer
 
 

@@ -1,0 +1,265 @@
+"""A run's hparams.json, flags.json and run card are checked before they change (issue
+"a run's state is never lost or silently changed"): resume refusals and history, read-only
+eval, warm start and damaged files through run.py, and the hparams classification of
+`run_metadata` against the variables a tiny model builds."""
+from __future__ import annotations
+
+import functools
+import json
+import os
+import socket
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from t2t_lite import registry
+from t2t_lite.hparams import create_hparams
+from t2t_lite.utils import optimize, run_card, run_lock, run_metadata
+from tests import test_failures
+from tests.test_failures import PROBLEM, TINY, _copy, _error_line, _run, _steps, _train_flags
+
+# test_failures' module fixtures: the tiny problem's data, and a run with ckpt-2 and ckpt-4.
+data_dir = test_failures.data_dir
+trained = test_failures.trained
+
+RUN_FILES = ("hparams.json", "flags.json", "run_card.json", "run_card.md")
+
+
+def _snapshot(directory) -> dict[str, bytes]:
+    """Every file under `directory` (relative path -> bytes)."""
+    files = {}
+    for root, _, names in os.walk(directory):
+        for name in names:
+            path = os.path.join(root, name)
+            with open(path, "rb") as f:
+                files[os.path.relpath(path, directory)] = f.read()
+    return files
+
+
+@pytest.mark.slow
+def test_resume_that_changes_the_run_is_refused_and_changes_no_byte(data_dir, trained,
+                                                                    tmp_path):
+    output_dir = _copy(trained, tmp_path)
+    before = _snapshot(output_dir)
+    assert set(RUN_FILES) <= set(before)
+    line = _error_line(_run(*_train_flags(data_dir, output_dir, "--train_steps=6",
+                                          "--hparams=" + TINY.replace("layers=1", "layers=2")),
+                            cwd=tmp_path))
+    assert line.startswith(f"error: this run changes what {output_dir} was trained with: "
+                           "num_hidden_layers 1 -> 2; train in another --output_dir")
+    assert _snapshot(output_dir) == before
+
+    # Another problem is refused before its (missing) data is looked for.
+    line = _error_line(_run(*_train_flags(data_dir, output_dir, "--train_steps=6",
+                                          "--problem=algorithmic_identity_binary40",
+                                          "--hparams_set=transformer_small"), cwd=tmp_path))
+    assert (f"trained with: problem '{PROBLEM}' -> 'algorithmic_identity_binary40', "
+            "hparams_set 'transformer_tiny' -> 'transformer_small';") in line
+    assert _snapshot(output_dir) == before
+
+
+@pytest.mark.slow
+def test_resume_with_safe_changes_is_recorded_in_the_history(data_dir, trained, tmp_path):
+    output_dir = _copy(trained, tmp_path)
+    result = _run(*_train_flags(data_dir, output_dir, "--train_steps=6",
+                                f"--hparams={TINY},learning_rate_constant=1.0"), cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert _steps(output_dir) == [2, 4, 6]
+    history = json.loads((output_dir / "run_card.json").read_text())["history"]
+    assert history["1. resumed at step 4"] == ("learning_rate_constant 2.0 -> 1.0; "
+                                               "train_steps 4 -> 6")
+    assert "## History (resumes)" in (output_dir / "run_card.md").read_text()
+    assert json.loads((output_dir / "hparams.json").read_text())[
+        "learning_rate_constant"] == 1.0
+    assert json.loads((output_dir / "flags.json").read_text())["train_steps"] == 6
+
+
+@pytest.mark.slow
+def test_eval_only_reads_the_run_even_beside_a_live_training(data_dir, trained, tmp_path):
+    output_dir = _copy(trained, tmp_path)
+    # The run lock of a live training (this process) does not stop eval, nor is it touched.
+    lock = {"host": socket.gethostname(), "pid": os.getpid(), "start_time": 0}
+    (output_dir / run_lock.LOCK_NAME).write_text(json.dumps(lock))
+    before = {name: (output_dir / name).read_bytes() for name in
+              ("hparams.json", "flags.json", run_lock.LOCK_NAME)}
+    flags = [flag.replace("--mode=train", "--mode=eval")
+             for flag in _train_flags(data_dir, output_dir, "--train_steps=100",
+                                      "--keep_checkpoint_max=1", "--eval_steps=1")]
+    result = _run(*flags, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert {name: (output_dir / name).read_bytes() for name in before} == before
+    card = json.loads((output_dir / "run_card.json").read_text())
+    assert card["eval"]["step"] == 4 and card["training"]["global step"] == 4
+    assert _steps(output_dir) == [2, 4]
+
+
+@pytest.mark.slow
+def test_warm_start_that_does_not_fit_writes_nothing(data_dir, trained, tmp_path):
+    output_dir = tmp_path / "new"
+    result = _run(*_train_flags(data_dir, output_dir, "--train_steps=2",
+                                f"--warm_start_from={trained}",
+                                "--hparams=" + TINY.replace("size=16", "size=32")),
+                  cwd=tmp_path)
+    assert result.returncode == 1 and f"--warm_start_from={trained}" in result.stderr
+    assert not output_dir.exists()  # no hparams.json, flags.json, run card or lock
+
+
+@pytest.mark.slow
+def test_damaged_hparams_or_flags_json_is_one_line_naming_it(data_dir, trained, tmp_path):
+    output_dir = _copy(trained, tmp_path)
+    hparams_json = output_dir / "hparams.json"
+    hparams_json.write_bytes(hparams_json.read_bytes()[:40])  # cut off mid-write
+    line = _error_line(_run(*_train_flags(data_dir, output_dir, "--train_steps=6"),
+                            cwd=tmp_path))
+    assert line.startswith(f"error: {hparams_json}: the run's hparams are damaged (invalid "
+                           "JSON: ")
+    assert line.endswith("restore the file from a copy of the run, or train in a new "
+                         "--output_dir")
+    assert _steps(output_dir) == [2, 4]
+
+    (output_dir / "flags.json").write_text("[]")
+    (tmp_path / "in.txt").write_text("0 1\n")
+    hparams_json.write_bytes((trained / "hparams.json").read_bytes())
+    line = _error_line(_run("--mode=decode", f"--output_dir={output_dir}",
+                            f"--decode_from_file={tmp_path / 'in.txt'}", cwd=tmp_path))
+    assert line.startswith(f"error: {output_dir / 'flags.json'}: the run's flags must be a "
+                           "JSON object, not list")
+
+
+def test_hparams_json_of_another_set_or_damaged_is_one_line_naming_it(tmp_path):
+    from t2t_lite.errors import UserError
+
+    path = tmp_path / "hparams.json"
+    path.write_text('{"hidden_sise": 32}')
+    with pytest.raises(UserError, match=rf"^{path}: Unknown hparam 'hidden_sise'.* use the "
+                                        "set the run was trained with"):
+        create_hparams("transformer_tiny", hparams_json_path=str(path))
+    path.write_text('{"hidden_size": 3')
+    with pytest.raises(UserError, match=rf"^{path}: the run's hparams are damaged \(invalid "
+                                        r"JSON: Expecting ',' delimiter at line 1 column 18\)"):
+        create_hparams("transformer_tiny", hparams_json_path=str(path))
+    assert run_metadata.read_json_object(str(tmp_path / "absent.json"), "x") is None
+
+
+def test_run_card_history_adds_one_entry_per_resume(tmp_path):
+    run_card.record_eval(str(tmp_path), 4, {"loss": 1.5})
+    run_card.record_resume(str(tmp_path), 4, ["train_steps 4 -> 6"])
+    run_card.record_resume(str(tmp_path), 6, [])
+    card = run_card.read(str(tmp_path))
+    assert [key for key in card["history"] if key != "updated"] == [
+        "1. resumed at step 4", "2. resumed at step 6"]
+    assert card["history"]["2. resumed at step 6"] == "(no setting changed)"
+    assert card["eval"]["loss"] == 1.5  # other sections kept
+    assert "| 1. resumed at step 4 | train_steps 4 -> 6 |" in (
+        tmp_path / run_card.MARKDOWN_NAME).read_text()
+
+
+# --- The classification of the hparams ---------------------------------------------------------
+_BASE = "hidden_size=8,filter_size=8,num_heads=2,num_hidden_layers=1,symbol_modality_num_shards=1"
+# A value other than transformer_tiny's for each hparam built below, among those t2t_lite
+# supports; `_other_value` steps a number or flips a bool for the others.
+_OTHER_VALUES = {
+    "hidden_size": 16, "num_heads": 4, "vocab_divisor": 4, "attention_key_channels": 4,
+    "attention_value_channels": 4, "num_encoder_layers": 2, "num_decoder_layers": 2, "norm_epsilon": 0.5,
+    "layer_preprocess_sequence": "none", "layer_postprocess_sequence": "dan",
+    "norm_type": "none", "optimizer": "multistep_adam", "pos": "none",
+    "multiply_embedding_mode": "none", "learning_rate_schedule": "constant",
+    "activation_dtype": "bfloat16",
+}
+# Hparams whose effect shows only beside another setting: (extra base override).
+_WHEN = {"shared_embedding": "shared_embedding_and_softmax_weights=False",
+         "optimizer": "optimizer_multistep_accumulate_steps=2",
+         "optimizer_multistep_accumulate_steps": "optimizer=multistep_adam,"
+                                                 "optimizer_multistep_accumulate_steps=2"}
+# A sample of the hparams safe to change on resume (every name outside the two lists is).
+_SAFE_SAMPLE = ("learning_rate_constant", "learning_rate_schedule", "learning_rate_warmup_steps",
+                "batch_size", "label_smoothing", "relu_dropout", "optimizer_adam_beta2",
+                "optimizer_multistep_accumulate_steps", "activation_dtype", "initializer_gain")
+# Those with a single value in t2t_lite today: nothing to build.
+_SINGLE_VALUE = ("ffn_layer", "max_relative_position", "self_attention_type")
+
+
+def _other_value(name, value):
+    if name in _OTHER_VALUES:
+        return _OTHER_VALUES[name]
+    if isinstance(value, bool):
+        return not value
+    return value + 1 if isinstance(value, int) else value / 2
+
+
+@functools.cache
+def _base(overrides: str):
+    """The tiny hparams with `overrides` and their `_build` (shared by the hparams tried)."""
+    hparams = create_hparams("transformer_tiny", overrides)
+    return hparams, _build(hparams)
+
+
+def _build(hparams):
+    """A tiny Transformer on 11 symbols, its logits for one example, and the checkpoint's
+    variables {name: shape} (model weights, optimizer slots, gradient accumulators)."""
+    keras.utils.set_random_seed(0)
+    model = registry.model("transformer")(hparams, 11, 11)
+    features = {"inputs": tf.constant([[2, 3, 4, 1]]), "targets": tf.constant([[5, 6, 1]]),
+                "target_space_id": tf.constant(0)}
+    logits = model(features, training=False)
+    state = optimize.OptimizerState(hparams)
+    state.build(model.trainable_variables)
+    # The first path component is the model's unique name (transformer, transformer_1, ...).
+    variables = {v.path.split("/", 1)[1]: tuple(v.shape) for v in model.variables}
+    for v in state.optimizer.variables:
+        variables["optimizer/" + v.name] = tuple(v.shape)
+    for i, v in enumerate(state.accumulator.slots if state.accumulator else ()):
+        variables[f"grad_acc/{i}"] = tuple(v.shape)
+    return model, features, logits.numpy(), variables
+
+
+def _effect(name):
+    """What changing hparam `name` alone does to a tiny model: "changes variables",
+    "changes computation" (same variables, other logits from the same weights) or "safe"."""
+    base, (model, features, logits, variables) = _base(
+        ",".join(filter(None, [_BASE, _WHEN.get(name)])))
+    changed = base.copy()
+    changed.set_hparam(name, _other_value(name, base.get(name)))
+    other, _, _, other_variables = _build(changed)
+    if other_variables != variables:
+        return "changes variables"
+    other.set_weights(model.get_weights())
+    same = np.allclose(other(features, training=False).numpy(), logits, atol=1e-6)
+    return "safe" if same else "changes computation"
+
+
+@pytest.mark.slow
+def test_hparams_classification_matches_the_variables_and_outputs_of_a_tiny_model():
+    """Changed alone, each hparam of CHANGES_VARIABLES changes the checkpoint's variables,
+    each of CHANGES_COMPUTATION keeps them but changes the logits of the same weights, and
+    the safe ones change neither."""
+    expected = {name: "changes variables" for name in run_metadata.CHANGES_VARIABLES}
+    expected.update({name: "changes computation"
+                     for name in run_metadata.CHANGES_COMPUTATION})
+    expected.update({name: "safe" for name in _SAFE_SAMPLE})
+    for name in _SINGLE_VALUE:
+        del expected[name]
+    assert {name: _effect(name) for name in expected} == expected
+
+
+def _resume_many_times(output_dir: str, count: int) -> None:
+    for step in range(count):
+        run_card.record_resume(output_dir, step, [])
+
+
+def test_concurrent_card_updates_are_not_lost(tmp_path):
+    """A training run's and an eval's updates of the card at the same moment both land."""
+    import multiprocessing
+
+    writer = multiprocessing.get_context("fork").Process(
+        target=_resume_many_times, args=(str(tmp_path), 40))
+    writer.start()
+    for step in range(40):
+        run_card.record_eval(str(tmp_path), step, {"loss": 1.0})
+    writer.join()
+    assert writer.exitcode == 0
+    card = run_card.read(str(tmp_path))
+    assert len([key for key in card["history"] if key != "updated"]) == 40
+    assert card["eval"]["step"] == 39
