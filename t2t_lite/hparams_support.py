@@ -12,7 +12,7 @@ Every hparam of every registered set is in exactly one of three tables (the test
 * `NOT_SUPPORTED`: name -> (the one value accepted, what t2t does with the others). The
   accepted value is that of every registered set: it turns the feature off, or t2t's
   Transformer ignores the hparam at that value too. Any other value stops the run with one
-  line naming the hparam (`check_supported`, the only place these values are refused), so
+  line naming the hparam (`check_supported`, which the model calls before anything else), so
   that a t2t recipe never trains silently without a setting it asked for.
 """
 from __future__ import annotations
