@@ -4,9 +4,10 @@
 hparams that shows the effect (the tiny model's variables, its eval or training logits under
 a fixed dropout seed, its decodes, the learning rate, one optimizer update, the input
 pipeline's batches, the trainer's evaluation). Changing the hparam from the tiny set's value
-must change what the observer sees; where a meaning says what must stay as it is (dropout is
-off in eval, an initializer changes no shapes), the entry names observers that must not
-change. Every observer gives the same result twice for the same hparams, so a difference
+must change what the observer sees; where the change has a simple form (a shape, a length, a
+count, a name) the entry checks that form too, and where a meaning says what must stay as it
+is (dropout is off in eval, an initializer changes no shapes), it names observers that must
+not change. Every observer gives the same result twice for the same hparams, so a difference
 comes from the hparam.
 """
 from __future__ import annotations
@@ -240,6 +241,32 @@ class _Entry(NamedTuple):
     observer: Callable
     base: dict | None = None  # overrides of the tiny set under which both values are seen
     same: tuple = ()
+    # (seen at the set's value, seen at `other`) -> whether the change is the one meant.
+    expect: Callable[[Any, Any], bool] | None = None
+
+
+def _shapes(view: tuple, suffix: str) -> list[tuple]:
+    return [shape for path, shape in view if path.endswith(suffix)]
+
+
+def _has(view: tuple, part: str) -> bool:
+    return any(part in path for path, _ in view)
+
+
+def _embedding_rows(view: tuple) -> int:
+    return sum(shape[0] for path, shape in view if "/shared/weights_" in path)
+
+
+def _lengths(batches: tuple, feature: str) -> list[int]:
+    return [len(np.trim_zeros(row, "b")) for batch in batches for row in dict(batch)[feature]]
+
+
+def _longest(batches: tuple) -> int:
+    return max(_lengths(batches, "inputs") + _lengths(batches, "targets"))
+
+
+def _example_lengths(examples: tuple) -> list[int]:
+    return [max(len(inputs), len(targets)) for inputs, targets in examples]
 
 
 _DATA = {"batch_size": 64, "max_length": 12, "min_length_bucket": 4}
@@ -251,18 +278,27 @@ _SAMPLING = {"sampling_method": "random"}
 _MULTISTEP = {"optimizer": "multistep_adam", "optimizer_multistep_accumulate_steps": 1}
 
 MEANINGS: dict[str, _Entry] = {
-    "activation_dtype": _Entry("float16", trainer_dtypes),
+    "activation_dtype": _Entry("float16", trainer_dtypes, expect=lambda b, o: (
+        b == ("float32", None) and o == ("mixed_float16", 2.0**15))),
     "attention_dropout": _Entry(0.0, train_logits, same=(eval_logits,)),
     "attention_dropout_broadcast_dims": _Entry("0", train_logits, same=(eval_logits,)),
-    "attention_key_channels": _Entry(8, variables),
-    "attention_value_channels": _Entry(8, variables),
+    "attention_key_channels": _Entry(8, variables, expect=lambda b, o: (
+        set(_shapes(b, "/k/kernel")) == {(16, 16)} and set(_shapes(o, "/k/kernel")) == {(16, 8)})),
+    "attention_value_channels": _Entry(8, variables, expect=lambda b, o: (
+        set(_shapes(o, "/v/kernel")) == {(16, 8)}
+        and set(_shapes(o, "/output_transform/kernel")) == {(8, 16)})),
     "batch_shuffle_size": _Entry(0, train_batches, _DATA, same=(train_examples,)),
-    "batch_size": _Entry(32, eval_batches, _DATA),
-    "clip_grad_norm": _Entry(1.0, clipped_gradient),
-    "eval_drop_long_sequences": _Entry(True, eval_batches, _DATA),
+    "batch_size": _Entry(32, eval_batches, _DATA, expect=lambda b, o: (
+        len(o) > len(b) and sorted(_lengths(o, "inputs")) == sorted(_lengths(b, "inputs")))),
+    "clip_grad_norm": _Entry(1.0, clipped_gradient, expect=lambda b, o: (
+        np.isclose(np.linalg.norm(b), 5.0) and np.isclose(np.linalg.norm(o), 1.0))),
+    "eval_drop_long_sequences": _Entry(True, eval_batches, _DATA, expect=lambda b, o: (
+        _longest(o) <= 12 < _longest(b))),
     "eval_run_autoregressive": _Entry(True, evaluation),
-    "filter_size": _Entry(24, variables),
-    "hidden_size": _Entry(32, variables),
+    "filter_size": _Entry(24, variables, expect=lambda b, o: (
+        set(_shapes(o, "/conv1/kernel")) == {(16, 24)})),
+    "hidden_size": _Entry(32, variables, expect=lambda b, o: (
+        set(_shapes(o, "/shared/weights_0")) == {(3, 32)})),
     "initializer": _Entry("uniform", weight_values, same=(variables,)),
     "initializer_gain": _Entry(2.0, weight_values, same=(variables,)),
     "label_smoothing": _Entry(0.0, training_loss, same=(eval_logits,)),
@@ -280,24 +316,34 @@ MEANINGS: dict[str, _Entry] = {
     "learning_rate_decay_staircase": _Entry(True, learning_rates,
                                             dict(_EXP_DECAY, learning_rate_decay_steps=3000)),
     "learning_rate_decay_steps": _Entry(1000, learning_rates, _EXP_DECAY),
-    "learning_rate_minimum": _Entry(0.01, learning_rates),
+    "learning_rate_minimum": _Entry(0.01, learning_rates, expect=lambda b, o: (
+        min(b) < 0.01 and np.allclose(o, np.maximum(b, 0.01)))),
     "learning_rate_schedule": _Entry("constant", learning_rates),
     "learning_rate_warmup_steps": _Entry(100, learning_rates),
     "length_bucket_step": _Entry(2.0, eval_batches, _DATA),
-    "max_input_seq_length": _Entry(4, eval_batches, _DATA),
-    "max_length": _Entry(8, train_examples, _DATA),
-    "max_target_seq_length": _Entry(4, eval_batches, _DATA),
-    "min_length": _Entry(5, train_examples, _DATA),
+    "max_input_seq_length": _Entry(4, eval_batches, _DATA, expect=lambda b, o: (
+        max(_lengths(o, "inputs")) == 4 < max(_lengths(b, "inputs"))
+        and sorted(_lengths(o, "targets")) == sorted(_lengths(b, "targets")))),
+    "max_length": _Entry(8, train_examples, _DATA, expect=lambda b, o: (
+        max(_example_lengths(o)) <= 8 < max(_example_lengths(b)))),
+    "max_target_seq_length": _Entry(4, eval_batches, _DATA, expect=lambda b, o: (
+        max(_lengths(o, "targets")) == 4 < max(_lengths(b, "targets")))),
+    "min_length": _Entry(5, train_examples, _DATA, expect=lambda b, o: (
+        min(_example_lengths(o)) >= 5 > min(_example_lengths(b)))),
     "min_length_bucket": _Entry(2, eval_batches, _DATA),
-    "mixed_precision_optimizer_init_loss_scale": _Entry(2, loss_scale,
-                                                        {"activation_dtype": "float16"}),
+    "mixed_precision_optimizer_init_loss_scale": _Entry(
+        2, loss_scale, {"activation_dtype": "float16"}, expect=lambda b, o: (b, o) == (2.0**15, 2.0)),
     "multiply_embedding_mode": _Entry("none", eval_logits, same=(variables,)),
     "norm_epsilon": _Entry(1.0, eval_logits, same=(variables,)),
-    "norm_type": _Entry("none", variables),
-    "num_decoder_layers": _Entry(2, variables),
-    "num_encoder_layers": _Entry(2, variables),
+    "norm_type": _Entry("none", variables, expect=lambda b, o: (
+        _has(b, "layer_norm") and not _has(o, "layer_norm"))),
+    "num_decoder_layers": _Entry(2, variables, expect=lambda b, o: (
+        _has(o, "decoder/layer_1/") and not _has(o, "encoder/layer_1/"))),
+    "num_encoder_layers": _Entry(2, variables, expect=lambda b, o: (
+        _has(o, "encoder/layer_1/") and not _has(o, "decoder/layer_1/"))),
     "num_heads": _Entry(4, eval_logits, same=(variables,)),
-    "num_hidden_layers": _Entry(2, variables),
+    "num_hidden_layers": _Entry(2, variables, expect=lambda b, o: (
+        _has(o, "encoder/layer_1/") and _has(o, "decoder/layer_1/"))),
     "optimizer": _Entry("sgd", weights_after_updates),
     "optimizer_adafactor_beta1": _Entry(0.9, weights_after_updates, _ADAFACTOR),
     "optimizer_adafactor_beta2": _Entry(0.5, weights_after_updates,
@@ -314,22 +360,30 @@ MEANINGS: dict[str, _Entry] = {
     "optimizer_momentum_momentum": _Entry(0.5, weights_after_updates, {"optimizer": "momentum"}),
     "optimizer_momentum_nesterov": _Entry(True, weights_after_updates, {"optimizer": "momentum"}),
     "optimizer_multistep_accumulate_steps": _Entry(2, weights_after_updates, _MULTISTEP),
-    "overload_eval_metric_name": _Entry("my_metrics", evaluation),
-    "pack_dataset": _Entry(True, eval_batches, _DATA),
+    "overload_eval_metric_name": _Entry("my_metrics", evaluation, expect=lambda b, o: (
+        any("my_metrics" in k for k in o) and not any("my_metrics" in k for k in b))),
+    "pack_dataset": _Entry(True, eval_batches, _DATA, expect=lambda b, o: (
+        "targets_segmentation" in dict(o[0]) and "targets_segmentation" not in dict(b[0]))),
     "pos": _Entry("none", eval_logits, same=(variables,)),
     "relu_dropout": _Entry(0.0, train_logits, same=(eval_logits,)),
     "relu_dropout_broadcast_dims": _Entry("1", train_logits, same=(eval_logits,)),
-    "sampling_keep_top_k": _Entry(1, distinct_decodes, _SAMPLING),
-    "sampling_method": _Entry("random", distinct_decodes),
-    "sampling_temp": _Entry(0.0, distinct_decodes, _SAMPLING),
+    "sampling_keep_top_k": _Entry(1, distinct_decodes, _SAMPLING,
+                                  expect=lambda b, o: b > 1 and o == 1),
+    "sampling_method": _Entry("random", distinct_decodes, expect=lambda b, o: b == 1 and o > 1),
+    "sampling_temp": _Entry(0.0, distinct_decodes, _SAMPLING,
+                            expect=lambda b, o: b > 1 and o == 1),
     "shared_embedding": _Entry(True, variables, {"shared_embedding_and_softmax_weights": False}),
     "shared_embedding_and_softmax_weights": _Entry(False, variables),
     "symbol_dropout": _Entry(0.5, train_logits, same=(eval_logits,)),
-    "symbol_modality_num_shards": _Entry(2, variables),
-    "use_fixed_batch_size": _Entry(True, eval_batches, _DATA),
-    "use_target_space_embedding": _Entry(False, variables),
-    "vocab_divisor": _Entry(8, variables),
-    "weight_decay": _Entry(0.1, weight_decay_loss),
+    "symbol_modality_num_shards": _Entry(2, variables, expect=lambda b, o: (
+        len(_shapes(o, "")) - len(_shapes(b, "")) == -2)),
+    "use_fixed_batch_size": _Entry(True, eval_batches, _DATA, expect=lambda b, o: (
+        [len(dict(batch)["inputs"]) for batch in o] == [60] and len(b) > 1)),
+    "use_target_space_embedding": _Entry(False, variables, expect=lambda b, o: (
+        _has(b, "target_space_embedding") and not _has(o, "target_space_embedding"))),
+    "vocab_divisor": _Entry(8, variables, expect=lambda b, o: (
+        (_embedding_rows(b), _embedding_rows(o)) == (12, 16))),
+    "weight_decay": _Entry(0.1, weight_decay_loss, expect=lambda b, o: b == 0.0 < o),
 }
 
 
@@ -392,6 +446,9 @@ def test_used_hparam_changes_what_it_means(name, dirs):
     assert not _same(base.get(name), entry.other), name
     assert not _same(_observe(entry.observer, base, dirs),
                      _observe(entry.observer, other, dirs)), (name, hparams_support.USED[name])
+    if entry.expect is not None:
+        assert entry.expect(_observe(entry.observer, base, dirs),
+                            _observe(entry.observer, other, dirs)), name
     for observer in entry.same:
         assert _same(_observe(observer, base, dirs), _observe(observer, other, dirs)), (
             name, observer.__name__)
