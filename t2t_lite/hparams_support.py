@@ -3,16 +3,17 @@
 Every hparam of every registered set is in exactly one of three tables (the test
 `tests/test_hparams_support.py` walks all sets x all hparams):
 
-* `USED`: read with t2t's meaning; name -> the module that reads it (that module may still
-  refuse some values, e.g. `ffn_layer` other than "dense_relu_dense", in one line).
+* `USED`: read with t2t's meaning; name -> what it does in t2t_lite, in one line. At least
+  two values are accepted (values outside t2t's own range, e.g. an unknown optimizer name, are
+  refused where they are read); `tests/test_hparams_meaning.py` observes each one's effect.
 * `NO_EFFECT`: t2t reads them only to choose how to compute (variable placement, a custom
   op, padding removal before the feed-forward layer, TPU host calls), with the same numbers;
   any value is accepted and changes nothing here either.
-* `NOT_SUPPORTED`: name -> (the one value accepted, what t2t does with it). The accepted value
-  is that of every registered set: it turns the feature off, or t2t's Transformer ignores the
-  hparam at that value too. Any other value stops the run with one line naming the hparam
-  (`check_supported`), so that a t2t recipe never trains silently without a setting it asked
-  for.
+* `NOT_SUPPORTED`: name -> (the one value accepted, what t2t does with the others). The
+  accepted value is that of every registered set: it turns the feature off, or t2t's
+  Transformer ignores the hparam at that value too. Any other value stops the run with one
+  line naming the hparam (`check_supported`, which the model calls before anything else), so
+  that a t2t recipe never trains silently without a setting it asked for.
 """
 from __future__ import annotations
 
@@ -22,100 +23,90 @@ from typing import Any
 from t2t_lite.hparams import HParams
 from t2t_lite.hparams_sets import transformer as transformer_sets
 
-_LAYERS = "t2t_lite.layers.common_layers"
-_ATTENTION = "t2t_lite.layers.common_attention"
-_MODALITIES = "t2t_lite.layers.modalities"
-_MODEL = "t2t_lite.models.transformer"
-_MODEL_LAYERS = "t2t_lite.models.transformer_layers"
-_TRAINER = "t2t_lite.utils.trainer_lib"
-_OPTIMIZE = "t2t_lite.utils.optimize"
-_LEARNING_RATE = "t2t_lite.utils.learning_rate"
-_PROBLEM = "t2t_lite.data_generators.problem"
-_DATA_READER = "t2t_lite.utils.data_reader"
-
 USED: dict[str, str] = {
-    "activation_dtype": _TRAINER,
-    "attention_dropout": _MODEL_LAYERS,
-    "attention_dropout_broadcast_dims": _ATTENTION,
-    "attention_key_channels": _ATTENTION,
-    "attention_value_channels": _ATTENTION,
-    "batch_shuffle_size": _PROBLEM,
-    "batch_size": _PROBLEM,
-    "causal_decoder_self_attention": _MODEL,
-    "clip_grad_norm": _TRAINER,
-    "eval_drop_long_sequences": _PROBLEM,
-    "eval_run_autoregressive": _TRAINER,
-    "ffn_layer": _MODEL_LAYERS,
-    "filter_size": _MODEL_LAYERS,
-    "hidden_size": _MODEL,
-    "initializer": _OPTIMIZE,
-    "initializer_gain": _OPTIMIZE,
-    "label_smoothing": _TRAINER,
-    "layer_postprocess_sequence": _LAYERS,
-    "layer_prepostprocess_dropout": _LAYERS,
-    "layer_prepostprocess_dropout_broadcast_dims": _LAYERS,
-    "layer_preprocess_sequence": _LAYERS,
-    "learning_rate": _LEARNING_RATE,
-    "learning_rate_constant": _LEARNING_RATE,
-    "learning_rate_cosine_cycle_steps": _LEARNING_RATE,
-    "learning_rate_decay_rate": _LEARNING_RATE,
-    "learning_rate_decay_scheme": _LEARNING_RATE,
-    "learning_rate_decay_staircase": _LEARNING_RATE,
-    "learning_rate_decay_steps": _LEARNING_RATE,
-    "learning_rate_minimum": _LEARNING_RATE,
-    "learning_rate_schedule": _LEARNING_RATE,
-    "learning_rate_warmup_steps": _LEARNING_RATE,
-    "length_bucket_step": _DATA_READER,
-    "max_input_seq_length": _PROBLEM,
-    "max_length": _PROBLEM,
-    "max_relative_position": _MODEL,
-    "max_target_seq_length": _PROBLEM,
-    "min_length": _PROBLEM,
-    "min_length_bucket": _DATA_READER,
-    "mixed_precision_optimizer_init_loss_scale": _OPTIMIZE,
-    "mixed_precision_optimizer_loss_scaler": _OPTIMIZE,
-    "multiply_embedding_mode": _MODALITIES,
-    "norm_epsilon": _LAYERS,
-    "norm_type": _LAYERS,
-    "num_decoder_layers": _MODEL,
-    "num_encoder_layers": _MODEL,
-    "num_heads": _MODEL,
-    "num_hidden_layers": _MODEL,
-    "optimizer": _OPTIMIZE,
-    "optimizer_adafactor_beta1": _OPTIMIZE,
-    "optimizer_adafactor_beta2": _OPTIMIZE,
-    "optimizer_adafactor_clipping_threshold": _OPTIMIZE,
-    "optimizer_adafactor_decay_type": _OPTIMIZE,
-    "optimizer_adafactor_factored": _OPTIMIZE,
-    "optimizer_adafactor_memory_exponent": _OPTIMIZE,
-    "optimizer_adafactor_multiply_by_parameter_scale": _OPTIMIZE,
-    "optimizer_adam_beta1": _OPTIMIZE,
-    "optimizer_adam_beta2": _OPTIMIZE,
-    "optimizer_adam_epsilon": _OPTIMIZE,
-    "optimizer_momentum_momentum": _OPTIMIZE,
-    "optimizer_momentum_nesterov": _OPTIMIZE,
-    "optimizer_multistep_accumulate_steps": _OPTIMIZE,
-    "overload_eval_metric_name": _TRAINER,
-    "pack_dataset": _PROBLEM,
-    "pos": _MODEL,
-    "prepend_mode": _MODEL,
-    "proximity_bias": _MODEL,
-    "relu_dropout": _LAYERS,
-    "relu_dropout_broadcast_dims": _LAYERS,
-    "sampling_keep_top_k": _MODEL,
-    "sampling_method": _MODEL,
-    "sampling_temp": _MODEL,
-    "self_attention_type": _MODEL,
-    "shared_embedding": _MODALITIES,
-    "shared_embedding_and_softmax_weights": _MODALITIES,
-    "symbol_dropout": _MODEL,
-    "symbol_modality_num_shards": _MODALITIES,
-    "unidirectional_encoder": _MODEL,
-    "use_fixed_batch_size": _PROBLEM,
-    "use_target_space_embedding": _MODEL,
-    "vocab_divisor": _MODALITIES,
-    "weight_decay": _TRAINER,
-    "weight_dtype": _TRAINER,
+    "activation_dtype": "compute dtype of training (float32, or float16 / bfloat16 mixed "
+                        "precision with float32 weights; float16 adds loss scaling)",
+    "attention_dropout": "dropout rate on the attention weights (training only)",
+    "attention_dropout_broadcast_dims": "dimensions of [B, H, Lq, Lk] sharing one attention "
+                                        "dropout mask",
+    "attention_key_channels": "total depth of the attention queries and keys (0: hidden_size)",
+    "attention_value_channels": "total depth of the attention values (0: hidden_size)",
+    "batch_shuffle_size": "buffer (in batches) of the training batch shuffle (0: none)",
+    "batch_size": "tokens per batch and replica (examples with use_fixed_batch_size)",
+    "clip_grad_norm": "clips the gradients to this global norm (0: no clipping)",
+    "eval_drop_long_sequences": "eval also drops examples longer than max_length",
+    "eval_run_autoregressive": "eval logits come from greedy decoding instead of the reference "
+                               "targets",
+    "filter_size": "width of the feed-forward layers' hidden layer",
+    "hidden_size": "model depth D (embeddings, attention, layer outputs)",
+    "initializer": "distribution of the initial kernel and embedding weights",
+    "initializer_gain": "scale of the initializer",
+    "label_smoothing": "label smoothing of the training cross-entropy",
+    "layer_postprocess_sequence": "steps after each sub-layer: a (residual), n (norm), "
+                                  "d (dropout)",
+    "layer_prepostprocess_dropout": "rate of the d steps of the pre/post-process sequences "
+                                    "(training only)",
+    "layer_prepostprocess_dropout_broadcast_dims": "dimensions sharing one mask in those d "
+                                                   "steps",
+    "layer_preprocess_sequence": "steps before each sub-layer (and after each stack): "
+                                 "n (norm), d (dropout)",
+    "learning_rate": "scale of the legacy learning-rate schedule",
+    "learning_rate_constant": "the constant factor of the learning-rate schedule",
+    "learning_rate_cosine_cycle_steps": "cycle length of the legacy cosine decay",
+    "learning_rate_decay_rate": "base of the exponential decays",
+    "learning_rate_decay_scheme": "decay of the legacy schedule (noam, exp, cosine, ...)",
+    "learning_rate_decay_staircase": "exponential decays in whole steps of decay_steps",
+    "learning_rate_decay_steps": "period of the decays (exp, cosdecay, linear_decay, ...)",
+    "learning_rate_minimum": "floor of the learning rate (None or 0: none)",
+    "learning_rate_schedule": "the learning rate as a product of named factors",
+    "learning_rate_warmup_steps": "steps of the learning-rate warmup",
+    "length_bucket_step": "growth factor between the length buckets' boundaries",
+    "max_input_seq_length": "inputs are truncated to this length (0: not truncated)",
+    "max_length": "longest example kept in training (0: batch_size)",
+    "max_target_seq_length": "targets are truncated to this length (0: not truncated)",
+    "min_length": "shortest example kept",
+    "min_length_bucket": "first length bucket boundary",
+    "mixed_precision_optimizer_init_loss_scale": "initial loss scale of float16 training",
+    "multiply_embedding_mode": "embeddings multiplied by sqrt(hidden_size) (sqrt_depth) or "
+                               "not (none)",
+    "norm_epsilon": "epsilon of the layer norms",
+    "norm_type": "the n step: layer norm (layer) or nothing (none)",
+    "num_decoder_layers": "decoder layers (0: num_hidden_layers)",
+    "num_encoder_layers": "encoder layers (0: num_hidden_layers)",
+    "num_heads": "attention heads",
+    "num_hidden_layers": "encoder and decoder layers",
+    "optimizer": "the optimizer (adam, multistep_adam, adafactor, momentum, sgd)",
+    "optimizer_adafactor_beta1": "Adafactor's momentum (0: none)",
+    "optimizer_adafactor_beta2": "Adafactor's second-moment decay (decay_type adam)",
+    "optimizer_adafactor_clipping_threshold": "Adafactor's update clipping (RMS)",
+    "optimizer_adafactor_decay_type": "Adafactor's second-moment decay: pow or adam",
+    "optimizer_adafactor_factored": "Adafactor factors the second moments of matrices",
+    "optimizer_adafactor_memory_exponent": "exponent of Adafactor's pow decay",
+    "optimizer_adafactor_multiply_by_parameter_scale": "Adafactor scales updates by the "
+                                                       "weights' RMS",
+    "optimizer_adam_beta1": "Adam's first-moment decay",
+    "optimizer_adam_beta2": "Adam's second-moment decay",
+    "optimizer_adam_epsilon": "Adam's epsilon",
+    "optimizer_momentum_momentum": "momentum of optimizer=momentum",
+    "optimizer_momentum_nesterov": "Nesterov momentum for optimizer=momentum",
+    "optimizer_multistep_accumulate_steps": "micro-batches per update of multistep_adam",
+    "overload_eval_metric_name": "name of the eval metrics instead of the problem's",
+    "pack_dataset": "packs examples into rows of max_length on the fly",
+    "pos": "sinusoidal position signal added to the embeddings (timing) or none",
+    "relu_dropout": "dropout rate inside the feed-forward layers (training only)",
+    "relu_dropout_broadcast_dims": "dimensions sharing one mask in that dropout",
+    "sampling_keep_top_k": "sampling draws among the k most likely ids (-1: all)",
+    "sampling_method": "greedy decoding takes the argmax or samples (random)",
+    "sampling_temp": "temperature of sampling (0: argmax)",
+    "shared_embedding": "inputs and targets share one embedding matrix",
+    "shared_embedding_and_softmax_weights": "the target embedding is also the softmax "
+                                            "matrix (equal vocab sizes)",
+    "symbol_dropout": "rate at which input and target ids are replaced by padding (training)",
+    "symbol_modality_num_shards": "row shards of the embedding matrices",
+    "use_fixed_batch_size": "batch_size counts examples instead of tokens",
+    "use_target_space_embedding": "adds the target space's embedding to the encoder input",
+    "vocab_divisor": "vocab sizes rounded up to a multiple of this",
+    "weight_decay": "L2 penalty on the weights added to the training loss",
 }
 
 NO_EFFECT: dict[str, str] = {
@@ -137,10 +128,12 @@ NOT_SUPPORTED: dict[str, tuple[Any, str]] = {
     "area_key_mode": ("none", _AREA),
     "area_value_mode": ("none", _AREA),
     "attention_variables_3d": (False, "3-d attention variables"),
+    "causal_decoder_self_attention": (True, "a decoder attending to later positions too"),
     "compress_steps": (0, _UNREAD),
     "conv_first_kernel": (3, _FFN_ONLY),
     "dropout": (0.2, _UNREAD),
     "factored_logits": (False, "factored softmax logits"),
+    "ffn_layer": ("dense_relu_dense", "other feed-forward layers (conv, sru, moe, ...)"),
     "force_full_predict": (False, "decoding without the fast cached path"),
     "gpu_automatic_mixed_precision": (False, "TF1 mixed precision; use activation_dtype"),
     "grad_noise_scale": (0.0, "gradient noise"),
@@ -151,7 +144,9 @@ NOT_SUPPORTED: dict[str, tuple[Any, str]] = {
     "kernel_width": (1, _UNREAD),
     "max_area_height": (1, _AREA),
     "max_area_width": (1, _AREA),
+    "max_relative_position": (0, "relative position attention"),
     "memory_height": (1, _AREA),
+    "mixed_precision_optimizer_loss_scaler": ("exponential", "float16 without loss scaling"),
     "mlperf_mode": (False, "MLPerf logging and stopping"),
     "moe_hidden_sizes": ("2048", _FFN_ONLY),
     "moe_k": (2, _FFN_ONLY),
@@ -178,22 +173,27 @@ NOT_SUPPORTED: dict[str, tuple[Any, str]] = {
     "parameter_attention_key_channels": (0, _FFN_ONLY),
     "parameter_attention_value_channels": (0, _FFN_ONLY),
     "position_features": ("", _UNREAD),
+    "prepend_mode": ("none", "inputs prepended to the targets (decoder-only models)"),
     "pretrained_model_dir": ("", "a pretrained model directory; use --warm_start_from"),
+    "proximity_bias": (False, "a self-attention bias favouring nearby positions"),
     "scheduled_sampling_gold_mixin_prob": (0.5, _SCHEDULED_SAMPLING),
     "scheduled_sampling_method": ("parallel", _SCHEDULED_SAMPLING),
     "scheduled_sampling_num_passes": (1, _SCHEDULED_SAMPLING),
     "scheduled_sampling_prob": (0.0, _SCHEDULED_SAMPLING),
     "scheduled_sampling_warmup_schedule": ("exp", _SCHEDULED_SAMPLING),
     "scheduled_sampling_warmup_steps": (50000, _SCHEDULED_SAMPLING),
+    "self_attention_type": ("dot_product", "relative, local, ... self-attention"),
     "split_targets_chunk_length": (0, _SPLIT_TARGETS),
     "split_targets_max_chunks": (100, _SPLIT_TARGETS),
     "split_targets_strided_training": (False, _SPLIT_TARGETS),
     "split_to_length": (0, "splitting long examples at datagen"),
     "summarize_grads": (False, "gradient summaries"),
     "summarize_vars": (False, "variable summaries"),
+    "unidirectional_encoder": (False, "an encoder with causal self-attention"),
     "video_num_input_frames": (1, "video problems"),
     "video_num_target_frames": (1, "video problems"),
     "warm_start_from_second": ("", "a second warm-start checkpoint"),
+    "weight_dtype": ("float32", "bfloat16 weights (TPU)"),
     "weight_noise": (0.0, "weight noise"),
 }
 

@@ -315,6 +315,12 @@ def test_mixed_bfloat16_policy_runs_and_stays_close():
     ("num_heads=3", "hidden_size=128 is not divisible by hparams.num_heads=3"),
     ("ffn_layer=conv_hidden_relu", "ffn_layer='conv_hidden_relu' is not supported"),
     ("norm_type=batch", "norm_type='batch' is not supported"),
+    ("self_attention_type=dot_product_relative",
+     "self_attention_type='dot_product_relative' is not supported"),
+    ("max_relative_position=20", "max_relative_position=20 is not supported"),
+    ("proximity_bias=True", "proximity_bias=True is not supported"),
+    ("prepend_mode=prepend_inputs_full_attention", "prepend_mode='prepend_inputs_full_attention"),
+    ("pos=emb", "pos='emb' is not supported"),
 ])
 def test_unsupported_hparams_fail_early(override, message):
     with pytest.raises(ValueError, match=message):

@@ -66,29 +66,9 @@ def _check_hparams(hparams) -> None:
             f"hparams.hidden_size={hparams.hidden_size} is not divisible by "
             f"hparams.num_heads={hparams.num_heads}"
         )
-    for name, supported in (("pos", ("timing", "none")),
-                            ("self_attention_type", ("dot_product",))):
-        if hparams.get(name) not in supported:
-            raise ValueError(
-                f"hparams.{name}={hparams.get(name)!r} is not supported; use one of {supported}"
-            )
-    if (hparams_support.hparam(hparams, "max_relative_position")
-            or hparams_support.hparam(hparams, "proximity_bias")):
+    if hparams.pos not in ("timing", "none"):
         raise ValueError(
-            "hparams.max_relative_position / proximity_bias are not supported (set them to 0 / "
-            "False)"
-        )
-    unsupported = {
-        "unidirectional_encoder": False,
-        "causal_decoder_self_attention": True,
-        "prepend_mode": "none",
-    }
-    for name, supported in unsupported.items():
-        if name in hparams and hparams.get(name) != supported:
-            raise ValueError(
-                f"hparams.{name}={hparams.get(name)!r} is not supported by t2t_lite's "
-                f"Transformer; use {supported!r} (the value of every t2t Transformer set)"
-            )
+            f"hparams.pos={hparams.pos!r} is not supported; use one of ('timing', 'none')")
 
 
 def xla_length_bucket(length: int) -> int:
