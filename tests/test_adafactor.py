@@ -82,7 +82,6 @@ def test_factored_slots_are_row_and_column_sized():
     ("optimizer_adafactor_decay_type=Adam", "decay_type='Adam'"),
     ("optimizer_adafactor_beta1=1.0", "beta1=1.0"),
     ("optimizer_adafactor_clipping_threshold=0.0", "clipping_threshold=0.0"),
-    ("weight_dtype=bfloat16", "weight_dtype=float32"),
 ])
 def test_bad_adafactor_hparams_are_one_line(override, message):
     hparams = create_hparams("transformer_tiny", f"optimizer=adafactor,{override}")

@@ -175,12 +175,8 @@ def optimizer_from_hparams(hparams: HParams) -> keras.optimizers.Optimizer:
             f"hparams.optimizer={name!r} is not supported; use one of {', '.join(OPTIMIZERS)}"
         )
     if hparams_support.hparam(hparams, "activation_dtype") == "float16":
-        scaler = hparams_support.hparam(hparams, "mixed_precision_optimizer_loss_scaler")
-        if scaler != "exponential":
-            raise OptimizerError(
-                "Mixed precision training only supports "
-                f"mixed_precision_optimizer_loss_scaler=exponential, got {scaler!r}"
-            )
+        # mixed_precision_optimizer_loss_scaler is refused at other values than t2t's
+        # "exponential" (hparams_support.NOT_SUPPORTED).
         opt = LossScaleOptimizer(
             opt,
             initial_scale=float(hparams.mixed_precision_optimizer_init_loss_scale),
@@ -190,10 +186,8 @@ def optimizer_from_hparams(hparams: HParams) -> keras.optimizers.Optimizer:
 
 
 def _adafactor_from_hparams(hparams: HParams, lr) -> Adafactor:
-    """t2t's `adafactor_optimizer_from_hparams` (float32 weights: no parameter encoding)."""
-    if hparams_support.hparam(hparams, "weight_dtype") != "float32":
-        raise OptimizerError("optimizer=adafactor needs weight_dtype=float32 (t2t's bfloat16 "
-                             "weights with the eighth-power encoding are not supported)")
+    """t2t's `adafactor_optimizer_from_hparams` (float32 weights, so no parameter encoding:
+    weight_dtype is refused at other values by `hparams_support`)."""
     try:
         return Adafactor(
             learning_rate=lr,
