@@ -19,6 +19,7 @@ import tensorflow as tf
 
 from t2t_lite.utils import checkpoint_guard
 from tests.conftest import REPO_ROOT
+from tests.conftest import error_line as _error_line
 
 PROBLEM = "algorithmic_reverse_binary40_test"
 TINY = "hidden_size=16,filter_size=16,num_heads=2,num_hidden_layers=1"
@@ -34,16 +35,6 @@ def _run(*args: str, cwd, timeout: int = 300) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, str(REPO_ROOT / "run.py"), *args], cwd=cwd,
                           env=_env(), capture_output=True, text=True, timeout=timeout,
                           check=False)
-
-
-def _error_line(result: subprocess.CompletedProcess) -> str:
-    """The last stderr line, which must be the only `error:` line, with no traceback."""
-    assert result.returncode == 1, result.stderr[-3000:]
-    assert "Traceback" not in result.stderr, result.stderr[-3000:]
-    errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
-    assert len(errors) == 1, result.stderr[-3000:]
-    assert result.stderr.rstrip().endswith(errors[0])
-    return errors[0]
 
 
 def _train_flags(data_dir, output_dir, *extra: str) -> list[str]:

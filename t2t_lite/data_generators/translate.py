@@ -312,6 +312,37 @@ class TranslateProblem(text_problems.Text2TextProblem):
         base = self._compiled_base(tmp_dir, dataset_split)
         return f"{base}.lang1 and {base}.lang2"
 
+    def datagen_input_files(self, tmp_dir: str) -> dict[str, list[str]]:
+        """The user's files of each split, else the raw corpora present in tmp_dir (each
+        archive, or its extracted files), else t2t's compiled files when the problem has no
+        TFDS fallback. (The compiled files that datagen itself writes from the raw corpora
+        or from TFDS are derived data: recording them would make a rerun look changed.)"""
+        files = {}
+        for split, flags in ((problem.DatasetSplit.TRAIN, ("--train_src", "--train_tgt")),
+                             (problem.DatasetSplit.EVAL, ("--dev_src", "--dev_tgt"))):
+            if split in self._user_files:
+                files.update((flag, [path]) for flag, path in zip(flags, self._user_files[split]))
+                continue
+            raw = {}
+            for url, names in self.source_data_files(split):
+                archive = os.path.join(tmp_dir, os.path.basename(url))
+                if os.path.isfile(archive):
+                    raw[f"tmp_dir/{os.path.basename(url)}"] = [archive]
+                    continue
+                for name in names:
+                    for path in (os.path.join(tmp_dir, name),
+                                 os.path.join(tmp_dir, name).removesuffix(".gz")):
+                        if os.path.isfile(path):
+                            raw[f"tmp_dir/{os.path.relpath(path, tmp_dir)}"] = [path]
+                            break
+            if not raw and not self.tfds_name:
+                base = self._compiled_base(tmp_dir, split)
+                for suffix in (".lang1", ".lang2"):
+                    if os.path.isfile(base + suffix):
+                        raw[f"tmp_dir/{os.path.basename(base + suffix)}"] = [base + suffix]
+            files.update(raw)
+        return files
+
     # Samples and vocab -----------------------------------------------------------------------
     def generate_samples(self, data_dir: str, tmp_dir: str, dataset_split: str):
         del data_dir
