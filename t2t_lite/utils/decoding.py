@@ -165,12 +165,17 @@ def decode_hparams(overrides: str = "") -> HParams:
             raise ValueError(
                 f"--decode_hparams: {name}={hp.get(name)!r} is not supported ({reason}); "
                 f"leave it at {defaults.get(name)!r}")
-    if hp.beam_size < 1:
-        raise ValueError(f"--decode_hparams: beam_size={hp.beam_size} must be >= 1")
-    if hp.extra_length < 0:
-        raise ValueError(f"--decode_hparams: extra_length={hp.extra_length} must be >= 0")
-    if hp.num_decodes < 1:
-        raise ValueError(f"--decode_hparams: num_decodes={hp.num_decodes} must be >= 1")
+    for name, low in (("beam_size", 1), ("extra_length", 0), ("num_decodes", 1),
+                      ("batch_size", 0), ("shards", 1), ("shard_id", 0),
+                      ("shards_start_offset", 0), ("num_samples", -1)):
+        if hp.get(name) < low:
+            raise ValueError(f"--decode_hparams: {name}={hp.get(name)} must be >= {low}")
+    if hp.shard_id >= hp.shards:
+        raise ValueError(f"--decode_hparams: shard_id={hp.shard_id} must be < shards="
+                         f"{hp.shards}")
+    if hp.num_samples == 0:
+        raise ValueError("--decode_hparams: num_samples=0 decodes nothing; use -1 (all) or a "
+                         "positive count")
     if hp.force_decode_length and hp.beam_size > 1:
         raise ValueError("--decode_hparams: force_decode_length=True applies to greedy decoding "
                          f"(beam_size=1), as in t2t; beam_size={hp.beam_size} ignores it")
@@ -228,6 +233,35 @@ def read_inputs(filename: str, delimiter: str = "\n") -> list[str]:
     if records and not records[-1]:
         records.pop()
     return records
+
+
+def check_id_inputs(records: Sequence[str], encoder: Any, filename: str,
+                    delimiter: str = "\n") -> None:
+    """Refuses a record holding a token that is not an integer id, when the problem's input
+    encoder reads ids (t2t's plain `TextEncoder`, e.g. the algorithmic problems).
+
+    Args:
+      records: the records of `read_inputs`.
+      encoder: the problem's input encoder (other encoders accept any text).
+      filename: the file they come from, for the message.
+      delimiter: the record separator (records are lines when it is "\n").
+
+    Raises:
+      UserError: "--decode_from_file=F:2: 'x' is not a token id; ...".
+    """
+    from t2t_lite.data_generators import text_encoder
+
+    if type(encoder).encode is not text_encoder.TextEncoder.encode:
+        return
+    for number, record in enumerate(records, start=1):
+        for token in record.split():
+            try:
+                int(token)
+            except ValueError:
+                where = f"{number}" if delimiter == "\n" else f" record {number}"
+                raise UserError(
+                    f"--decode_from_file={filename}:{where}: {token!r} is not a token id; "
+                    "this problem's inputs are integer ids separated by spaces") from None
 
 
 def sort_inputs(inputs: Sequence[str]) -> tuple[list[str], list[int]]:
@@ -492,6 +526,8 @@ def decode_from_file(infer_fn: InferFn, filename: str, encoders: dict, decode_hp
     if not os.path.isfile(filename):
         raise FileNotFoundError(f"--decode_from_file={filename}: no such file")
     lines = read_inputs(filename, decode_hp.delimiter)
+    check_id_inputs(lines, encoders.get("inputs", encoders["targets"]), filename,
+                    decode_hp.delimiter)
     decodes = decode_lines(lines, infer_fn, encoders.get("inputs", encoders["targets"]),
                            encoders["targets"], decode_hp, parallel_batches)
     if decode_to_file:
