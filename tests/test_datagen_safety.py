@@ -278,3 +278,20 @@ def test_a_second_datagen_refuses_while_one_holds_the_data_dir(corpus, reference
     assert "Taking over the stale lock" in result.stderr and "done in" in result.stdout
     assert not lock_file.exists()
     assert _contents(data_dir) == _contents(corpus / "reference")
+
+
+def test_an_input_named_like_the_shards_in_data_dir_is_refused(corpus, tmp_path):
+    from t2t_lite.data_generators import datagen
+    from t2t_lite.errors import UserError
+
+    data_dir = tmp_path / "data"
+    data_dir.mkdir()
+    source = data_dir / "translate_files-train.en"  # matches the shards' glob: removed
+    source.write_bytes((corpus / "tr.en").read_bytes())
+    problem = datagen.configure_problem(
+        PROBLEM, 300, {"train_src": str(source), "train_tgt": str(corpus / "tr.de")})
+    inputs = datagen.made_from(problem, str(tmp_path), {})
+    with pytest.raises(UserError, match=rf"^--train_src={source} is also one of datagen's "
+                                        r"outputs in --data_dir="):
+        datagen.generate_problem_data(problem, str(data_dir), str(tmp_path), made_from=inputs)
+    assert os.listdir(data_dir) == [source.name]

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from t2t_lite import registry
+from t2t_lite.utils import validation
 
 DEFAULT_RANDOM_SEED = 429459
 DEFAULT_DATA_DIR = "/tmp/t2t_data"
@@ -249,6 +250,31 @@ def _check_made_from(problem, data_dir: str, markers: dict, new: dict[str, Any] 
     return False
 
 
+def _refuse_inputs_among_outputs(problem, data_dir: str, made_from: dict[str, Any]) -> None:
+    """Refuses an input file that datagen would remove or rewrite: a file of data_dir named
+    like the problem's shards (`<dataset_filename>-train*`) or its vocab.
+
+    Raises:
+      UserError: naming the input's flag and path.
+    """
+    from t2t_lite.data_generators import data_marker
+    from t2t_lite.errors import UserError
+
+    base = problem.dataset_filename()
+    outputs = [f for tag in data_marker.SPLIT_TAGS
+               for f in data_marker.all_split_files(data_dir, base, tag)]
+    vocab = _own_vocab(problem)
+    if vocab:
+        outputs.append(os.path.join(data_dir, vocab))
+    for label, fingerprint in made_from["inputs"].items():
+        for output in outputs:
+            if validation.same_file(fingerprint["path"], output):
+                raise UserError(
+                    f"{label}={fingerprint['path']} is also one of datagen's outputs in "
+                    f"--data_dir={data_dir} (its {base}-<split>* files and vocab are removed "
+                    "and written again); move the input out of --data_dir")
+
+
 def generate_problem_data(problem, data_dir: str, tmp_dir: str, max_cases: int | None = None,
                           made_from: dict[str, Any] | None = None,
                           overwrite: bool = False) -> dict[str, dict] | None:
@@ -282,6 +308,8 @@ def generate_problem_data(problem, data_dir: str, tmp_dir: str, max_cases: int |
     from t2t_lite.data_generators import data_marker, generator_utils
 
     base = problem.dataset_filename()
+    if made_from:
+        _refuse_inputs_among_outputs(problem, data_dir, made_from)
     markers = {}
     for tag in data_marker.SPLIT_TAGS:
         marker = data_marker.read_marker(data_dir, base, tag)
