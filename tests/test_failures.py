@@ -308,9 +308,9 @@ def test_same_file_sees_through_links_and_relative_paths(tmp_path, monkeypatch):
         assert validation.same_file(str(tmp_path / "a.txt"), other)
     assert not validation.same_file("a.txt", "b.txt")
     assert validation.same_file("new/../b.txt", "b.txt")  # neither exists yet
+    (tmp_path / "run").mkdir()
     with pytest.raises(UserError, match=r"^--avg_output_dir=\./run is the same file as "
                                         r"--output_dir=run: the output would replace"):
-        (tmp_path / "run").mkdir()
         validation.check_output_not_input("avg_output_dir", "./run",
                                           {"checkpoint_path": None, "output_dir": "run"})
     validation.check_output_not_input("decode_to_file", "out.txt", {"decode_from_file": "a.txt"})
