@@ -64,10 +64,7 @@ def _ensure_data(problem, data_dir: str, tmp_dir: str) -> None:
         pass
     start = time.time()
     print(f"Generating {problem.name} into {data_dir} ...", flush=True)
-    datagen.set_random_seed(datagen.DEFAULT_RANDOM_SEED)
-    settings = datagen.datagen_settings(problem, None, datagen.DEFAULT_RANDOM_SEED)
-    datagen.generate_problem_data(problem, data_dir, tmp_dir,
-                                  made_from=datagen.made_from(problem, tmp_dir, settings))
+    datagen.generate_locked(problem, data_dir, tmp_dir)
     print(f"Generated the data in {time.time() - start:.1f} s", flush=True)
 
 

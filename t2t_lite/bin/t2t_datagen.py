@@ -14,15 +14,11 @@ from t2t_lite.data_generators.datagen import (
     DEFAULT_DATA_DIR,
     DEFAULT_RANDOM_SEED,
     configure_problem,
-    datagen_settings,
-    generate_problem_data,
-    made_from,
+    generate_locked,
     select_problems,
-    set_random_seed,
     summarize,
 )
 from t2t_lite.errors import UserError
-from t2t_lite.utils import run_lock
 
 
 def main(flags: Any) -> None:
@@ -58,33 +54,17 @@ def main(flags: Any) -> None:
         logging.warning("--data_dir not set; writing to %s", data_dir)
     tmp_dir = os.path.expanduser(_flag(flags, "tmp_dir", "/tmp/t2t_datagen"))
     problems = [configure_problem_from_flags(name, flags) for name in names]
-    os.makedirs(data_dir, exist_ok=True)
     os.makedirs(tmp_dir, exist_ok=True)
-    # One datagen per data_dir: two at once would remove and rewrite each other's shards.
-    lock = run_lock.RunLock(data_dir, run_lock.DATAGEN_LOCK_NAME, "datagen", "--data_dir")
-    lock.acquire()
-    try:
-        _generate(dict(zip(names, problems)), data_dir, tmp_dir, flags)
-    finally:
-        lock.release()
-
-
-def _generate(problems: dict, data_dir: str, tmp_dir: str, flags: Any) -> None:
-    """Generates each problem's data into data_dir (the caller holds its lock)."""
-    from absl import logging
-
     seed = _flag(flags, "random_seed", DEFAULT_RANDOM_SEED)
     max_cases = _flag(flags, "max_cases", 0) or None
     overwrite = bool(_flag(flags, "overwrite_data", False))
     # Progress lines come from absl logging at INFO (cases written, files compiled).
     logging.set_verbosity(logging.INFO)
-    for name, problem in problems.items():
-        inputs = made_from(problem, tmp_dir, datagen_settings(problem, max_cases, seed))
-        set_random_seed(seed)
+    for name, problem in zip(names, problems):
         start = time.time()
         print(f"[datagen] {name}: data_dir={data_dir} tmp_dir={tmp_dir}", flush=True)
-        markers = generate_problem_data(problem, data_dir, tmp_dir, max_cases=max_cases,
-                                        made_from=inputs, overwrite=overwrite)
+        markers = generate_locked(problem, data_dir, tmp_dir, random_seed=seed,
+                                  max_cases=max_cases, overwrite=overwrite)
         if markers is None:
             print(f"[datagen] {name}: already complete in {data_dir} (completion markers); "
                   "nothing to do", flush=True)

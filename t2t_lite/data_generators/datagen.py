@@ -344,3 +344,35 @@ def generate_problem_data(problem, data_dir: str, tmp_dir: str, max_cases: int |
     if "train" not in markers and not complete["train"]:
         raise ValueError(f"datagen for {problem.name} wrote no train shard in {data_dir}")
     return markers
+
+
+def generate_locked(problem, data_dir: str, tmp_dir: str,
+                    random_seed: int = DEFAULT_RANDOM_SEED, max_cases: int | None = None,
+                    overwrite: bool = False) -> dict[str, dict] | None:
+    """`generate_problem_data` as datagen runs it, for tools that generate data on the way
+    (the default run, training's --generate_data): under data_dir's datagen lock, seeded,
+    recording and comparing what the data is made from.
+
+    Args:
+      problem: a configured Problem instance.
+      data_dir, tmp_dir, max_cases, overwrite: see `generate_problem_data`.
+      random_seed: the seed set before generating (t2t-datagen's by default).
+
+    Returns:
+      See `generate_problem_data`.
+
+    Raises:
+      UserError: another datagen holds data_dir, or its data was made from other inputs.
+    """
+    from t2t_lite.utils import run_lock
+
+    # Locked first, so that a second datagen refuses at once (hashing inputs takes a while).
+    lock = run_lock.RunLock(data_dir, run_lock.DATAGEN_LOCK_NAME, "datagen", "--data_dir")
+    lock.acquire()
+    try:
+        inputs = made_from(problem, tmp_dir, datagen_settings(problem, max_cases, random_seed))
+        set_random_seed(random_seed)
+        return generate_problem_data(problem, data_dir, tmp_dir, max_cases=max_cases,
+                                     made_from=inputs, overwrite=overwrite)
+    finally:
+        lock.release()
