@@ -191,6 +191,7 @@ def _files(data_dir) -> dict:
     return {name: (data_dir / name).read_bytes() for name in sorted(os.listdir(data_dir))}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("change, expected", [
     ({"train": ("tr.de", "tr.en")},
      r"--train_src \S*tr\.en -> \S*tr\.de \(sha256 \w{12} -> \w{12}\); --train_tgt "),
@@ -226,6 +227,7 @@ def test_overwrite_data_regenerates_from_the_new_inputs(corpus, reference, tmp_p
     assert again.returncode == 0 and "already complete" in again.stdout
 
 
+@pytest.mark.slow
 def test_old_marker_without_inputs_is_accepted_with_a_warning(corpus, reference, tmp_path):
     data_dir = tmp_path / "data"
     _copy_data(corpus / "reference", data_dir)
@@ -241,6 +243,7 @@ def test_old_marker_without_inputs_is_accepted_with_a_warning(corpus, reference,
     assert _files(data_dir) == before
 
 
+@pytest.mark.slow
 def test_parallel_files_of_different_lengths_are_one_line_before_any_work(corpus, tmp_path):
     short = tmp_path / "short.de"
     short.write_text("".join((corpus / "tr.de").read_text().splitlines(True)[:239]))
@@ -252,6 +255,7 @@ def test_parallel_files_of_different_lengths_are_one_line_before_any_work(corpus
     assert not data_dir.exists() or not os.listdir(data_dir)
 
 
+@pytest.mark.slow
 def test_a_second_datagen_refuses_while_one_holds_the_data_dir(corpus, reference, tmp_path):
     from t2t_lite.utils import run_lock
 
@@ -295,3 +299,18 @@ def test_an_input_named_like_the_shards_in_data_dir_is_refused(corpus, tmp_path)
                                         r"outputs in --data_dir="):
         datagen.generate_problem_data(problem, str(data_dir), str(tmp_path), made_from=inputs)
     assert os.listdir(data_dir) == [source.name]
+
+
+def test_made_from_changes_names_each_change_and_ignores_a_moved_file():
+    def record(vocab, **inputs):
+        return {"problem": PROBLEM, "settings": {"--approx_vocab_size": vocab},
+                "inputs": {label: {"path": path, "sha256": sha}
+                           for label, (path, sha) in inputs.items()}}
+
+    old = record(300, train_src=("/a/tr.en", "1" * 64), dev_src=("/a/dv.en", "2" * 64))
+    moved = record(300, train_src=("/b/tr.en", "1" * 64), dev_src=("/a/dv.en", "2" * 64))
+    assert data_marker.made_from_changes(old, moved) == []
+    new = record(400, train_src=("/a/tr.en", "3" * 64), dev_tgt=("/a/dv.de", "4" * 64))
+    assert data_marker.made_from_changes(old, new) == [
+        "--approx_vocab_size 300 -> 400", "dev_src /a/dv.en no longer read",
+        "dev_tgt /a/dv.de added", f"train_src /a/tr.en changed (sha256 {'1' * 12} -> {'3' * 12})"]
