@@ -203,10 +203,11 @@ def _own_vocab(problem) -> str | None:
     return problem.vocab_filename
 
 
-def _check_made_from(problem, data_dir: str, markers: dict, new: dict[str, Any] | None,
-                     overwrite: bool) -> bool:
+def _check_made_from(problem, data_dir: str, tmp_dir: str, markers: dict,
+                     new: dict[str, Any] | None, overwrite: bool) -> bool:
     """Refuses complete splits made from other inputs than `new`, or with `overwrite`
-    removes the whole data set (every split and its vocab) to be made again.
+    removes the whole data set (every split, its vocab, the files derived from the inputs
+    in tmp_dir) to be made again.
 
     Returns:
       Whether the data set was removed.
@@ -224,14 +225,15 @@ def _check_made_from(problem, data_dir: str, markers: dict, new: dict[str, Any] 
         vocabs = {m.get("vocab_file") for m in markers.values()} | {_own_vocab(problem)}
         removed = [f for tag in data_marker.SPLIT_TAGS
                    for f in data_marker.remove_split(data_dir, base, tag)]
-        for name in sorted(v for v in vocabs if v):
-            path = os.path.join(data_dir, name)
+        paths = [os.path.join(data_dir, name) for name in sorted(v for v in vocabs if v)]
+        for path in paths + problem.datagen_derived_files(tmp_dir):
             if os.path.exists(path):
                 os.remove(path)
                 removed.append(path)
         if removed:
-            logging.warning("%s: --overwrite_data: removed %d file(s) of the data in %s to make "
-                            "it again", problem.name, len(removed), data_dir)
+            logging.warning("%s: --overwrite_data: removed %d file(s) of the data in %s (and "
+                            "derived files in %s) to make it again", problem.name,
+                            len(removed), data_dir, tmp_dir)
         return True
     if new is None or not markers:
         return False
@@ -294,7 +296,8 @@ def generate_problem_data(problem, data_dir: str, tmp_dir: str, max_cases: int |
       max_cases: at most this many examples per split (None: all).
       made_from: what the data is made from (`made_from`), recorded in the markers and
         compared with theirs; None: not recorded, not compared.
-      overwrite: remove the problem's data (every split, its vocab) and make it again.
+      overwrite: remove the problem's data (every split, its vocab, the files derived from
+        the inputs in tmp_dir) and make it again.
 
     Returns:
       {split tag: marker content} of the splits written, or None when every split was already
@@ -315,7 +318,7 @@ def generate_problem_data(problem, data_dir: str, tmp_dir: str, max_cases: int |
         marker = data_marker.read_marker(data_dir, base, tag)
         if marker is not None and not data_marker.marker_mismatches(data_dir, marker):
             markers[tag] = marker
-    if _check_made_from(problem, data_dir, markers, made_from, overwrite):
+    if _check_made_from(problem, data_dir, tmp_dir, markers, made_from, overwrite):
         markers = {}
     complete = {tag: tag in markers for tag in data_marker.SPLIT_TAGS}
     leftovers = {tag: data_marker.all_split_files(data_dir, base, tag)

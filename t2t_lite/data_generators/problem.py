@@ -234,6 +234,19 @@ class Problem:
         del tmp_dir
         return {}
 
+    def datagen_derived_files(self, tmp_dir: str) -> list[str]:
+        """Files that `generate_data` writes into tmp_dir from the inputs and reuses on later
+        runs (t2t's compiled corpora); `--overwrite_data` removes them with the data.
+
+        Args:
+          tmp_dir: datagen's raw data directory.
+
+        Returns:
+          Paths of such files that exist; [] by default.
+        """
+        del tmp_dir
+        return []
+
     def feature_encoders(self, data_dir: str | None) -> dict[str, Any]:
         """Encoders for "inputs" and "targets" (default: t2t's integer TextEncoder)."""
         from t2t_lite.data_generators import text_encoder
