@@ -349,6 +349,7 @@ def test_non_utf8_user_file_is_named_with_its_line(wmt_toy_dir, tmp_path):
     assert os.listdir(data_dir) == []
 
 
+@pytest.mark.slow
 def test_new_raw_archives_are_refused_then_overwrite_data_compiles_them_again(wmt_toy_dir,
                                                                               tmp_path):
     from t2t_lite.data_generators import datagen
