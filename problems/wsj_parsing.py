@@ -30,6 +30,7 @@ from t2t_lite.data_generators.treebank import (
     TRAIN_SECTIONS,
     Tree,
     TreeError,
+    mrg_files,
     parse_sections,
     read_wsj_sections,
     write_trees,
@@ -151,6 +152,19 @@ class _WsjSource:
                     f"pass --wsj_dir=<treebank_3/parsed/mrg> or put its wsj/ folder in "
                     f"--tmp_dir") from None
         return self._tree_cache[key]
+
+    def datagen_input_files(self, tmp_dir: str) -> dict[str, list[str]]:
+        """The .mrg files of each split's sections (none listed for a split whose treebank
+        is missing: datagen then stops with that error)."""
+        files = {}
+        for split, flag in ((problem.DatasetSplit.TRAIN, "--wsj_train_sections"),
+                            (problem.DatasetSplit.EVAL, "--wsj_dev_sections")):
+            try:
+                paths = mrg_files(self._treebank_dir(tmp_dir), self._sections[split])
+            except FileNotFoundError:
+                continue
+            files[f"{flag}={self._sections[split]}"] = [str(path) for path in paths]
+        return files
 
     def _source_text(self, tmp_dir: str, dataset_split: str) -> str:
         return (f"WSJ sections {self._sections[dataset_split]} of "

@@ -108,6 +108,11 @@ flags.DEFINE_float(
 flags.DEFINE_integer(
     "subword_dropout_copies", 1,
     "Datagen: passes over the training corpus written with --subword_dropout, e.g. 10.")
+flags.DEFINE_bool(
+    "overwrite_data", False,
+    "Datagen (not t2t's): remove the problem's data in --data_dir (every split and its vocab) "
+    "and make it again. Needed when the data there was made from other inputs or settings "
+    "(other files, --approx_vocab_size, ...), which datagen otherwise refuses.")
 flags.DEFINE_string(
     "tfds_data_dir", None,
     "Where TFDS keeps WMT data when translation datagen falls back to it (default: TFDS's).")

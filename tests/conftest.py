@@ -13,6 +13,21 @@ FIXTURES_DIR = SHARED_DIR / "fixtures" / "t2t"
 DATA_DIR = SHARED_DIR / "data"
 
 
+def error_line(result) -> str:
+    """The one `error: ...` line of a run.py subprocess that failed on a user error: exit 1,
+    no traceback, the error line last on stderr.
+
+    Args:
+      result: the finished subprocess.CompletedProcess (text mode).
+    """
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert "Traceback" not in result.stderr, result.stderr[-3000:]
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1, result.stderr[-3000:]
+    assert result.stderr.rstrip().endswith(errors[0])
+    return errors[0]
+
+
 def load_script(path: pathlib.Path, name: str):
     """Imports the Python file at `path` (a recipe or bench script, not in a package) as `name`."""
     spec = importlib.util.spec_from_file_location(name, path)

@@ -1,4 +1,5 @@
 """Datagen survives being killed at any moment, and training refuses incomplete or damaged data.
+Datagen owns its data_dir (one at a time) and never keeps data made from other inputs.
 
 Crashes are real SIGKILLs of `run.py --mode=datagen`, placed with the test hook
 `T2T_LITE_DATAGEN_KILL_AT` (generator_utils.kill_point): while the vocab is stored, while
@@ -7,7 +8,9 @@ completion markers.
 """
 import json
 import os
+import re
 import signal
+import socket
 import subprocess
 import sys
 
@@ -16,7 +19,7 @@ import pytest
 from t2t_lite import registry
 from t2t_lite.data_generators import data_marker, generator_utils
 from t2t_lite.errors import DataError
-from tests.conftest import REPO_ROOT
+from tests.conftest import REPO_ROOT, error_line
 
 PROBLEM = "translate_files"
 KILL_POINTS = ("vocab", "generate", "rename", "shuffle", "marker")
@@ -46,10 +49,11 @@ def corpus(tmp_path_factory, wmt_toy_dir):
     return root
 
 
-def _datagen(corpus, data_dir, kill_at=None):
+def _datagen(corpus, data_dir, *extra, kill_at=None, train=("tr.en", "tr.de"), vocab=300):
     return _run(corpus, "--mode=datagen", f"--problem={PROBLEM}", f"--data_dir={data_dir}",
-                "--tmp_dir=raw", "--train_src=tr.en", "--train_tgt=tr.de", "--dev_src=dv.en",
-                "--dev_tgt=dv.de", "--approx_vocab_size=300", kill_at=kill_at)
+                "--tmp_dir=raw", f"--train_src={train[0]}", f"--train_tgt={train[1]}",
+                "--dev_src=dv.en", "--dev_tgt=dv.de", f"--approx_vocab_size={vocab}", *extra,
+                kill_at=kill_at)
 
 
 def _example(record: bytes) -> tuple:
@@ -181,3 +185,132 @@ def test_missing_shards_and_record_counts(tmp_path):
     path.write_bytes(path.read_bytes()[:-3])
     with pytest.raises(ValueError, match="truncated TFRecord of 0 bytes at byte"):
         data_marker.count_records(str(path))
+
+
+def _files(data_dir) -> dict:
+    return {name: (data_dir / name).read_bytes() for name in sorted(os.listdir(data_dir))}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("change, expected", [
+    ({"train": ("tr.de", "tr.en")},
+     r"--train_src \S*tr\.en -> \S*tr\.de \(sha256 \w{12} -> \w{12}\); --train_tgt "),
+    ({"vocab": 400}, r"--approx_vocab_size 300 -> 400"),
+])
+def test_rerun_on_other_inputs_is_refused_and_keeps_the_data(corpus, reference, tmp_path,
+                                                             change, expected):
+    data_dir = tmp_path / "data"
+    _copy_data(corpus / "reference", data_dir)
+    before = _files(data_dir)
+    line = error_line(_datagen(corpus, data_dir, **change))
+    assert re.match(rf"error: --data_dir={data_dir} holds translate_files data made from "
+                    rf"other inputs: {expected}.*; regenerate it with --overwrite_data", line)
+    assert _files(data_dir) == before
+
+
+@pytest.mark.slow
+def test_overwrite_data_regenerates_from_the_new_inputs(corpus, reference, tmp_path):
+    data_dir = tmp_path / "data"
+    _copy_data(corpus / "reference", data_dir)
+    result = _datagen(corpus, data_dir, "--overwrite_data", vocab=400)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "done in" in result.stdout
+    # The old vocab is gone with the old data (training would find two candidates).
+    vocabs = sorted(f for f in os.listdir(data_dir) if f.startswith("vocab."))
+    assert vocabs == ["vocab.translate_files.400.subwords"]
+    marker = json.loads((data_dir / "translate_files.train.complete.json").read_text())
+    assert marker["made_from"]["settings"]["--approx_vocab_size"] == 400
+    assert marker["vocab_file"] == "vocab.translate_files.400.subwords"
+    source = marker["made_from"]["inputs"]["--train_src"]
+    assert source["path"] == str(corpus / "tr.en") and source["lines"] == 240
+    again = _datagen(corpus, data_dir, vocab=400)
+    assert again.returncode == 0 and "already complete" in again.stdout
+
+
+@pytest.mark.slow
+def test_old_marker_without_inputs_is_accepted_with_a_warning(corpus, reference, tmp_path):
+    data_dir = tmp_path / "data"
+    _copy_data(corpus / "reference", data_dir)
+    for path in data_dir.glob("*.complete.json"):
+        marker = json.loads(path.read_text())
+        del marker["made_from"], marker["vocab_file"]
+        path.write_text(json.dumps(marker))
+    before = _files(data_dir)
+    result = _datagen(corpus, data_dir, vocab=400)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "already complete" in result.stdout
+    assert "do not record what the data was made from" in result.stderr
+    assert _files(data_dir) == before
+
+
+@pytest.mark.slow
+def test_parallel_files_of_different_lengths_are_one_line_before_any_work(corpus, tmp_path):
+    short = tmp_path / "short.de"
+    short.write_text("".join((corpus / "tr.de").read_text().splitlines(True)[:239]))
+    data_dir = tmp_path / "data"
+    line = error_line(_datagen(corpus, data_dir, train=("tr.en", str(short))))
+    assert line == (f"error: Parallel files differ in length: --train_src={corpus / 'tr.en'} "
+                    f"has 240 lines but --train_tgt={short} has 239. Line i of one must "
+                    "translate line i of the other.")
+    assert not data_dir.exists() or not os.listdir(data_dir)
+
+
+@pytest.mark.slow
+def test_a_second_datagen_refuses_while_one_holds_the_data_dir(corpus, reference, tmp_path):
+    from t2t_lite.utils import run_lock
+
+    data_dir = tmp_path / "data"
+    # This test process is the live datagen holding the lock.
+    holder = run_lock.RunLock(str(data_dir), run_lock.DATAGEN_LOCK_NAME, "datagen",
+                              "--data_dir").acquire()
+    try:
+        line = error_line(_datagen(corpus, data_dir))
+    finally:
+        holder.release()
+    assert line.startswith(f"error: {data_dir} is in use by another datagen (pid {os.getpid()} "
+                           "on host ")
+    assert "choose another --data_dir" in line
+    assert os.listdir(data_dir) == []
+    # A lock left by a killed datagen (a pid that no longer runs) is taken over.
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True)
+    lock_file = data_dir / run_lock.DATAGEN_LOCK_NAME
+    lock_file.write_text(json.dumps({"host": socket.gethostname(), "pid": int(dead.stdout),
+                                     "start_time": 0}))
+    result = _datagen(corpus, data_dir)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "Taking over the stale lock" in result.stderr and "done in" in result.stdout
+    assert not lock_file.exists()
+    assert _contents(data_dir) == _contents(corpus / "reference")
+
+
+def test_an_input_named_like_the_shards_in_data_dir_is_refused(corpus, tmp_path):
+    from t2t_lite.data_generators import datagen
+    from t2t_lite.errors import UserError
+
+    data_dir = tmp_path / "data"
+    data_dir.mkdir()
+    source = data_dir / "translate_files-train.en"  # matches the shards' glob: removed
+    source.write_bytes((corpus / "tr.en").read_bytes())
+    problem = datagen.configure_problem(
+        PROBLEM, 300, {"train_src": str(source), "train_tgt": str(corpus / "tr.de")})
+    inputs = datagen.made_from(problem, str(tmp_path), {})
+    with pytest.raises(UserError, match=rf"^--train_src={source} is also one of datagen's "
+                                        r"outputs in --data_dir="):
+        datagen.generate_problem_data(problem, str(data_dir), str(tmp_path), made_from=inputs)
+    assert os.listdir(data_dir) == [source.name]
+
+
+def test_made_from_changes_names_each_change_and_ignores_a_moved_file():
+    def record(vocab, **inputs):
+        return {"problem": PROBLEM, "settings": {"--approx_vocab_size": vocab},
+                "inputs": {label: {"path": path, "sha256": sha}
+                           for label, (path, sha) in inputs.items()}}
+
+    old = record(300, train_src=("/a/tr.en", "1" * 64), dev_src=("/a/dv.en", "2" * 64))
+    moved = record(300, train_src=("/b/tr.en", "1" * 64), dev_src=("/a/dv.en", "2" * 64))
+    assert data_marker.made_from_changes(old, moved) == []
+    new = record(400, train_src=("/a/tr.en", "3" * 64), dev_tgt=("/a/dv.de", "4" * 64))
+    assert data_marker.made_from_changes(old, new) == [
+        "--approx_vocab_size 300 -> 400", "dev_src /a/dv.en no longer read",
+        "dev_tgt /a/dv.de added", f"train_src /a/tr.en changed (sha256 {'1' * 12} -> {'3' * 12})"]

@@ -263,6 +263,22 @@ def test_decode_interactively():
     assert out.getvalue() == '"2 1"\tScore:-2.468000\n"1 2"\tScore:-5.678000\n'
 
 
+def test_a_word_where_ids_are_expected_is_named_by_file_line(tmp_path, capsys):
+    # ENCODER reads ids (t2t's TextEncoder, as the algorithmic problems).
+    with pytest.raises(UserError, match=r"^--decode_from_file=f:3: 'two' is not a token id; "):
+        decoding.check_id_inputs(["1 2", "3", "4 two"], ENCODER, "--decode_from_file=f")
+    with pytest.raises(UserError, match=r"^F: record 2: '\+' is not a token id"):
+        decoding.check_id_inputs(["1", "2 +"], ENCODER, "F", delimiter=";")
+    decoding.check_id_inputs(["any words"], text_encoder.ByteTextEncoder(), "F")
+    # Interactive decoding says why and goes on with the next line.
+    out = io.StringIO()
+    count = decoding.decode_interactively(FakeModel(), ENCODERS, hp(),
+                                          io.StringIO("1 2\nx 1\n3\n"), out)
+    assert count == 2 and out.getvalue() == "2 1\n3\n"
+    assert capsys.readouterr().err == ("error: stdin:2: 'x' is not a token id; this problem's "
+                                       "inputs are integer ids separated by spaces\n")
+
+
 def test_decode_from_dataset_writes_three_files(tmp_path):
     examples = [
         {"inputs": np.array([3, 4, EOS]), "targets": np.array([5, EOS])},

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import glob
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -19,6 +20,7 @@ import tensorflow as tf
 
 from t2t_lite.utils import checkpoint_guard
 from tests.conftest import REPO_ROOT
+from tests.conftest import error_line as _error_line
 
 PROBLEM = "algorithmic_reverse_binary40_test"
 TINY = "hidden_size=16,filter_size=16,num_heads=2,num_hidden_layers=1"
@@ -34,16 +36,6 @@ def _run(*args: str, cwd, timeout: int = 300) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, str(REPO_ROOT / "run.py"), *args], cwd=cwd,
                           env=_env(), capture_output=True, text=True, timeout=timeout,
                           check=False)
-
-
-def _error_line(result: subprocess.CompletedProcess) -> str:
-    """The last stderr line, which must be the only `error:` line, with no traceback."""
-    assert result.returncode == 1, result.stderr[-3000:]
-    assert "Traceback" not in result.stderr, result.stderr[-3000:]
-    errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
-    assert len(errors) == 1, result.stderr[-3000:]
-    assert result.stderr.rstrip().endswith(errors[0])
-    return errors[0]
 
 
 def _train_flags(data_dir, output_dir, *extra: str) -> list[str]:
@@ -270,3 +262,87 @@ def test_run_lock_refuses_a_live_holder_and_takes_over_a_dead_one(tmp_path):
     lock_file.write_text(json.dumps({"host": "elsewhere", "pid": int(dead.stdout)}))
     with pytest.raises(UserError, match="on host elsewhere"):  # never taken from another host
         run_lock.refuse_if_held(str(tmp_path))
+
+
+@pytest.mark.slow
+def test_decode_outputs_never_inputs_and_bounds_are_one_line_before_any_work(trained, tmp_path):
+    inputs = tmp_path / "in.txt"
+    inputs.write_text("0 1 1\n1 0\n")
+    common = ["--mode=decode", f"--output_dir={trained}"]
+    line = _error_line(_run(*common, f"--decode_from_file={inputs}",
+                            "--decode_to_file=./in.txt", cwd=tmp_path))
+    assert line == (f"error: --decode_to_file=./in.txt is the same file as --decode_from_file="
+                    f"{inputs}: the output would replace the input; choose another "
+                    "--decode_to_file")
+    assert inputs.read_bytes() == b"0 1 1\n1 0\n"
+    start = time.time()
+    line = _error_line(_run(*common, f"--decode_from_file={inputs}",
+                            "--decode_hparams=beam_size=10000", cwd=tmp_path))
+    assert time.time() - start < 60  # refused before the model is built, not after an OOM
+    assert re.fullmatch(r"error: --decode_hparams: decoding beam_size=10000 x 2 lines per batch "
+                        r"x vocab 4 x at least 101 steps needs about [\d.]+ GiB, more than the "
+                        r"[\d.]+ GiB of memory available; lower beam_size \(or batch_size, "
+                        r"extra_length\)", line)
+    line = _error_line(_run(*common, f"--decode_from_file={inputs}",
+                            "--decode_hparams=batch_size=-3", cwd=tmp_path))
+    assert line == "error: --decode_hparams: batch_size=-3 must be >= 0"
+    words = tmp_path / "words.txt"
+    words.write_text("0 1\n1 one 0\n")
+    line = _error_line(_run(*common, f"--decode_from_file={words}",
+                            f"--decode_to_file={tmp_path / 'out.txt'}", cwd=tmp_path))
+    assert line == (f"error: --decode_from_file={words}:2: 'one' is not a token id; this "
+                    "problem's inputs are integer ids separated by spaces")
+    assert not (tmp_path / "out.txt").exists()
+    assert sorted(os.listdir(tmp_path)) == ["in.txt", "words.txt"]  # no temporary file left
+
+
+def test_same_file_sees_through_links_and_relative_paths(tmp_path, monkeypatch):
+    from t2t_lite.errors import UserError
+    from t2t_lite.utils import validation
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "a.txt").write_text("x")
+    os.link(tmp_path / "a.txt", tmp_path / "hard.txt")
+    os.symlink(tmp_path / "a.txt", tmp_path / "soft.txt")
+    for other in ("a.txt", "./a.txt", str(tmp_path / "hard.txt"), "soft.txt"):
+        assert validation.same_file(str(tmp_path / "a.txt"), other)
+    assert not validation.same_file("a.txt", "b.txt")
+    assert validation.same_file("new/../b.txt", "b.txt")  # neither exists yet
+    (tmp_path / "run").mkdir()
+    with pytest.raises(UserError, match=r"^--avg_output_dir=\./run is the same file as "
+                                        r"--output_dir=run: the output would replace"):
+        validation.check_output_not_input("avg_output_dir", "./run",
+                                          {"checkpoint_path": None, "output_dir": "run"})
+    validation.check_output_not_input("decode_to_file", "out.txt", {"decode_from_file": "a.txt"})
+
+
+def test_decode_memory_estimate_grows_with_the_beam_squared_and_is_refused_over_memory():
+    from t2t_lite.errors import UserError
+    from t2t_lite.utils import validation
+
+    def estimate(beam, slot_storage=True):
+        return validation.decode_memory_estimate(beam, 32, 32768, 200, 512, 8, 6,
+                                                 slot_storage=slot_storage)
+
+    assert estimate(4) < 2 * 2**30  # transformer_base, beam 4, batch 32: fits any machine
+    # The K x K slot attention: B x K x K x T x (3 H + 1) floats.
+    assert estimate(400) - estimate(400, slot_storage=False) == 4 * 32 * 400 * 400 * 200 * 25
+    validation.check_decode_memory(estimate(4), "beam 4", available=8 * 2**30)
+    with pytest.raises(UserError, match=r"needs about 2\.0 GiB, more than the 1\.0 GiB of "
+                                        r"memory available; lower beam_size"):
+        validation.check_decode_memory(2 * 2**30, "beam 4", available=2**30)
+    assert validation.available_memory() > 0
+
+
+@pytest.mark.parametrize("overrides, message", [
+    ("batch_size=-3", "batch_size=-3 must be >= 0"),
+    ("shards=0", "shards=0 must be >= 1"),
+    ("shards=2,shard_id=2", "shard_id=2 must be < shards=2"),
+    ("num_samples=0", "num_samples=0 decodes nothing"),
+    ("num_samples=-2", "num_samples=-2 must be >= -1"),
+])
+def test_decode_hparams_out_of_range_are_refused_by_name(overrides, message):
+    from t2t_lite.utils import decoding
+
+    with pytest.raises(ValueError, match=f"^--decode_hparams: {re.escape(message)}"):
+        decoding.decode_hparams(overrides)

@@ -347,3 +347,37 @@ def test_non_utf8_user_file_is_named_with_its_line(wmt_toy_dir, tmp_path):
     with pytest.raises(CorpusError, match=r"train\.de:42: not valid UTF-8 \(byte 0xdf at column 5\)"):
         prob.generate_data(str(data_dir), str(tmp_path))
     assert os.listdir(data_dir) == []
+
+
+@pytest.mark.slow
+def test_new_raw_archives_are_refused_then_overwrite_data_compiles_them_again(wmt_toy_dir,
+                                                                              tmp_path):
+    from t2t_lite.data_generators import datagen
+    from t2t_lite.errors import UserError
+
+    tmp_dir, data_dir = tmp_path / "tmp", tmp_path / "data"
+    os.makedirs(tmp_dir)
+    en, de = _lines(wmt_toy_dir / "train.en"), _lines(wmt_toy_dir / "train.de")
+
+    def archives(start):
+        for i, (url, (f_en, f_de)) in enumerate(translate_ende._ENDE_TRAIN_DATASETS):
+            rows = slice(start + 20 * i, start + 20 * (i + 1))
+            _tgz(tmp_dir / os.path.basename(url), {f_en: en[rows], f_de: de[rows]})
+        _tgz(tmp_dir / "dev.tgz", {"dev/newstest2013.en": en[200:210],
+                                   "dev/newstest2013.de": de[200:210]})
+
+    def generate(**kwargs):
+        prob = translate_ende.TranslateEndeWmt32k(approx_vocab_size=2**7)
+        return datagen.generate_locked(prob, str(data_dir), str(tmp_dir), **kwargs)
+
+    archives(0)
+    assert generate()["train"]
+    compiled = tmp_dir / "translate_ende_wmt32k-compiled-train.lang1"
+    assert _lines(compiled)[0] == en[0]
+    archives(100)  # new corpora; the compiled files of the old ones are still in tmp_dir
+    with pytest.raises(UserError, match=r"made from other inputs: .*tmp_dir/training-parallel"
+                                        r"-commoncrawl\.tgz \S+ changed \(sha256 "):
+        generate()
+    assert generate(overwrite=True)["train"]
+    assert _lines(compiled)[0] == en[100]  # compiled again from the new archives
+    assert generate() is None  # complete, made from these inputs

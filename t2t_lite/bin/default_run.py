@@ -64,8 +64,7 @@ def _ensure_data(problem, data_dir: str, tmp_dir: str) -> None:
         pass
     start = time.time()
     print(f"Generating {problem.name} into {data_dir} ...", flush=True)
-    datagen.set_random_seed(datagen.DEFAULT_RANDOM_SEED)
-    datagen.generate_problem_data(problem, data_dir, tmp_dir)
+    datagen.generate_locked(problem, data_dir, tmp_dir)
     print(f"Generated the data in {time.time() - start:.1f} s", flush=True)
 
 

@@ -14,11 +14,11 @@ from t2t_lite.data_generators.datagen import (
     DEFAULT_DATA_DIR,
     DEFAULT_RANDOM_SEED,
     configure_problem,
-    generate_problem_data,
+    generate_locked,
     select_problems,
-    set_random_seed,
     summarize,
 )
+from t2t_lite.errors import UserError
 
 
 def main(flags: Any) -> None:
@@ -26,17 +26,25 @@ def main(flags: Any) -> None:
 
     Args:
       flags: parsed absl flags: problem, data_dir, tmp_dir, random_seed, max_cases,
-        exclude_problems, only_list, num_shards (must be unset), and the optional source
-        flags of `configure_problem`.
+        exclude_problems, only_list, num_shards (must be unset), overwrite_data, and the
+        optional source flags of `configure_problem`.
+
+    Raises:
+      UserError: a bad flag or input file, another datagen holding data_dir (its
+        `datagen.lock`), or data in data_dir made from other inputs without
+        --overwrite_data.
     """
     from absl import logging
 
     problem_flag = _flag(flags, "problem", "")
     if not problem_flag:
-        raise ValueError("--problem is required for --mode=datagen (see --only_list)")
+        raise UserError("--problem is required for --mode=datagen (see --only_list)")
     if _flag(flags, "num_shards", 0):
-        raise ValueError("--num_shards should not be set for registered problems")
-    names = select_problems(problem_flag, _flag(flags, "exclude_problems", ""))
+        raise UserError("--num_shards should not be set for registered problems")
+    try:
+        names = select_problems(problem_flag, _flag(flags, "exclude_problems", ""))
+    except ValueError as e:
+        raise UserError(str(e)) from e
     print("Generating problems:\n    " + "\n    ".join(names), flush=True)
     if _flag(flags, "only_list", False):
         return
@@ -45,18 +53,18 @@ def main(flags: Any) -> None:
         data_dir = DEFAULT_DATA_DIR
         logging.warning("--data_dir not set; writing to %s", data_dir)
     tmp_dir = os.path.expanduser(_flag(flags, "tmp_dir", "/tmp/t2t_datagen"))
-    os.makedirs(data_dir, exist_ok=True)
+    problems = [configure_problem_from_flags(name, flags) for name in names]
     os.makedirs(tmp_dir, exist_ok=True)
     seed = _flag(flags, "random_seed", DEFAULT_RANDOM_SEED)
     max_cases = _flag(flags, "max_cases", 0) or None
+    overwrite = bool(_flag(flags, "overwrite_data", False))
     # Progress lines come from absl logging at INFO (cases written, files compiled).
     logging.set_verbosity(logging.INFO)
-    for name in names:
-        problem = configure_problem_from_flags(name, flags)
-        set_random_seed(seed)
+    for name, problem in zip(names, problems):
         start = time.time()
         print(f"[datagen] {name}: data_dir={data_dir} tmp_dir={tmp_dir}", flush=True)
-        markers = generate_problem_data(problem, data_dir, tmp_dir, max_cases=max_cases)
+        markers = generate_locked(problem, data_dir, tmp_dir, random_seed=seed,
+                                  max_cases=max_cases, overwrite=overwrite)
         if markers is None:
             print(f"[datagen] {name}: already complete in {data_dir} (completion markers); "
                   "nothing to do", flush=True)
@@ -85,6 +93,13 @@ def configure_problem_from_flags(name: str, flags: Any):
     --dev_src/--dev_tgt, --tfds_data_dir and --wsj_dir/--wsj_train_sections/
     --wsj_dev_sections and --subword_dropout/--subword_dropout_copies (each used when
     defined and set)."""
+    try:
+        return _configure_problem(name, flags)
+    except ValueError as e:
+        raise UserError(str(e)) from e
+
+
+def _configure_problem(name: str, flags: Any):
     return configure_problem(
         name,
         approx_vocab_size=_flag(flags, "approx_vocab_size", 0),

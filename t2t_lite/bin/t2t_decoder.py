@@ -85,6 +85,8 @@ def main(flags) -> None:
         problem = registry.problem(problem_name)
         problem_hparams = problem.get_hparams(hparams, data_dir=data_dir)
         check_sampling(hparams, decode_hp)
+        if not score_file:
+            _check_decode_memory(flags, hparams, problem_hparams, decode_hp)
         checkpoint = checkpoint_to_restore(flags.checkpoint_path, flags.output_dir)
         model = load_model(model_name, hparams, problem_hparams, checkpoint)
         encoders = problem_hparams.vocabulary
@@ -182,6 +184,16 @@ def decode_ctranslate2(flags) -> str:
     filename = add_shard_to_filename(os.path.expanduser(flags.decode_from_file), decode_hp)
     if not os.path.isfile(filename):
         raise UserError(f"--decode_from_file={filename}: no such file")
+    decode_to_file = flags.decode_to_file or decode_hp.decode_to_file
+    if decode_to_file:
+        output = add_shard_to_filename(os.path.expanduser(decode_to_file), decode_hp)
+    else:
+        output = decode_filename(filename, "transformer", "ctranslate2", "file",
+                                          decode_hp)
+    validation.check_output_not_input(
+        "decode_to_file", output,
+        {"decode_from_file": filename,
+         "decode_reference": flags.decode_reference or decode_hp.decode_reference})
     translator = ct2.Translator(ct2.default_model_dir(flags.export_dir, flags.output_dir),
                                 device=flags.ct2_device, compute_type=flags.ct2_compute_type,
                                 inter_threads=flags.ct2_inter_threads,
@@ -194,12 +206,6 @@ def decode_ctranslate2(flags) -> str:
         batch_size=decode_hp.batch_size or 32, max_input_size=decode_hp.max_input_size,
         patience=flags.ct2_patience, length_penalty=flags.ct2_length_penalty)
     records = ct2.decode_records(hypotheses, decode_hp.return_beams, decode_hp.write_beam_scores)
-    decode_to_file = flags.decode_to_file or decode_hp.decode_to_file
-    if decode_to_file:
-        output = add_shard_to_filename(os.path.expanduser(decode_to_file), decode_hp)
-    else:
-        output = decode_filename(filename, "transformer", "ctranslate2", "file",
-                                          decode_hp)
     file_io.atomic_write_lines(output, records, decode_hp.delimiter)
     print(f"Decodes written to {output}")
     reference = flags.decode_reference or decode_hp.decode_reference
@@ -209,13 +215,51 @@ def decode_ctranslate2(flags) -> str:
     return output
 
 
+def _batch_rows(flags, decode_hp) -> int:
+    """The most records one decoded batch holds: batch_size (32 when 0), or fewer when the
+    input file has fewer records; 1 when decoding interactively."""
+    if flags.decode_interactive:
+        return 1
+    rows = decode_hp.batch_size or 32
+    if flags.decode_from_file:
+        filename = add_shard_to_filename(os.path.expanduser(flags.decode_from_file), decode_hp)
+        if os.path.isfile(filename):
+            rows = min(rows, max(1, len(read_inputs(filename, decode_hp.delimiter))))
+    elif decode_hp.num_samples > 0:
+        rows = min(rows, decode_hp.num_samples)
+    return rows
+
+
+def _check_decode_memory(flags, hparams, problem_hparams, decode_hp) -> None:
+    """Refuses settings whose decode cannot fit in memory (`validation.check_decode_memory`)
+    before the model is loaded. The decode length counted is extra_length + 1 (the shortest
+    input), so the estimate is a lower bound."""
+    rows = _batch_rows(flags, decode_hp)
+    vocab = problem_hparams.vocab_size["targets"]
+    length = decode_hp.extra_length + 1
+    estimate = validation.decode_memory_estimate(
+        decode_hp.beam_size, rows, vocab, length, hparams.hidden_size, hparams.num_heads,
+        hparams.get("num_decoder_layers") or hparams.num_hidden_layers,
+        slot_storage=not getattr(flags, "xla_compile", False))
+    validation.check_decode_memory(
+        estimate, f"beam_size={decode_hp.beam_size} x {rows} lines per batch x vocab {vocab} "
+                  f"x at least {length} steps")
+
+
 def _check_outputs_writable(flags, decode_hp, score_file) -> None:
-    """Refuses an output path that cannot be written before the model is loaded and
-    anything is decoded."""
+    """Refuses an output path that cannot be written, or that is one of the inputs, before
+    the model is loaded and anything is decoded."""
     decode_to_file = flags.decode_to_file or decode_hp.decode_to_file
     if flags.decode_interactive:
         return
     if decode_to_file:
+        output = add_shard_to_filename(os.path.expanduser(decode_to_file), decode_hp)
+        inputs = {"decode_from_file": flags.decode_from_file, "score_file": score_file,
+                  "decode_reference": flags.decode_reference or decode_hp.decode_reference}
+        if flags.decode_from_file:
+            inputs["decode_from_file"] = add_shard_to_filename(
+                os.path.expanduser(flags.decode_from_file), decode_hp)
+        validation.check_output_not_input("decode_to_file", output, inputs)
         validation.check_writable_file("decode_to_file", os.path.expanduser(decode_to_file))
     elif flags.decode_from_file and not score_file:
         # The decodes go beside the input file (t2t's default name).

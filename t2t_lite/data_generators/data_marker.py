@@ -16,9 +16,17 @@ without a marker (t2t-datagen's output, or an older t2t_lite's) is accepted with
 Training also compares each shard's size with the marker's, a cheap stat that finds truncated
 or replaced shards before the first step. The marker's name cannot match the shards' glob
 (`<dataset_filename>-train*`).
+
+Markers also record what the data was made from (`made_from`: the problem, the datagen
+settings that change the records, and each raw input file's path, size and sha256) and the
+vocab file written with it. A rerun whose inputs or settings differ is refused, naming each
+change (`made_from_changes`), unless `--overwrite_data` asks for the data to be made again:
+complete data is never kept over other inputs. Markers of an older t2t_lite, without
+`made_from`, are accepted with a warning.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -114,9 +122,75 @@ def missing_shards(files: list[str]) -> tuple[int, list[int]] | None:
     return total, sorted(set(range(total)) - indices)
 
 
+def fingerprint(paths: list[str]) -> dict[str, Any]:
+    """What identifies the content of raw input files, read once.
+
+    Args:
+      paths: one file, or the files of one input in reading order (a treebank's sections).
+
+    Returns:
+      {"path": absolute path of the first file, "files": count, "bytes": total size,
+      "sha256": hex digest of the contents in order, "lines": number of lines as
+      `text_problems.count_lines` counts them (all files together)}.
+    """
+    digest, size, lines = hashlib.sha256(), 0, 0
+    for path in paths:
+        last = b"\n"
+        with open(path, "rb") as f:
+            while chunk := f.read(1 << 20):
+                digest.update(chunk)
+                size += len(chunk)
+                lines += chunk.count(b"\n")
+                last = chunk[-1:]
+        lines += last != b"\n"  # a last line without its newline
+    return {"path": os.path.abspath(paths[0]), "files": len(paths), "bytes": size,
+            "sha256": digest.hexdigest(), "lines": lines}
+
+
+def made_from_changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """What differs between two `made_from` records, one phrase per change.
+
+    Args:
+      old, new: {"problem": name, "settings": {flag: value}, "inputs": {label:
+        `fingerprint`}} (the marker's and this run's).
+
+    Returns:
+      Phrases such as "--approx_vocab_size 4096 -> 8192" or "--train_src a.en -> a.de
+      (sha256 1f2e3d4c5b6a -> 9a8b7c6d5e4f)"; empty when the data was made from the same
+      inputs (a file moved with the same content is the same input).
+    """
+    changes = []
+    if old.get("problem") != new.get("problem"):
+        changes.append(f"--problem {old.get('problem')} -> {new.get('problem')}")
+    old_settings, new_settings = old.get("settings", {}), new.get("settings", {})
+    for name in sorted(set(old_settings) | set(new_settings)):
+        if old_settings.get(name) != new_settings.get(name):
+            changes.append(f"{name} {old_settings.get(name)} -> {new_settings.get(name)}")
+    old_inputs, new_inputs = old.get("inputs", {}), new.get("inputs", {})
+    for label in sorted(set(old_inputs) | set(new_inputs)):
+        before, after = old_inputs.get(label), new_inputs.get(label)
+        if before is None:
+            changes.append(f"{label} {after['path']} added")
+        elif after is None:
+            changes.append(f"{label} {before['path']} no longer read")
+        elif before["sha256"] != after["sha256"]:
+            what = (f"{before['path']} -> {after['path']}" if before["path"] != after["path"]
+                    else f"{after['path']} changed")
+            changes.append(f"{label} {what} (sha256 {before['sha256'][:12]} -> "
+                           f"{after['sha256'][:12]})")
+    return changes
+
+
 def write_marker(data_dir: str, dataset_filename: str, tag: str,
-                 max_cases: int | None = None) -> dict[str, Any]:
+                 max_cases: int | None = None, made_from: dict[str, Any] | None = None,
+                 vocab_file: str | None = None) -> dict[str, Any]:
     """Writes the split's marker after checking that its shard set is whole.
+
+    Args:
+      data_dir, dataset_filename, tag: the split.
+      max_cases: datagen's --max_cases (None: all).
+      made_from: see `made_from_changes` (None: not recorded).
+      vocab_file: name of the vocab file in data_dir written with the data, if any.
 
     Returns:
       The marker's content.
@@ -134,6 +208,8 @@ def write_marker(data_dir: str, dataset_filename: str, tag: str,
     content = {
         "split": tag,
         "max_cases": max_cases,
+        "made_from": made_from,
+        "vocab_file": vocab_file,
         "shards": [{"name": os.path.basename(f), "bytes": tf.io.gfile.stat(f).length,
                     "records": count_records(f)} for f in files],
     }

@@ -15,10 +15,12 @@ from __future__ import annotations
 
 import os
 import random
+from typing import Any
 
 import numpy as np
 
 from t2t_lite import registry
+from t2t_lite.utils import validation
 
 DEFAULT_RANDOM_SEED = 429459
 DEFAULT_DATA_DIR = "/tmp/t2t_data"
@@ -128,32 +130,197 @@ def summarize(data_dir: str, name: str) -> str:
     return f"{len(files)} files, {size / 1e6:.1f} MB"
 
 
-def generate_problem_data(problem, data_dir: str, tmp_dir: str,
-                          max_cases: int | None = None) -> dict[str, dict] | None:
+# Pairs of input labels whose files must have the same number of lines.
+PARALLEL_INPUTS = (("--train_src", "--train_tgt"), ("--dev_src", "--dev_tgt"))
+
+
+def made_from(problem, tmp_dir: str, settings: dict[str, Any]) -> dict[str, Any]:
+    """What the data of `problem` is made from, for its completion markers.
+
+    Reads every raw input file once (sha256); refuses parallel files of different lengths
+    before any work.
+
+    Args:
+      problem: a configured Problem instance.
+      tmp_dir: raw data directory.
+      settings: {flag: value} of the datagen settings that change the records
+        (`datagen_settings`).
+
+    Returns:
+      {"problem": name, "settings": settings, "inputs": {label: `data_marker.fingerprint`}}.
+
+    Raises:
+      CorpusError: two parallel files differ in length (names both files and line counts).
+    """
+    from t2t_lite.data_generators import data_marker
+    from t2t_lite.data_generators.text_problems import CorpusError
+
+    inputs = {label: data_marker.fingerprint(paths)
+              for label, paths in problem.datagen_input_files(tmp_dir).items() if paths}
+    for source, target in PARALLEL_INPUTS:
+        if source in inputs and target in inputs:
+            a, b = inputs[source], inputs[target]
+            if a["lines"] != b["lines"]:
+                raise CorpusError(
+                    f"Parallel files differ in length: {source}={a['path']} has {a['lines']} "
+                    f"lines but {target}={b['path']} has {b['lines']}. Line i of one must "
+                    "translate line i of the other.")
+    return {"problem": problem.name, "settings": settings, "inputs": inputs}
+
+
+def datagen_settings(problem, max_cases: int | None, random_seed: int) -> dict[str, Any]:
+    """The datagen settings that change a problem's records, by flag name.
+
+    Args:
+      problem: a configured Problem instance (its vocab size and subword dropout are read).
+      max_cases: --max_cases (None: all).
+      random_seed: the seed datagen set.
+
+    Returns:
+      {"--max_cases": ..., "--random_seed": ...} and, for text problems, the vocab size and
+      subword dropout in effect.
+    """
+    from t2t_lite.data_generators import text_problems
+
+    settings: dict[str, Any] = {"--max_cases": max_cases, "--random_seed": random_seed}
+    if isinstance(problem, text_problems.Text2TextProblem):
+        if problem.vocab_type == text_problems.VocabType.SUBWORD:
+            settings["--approx_vocab_size"] = problem.approx_vocab_size
+        settings["--subword_dropout"], settings["--subword_dropout_copies"] = (
+            problem.subword_dropout)
+    return settings
+
+
+def _own_vocab(problem) -> str | None:
+    """The name of the vocab file that the problem's datagen writes, if it owns one (a
+    problem using another problem's vocab does not)."""
+    from t2t_lite.data_generators import text_problems
+
+    if (not isinstance(problem, text_problems.Text2TextProblem)
+            or problem.vocab_type == text_problems.VocabType.CHARACTER
+            or problem.use_vocab_from_other_problem is not None):
+        return None
+    return problem.vocab_filename
+
+
+def _check_made_from(problem, data_dir: str, tmp_dir: str, markers: dict,
+                     new: dict[str, Any] | None, overwrite: bool) -> bool:
+    """Refuses complete splits made from other inputs than `new`, or with `overwrite`
+    removes the whole data set (every split, its vocab, the files derived from the inputs
+    in tmp_dir) to be made again.
+
+    Returns:
+      Whether the data set was removed.
+
+    Raises:
+      UserError: the complete splits were made from other inputs (names each change).
+    """
+    from absl import logging
+
+    from t2t_lite.data_generators import data_marker
+    from t2t_lite.errors import UserError
+
+    base = problem.dataset_filename()
+    if overwrite:
+        vocabs = {m.get("vocab_file") for m in markers.values()} | {_own_vocab(problem)}
+        removed = [f for tag in data_marker.SPLIT_TAGS
+                   for f in data_marker.remove_split(data_dir, base, tag)]
+        paths = [os.path.join(data_dir, name) for name in sorted(v for v in vocabs if v)]
+        for path in paths + problem.datagen_derived_files(tmp_dir):
+            if os.path.exists(path):
+                os.remove(path)
+                removed.append(path)
+        if removed:
+            logging.warning("%s: --overwrite_data: removed %d file(s) of the data in %s (and "
+                            "derived files in %s) to make it again", problem.name,
+                            len(removed), data_dir, tmp_dir)
+        return True
+    if new is None or not markers:
+        return False
+    recorded = [m["made_from"] for m in markers.values() if m.get("made_from")]
+    if not recorded:
+        logging.warning("%s: the completion markers in %s (an older t2t_lite's) do not record "
+                        "what the data was made from; keeping it (--overwrite_data makes it "
+                        "again from the current inputs)", problem.name, data_dir)
+        return False
+    changes = data_marker.made_from_changes(recorded[0], new)
+    if changes:
+        raise UserError(
+            f"--data_dir={data_dir} holds {problem.name} data made from other inputs: "
+            f"{'; '.join(changes)}; regenerate it with --overwrite_data, or choose another "
+            "--data_dir")
+    return False
+
+
+def _refuse_inputs_among_outputs(problem, data_dir: str, made_from: dict[str, Any]) -> None:
+    """Refuses an input file that datagen would remove or rewrite: a file of data_dir named
+    like the problem's shards (`<dataset_filename>-train*`) or its vocab.
+
+    Raises:
+      UserError: naming the input's flag and path.
+    """
+    from t2t_lite.data_generators import data_marker
+    from t2t_lite.errors import UserError
+
+    base = problem.dataset_filename()
+    outputs = [f for tag in data_marker.SPLIT_TAGS
+               for f in data_marker.all_split_files(data_dir, base, tag)]
+    vocab = _own_vocab(problem)
+    if vocab:
+        outputs.append(os.path.join(data_dir, vocab))
+    for label, fingerprint in made_from["inputs"].items():
+        for output in outputs:
+            if validation.same_file(fingerprint["path"], output):
+                raise UserError(
+                    f"{label}={fingerprint['path']} is also one of datagen's outputs in "
+                    f"--data_dir={data_dir} (its {base}-<split>* files and vocab are removed "
+                    "and written again); move the input out of --data_dir")
+
+
+def generate_problem_data(problem, data_dir: str, tmp_dir: str, max_cases: int | None = None,
+                          made_from: dict[str, Any] | None = None,
+                          overwrite: bool = False) -> dict[str, dict] | None:
     """Generates a problem's data so that a rerun after a crash at any moment completes it.
 
     A split is kept only when its completion marker matches its files
-    (`data_marker`); every other split is removed (finished, unshuffled and partial shards)
-    and written again by `problem.generate_data`, which keeps t2t's order of work and random
-    draws. Once it returns, a marker is written for each split, last.
+    (`data_marker`) and records the same inputs as `made_from`; a split without a valid
+    marker is removed (finished, unshuffled and partial shards) and written again by
+    `problem.generate_data`, which keeps t2t's order of work and random draws; complete
+    splits made from other inputs are refused (or, with `overwrite`, removed with their
+    vocab and made again). Once it returns, a marker is written for each split, last.
 
     Args:
       problem: a Problem instance (its `generate_data` takes data_dir, tmp_dir, max_cases).
       data_dir: the data directory (created if needed).
       tmp_dir: raw data directory.
       max_cases: at most this many examples per split (None: all).
+      made_from: what the data is made from (`made_from`), recorded in the markers and
+        compared with theirs; None: not recorded, not compared.
+      overwrite: remove the problem's data (every split, its vocab, the files derived from
+        the inputs in tmp_dir) and make it again.
 
     Returns:
       {split tag: marker content} of the splits written, or None when every split was already
       complete (nothing done).
+
+    Raises:
+      UserError: the data in data_dir was made from other inputs (and not `overwrite`).
     """
     from absl import logging
 
     from t2t_lite.data_generators import data_marker, generator_utils
 
     base = problem.dataset_filename()
-    complete = {tag: data_marker.split_is_complete(data_dir, base, tag)
-                for tag in data_marker.SPLIT_TAGS}
+    if made_from:
+        _refuse_inputs_among_outputs(problem, data_dir, made_from)
+    markers = {}
+    for tag in data_marker.SPLIT_TAGS:
+        marker = data_marker.read_marker(data_dir, base, tag)
+        if marker is not None and not data_marker.marker_mismatches(data_dir, marker):
+            markers[tag] = marker
+    if _check_made_from(problem, data_dir, tmp_dir, markers, made_from, overwrite):
+        markers = {}
+    complete = {tag: tag in markers for tag in data_marker.SPLIT_TAGS}
     leftovers = {tag: data_marker.all_split_files(data_dir, base, tag)
                  for tag in data_marker.SPLIT_TAGS if not complete[tag]}
     if complete["train"] and not any(leftovers.values()):
@@ -172,8 +339,43 @@ def generate_problem_data(problem, data_dir: str, tmp_dir: str,
     for tag in data_marker.SPLIT_TAGS:
         if complete[tag] or not data_marker.final_shards(data_dir, base, tag):
             continue
-        markers[tag] = data_marker.write_marker(data_dir, base, tag, max_cases=max_cases)
+        vocab = _own_vocab(problem)
+        vocab = vocab if vocab and os.path.exists(os.path.join(data_dir, vocab)) else None
+        markers[tag] = data_marker.write_marker(data_dir, base, tag, max_cases=max_cases,
+                                                made_from=made_from, vocab_file=vocab)
         generator_utils.kill_point("marker")
     if "train" not in markers and not complete["train"]:
         raise ValueError(f"datagen for {problem.name} wrote no train shard in {data_dir}")
     return markers
+
+
+def generate_locked(problem, data_dir: str, tmp_dir: str,
+                    random_seed: int = DEFAULT_RANDOM_SEED, max_cases: int | None = None,
+                    overwrite: bool = False) -> dict[str, dict] | None:
+    """`generate_problem_data` as datagen runs it, for tools that generate data on the way
+    (the default run, training's --generate_data): under data_dir's datagen lock, seeded,
+    recording and comparing what the data is made from.
+
+    Args:
+      problem: a configured Problem instance.
+      data_dir, tmp_dir, max_cases, overwrite: see `generate_problem_data`.
+      random_seed: the seed set before generating (t2t-datagen's by default).
+
+    Returns:
+      See `generate_problem_data`.
+
+    Raises:
+      UserError: another datagen holds data_dir, or its data was made from other inputs.
+    """
+    from t2t_lite.utils import run_lock
+
+    # Locked first, so that a second datagen refuses at once (hashing inputs takes a while).
+    lock = run_lock.RunLock(data_dir, run_lock.DATAGEN_LOCK_NAME, "datagen", "--data_dir")
+    lock.acquire()
+    try:
+        inputs = made_from(problem, tmp_dir, datagen_settings(problem, max_cases, random_seed))
+        set_random_seed(random_seed)
+        return generate_problem_data(problem, data_dir, tmp_dir, max_cases=max_cases,
+                                     made_from=inputs, overwrite=overwrite)
+    finally:
+        lock.release()

@@ -219,6 +219,34 @@ class Problem:
         """Writes the train/dev shards (and any vocab) to data_dir. Subclasses implement."""
         raise NotImplementedError(f"{self.name} does not implement generate_data")
 
+    def datagen_input_files(self, tmp_dir: str) -> dict[str, list[str]]:
+        """The raw files that `generate_data` would read, as they exist now: what datagen's
+        completion markers record (size and sha256) so that a rerun on other inputs is
+        refused instead of keeping data made from the old ones.
+
+        Args:
+          tmp_dir: datagen's raw data directory.
+
+        Returns:
+          {label (the flag or tmp_dir name that selects them): paths}; {} (the default) for
+          problems generated from the random seed alone.
+        """
+        del tmp_dir
+        return {}
+
+    def datagen_derived_files(self, tmp_dir: str) -> list[str]:
+        """Files that `generate_data` writes into tmp_dir from the inputs and reuses on later
+        runs (t2t's compiled corpora); `--overwrite_data` removes them with the data.
+
+        Args:
+          tmp_dir: datagen's raw data directory.
+
+        Returns:
+          Paths of such files that exist; [] by default.
+        """
+        del tmp_dir
+        return []
+
     def feature_encoders(self, data_dir: str | None) -> dict[str, Any]:
         """Encoders for "inputs" and "targets" (default: t2t's integer TextEncoder)."""
         from t2t_lite.data_generators import text_encoder

@@ -21,6 +21,7 @@ from typing import Any
 from absl import logging
 
 from t2t_lite.data_generators import problem
+from t2t_lite.errors import UserError
 from t2t_lite.hparams import HParams
 
 
@@ -32,8 +33,9 @@ class VocabType:
     TOKEN = "tokens"
 
 
-class CorpusError(ValueError):
-    """Raw training text that cannot be used; the message names the file (and line)."""
+class CorpusError(UserError):
+    """Raw training text that cannot be used; the message names the file (and line). A
+    UserError: run.py reports it as one line."""
 
 
 # --------------------------------------------------------------------------------------------
@@ -70,6 +72,13 @@ def txt_line_iterator(txt_path: str) -> Iterator[str]:
             yield line.strip()
 
 
+def count_lines(txt_path: str) -> int:
+    """Number of lines of a file as `txt_line_iterator` yields them ("\\n"-separated, a last
+    line without "\\n" counted)."""
+    with open(txt_path, "rb") as f:
+        return sum(1 for _ in f)
+
+
 def text2text_txt_iterator(source_txt_path: str, target_txt_path: str) -> Iterator[dict]:
     """Yields `{"inputs": line, "targets": line}` from two parallel text files.
 
@@ -100,8 +109,8 @@ def text2text_txt_iterator(source_txt_path: str, target_txt_path: str) -> Iterat
             )
             raise CorpusError(
                 f"Parallel files differ in length: {short} has {line_number - 1} lines but "
-                f"{long_} continues at line {line_number}. Line i of one must translate "
-                "line i of the other."
+                f"{long_} continues at line {line_number} ({count_lines(long_)} lines in "
+                "all). Line i of one must translate line i of the other."
             )
         yield {"inputs": source, "targets": target}
 
@@ -195,6 +204,11 @@ class Text2TextProblem(problem.Problem):
                 f"{self.vocab_type} vocab")
         self._subword_dropout = rate
         self._subword_dropout_copies = copies
+
+    @property
+    def subword_dropout(self) -> tuple[float, int]:
+        """(rate, copies) of `set_subword_dropout`; (0.0, 1) is t2t's one pass."""
+        return self._subword_dropout, self._subword_dropout_copies
 
     # Subclass interface ----------------------------------------------------------------------
     @property
@@ -529,6 +543,14 @@ class Text2textTmpdir(Text2TextProblem):
 
     def source_description(self, tmp_dir: str, dataset_split: str) -> str:
         return " and ".join(self._split_files(tmp_dir, dataset_split))
+
+    def datagen_input_files(self, tmp_dir: str) -> dict[str, list[str]]:
+        files = {}
+        for split in (problem.DatasetSplit.TRAIN, problem.DatasetSplit.EVAL):
+            for path in self._split_files(tmp_dir, split):
+                if os.path.isfile(path):
+                    files[f"tmp_dir/{os.path.basename(path)}"] = [path]
+        return files
 
     def generate_samples(self, data_dir: str, tmp_dir: str, dataset_split: str):
         del data_dir

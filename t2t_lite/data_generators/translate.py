@@ -312,6 +312,63 @@ class TranslateProblem(text_problems.Text2TextProblem):
         base = self._compiled_base(tmp_dir, dataset_split)
         return f"{base}.lang1 and {base}.lang2"
 
+    def _raw_inputs(self, tmp_dir: str, dataset_split: str) -> dict[str, list[str]]:
+        """The raw corpora of a split present in tmp_dir: each archive, or its extracted
+        files."""
+        raw = {}
+        for url, names in self.source_data_files(dataset_split):
+            archive = os.path.join(tmp_dir, os.path.basename(url))
+            if os.path.isfile(archive):
+                raw[f"tmp_dir/{os.path.basename(url)}"] = [archive]
+                continue
+            for name in names:
+                for path in (os.path.join(tmp_dir, name),
+                             os.path.join(tmp_dir, name).removesuffix(".gz")):
+                    if os.path.isfile(path):
+                        raw[f"tmp_dir/{os.path.relpath(path, tmp_dir)}"] = [path]
+                        break
+        return raw
+
+    def _compiled_is_derived(self, tmp_dir: str, dataset_split: str) -> bool:
+        """Whether the split's compiled files are datagen's own, made from the raw corpora
+        or TFDS (else they are the user's input)."""
+        return bool(self._raw_inputs(tmp_dir, dataset_split)) or bool(self.tfds_name)
+
+    def datagen_input_files(self, tmp_dir: str) -> dict[str, list[str]]:
+        """The user's files of each split, else the raw corpora present in tmp_dir, else
+        t2t's compiled files when they are not derived (`_compiled_is_derived`: recording
+        derived files would make a rerun look changed)."""
+        files = {}
+        for split, flags in ((problem.DatasetSplit.TRAIN, ("--train_src", "--train_tgt")),
+                             (problem.DatasetSplit.EVAL, ("--dev_src", "--dev_tgt"))):
+            if split in self._user_files:
+                files.update((flag, [path]) for flag, path in zip(flags, self._user_files[split]))
+            elif self._compiled_is_derived(tmp_dir, split):
+                files.update(self._raw_inputs(tmp_dir, split))
+            else:
+                base = self._compiled_base(tmp_dir, split)
+                for suffix in (".lang1", ".lang2"):
+                    if os.path.isfile(base + suffix):
+                        files[f"tmp_dir/{os.path.basename(base + suffix)}"] = [base + suffix]
+        return files
+
+    def datagen_derived_files(self, tmp_dir: str) -> list[str]:
+        """The compiled files that datagen made from the raw corpora or TFDS, and the files
+        it extracted from archives (both are read instead of the archives once they exist,
+        so new archives need them made again)."""
+        files = []
+        for split in (problem.DatasetSplit.TRAIN, problem.DatasetSplit.EVAL):
+            if split in self._user_files or not self._compiled_is_derived(tmp_dir, split):
+                continue
+            base = self._compiled_base(tmp_dir, split)
+            files += [base + suffix for suffix in (".lang1", ".lang2")]
+            for url, names in self.source_data_files(split):
+                if os.path.isfile(os.path.join(tmp_dir, os.path.basename(url))):
+                    for name in names:
+                        path = os.path.join(tmp_dir, name)
+                        files += [path, path.removesuffix(".gz")]
+        return sorted({path for path in files if os.path.isfile(path)})
+
     # Samples and vocab -----------------------------------------------------------------------
     def generate_samples(self, data_dir: str, tmp_dir: str, dataset_split: str):
         del data_dir

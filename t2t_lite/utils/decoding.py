@@ -164,12 +164,17 @@ def decode_hparams(overrides: str = "") -> HParams:
             raise ValueError(
                 f"--decode_hparams: {name}={hp.get(name)!r} is not supported ({reason}); "
                 f"leave it at {defaults.get(name)!r}")
-    if hp.beam_size < 1:
-        raise ValueError(f"--decode_hparams: beam_size={hp.beam_size} must be >= 1")
-    if hp.extra_length < 0:
-        raise ValueError(f"--decode_hparams: extra_length={hp.extra_length} must be >= 0")
-    if hp.num_decodes < 1:
-        raise ValueError(f"--decode_hparams: num_decodes={hp.num_decodes} must be >= 1")
+    for name, low in (("beam_size", 1), ("extra_length", 0), ("num_decodes", 1),
+                      ("batch_size", 0), ("shards", 1), ("shard_id", 0),
+                      ("shards_start_offset", 0), ("num_samples", -1)):
+        if hp.get(name) < low:
+            raise ValueError(f"--decode_hparams: {name}={hp.get(name)} must be >= {low}")
+    if hp.shard_id >= hp.shards:
+        raise ValueError(f"--decode_hparams: shard_id={hp.shard_id} must be < shards="
+                         f"{hp.shards}")
+    if hp.num_samples == 0:
+        raise ValueError("--decode_hparams: num_samples=0 decodes nothing; use -1 (all) or a "
+                         "positive count")
     if hp.force_decode_length and hp.beam_size > 1:
         raise ValueError("--decode_hparams: force_decode_length=True applies to greedy decoding "
                          f"(beam_size=1), as in t2t; beam_size={hp.beam_size} ignores it")
@@ -227,6 +232,36 @@ def read_inputs(filename: str, delimiter: str = "\n") -> list[str]:
     if records and not records[-1]:
         records.pop()
     return records
+
+
+def check_id_inputs(records: Sequence[str], encoder: Any, source: str,
+                    delimiter: str = "\n", first_line: int = 1) -> None:
+    """Refuses a record holding a token that is not an integer id, when the problem's input
+    encoder reads ids (t2t's plain `TextEncoder`, e.g. the algorithmic problems).
+
+    Args:
+      records: the records of `read_inputs`.
+      encoder: the problem's input encoder (other encoders accept any text).
+      source: where they come from, for the message: "--decode_from_file=F", "stdin".
+      delimiter: the record separator (records are lines when it is "\n").
+      first_line: the line number of the first record.
+
+    Raises:
+      UserError: "--decode_from_file=F:2: 'x' is not a token id; ...".
+    """
+    from t2t_lite.data_generators import text_encoder
+
+    if type(encoder).encode is not text_encoder.TextEncoder.encode:
+        return
+    for number, record in enumerate(records, start=first_line):
+        for token in record.split():
+            try:
+                int(token)
+            except ValueError:
+                where = f"{number}" if delimiter == "\n" else f" record {number}"
+                raise UserError(
+                    f"{source}:{where}: {token!r} is not a token id; "
+                    "this problem's inputs are integer ids separated by spaces") from None
 
 
 def sort_inputs(inputs: Sequence[str]) -> tuple[list[str], list[int]]:
@@ -491,6 +526,8 @@ def decode_from_file(infer_fn: InferFn, filename: str, encoders: dict, decode_hp
     if not os.path.isfile(filename):
         raise FileNotFoundError(f"--decode_from_file={filename}: no such file")
     lines = read_inputs(filename, decode_hp.delimiter)
+    check_id_inputs(lines, encoders.get("inputs", encoders["targets"]),
+                    f"--decode_from_file={filename}", decode_hp.delimiter)
     decodes = decode_lines(lines, infer_fn, encoders.get("inputs", encoders["targets"]),
                            encoders["targets"], decode_hp, parallel_batches)
     if decode_to_file:
@@ -507,7 +544,8 @@ def decode_interactively(infer_fn: InferFn, encoders: dict, decode_hp: HParams,
     """Decodes each line read from `input_stream` until end of input or a line "q".
 
     Prints the decode (with return_beams: one `"text"\\tScore:%f` line per beam, as t2t logs
-    them) to `output_stream`.
+    them) to `output_stream`; a line that the input encoder cannot read (a word where ids are
+    expected) gets one `error: stdin:N: ...` line on stderr and is skipped.
 
     Returns:
       The number of lines decoded.
@@ -515,15 +553,23 @@ def decode_interactively(infer_fn: InferFn, encoders: dict, decode_hp: HParams,
     inputs_encoder = encoders.get("inputs", encoders["targets"])
     count = 0
     prompt = input_stream.isatty() if hasattr(input_stream, "isatty") else False
+    line_number = 0
     while True:
         if prompt:
             sys.stderr.write("INTERACTIVE MODE: type a source line ('q' quits)\n> ")
             sys.stderr.flush()
         line = input_stream.readline()
+        line_number += 1
         if not line or line.strip() == "q":
             return count
         text = line.strip()
         if not text:
+            continue
+        try:
+            check_id_inputs([text], inputs_encoder, "stdin", first_line=line_number)
+        except UserError as e:
+            # One bad line does not end the session: say why and read the next.
+            sys.stderr.write(f"error: {e}\n")
             continue
         batch = pad_batch([encode_input(text, inputs_encoder, decode_hp.max_input_size)])
         outputs, scores = infer_fn(batch)

@@ -5,6 +5,7 @@ host, pid and start time before it writes anything else there, and removes it at
 second run into the same directory refuses with one line naming the holder. A lock whose pid
 no longer runs on this host (the run was killed) is stale: it is taken over with a warning.
 A lock held by another host is never taken over (its process cannot be checked from here).
+Datagen holds its data_dir the same way, with `datagen.lock`.
 """
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from absl import logging
 from t2t_lite.errors import UserError
 
 LOCK_NAME = "run.lock"
+DATAGEN_LOCK_NAME = "datagen.lock"
 
 
 def _pid_alive(pid: int) -> bool:
@@ -72,10 +74,16 @@ class RunLock:
 
     Args:
       output_dir: the run's directory (created if missing).
+      lock_name: the lock file's name in it (datagen's: `DATAGEN_LOCK_NAME`).
+      holder_kind: what holds such a lock, for the message ("run", "datagen").
+      flag: the flag that names the directory, for the message.
     """
 
-    def __init__(self, output_dir: str):
-        self.path = os.path.join(output_dir, LOCK_NAME)
+    def __init__(self, output_dir: str, lock_name: str = LOCK_NAME, holder_kind: str = "run",
+                 flag: str = "--output_dir"):
+        self.path = os.path.join(output_dir, lock_name)
+        self.holder_kind = holder_kind
+        self.flag = flag
         self.holder = {"host": socket.gethostname(), "pid": os.getpid(),
                        "start_time": time.time()}
         self.held = False
@@ -99,8 +107,8 @@ class RunLock:
                 holder = _read(self.path)
             stale = self._refuse_live(holder)
             if stale:
-                logging.warning("Taking over the stale lock %s of a run that no longer runs "
-                                "(%s)", self.path, _describe(holder))
+                logging.warning("Taking over the stale lock %s of a %s that no longer runs "
+                                "(%s)", self.path, self.holder_kind, _describe(holder))
             try:
                 tf.io.gfile.remove(self.path)
             except tf.errors.NotFoundError:
@@ -116,9 +124,10 @@ class RunLock:
                  and isinstance(holder.get("pid"), int) and not _pid_alive(holder["pid"]))
         if holder and not (ours or stale):
             raise UserError(
-                f"{os.path.dirname(self.path)} is in use by another run ({_describe(holder)}; "
-                f"lock file {self.path}); wait for it, stop it, or choose another "
-                "--output_dir (remove the lock file only if that run is gone)")
+                f"{os.path.dirname(self.path)} is in use by another {self.holder_kind} "
+                f"({_describe(holder)}; lock file {self.path}); wait for it, stop it, or choose "
+                f"another {self.flag} (remove the lock file only if that {self.holder_kind} is "
+                "gone)")
         return stale
 
     def refuse_if_held(self) -> None:

@@ -143,6 +143,122 @@ def check_writable_dir(flag: str, directory: str, shown: str | None = None) -> N
         raise UserError(f"--{flag}={shown}: cannot write in {existing} ({e.strerror})") from e
 
 
+def same_file(a: str, b: str) -> bool:
+    """Whether two local paths name one file: the same inode when both exist (hard links,
+    symlinks, `./x` vs `x`), else the same resolved path. Paths with a scheme (gs://...)
+    compare as strings."""
+    if "://" in a or "://" in b:
+        return a.rstrip("/") == b.rstrip("/")
+    a, b = os.path.expanduser(a), os.path.expanduser(b)
+    if os.path.exists(a) and os.path.exists(b):
+        return os.path.samefile(a, b)
+    return os.path.realpath(a) == os.path.realpath(b)
+
+
+def check_output_not_input(flag: str, output: str | None,
+                           inputs: Mapping[str, str | None]) -> None:
+    """Refuses an output path that is also one of the run's inputs, before any work (the
+    output would replace the input: `--decode_to_file` equal to `--decode_from_file`, an
+    export or averaging directory equal to the run's directory, ...).
+
+    Args:
+      flag: the output's flag, e.g. "decode_to_file".
+      output: the output path (None: nothing to check).
+      inputs: {flag: path} of the inputs (None values are skipped).
+
+    Raises:
+      UserError: "--decode_to_file=x is the same file as --decode_from_file=x: ...".
+    """
+    if not output:
+        return
+    for name, path in inputs.items():
+        if path and same_file(output, path):
+            raise UserError(f"--{flag}={output} is the same file as --{name}={path}: the "
+                            f"output would replace the input; choose another --{flag}")
+
+
+def available_memory() -> int | None:
+    """Bytes of memory this process can still take: /proc/meminfo's MemAvailable, lowered
+    to the cgroup's limit minus its usage when there is one (a container); the free physical
+    pages where /proc is absent; None when unknown."""
+    available = None
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    available = int(line.split()[1]) * 1024
+    except OSError:
+        try:
+            available = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        except (ValueError, OSError, AttributeError):
+            return None
+    try:
+        with open("/sys/fs/cgroup/memory.max") as f:
+            limit = f.read().strip()
+        with open("/sys/fs/cgroup/memory.current") as f:
+            used = int(f.read().strip())
+        if limit != "max":
+            room = int(limit) - used
+            available = room if available is None else min(available, room)
+    except (OSError, ValueError):
+        pass
+    return available
+
+
+def decode_memory_estimate(beam_size: int, batch_rows: int, vocab_size: int,
+                           decode_length: int, hidden_size: int, num_heads: int,
+                           num_layers: int, slot_storage: bool = True) -> int:
+    """A lower estimate of the bytes one decoded batch holds at its last step (float32).
+
+    Terms, for B = batch_rows, K = beam_size, V = vocab_size, T = decode_length, D =
+    hidden_size, H = num_heads, N = num_layers:
+      * the scores of every extension: B x K x V, about 4 copies (logits, log-probs, the
+        flattened scores, top-k);
+      * the hypotheses: B x K x T ids, about 8 copies (alive, finished, 2K candidates, 3K
+        merged);
+      * the keys and values of the decoder caches: 2 x N x B x K x T x D, twice (a step
+        writes a new copy);
+      * beam search's slot storage (`slot_storage`, the decoder without XLA, K > 1): each
+        of the K hypotheses of a sentence attends over the K x T stored positions, and its
+        slot mask is as large: B x K x K x T x (3 H + 1).
+
+    Args:
+      beam_size, batch_rows, vocab_size, decode_length, hidden_size, num_heads, num_layers:
+        as above (decode_length: input length + extra_length).
+      slot_storage: whether the K x K attention term applies.
+
+    Returns:
+      Bytes.
+    """
+    rows = batch_rows * beam_size
+    total = rows * vocab_size * 4 + rows * decode_length * 8
+    total += 2 * 2 * num_layers * rows * decode_length * hidden_size
+    if slot_storage and beam_size > 1:
+        total += rows * beam_size * decode_length * (3 * num_heads + 1)
+    return total * 4
+
+
+def check_decode_memory(estimate: int, what: str, available: int | None = None) -> None:
+    """Refuses a decode whose `decode_memory_estimate` exceeds the available memory, before
+    the model is loaded (instead of minutes of swapping and an out-of-memory traceback).
+
+    Args:
+      estimate: bytes (`decode_memory_estimate`).
+      what: the settings behind it, for the message, e.g. "beam_size=10000 x 2 lines x ...".
+      available: bytes available (default: `available_memory()`; None: unknown, no check).
+
+    Raises:
+      UserError: naming the estimate, the memory available and what to lower.
+    """
+    available = available_memory() if available is None else available
+    if available is None or estimate <= available:
+        return
+    raise UserError(
+        f"--decode_hparams: decoding {what} needs about {estimate / 2**30:.1f} GiB, more than "
+        f"the {available / 2**30:.1f} GiB of memory available; lower beam_size (or "
+        "batch_size, extra_length)")
+
+
 _ID_OUT_OF_RANGE = re.compile(r"indices\[[^\]]*\] = (-?\d+) is not in \[0, (\d+)\)")
 
 
