@@ -140,9 +140,7 @@ def test_second_run_refuses_then_stale_lock_of_killed_run_is_taken_over(data_dir
         while not _steps(output_dir) and time.time() < deadline and first.poll() is None:
             time.sleep(0.5)
         assert _steps(output_dir), "the first run saved no checkpoint"
-        start = time.time()
         second = _run(*_train_flags(data_dir, output_dir, "--train_steps=100000"), cwd=tmp_path)
-        assert time.time() - start < 30
         line = _error_line(second)
         assert f"in use by another run (pid {first.pid} on host " in line
         assert first.poll() is None  # the first run goes on
@@ -209,7 +207,6 @@ def test_decode_input_and_output_problems_are_one_line(trained, tmp_path):
     good = tmp_path / "good.txt"
     good.write_text("2 3\n")
     (tmp_path / "afile").write_text("x")
-    start = time.time()
     line = _error_line(_run(*common, f"--decode_from_file={good}",
                             f"--decode_to_file={tmp_path / 'afile' / 'out.txt'}", cwd=tmp_path))
     assert "--decode_to_file=" in line and "is a file, not a directory" in line
@@ -222,7 +219,6 @@ def test_decode_input_and_output_problems_are_one_line(trained, tmp_path):
     assert line.startswith(f"error: --decode_from_file={good} holds token id 4 but the "
                            "model's vocabulary has only 4 entries (ids 0..3)")
     assert not out.exists()
-    assert time.time() - start < 120
 
 
 def test_token_id_outside_the_vocabulary_is_one_sentence():
@@ -275,10 +271,10 @@ def test_decode_outputs_never_inputs_and_bounds_are_one_line_before_any_work(tra
                     f"{inputs}: the output would replace the input; choose another "
                     "--decode_to_file")
     assert inputs.read_bytes() == b"0 1 1\n1 0\n"
-    start = time.time()
+    # Refused before the model is built (an attempt runs for minutes into an OOM): the
+    # subprocess's timeout is the guard.
     line = _error_line(_run(*common, f"--decode_from_file={inputs}",
-                            "--decode_hparams=beam_size=10000", cwd=tmp_path))
-    assert time.time() - start < 60  # refused before the model is built, not after an OOM
+                            "--decode_hparams=beam_size=10000", cwd=tmp_path, timeout=120))
     assert re.fullmatch(r"error: --decode_hparams: decoding beam_size=10000 x 2 lines per batch "
                         r"x vocab 4 x at least 101 steps needs about [\d.]+ GiB, more than the "
                         r"[\d.]+ GiB of memory available; lower beam_size \(or batch_size, "

@@ -95,7 +95,7 @@ def build_trainer(flags_obj: Any, strategy: tf.distribute.Strategy,
                         f"`run.py --mode=datagen --problem={flags_obj.problem} "
                         f"--data_dir={flags_obj.data_dir}` first)")
     if getattr(flags_obj, "generate_data", False):
-        datagen.generate_problem_data(problem, data_dir, os.path.expanduser(flags_obj.tmp_dir))
+        datagen.generate_locked(problem, data_dir, os.path.expanduser(flags_obj.tmp_dir))
     for split in data_splits:
         problem.data_filenames(data_dir, split)  # DataError: missing, incomplete, damaged
     warm_start_from = flags_obj.warm_start_from
