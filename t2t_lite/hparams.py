@@ -274,7 +274,8 @@ class HParams:
 
 
 def create_hparams(name: str, overrides: str = "", hparams_json_path: str | None = None) -> HParams:
-    """Builds the registered hparams set `name`, then applies overrides (t2t order).
+    """Builds the registered hparams set `name` (with t2t_lite's own hparams,
+    `hparams_support.OWN`), then applies overrides (t2t order).
 
     Args:
       name: a registered set, e.g. "transformer_base".
@@ -287,9 +288,10 @@ def create_hparams(name: str, overrides: str = "", hparams_json_path: str | None
     """
     import os
 
-    from t2t_lite import registry
+    from t2t_lite import hparams_support, registry
 
     hparams = registry.hparams(name)
+    hparams_support.add_own_hparams(hparams)
     if hparams_json_path and os.path.exists(hparams_json_path):
         with open(hparams_json_path, encoding="utf-8") as f:
             hparams.parse_json(f.read())

@@ -12,7 +12,8 @@ from t2t_lite.hparams import HParams, create_hparams
 from t2t_lite.models.transformer import Transformer
 
 SETS = registry.list_hparams()
-TABLES = (hparams_support.USED, hparams_support.NO_EFFECT, hparams_support.NOT_SUPPORTED)
+TABLES = (hparams_support.USED, hparams_support.NO_EFFECT, hparams_support.NOT_SUPPORTED,
+          hparams_support.OWN)
 
 
 def _other_value(value):
@@ -64,6 +65,19 @@ def test_used_hparams_are_read_where_the_table_says(hparam, module):
     reads = (rf"hparams\.{hparam}\b", rf"hp\.{hparam}\b", rf"\.get\(\s*\"{hparam}\"",
              rf"\"{hparam}\"")
     assert any(re.search(pattern, source) for pattern in reads), (hparam, module)
+
+
+def test_own_hparams_are_in_every_set_settable_and_read_where_the_table_says():
+    for hparam, (default, module, meaning) in hparams_support.OWN.items():
+        assert meaning and hparam not in hparams_support.USED
+        for set_name in SETS:
+            assert create_hparams(set_name).get(hparam) == default, (set_name, hparam)
+        changed = _other_value(default)
+        assert create_hparams("transformer_tiny", f"{hparam}={changed}").get(hparam) == changed
+        # Hparams without it (a t2t run's) read the default.
+        assert hparams_support.hparam(HParams(hidden_size=8), hparam) == default
+        source = inspect.getsource(importlib.import_module(module))
+        assert re.search(rf"\"{hparam}\"", source), (hparam, module)
 
 
 def test_the_model_refuses_an_unsupported_hparam_in_one_line():

@@ -14,7 +14,7 @@ from collections.abc import Iterator, Sequence
 import keras
 import tensorflow as tf
 
-from t2t_lite.layers import common_layers
+from t2t_lite.layers import common_layers, fused_ops
 
 # Additive bias for masked positions (t2t's -1e9; exp underflows to exactly 0 in float32).
 LARGE_NEGATIVE = -1e9
@@ -247,6 +247,9 @@ class MultiheadAttention(keras.layers.Layer):
       dropout: attention weight dropout rate.
       dropout_broadcast_dims: hparams.attention_dropout_broadcast_dims (over [B, H, Lq, Lk]).
       kernel_initializer: initializer of the four kernels.
+      fused: softmax + dropout + matmul by `fused_ops.softmax_dropout_matmul` when dropping
+        weights with a stateless mask (hparams.use_fused_kernels); False: the plain ops, the
+        same mask.
       name: t2t scope "multihead_attention".
     """
 
@@ -259,10 +262,12 @@ class MultiheadAttention(keras.layers.Layer):
         dropout: float = 0.0,
         dropout_broadcast_dims: str | Sequence[int] = (),
         kernel_initializer="glorot_uniform",
+        fused: bool = True,
         name: str = "multihead_attention",
         **kwargs,
     ):
         super().__init__(name=name, **kwargs)
+        self.fused = bool(fused)
         self.num_heads = int(num_heads)
         self.hidden_size = int(hidden_size)
         self.key_depth = int(key_depth or hidden_size)
@@ -389,10 +394,11 @@ class MultiheadAttention(keras.layers.Layer):
         logits = tf.matmul(q, k, transpose_b=True)
         if bias is not None:
             logits += tf.cast(bias, logits.dtype)
-        seed = self.dropout.active_seed(training)
-        if seed is not None and _RECORDED_WEIGHTS is None:
-            x = softmax_dropout_matmul(logits, v, self.dropout_rate, seed,
-                                       self.dropout.noise_shape(logits))
+        keep = None
+        if self.fused and _RECORDED_WEIGHTS is None:
+            keep = self.dropout.stateless_keep_mask(logits, training)
+        if keep is not None:
+            x = fused_ops.softmax_dropout_matmul(logits, v, keep, self.dropout_rate)
         else:
             weights = tf.nn.softmax(logits)
             if _RECORDED_WEIGHTS is not None:  # record_attention_weights(): eager calls only
@@ -416,56 +422,9 @@ class MultiheadAttention(keras.layers.Layer):
             dropout=self.dropout_rate,
             dropout_broadcast_dims=self.dropout_broadcast_dims,
             kernel_initializer=keras.initializers.serialize(self.kernel_initializer),
+            fused=self.fused,
         )
         return config
-
-
-def softmax_dropout_matmul(logits: tf.Tensor, v: tf.Tensor, rate: float, seed: tf.Tensor,
-                           noise_shape: tf.Tensor | None = None) -> tf.Tensor:
-    """`matmul(stateless_dropout(softmax(logits)), v)` whose backward pass keeps only the
-    softmax weights and the keep mask.
-
-    Autodiff of the three ops keeps the weights (softmax gradient), the dropped weights
-    (gradient of v) and the mask: 9 bytes per attention weight in float32. Here the dropped
-    weights are recomputed from the other two in the backward pass (5 bytes kept). Same
-    values and gradients as the three ops (the same kernels in the same order).
-
-    Args:
-      logits: [B, H, Lq, Lk] attention logits (bias added).
-      v: [B, H, Lk, d] values.
-      rate: attention dropout rate in (0, 1).
-      seed: int64 [2] stateless seed of this dropout layer.
-      noise_shape: mask shape broadcastable to logits' (None: logits' shape).
-
-    Returns:
-      [B, H, Lq, d].
-    """
-
-    @tf.custom_gradient
-    def fused(logits, v):
-        weights = tf.nn.softmax(logits)
-        keep = common_layers.stateless_keep_mask(
-            tf.shape(weights) if noise_shape is None else noise_shape, rate, seed)
-        scale = tf.cast(1.0 / (1.0 - rate), weights.dtype)
-        zero = tf.zeros([], weights.dtype)
-        out = tf.matmul(common_layers.apply_keep_mask(weights, keep, rate), v)
-
-        def grad(dout):
-            # Recomputed once the upstream gradient exists (without the dependency the
-            # executor would run it during the forward pass and keep it), masked first,
-            # then scaled: the forward's values, not its ops (Grappler would merge those).
-            with tf.control_dependencies([dout]):
-                dropped = tf.where(keep, weights, zero) * scale
-            d_dropped = tf.matmul(dout, v, adjoint_b=True)
-            d_v = tf.matmul(dropped, dout, adjoint_a=True)
-            d_weights = tf.where(keep, d_dropped * scale, zero)
-            # Softmax's gradient, as TensorFlow's _SoftmaxGrad writes it.
-            d_logits = (d_weights - tf.reduce_sum(d_weights * weights, -1, keepdims=True)) * weights
-            return d_logits, d_v
-
-        return out, grad
-
-    return fused(logits, v)
 
 
 def _swap_axes_1_2(x: tf.Tensor) -> tf.Tensor:

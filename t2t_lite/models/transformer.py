@@ -35,7 +35,7 @@ import tensorflow as tf
 
 from t2t_lite import hparams_support, registry
 from t2t_lite.hparams import HParams
-from t2t_lite.layers import common_attention, common_layers, modalities
+from t2t_lite.layers import common_attention, common_layers, fused_ops, modalities
 from t2t_lite.models.transformer_layers import TransformerBody, layer_args
 from t2t_lite.utils import beam_search, optimize
 
@@ -322,9 +322,10 @@ class Transformer(keras.Model):
         Padding positions have weight 0 in the loss, so leaving out their logits changes
         neither the loss nor any gradient; it saves that fraction (~7% on the bucketed toy
         WMT batches) of the step's largest cost, the `[B*T, D] x [D, V]` logits and their
-        cross-entropy, forward and backward. The logits of the remaining positions are
-        computed in chunks (`common_layers.fused_softmax_cross_entropy`), so the `[N, V]`
-        tensors never exist whole.
+        cross-entropy, forward and backward. With hparams.use_fused_kernels the logits of the
+        remaining positions are computed in chunks (`fused_ops.softmax_cross_entropy`), so
+        the `[N, V]` tensors never exist whole; without, by the modality's softmax layer and
+        `padded_cross_entropy` (plain ops).
 
         Args:
           features: as for `call`.
@@ -354,12 +355,12 @@ class Transformer(keras.Model):
         positions = tf.where(tf.not_equal(targets, 0))
         labels = tf.gather_nd(targets, positions)
         x = tf.gather_nd(x, positions)
-        if x.dtype == tf.float16:
-            # The fused loss casts the unscaled logit gradients to the compute dtype; with
-            # float16 loss scaling they must be scaled first, as autodiff does.
+        # The fused loss casts the unscaled logit gradients to the compute dtype; with
+        # float16 loss scaling they must be scaled first, as autodiff does.
+        if not hparams_support.hparam(self.hparams, "use_fused_kernels") or x.dtype == tf.float16:
             return common_layers.padded_cross_entropy(
                 self.modality.top(x, matrices), labels, label_smoothing)
-        num = common_layers.fused_softmax_cross_entropy(
+        num = fused_ops.softmax_cross_entropy(
             x, matrices["softmax"], labels, label_smoothing)
         return num, tf.cast(tf.size(labels), tf.float32)
 

@@ -79,6 +79,7 @@ LAYER_HPARAMS = (
     "layer_prepostprocess_dropout_broadcast_dims",
     "norm_type",
     "norm_epsilon",
+    "use_fused_kernels",
 )
 
 
@@ -110,6 +111,8 @@ class _TransformerLayer(keras.layers.Layer):
       layer_prepostprocess_dropout, layer_prepostprocess_dropout_broadcast_dims: their "d".
       norm_type: "layer" or "none".
       norm_epsilon: layer norm epsilon.
+      use_fused_kernels: the hand-written kernels of `fused_ops` (t2t_lite's own hparam);
+        False: plain TensorFlow ops, the same dropout masks.
       kernel_initializer: initializer of every kernel (the model's default initializer).
     """
 
@@ -131,6 +134,7 @@ class _TransformerLayer(keras.layers.Layer):
         layer_prepostprocess_dropout_broadcast_dims: str = "",
         norm_type: str = "layer",
         norm_epsilon: float = 1e-6,
+        use_fused_kernels: bool = True,
         kernel_initializer="glorot_uniform",
         **kwargs,
     ):
@@ -160,19 +164,22 @@ class _TransformerLayer(keras.layers.Layer):
                 layer_prepostprocess_dropout_broadcast_dims),
             "norm_type": norm_type,
             "norm_epsilon": float(norm_epsilon),
+            "use_fused_kernels": bool(use_fused_kernels),
         }
 
     def _preprocess(self) -> common_layers.LayerPrepostprocess:
         a = self._args
         return common_layers.layer_preprocess(
             a["layer_preprocess_sequence"], a["layer_prepostprocess_dropout"],
-            a["layer_prepostprocess_dropout_broadcast_dims"], a["norm_type"], a["norm_epsilon"])
+            a["layer_prepostprocess_dropout_broadcast_dims"], a["norm_type"], a["norm_epsilon"],
+            a["use_fused_kernels"])
 
     def _postprocess(self) -> common_layers.LayerPrepostprocess:
         a = self._args
         return common_layers.layer_postprocess(
             a["layer_postprocess_sequence"], a["layer_prepostprocess_dropout"],
-            a["layer_prepostprocess_dropout_broadcast_dims"], a["norm_type"], a["norm_epsilon"])
+            a["layer_prepostprocess_dropout_broadcast_dims"], a["norm_type"], a["norm_epsilon"],
+            a["use_fused_kernels"])
 
     def _attention(self) -> common_attention.MultiheadAttention:
         a = self._args
@@ -184,6 +191,7 @@ class _TransformerLayer(keras.layers.Layer):
             dropout=a["attention_dropout"],
             dropout_broadcast_dims=a["attention_dropout_broadcast_dims"],
             kernel_initializer=self.kernel_initializer,
+            fused=a["use_fused_kernels"],
         )
 
     def _ffn(self) -> common_layers.DenseReluDense:
@@ -194,6 +202,7 @@ class _TransformerLayer(keras.layers.Layer):
             dropout=a["relu_dropout"],
             dropout_broadcast_dims=a["relu_dropout_broadcast_dims"],
             kernel_initializer=self.kernel_initializer,
+            fused=a["use_fused_kernels"],
             name="ffn",
         )
 
