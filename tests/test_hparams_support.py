@@ -67,13 +67,19 @@ def test_used_hparams_are_read_where_the_table_says(hparam, module):
     assert any(re.search(pattern, source) for pattern in reads), (hparam, module)
 
 
-def test_own_hparams_are_in_every_set_settable_and_read_where_the_table_says():
+def test_own_hparams_are_in_every_set_settable_and_read_where_the_table_says(tmp_path):
     for hparam, (default, module, meaning) in hparams_support.OWN.items():
         assert meaning and hparam not in hparams_support.USED
         for set_name in SETS:
             assert create_hparams(set_name).get(hparam) == default, (set_name, hparam)
         changed = _other_value(default)
-        assert create_hparams("transformer_tiny", f"{hparam}={changed}").get(hparam) == changed
+        hparams = create_hparams("transformer_tiny", f"{hparam}={changed}")
+        assert hparams.get(hparam) == changed
+        # A restarted run keeps it from its hparams.json.
+        (tmp_path / "hparams.json").write_text(hparams.to_json())
+        restarted = create_hparams("transformer_tiny",
+                                   hparams_json_path=str(tmp_path / "hparams.json"))
+        assert restarted.get(hparam) == changed
         # Hparams without it (a t2t run's) read the default.
         assert hparams_support.hparam(HParams(hidden_size=8), hparam) == default
         source = inspect.getsource(importlib.import_module(module))
