@@ -179,7 +179,7 @@ def test_memory_kv_equals_memory(attention):
 
 def test_memory_kv_of_beams_reads_the_untiled_memory(attention):
     """Beam search's query rows b * K + k attend to memory row b (projected once, untiled):
-    the same as tiling the memory and its padding bias to every beam, and recorded weights
+    the same as tiling the memory and its padding bias to every beam, and returned weights
     keep the per-row [B * K, H, Lq, Lm] layout."""
     rng = np.random.default_rng(3)
     beams = 3
@@ -189,13 +189,19 @@ def test_memory_kv_of_beams_reads_the_untiled_memory(attention):
         tf.constant([[0, 0, 0, 1, 1], [0, 0, 0, 0, 0]], tf.float32))
     tiled_memory, tiled_bias = (tf.repeat(t, beams, axis=0) for t in (memory, bias))
     expected = attention(query, memory=tiled_memory, bias=tiled_bias)
-    with common_attention.record_attention_weights() as recorded:
-        got = attention(query, bias=bias, memory_kv=attention.compute_memory_kv(memory))
+    got, weights = attention(query, bias=bias, memory_kv=attention.compute_memory_kv(memory),
+                             return_attention_scores=True)
     np.testing.assert_allclose(got, expected, atol=1e-6)
-    weights = recorded[0][1].numpy()
+    weights = weights.numpy()
     assert weights.shape == (2 * beams, 2, 1, 5)
     np.testing.assert_array_equal(weights[:beams, :, :, 3:], 0.0)  # row 0's padding
     assert (weights[beams:] > 0).all()
+
+
+def test_attention_scores_are_refused_with_a_decode_cache(attention):
+    cache = {"k": tf.zeros([1, 2, 0, 4]), "v": tf.zeros([1, 2, 0, 4])}
+    with pytest.raises(ValueError, match="return_attention_scores is for calls without"):
+        attention(tf.zeros([1, 1, 8]), cache=cache, return_attention_scores=True)
 
 
 def test_attention_dropout_broadcast_and_errors():

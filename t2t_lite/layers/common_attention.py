@@ -7,9 +7,8 @@ t2t, so padded query rows stay finite.
 """
 from __future__ import annotations
 
-import contextlib
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 
 import keras
 import tensorflow as tf
@@ -196,27 +195,6 @@ def combine_heads(x: tf.Tensor) -> tf.Tensor:
     return tf.reshape(x, [shape[0], shape[1], num_heads * depth])
 
 
-# Set by `record_attention_weights`: a list that every MultiheadAttention call appends its
-# softmax weights to (read at trace time, so compiled functions never record).
-_RECORDED_WEIGHTS: list | None = None
-
-
-@contextlib.contextmanager
-def record_attention_weights() -> Iterator[list[tuple[str, tf.Tensor]]]:
-    """Collects the attention weights of every MultiheadAttention called (eagerly) in the
-    block, for pictures (t2t's attention visualisation); numerics are unchanged.
-
-    Yields:
-      A list that fills with (layer path, weights [B, H, Lq, Lk]) in call order.
-    """
-    global _RECORDED_WEIGHTS
-    previous, _RECORDED_WEIGHTS = _RECORDED_WEIGHTS, []
-    try:
-        yield _RECORDED_WEIGHTS
-    finally:
-        _RECORDED_WEIGHTS = previous
-
-
 class MultiheadAttention(keras.layers.Layer):
     """t2t's `multihead_attention` (dot_product) as a Keras layer.
 
@@ -338,6 +316,7 @@ class MultiheadAttention(keras.layers.Layer):
         cache: dict[str, tf.Tensor] | None = None,
         decode_step=None,
         training: bool | None = None,
+        return_attention_scores: bool = False,
     ):
         """Multi-head attention of `query` over `memory` (or over itself).
 
@@ -352,12 +331,17 @@ class MultiheadAttention(keras.layers.Layer):
           decode_step: int32 scalar, the slot written in a fixed-size cache; None appends
             to a growing cache.
           training: enables attention dropout.
+          return_attention_scores: also return the attention weights (softmax output,
+            before dropout), e.g. for pictures; not with a cache. The plain ops run then.
 
         Returns:
-          [B, Lq, D]; with a cache, the tuple ([B, Lq, D], updated cache).
+          [B, Lq, D]; with a cache, the tuple ([B, Lq, D], updated cache); with
+          `return_attention_scores`, the tuple ([B, Lq, D], weights [B, H, Lq, Lk]).
         """
         if cache is not None and (memory is not None or memory_kv is not None):
             raise ValueError("a decode cache is for self-attention")
+        if cache is not None and return_attention_scores:
+            raise ValueError("return_attention_scores is for calls without a decode cache")
         if memory_kv is not None:
             (q,) = self._project(query, self.q)
             k, v = memory_kv["k"], memory_kv["v"]
@@ -395,21 +379,22 @@ class MultiheadAttention(keras.layers.Layer):
         if bias is not None:
             logits += tf.cast(bias, logits.dtype)
         keep = None
-        if self.fused and _RECORDED_WEIGHTS is None:
+        if self.fused and not return_attention_scores:
             keep = self.dropout.stateless_keep_mask(logits, training)
         if keep is not None:
             x = fused_ops.softmax_dropout_matmul(logits, v, keep, self.dropout_rate)
         else:
-            weights = tf.nn.softmax(logits)
-            if _RECORDED_WEIGHTS is not None:  # record_attention_weights(): eager calls only
-                _RECORDED_WEIGHTS.append((self.path, weights if memory_kv is None else
-                                          _ungroup_beams(weights, queries_per_memory)))
+            weights = scores = tf.nn.softmax(logits)
+            if memory_kv is not None:
+                scores = _ungroup_beams(weights, queries_per_memory)
             weights = self.dropout(weights, training=training)
             x = tf.matmul(weights, v)
         if memory_kv is not None:
             x = _ungroup_beams(x, queries_per_memory)
         x = combine_heads(x)
         (y,) = self._project(x, self.output_transform)
+        if return_attention_scores:
+            return y, scores
         return y if cache is None else (y, {"k": k, "v": v})
 
     def get_config(self) -> dict:
