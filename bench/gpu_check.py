@@ -141,11 +141,11 @@ def main() -> None:
             setattr(args, name, value)
     device = tf.config.experimental.get_device_details(gpus[0]).get(
         "device_name", "GPU") if gpus else "CPU"
+    note = " (--small: figures mean nothing)" if args.small else ""
     print(f"gpu_check on {device}: {args.hparams_set} {args.hparams or ''}, training batch "
           f"{max(1, args.batch_tokens // args.length)}x{args.length}, vocab {args.vocab_size}, "
           f"best of {args.rounds} x {args.steps} steps; beam {args.beam_size} decoding of "
-          f"{args.decode_batch} sentences{' (--small: figures mean nothing)' if args.small else ''}",
-          flush=True)
+          f"{args.decode_batch} sentences{note}", flush=True)
     print(f"{'what':<14}{'dtype':<10}{'kernels':<9}{'xla':<5}{'rate':>12}", flush=True)
     rows = train_rows(args) + decode_rows(args)
     failed = sum("error" in row for row in rows)

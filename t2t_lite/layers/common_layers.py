@@ -154,8 +154,8 @@ class Dropout(keras.layers.Layer):
 
     Active only when called with `training=True` and `rate > 0`. Inside a `dropout_seed`
     context the mask comes from `fused_ops.stateless_dropout` with the context's seed folded
-    with this layer's `salt`; outside one it comes from TensorFlow's stateful RNG (seeded by `seed` and
-    the global seed), for direct use of a layer or model.
+    with this layer's `salt`; outside one it comes from TensorFlow's stateful RNG (seeded by
+    `seed` and the global seed), for direct use of a layer or model.
 
     Args:
       rate: probability of dropping a unit (t2t passes `1 - rate` as keep_prob).

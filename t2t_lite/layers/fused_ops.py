@@ -4,11 +4,11 @@ norm, relu + dropout, attention softmax + dropout + matmul and the chunked softm
 cross-entropy.
 
 Each kernel computes what a few plain TensorFlow ops compute, with the same forward values
-(the loss: to float rounding), and a backward pass that keeps less for the gradient and runs fewer ops (tuned on CPU; see
-bench/README.md, "Where the step goes"). The layers choose them with an explicit argument,
-`fused` (hparams.use_fused_kernels, t2t_lite's own hparam, True by default); with it off they
-run the plain ops and autodiff differentiates them, so a NaN or a slow step can be checked
-against plain TensorFlow with `--hparams=use_fused_kernels=false`.
+(the loss: to float rounding), and a backward pass that keeps less for the gradient and runs
+fewer ops (tuned on CPU; see bench/README.md, "Where the step goes"). The layers choose them
+with an explicit argument, `fused` (hparams.use_fused_kernels, t2t_lite's own hparam, True by
+default); with it off they run the plain ops and autodiff differentiates them, so a NaN or a
+slow step can be checked against plain TensorFlow with `--hparams=use_fused_kernels=false`.
 
 The dropout mask is drawn by `stateless_keep_mask` on both paths: it decides which units
 are dropped (the model's randomness, like its seeds), not how a gradient is computed, and the
