@@ -182,14 +182,17 @@ class _FixedBatchProblem:
         return tf.data.Dataset.from_tensors(self.batch).repeat()
 
 
-def t2t_lite_step(hp: HParams, batch: dict, vocab: int, output_dir: str):
+def t2t_lite_step(hp: HParams, batch: dict, vocab: int, output_dir: str,
+                  xla_compile: bool = False):
     """t2t_lite's Trainer train step (as `Trainer.train` runs it) on `batch`; () -> loss.
 
     The loop of `Trainer.train` adds only host-side bookkeeping per step; it reads the loss,
     token count and gradient norm at progress lines, this function after every step.
+    `xla_compile` compiles the step with XLA (--xla_compile).
     """
     keras.utils.set_random_seed(0)
-    config = trainer_lib.RunConfig(output_dir=output_dir, num_decode_examples=0)
+    config = trainer_lib.RunConfig(output_dir=output_dir, num_decode_examples=0,
+                                   xla_compile=xla_compile)
     trainer = trainer_lib.Trainer(lambda: Transformer(hp, vocab, vocab), hp,
                                   _FixedBatchProblem(batch, vocab), "", config)
     spec = tf.data.Dataset.from_tensors(batch).element_spec

@@ -277,7 +277,8 @@ class HParams:
 
 
 def create_hparams(name: str, overrides: str = "", hparams_json_path: str | None = None) -> HParams:
-    """Builds the registered hparams set `name`, then applies overrides (t2t order).
+    """Builds the registered hparams set `name` (with t2t_lite's own hparams,
+    `hparams_support.OWN`), then applies overrides (t2t order).
 
     Args:
       name: a registered set, e.g. "transformer_base".
@@ -292,11 +293,12 @@ def create_hparams(name: str, overrides: str = "", hparams_json_path: str | None
       UserError: hparams.json is damaged or names an hparam the set lacks (one line
         naming the file).
     """
-    from t2t_lite import registry
+    from t2t_lite import hparams_support, registry
     from t2t_lite.errors import UserError
     from t2t_lite.utils.run_metadata import read_json_object
 
     hparams = registry.hparams(name)
+    hparams_support.add_own_hparams(hparams)
     stored = read_json_object(hparams_json_path, "the run's hparams") \
         if hparams_json_path else None
     if stored is not None:

@@ -14,6 +14,10 @@ Every hparam of every registered set is in exactly one of three tables (the test
   Transformer ignores the hparam at that value too. Any other value stops the run with one
   line naming the hparam (`check_supported`, which the model calls before anything else), so
   that a t2t recipe never trains silently without a setting it asked for.
+
+t2t_lite's own hparams, which t2t does not have, are in `OWN` with their default and
+meaning; `create_hparams` adds them to every set (so `--hparams` can set them and
+hparams.json records them).
 """
 from __future__ import annotations
 
@@ -114,6 +118,14 @@ NO_EFFECT: dict[str, str] = {
     "use_custom_ops": "packs pack_dataset's examples with a custom op",
     "use_pad_remover": "removes padding before the feed-forward layers (same numbers)",
     "tpu_enable_host_call": "writes TPU summaries through a host call",
+}
+
+OWN: dict[str, tuple[Any, str]] = {
+    "use_fused_kernels": (
+        True,
+        ("the hand-written forward/backward kernels of t2t_lite.layers.fused_ops (layer norm, "
+         "relu + dropout, attention softmax + dropout + matmul, chunked softmax loss); false: "
+         "plain TensorFlow ops differentiated by autodiff, with the same dropout masks")),
 }
 
 _FFN_ONLY = "read only by feed-forward layer types other than dense_relu_dense"
@@ -217,20 +229,35 @@ def _declared_values() -> dict[str, Any]:
     values = transformer_sets.basic_params1().values()
     for name, value in transformer_sets.transformer_base_v1().values().items():
         values.setdefault(name, value)
+    for name, (value, _) in OWN.items():
+        values[name] = value
     return values
+
+
+def add_own_hparams(hparams: HParams) -> None:
+    """Adds t2t_lite's own hparams (`OWN`) that `hparams` lacks, at their defaults.
+
+    Args:
+      hparams: HParams, changed in place.
+    """
+    for name, (value, _) in OWN.items():
+        if name not in hparams:
+            hparams.add_hparam(name, value)
 
 
 def hparam(hparams: Any, name: str) -> Any:
     """`hparams.<name>`, or the value t2t declares it with when `hparams` does not have it.
 
     One default per hparam: the value of `basic_params1` (or, for the Transformer's own
-    hparams, the value `transformer_base_v1` adds it with), so library code that accepts
+    hparams, the value `transformer_base_v1` adds it with; for t2t_lite's own, the `OWN`
+    default), so library code that accepts
     hparams sets without some name never repeats a default.
 
     Args:
       hparams: an HParams (or an object with HParams' `get(name, default)`), or any object
         with attributes.
-      name: a hparam name that t2t's `basic_params1` or `transformer_base_v1` declares.
+      name: a hparam name that t2t's `basic_params1` or `transformer_base_v1` declares, or
+        one of `OWN`.
 
     Raises:
       KeyError: `name` is not declared by those sets.

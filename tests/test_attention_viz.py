@@ -1,4 +1,5 @@
-"""Attention pictures: the recorded weights are the model's own, pictures are written."""
+"""Attention pictures: the returned weights are the model's own, pictures are written."""
+import concurrent.futures
 import pathlib
 
 import numpy as np
@@ -6,7 +7,6 @@ import pytest
 import tensorflow as tf
 
 from t2t_lite.hparams import create_hparams
-from t2t_lite.layers import common_attention
 from t2t_lite.models.transformer import Transformer
 from t2t_lite.utils import attention_viz
 from tests.conftest import require_extra
@@ -19,13 +19,16 @@ def model():
     return Transformer(hparams, 20, 20)
 
 
-def test_recording_changes_nothing_and_gives_softmax_rows(model):
+def test_returning_attention_scores_changes_nothing_and_gives_softmax_rows(model):
     features = {"inputs": tf.constant([[3, 4, 5, 1]]), "targets": tf.constant([[6, 7, 1]])}
     plain = model(features, training=False)
-    with common_attention.record_attention_weights() as recorded:
-        again = model(features, training=False)
+    again, scores = model(features, training=False, return_attention_scores=True)
     np.testing.assert_array_equal(plain.numpy(), again.numpy())
-    assert len(recorded) == 6  # 2 encoder self, 2 decoder self, 2 encoder-decoder
+    # 2 encoder self, 2 decoder self, 2 encoder-decoder attentions.
+    assert sorted(scores) == sorted(
+        f"{stack}/layer_{i}/{kind}" for stack, kind in (
+            ("decoder", "encdec_attention"), ("decoder", "self_attention"),
+            ("encoder", "self_attention")) for i in range(2))
     weights = attention_viz.attention_weights(model, [3, 4, 5, 1], [6, 7, 1])
     assert weights["encoder_self"].shape == (2, 2, 4, 4)
     assert weights["decoder_self"].shape == (2, 2, 3, 3)
@@ -34,8 +37,24 @@ def test_recording_changes_nothing_and_gives_softmax_rows(model):
         np.testing.assert_allclose(matrices.sum(-1), 1.0, rtol=1e-5)
     # Decoder self-attention is causal: nothing above the diagonal.
     assert np.all(np.triu(weights["decoder_self"], k=1) < 1e-6)
-    # Outside the block nothing is recorded.
-    assert common_attention._RECORDED_WEIGHTS is None
+
+
+def test_attention_scores_are_per_call_while_other_threads_run(model):
+    """Weights are returned by the call that asks for them: calls on other threads at the
+    same time (decode_from_file's parallel batches) neither see nor change them."""
+    features = {"inputs": tf.constant([[3, 4, 5, 1]]), "targets": tf.constant([[6, 7, 1]])}
+    expected = attention_viz.attention_weights(model, [3, 4, 5, 1], [6, 7, 1])
+    other = {"inputs": tf.constant([[8, 9, 1]]), "targets": tf.constant([[5, 1]])}
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        plain = [pool.submit(model, other, training=False) for _ in range(4)]
+        pictures = [pool.submit(attention_viz.attention_weights, model, [3, 4, 5, 1],
+                                [6, 7, 1]) for _ in range(4)]
+        for future in plain:
+            assert future.result().shape == (1, 2, 20)
+        for future in pictures:
+            for kind, matrices in future.result().items():
+                np.testing.assert_allclose(matrices, expected[kind], rtol=1e-6)
+    assert model(features, training=False).shape == (1, 3, 20)
 
 
 def test_pictures_and_npz_are_written(model, tmp_path):

@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from t2t_lite.layers import common_attention, common_layers
+from t2t_lite.layers import common_attention, common_layers, fused_ops
 
 
 @pytest.fixture(scope="module")
@@ -179,7 +179,7 @@ def test_memory_kv_equals_memory(attention):
 
 def test_memory_kv_of_beams_reads_the_untiled_memory(attention):
     """Beam search's query rows b * K + k attend to memory row b (projected once, untiled):
-    the same as tiling the memory and its padding bias to every beam, and recorded weights
+    the same as tiling the memory and its padding bias to every beam, and returned weights
     keep the per-row [B * K, H, Lq, Lm] layout."""
     rng = np.random.default_rng(3)
     beams = 3
@@ -189,13 +189,19 @@ def test_memory_kv_of_beams_reads_the_untiled_memory(attention):
         tf.constant([[0, 0, 0, 1, 1], [0, 0, 0, 0, 0]], tf.float32))
     tiled_memory, tiled_bias = (tf.repeat(t, beams, axis=0) for t in (memory, bias))
     expected = attention(query, memory=tiled_memory, bias=tiled_bias)
-    with common_attention.record_attention_weights() as recorded:
-        got = attention(query, bias=bias, memory_kv=attention.compute_memory_kv(memory))
+    got, weights = attention(query, bias=bias, memory_kv=attention.compute_memory_kv(memory),
+                             return_attention_scores=True)
     np.testing.assert_allclose(got, expected, atol=1e-6)
-    weights = recorded[0][1].numpy()
+    weights = weights.numpy()
     assert weights.shape == (2 * beams, 2, 1, 5)
     np.testing.assert_array_equal(weights[:beams, :, :, 3:], 0.0)  # row 0's padding
     assert (weights[beams:] > 0).all()
+
+
+def test_attention_scores_are_refused_with_a_decode_cache(attention):
+    cache = {"k": tf.zeros([1, 2, 0, 4]), "v": tf.zeros([1, 2, 0, 4])}
+    with pytest.raises(ValueError, match="return_attention_scores is for calls without"):
+        attention(tf.zeros([1, 1, 8]), cache=cache, return_attention_scores=True)
 
 
 def test_attention_dropout_broadcast_and_errors():
@@ -238,11 +244,40 @@ def test_softmax_dropout_matmul_equals_the_three_ops_in_value_and_gradient(noise
         with tf.GradientTape() as tape:
             tape.watch([logits, v])
             if fused:
-                out = common_attention.softmax_dropout_matmul(logits, v, 0.4, seed, shape)
+                keep = fused_ops.stateless_keep_mask(
+                    tf.shape(logits) if shape is None else shape, 0.4, seed)
+                out = fused_ops.softmax_dropout_matmul(logits, v, keep, 0.4)
             else:
-                out = tf.matmul(common_layers.stateless_dropout(
+                out = tf.matmul(fused_ops.stateless_dropout(
                     tf.nn.softmax(logits), 0.4, seed, shape), v)
             total = tf.reduce_sum(out * upstream)
         results.append([out.numpy()] + [g.numpy() for g in tape.gradient(total, [logits, v])])
     for got, want in zip(results[1], results[0]):
         np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
+
+
+def test_attention_layer_fused_and_plain_give_the_same_values_and_gradients():
+    """`fused=False` runs softmax, the Dropout layer and matmul as plain ops: the same mask
+    (the dropout layer's own stateless draw) and the same values as the fused kernel."""
+    x = tf.random.normal([2, 5, 8], seed=4)
+    bias = common_attention.attention_bias_lower_triangle(5)
+    results, weights = [], None
+    for fused in (True, False):
+        layer = common_attention.MultiheadAttention(2, 8, dropout=0.5, fused=fused)
+        layer.build()
+        weights = weights or layer.get_weights()
+        layer.set_weights(weights)
+        with common_layers.dropout_seed(tf.constant([2, 8], tf.int64)), \
+                tf.GradientTape() as tape:
+            tape.watch(x)
+            y = layer(x, bias=bias, training=True)
+            total = tf.reduce_sum(y * y)
+        grads = tape.gradient(total, [x] + layer.trainable_variables)
+        results.append([y.numpy()] + [g.numpy() for g in grads])
+    no_dropout = common_attention.MultiheadAttention(2, 8, fused=True)
+    no_dropout.build()
+    no_dropout.set_weights(weights)
+    # Dropout was active (a 0.5 mask changes the output).
+    assert not np.allclose(results[0][0], no_dropout(x, bias=bias).numpy(), atol=1e-3)
+    for got, want in zip(results[1], results[0]):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)

@@ -5,7 +5,7 @@ import pytest
 import tensorflow as tf
 
 from t2t_lite.hparams import create_hparams
-from t2t_lite.layers import common_layers
+from t2t_lite.layers import common_layers, fused_ops
 
 
 def np_layer_norm(x, scale=1.0, bias=0.0, eps=1e-6):
@@ -66,13 +66,6 @@ def test_dropout_shares_mask_along_broadcast_dims():
 
 
 
-def _composed_layer_norm(x, epsilon, scale, bias):
-    # t2t's layer_norm_compute as plain ops, differentiated by autodiff.
-    mean = tf.reduce_mean(x, axis=-1, keepdims=True)
-    variance = tf.reduce_mean(tf.math.squared_difference(x, mean), axis=-1, keepdims=True)
-    return (x - mean) * tf.math.rsqrt(variance + epsilon) * scale + bias
-
-
 @pytest.mark.parametrize("shape", [(5, 16), (3, 4, 16)])
 def test_layer_norm_closed_form_gradient_equals_autodiff_of_t2t_formula(shape):
     rng = np.random.default_rng(1)
@@ -81,10 +74,10 @@ def test_layer_norm_closed_form_gradient_equals_autodiff_of_t2t_formula(shape):
     scale, bias = (tf.constant(rng.normal(size=shape[-1])) for _ in range(2))
     upstream = tf.constant(rng.normal(size=shape))
     grads = []
-    for norm in (_composed_layer_norm, common_layers.layer_norm_compute):
+    for fused in (False, True):
         with tf.GradientTape() as tape:
             tape.watch([x, scale, bias])
-            y = norm(x, 1e-6, scale, bias)
+            y = common_layers.layer_norm_compute(x, 1e-6, scale, bias, fused)
             total = tf.reduce_sum(y * upstream)
         grads.append([g.numpy() for g in tape.gradient(total, [x, scale, bias])])
     for got, want in zip(grads[1], grads[0]):
@@ -97,66 +90,70 @@ def test_layer_norm_forward_is_t2t_formula_bit_for_bit_in_float32():
     scale = tf.constant(rng.normal(size=32).astype(np.float32))
     bias = tf.constant(rng.normal(size=32).astype(np.float32))
     np.testing.assert_array_equal(common_layers.layer_norm_compute(x, 1e-6, scale, bias),
-                                  _composed_layer_norm(x, 1e-6, scale, bias))
+                                  common_layers.layer_norm_plain(x, scale, bias, 1e-6))
 
 
 @pytest.mark.parametrize("rate", [0.1, 0.3, 0.5])
 def test_stateless_dropout_rate_scaling_and_determinism(rate):
     x = tf.ones([301, 333])  # odd number of units: the last 32-bit draw is half used
     seed = tf.constant([7, 11], tf.int64)
-    y = common_layers.stateless_dropout(x, rate, seed).numpy()
+    y = fused_ops.stateless_dropout(x, rate, seed).numpy()
     assert set(np.unique(y)) == {0.0, np.float32(1 / (1 - rate))}
     dropped = (y == 0).mean()
     # 100,233 units: 5 standard deviations of the binomial are < 0.008.
     assert abs(dropped - rate) < 5 * np.sqrt(rate * (1 - rate) / y.size)
-    np.testing.assert_array_equal(common_layers.stateless_dropout(x, rate, seed), y)
-    other = common_layers.stateless_dropout(x, rate, tf.constant([7, 12], tf.int64)).numpy()
+    np.testing.assert_array_equal(fused_ops.stateless_dropout(x, rate, seed), y)
+    other = fused_ops.stateless_dropout(x, rate, tf.constant([7, 12], tf.int64)).numpy()
     assert ((other == 0) != (y == 0)).mean() > rate  # another seed, another mask
 
 
 def test_stateless_dropout_noise_shape_gradient_and_half_precision():
     seed = tf.constant([1, 2], tf.int64)
-    y = common_layers.stateless_dropout(tf.ones([4, 6, 5]), 0.5, seed, tf.constant([1, 1, 5]))
+    y = fused_ops.stateless_dropout(tf.ones([4, 6, 5]), 0.5, seed, tf.constant([1, 1, 5]))
     assert (y.numpy() == y.numpy()[:1, :1, :]).all()
     assert 0 < (y.numpy() == 0).sum() < y.numpy().size
     x = tf.random.normal([9, 7])
     with tf.GradientTape() as tape:
         tape.watch(x)
-        y = common_layers.stateless_dropout(x, 0.25, seed)
+        y = fused_ops.stateless_dropout(x, 0.25, seed)
         total = tf.reduce_sum(y)
     grad = tape.gradient(total, x).numpy()
     # The gradient passes exactly where the forward kept a unit, scaled as the forward.
     np.testing.assert_array_equal(grad != 0, y.numpy() != 0)
     np.testing.assert_allclose(grad[grad != 0], 1 / 0.75)
-    half = common_layers.stateless_dropout(tf.ones([64], tf.bfloat16), 0.5, seed)
+    half = fused_ops.stateless_dropout(tf.ones([64], tf.bfloat16), 0.5, seed)
     assert half.dtype == tf.bfloat16
     np.testing.assert_array_equal(half.numpy() == 0,
-                                  common_layers.stateless_dropout(tf.ones([64]), 0.5, seed) == 0)
+                                  fused_ops.stateless_dropout(tf.ones([64]), 0.5, seed) == 0)
 
 
 
 @pytest.mark.parametrize("broadcast_dims", ["", "0"])
-def test_relu_then_dropout_equals_the_two_ops_in_value_and_gradient(broadcast_dims):
-    layer = common_layers.Dropout(0.3, broadcast_dims)
+def test_fused_relu_dropout_equals_the_two_ops_in_value_and_gradient(broadcast_dims):
     z = tf.random.normal([4, 6, 16], seed=5)
     upstream = tf.random.normal([4, 6, 16], seed=6)
     results = []
     for fused in (False, True):
+        ffn = common_layers.DenseReluDense(16, 4, dropout=0.3,
+                                           dropout_broadcast_dims=broadcast_dims, fused=fused)
         with common_layers.dropout_seed(tf.constant([3, 9], tf.int64)), \
                 tf.GradientTape() as tape:
             tape.watch(z)
+            keep = ffn.dropout.stateless_keep_mask(z, training=True)
             if fused:
-                y = layer.relu_then_dropout(z, training=True)
+                y = fused_ops.relu_dropout(z, keep, 0.3)
             else:
-                y = layer(tf.nn.relu(z), training=True)
+                y = ffn.dropout(tf.nn.relu(z), training=True)
             total = tf.reduce_sum(y * upstream)
         results.append((y.numpy(), tape.gradient(total, z).numpy()))
     (y_ref, g_ref), (y, g) = results
     assert 0 < (y == 0).mean() < 1 and (g_ref == 0).any()
     np.testing.assert_array_equal(y, y_ref)
     np.testing.assert_array_equal(g, g_ref)
-    # Outside training it is the relu alone.
-    np.testing.assert_array_equal(layer.relu_then_dropout(z, training=False), tf.nn.relu(z))
+    # Outside training (or outside a dropout_seed context) there is no stateless mask.
+    with common_layers.dropout_seed(tf.constant([3, 9], tf.int64)):
+        assert ffn.dropout.stateless_keep_mask(z, training=False) is None
+    assert ffn.dropout.stateless_keep_mask(z, training=True) is None
 
 
 def _hand_sublayer_case(sequence_pre, sequence_post):
@@ -294,7 +291,7 @@ def test_fused_softmax_cross_entropy_matches_full_logits_in_value_and_gradients(
     with tf.GradientTape(persistent=True) as tape:
         tape.watch([x, matrix])
         # chunk_size 5: two full chunks and a ragged one of 3 rows.
-        fused = common_layers.fused_softmax_cross_entropy(x, matrix, labels, eps, chunk_size=5)
+        fused = fused_ops.softmax_cross_entropy(x, matrix, labels, eps, chunk_size=5)
         num, den = common_layers.padded_cross_entropy(
             tf.matmul(x, matrix, transpose_b=True), labels, eps)
         fused_scaled, num_scaled = 3.0 * fused, 3.0 * num

@@ -10,7 +10,8 @@ from t2t_lite.hparams import HParams, create_hparams
 from t2t_lite.models.transformer import Transformer
 
 SETS = registry.list_hparams()
-TABLES = (hparams_support.USED, hparams_support.NO_EFFECT, hparams_support.NOT_SUPPORTED)
+TABLES = (hparams_support.USED, hparams_support.NO_EFFECT, hparams_support.NOT_SUPPORTED,
+          hparams_support.OWN)
 
 
 def other_value(value):
@@ -53,6 +54,23 @@ def test_every_unsupported_hparam_is_refused_by_name(set_name):
         message = str(info.value)
         assert message.startswith(f"hparams.{hparam}=") and "not supported" in message
         assert "\n" not in message
+
+
+def test_own_hparams_are_in_every_set_and_settable(tmp_path):
+    for hparam, (default, meaning) in hparams_support.OWN.items():
+        assert meaning and hparam not in hparams_support.USED
+        for set_name in SETS:
+            assert create_hparams(set_name).get(hparam) == default, (set_name, hparam)
+        changed = other_value(default)
+        hparams = create_hparams("transformer_tiny", f"{hparam}={changed}")
+        assert hparams.get(hparam) == changed
+        # A restarted run keeps it from its hparams.json.
+        (tmp_path / "hparams.json").write_text(hparams.to_json())
+        restarted = create_hparams("transformer_tiny",
+                                   hparams_json_path=str(tmp_path / "hparams.json"))
+        assert restarted.get(hparam) == changed
+        # Hparams without it (a t2t run's) read the default.
+        assert hparams_support.hparam(HParams(hidden_size=8), hparam) == default
 
 
 def test_the_model_refuses_an_unsupported_hparam_in_one_line():

@@ -7,14 +7,13 @@ t2t, so padded query rows stay finite.
 """
 from __future__ import annotations
 
-import contextlib
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 
 import keras
 import tensorflow as tf
 
-from t2t_lite.layers import common_layers
+from t2t_lite.layers import common_layers, fused_ops
 
 # Additive bias for masked positions (t2t's -1e9; exp underflows to exactly 0 in float32).
 LARGE_NEGATIVE = -1e9
@@ -196,27 +195,6 @@ def combine_heads(x: tf.Tensor) -> tf.Tensor:
     return tf.reshape(x, [shape[0], shape[1], num_heads * depth])
 
 
-# Set by `record_attention_weights`: a list that every MultiheadAttention call appends its
-# softmax weights to (read at trace time, so compiled functions never record).
-_RECORDED_WEIGHTS: list | None = None
-
-
-@contextlib.contextmanager
-def record_attention_weights() -> Iterator[list[tuple[str, tf.Tensor]]]:
-    """Collects the attention weights of every MultiheadAttention called (eagerly) in the
-    block, for pictures (t2t's attention visualisation); numerics are unchanged.
-
-    Yields:
-      A list that fills with (layer path, weights [B, H, Lq, Lk]) in call order.
-    """
-    global _RECORDED_WEIGHTS
-    previous, _RECORDED_WEIGHTS = _RECORDED_WEIGHTS, []
-    try:
-        yield _RECORDED_WEIGHTS
-    finally:
-        _RECORDED_WEIGHTS = previous
-
-
 class MultiheadAttention(keras.layers.Layer):
     """t2t's `multihead_attention` (dot_product) as a Keras layer.
 
@@ -247,6 +225,9 @@ class MultiheadAttention(keras.layers.Layer):
       dropout: attention weight dropout rate.
       dropout_broadcast_dims: hparams.attention_dropout_broadcast_dims (over [B, H, Lq, Lk]).
       kernel_initializer: initializer of the four kernels.
+      fused: softmax + dropout + matmul by `fused_ops.softmax_dropout_matmul` when dropping
+        weights with a stateless mask (hparams.use_fused_kernels); False: the plain ops, the
+        same mask.
       name: t2t scope "multihead_attention".
     """
 
@@ -259,10 +240,12 @@ class MultiheadAttention(keras.layers.Layer):
         dropout: float = 0.0,
         dropout_broadcast_dims: str | Sequence[int] = (),
         kernel_initializer="glorot_uniform",
+        fused: bool = True,
         name: str = "multihead_attention",
         **kwargs,
     ):
         super().__init__(name=name, **kwargs)
+        self.fused = bool(fused)
         self.num_heads = int(num_heads)
         self.hidden_size = int(hidden_size)
         self.key_depth = int(key_depth or hidden_size)
@@ -333,6 +316,7 @@ class MultiheadAttention(keras.layers.Layer):
         cache: dict[str, tf.Tensor] | None = None,
         decode_step=None,
         training: bool | None = None,
+        return_attention_scores: bool = False,
     ):
         """Multi-head attention of `query` over `memory` (or over itself).
 
@@ -347,12 +331,17 @@ class MultiheadAttention(keras.layers.Layer):
           decode_step: int32 scalar, the slot written in a fixed-size cache; None appends
             to a growing cache.
           training: enables attention dropout.
+          return_attention_scores: also return the attention weights (softmax output,
+            before dropout), e.g. for pictures; not with a cache. The plain ops run then.
 
         Returns:
-          [B, Lq, D]; with a cache, the tuple ([B, Lq, D], updated cache).
+          [B, Lq, D]; with a cache, the tuple ([B, Lq, D], updated cache); with
+          `return_attention_scores`, the tuple ([B, Lq, D], weights [B, H, Lq, Lk]).
         """
         if cache is not None and (memory is not None or memory_kv is not None):
             raise ValueError("a decode cache is for self-attention")
+        if cache is not None and return_attention_scores:
+            raise ValueError("return_attention_scores is for calls without a decode cache")
         if memory_kv is not None:
             (q,) = self._project(query, self.q)
             k, v = memory_kv["k"], memory_kv["v"]
@@ -389,21 +378,23 @@ class MultiheadAttention(keras.layers.Layer):
         logits = tf.matmul(q, k, transpose_b=True)
         if bias is not None:
             logits += tf.cast(bias, logits.dtype)
-        seed = self.dropout.active_seed(training)
-        if seed is not None and _RECORDED_WEIGHTS is None:
-            x = softmax_dropout_matmul(logits, v, self.dropout_rate, seed,
-                                       self.dropout.noise_shape(logits))
+        keep = None
+        if self.fused and not return_attention_scores:
+            keep = self.dropout.stateless_keep_mask(logits, training)
+        if keep is not None:
+            x = fused_ops.softmax_dropout_matmul(logits, v, keep, self.dropout_rate)
         else:
-            weights = tf.nn.softmax(logits)
-            if _RECORDED_WEIGHTS is not None:  # record_attention_weights(): eager calls only
-                _RECORDED_WEIGHTS.append((self.path, weights if memory_kv is None else
-                                          _ungroup_beams(weights, queries_per_memory)))
+            weights = scores = tf.nn.softmax(logits)
+            if memory_kv is not None:
+                scores = _ungroup_beams(weights, queries_per_memory)
             weights = self.dropout(weights, training=training)
             x = tf.matmul(weights, v)
         if memory_kv is not None:
             x = _ungroup_beams(x, queries_per_memory)
         x = combine_heads(x)
         (y,) = self._project(x, self.output_transform)
+        if return_attention_scores:
+            return y, scores
         return y if cache is None else (y, {"k": k, "v": v})
 
     def get_config(self) -> dict:
@@ -416,56 +407,9 @@ class MultiheadAttention(keras.layers.Layer):
             dropout=self.dropout_rate,
             dropout_broadcast_dims=self.dropout_broadcast_dims,
             kernel_initializer=keras.initializers.serialize(self.kernel_initializer),
+            fused=self.fused,
         )
         return config
-
-
-def softmax_dropout_matmul(logits: tf.Tensor, v: tf.Tensor, rate: float, seed: tf.Tensor,
-                           noise_shape: tf.Tensor | None = None) -> tf.Tensor:
-    """`matmul(stateless_dropout(softmax(logits)), v)` whose backward pass keeps only the
-    softmax weights and the keep mask.
-
-    Autodiff of the three ops keeps the weights (softmax gradient), the dropped weights
-    (gradient of v) and the mask: 9 bytes per attention weight in float32. Here the dropped
-    weights are recomputed from the other two in the backward pass (5 bytes kept). Same
-    values and gradients as the three ops (the same kernels in the same order).
-
-    Args:
-      logits: [B, H, Lq, Lk] attention logits (bias added).
-      v: [B, H, Lk, d] values.
-      rate: attention dropout rate in (0, 1).
-      seed: int64 [2] stateless seed of this dropout layer.
-      noise_shape: mask shape broadcastable to logits' (None: logits' shape).
-
-    Returns:
-      [B, H, Lq, d].
-    """
-
-    @tf.custom_gradient
-    def fused(logits, v):
-        weights = tf.nn.softmax(logits)
-        keep = common_layers.stateless_keep_mask(
-            tf.shape(weights) if noise_shape is None else noise_shape, rate, seed)
-        scale = tf.cast(1.0 / (1.0 - rate), weights.dtype)
-        zero = tf.zeros([], weights.dtype)
-        out = tf.matmul(common_layers.apply_keep_mask(weights, keep, rate), v)
-
-        def grad(dout):
-            # Recomputed once the upstream gradient exists (without the dependency the
-            # executor would run it during the forward pass and keep it), masked first,
-            # then scaled: the forward's values, not its ops (Grappler would merge those).
-            with tf.control_dependencies([dout]):
-                dropped = tf.where(keep, weights, zero) * scale
-            d_dropped = tf.matmul(dout, v, adjoint_b=True)
-            d_v = tf.matmul(dropped, dout, adjoint_a=True)
-            d_weights = tf.where(keep, d_dropped * scale, zero)
-            # Softmax's gradient, as TensorFlow's _SoftmaxGrad writes it.
-            d_logits = (d_weights - tf.reduce_sum(d_weights * weights, -1, keepdims=True)) * weights
-            return d_logits, d_v
-
-        return out, grad
-
-    return fused(logits, v)
 
 
 def _swap_axes_1_2(x: tf.Tensor) -> tf.Tensor:

@@ -35,7 +35,7 @@ import tensorflow as tf
 
 from t2t_lite import hparams_support, registry
 from t2t_lite.hparams import HParams
-from t2t_lite.layers import common_attention, common_layers, modalities
+from t2t_lite.layers import common_attention, common_layers, fused_ops, modalities
 from t2t_lite.models.transformer_layers import TransformerBody, layer_args
 from t2t_lite.utils import beam_search, optimize
 
@@ -184,7 +184,8 @@ class Transformer(keras.Model):
 
     def encode(self, inputs, target_space_id=0, training: bool | None = None,
                matrices: dict[str, tf.Tensor] | None = None,
-               packing: dict[str, tf.Tensor] | None = None):
+               packing: dict[str, tf.Tensor] | None = None,
+               return_attention_scores: bool = False):
         """t2t's `transformer_prepare_encoder` + `transformer_encoder`.
 
         Args:
@@ -196,10 +197,12 @@ class Transformer(keras.Model):
             features "inputs_segmentation", "inputs_position" [B, L] and
             "targets_segmentation" [B, T]: attention stays within each example and the
             timing signal follows the positions within it.
+          return_attention_scores: also return the encoder's attention weights,
+            {"layer_{l}/self_attention": [B, H, L, L]}.
 
         Returns:
           (encoder_output [B, L, D], encoder-decoder bias float32 [B, 1, 1, L], or
-          [B, 1, T, L] with packing).
+          [B, 1, T, L] with packing), and the weights with `return_attention_scores`.
         """
         inputs = self.inputs_symbol_dropout(_ids_2d(inputs), training=training)
         x = self.modality.bottom(inputs, "inputs", matrices)
@@ -217,6 +220,10 @@ class Transformer(keras.Model):
             x += tf.cast(self.body.target_space_embedding(target_space_id), x.dtype)
         x = self._add_timing(x, None if packing is None else packing["inputs_position"])
         x = self.body.encoder_input_dropout(x, training=training)
+        if return_attention_scores:
+            x, scores = self.body.encoder(x, bias, training=training,
+                                          return_attention_scores=True)
+            return x, encdec_bias, scores
         return self.body.encoder(x, bias, training=training), encdec_bias
 
     def decode(self, targets, encoder_output: tf.Tensor, encdec_bias: tf.Tensor,
@@ -243,8 +250,9 @@ class Transformer(keras.Model):
         return tf.cast(self.modality.top(x, matrices), tf.float32)
 
     def _decoder_output(self, targets, encoder_output, encdec_bias, training, matrices,
-                        packing) -> tf.Tensor:
-        """The teacher-forced decoder's output [B, T, D] before the softmax layer."""
+                        packing, return_attention_scores: bool = False):
+        """The teacher-forced decoder's output [B, T, D] before the softmax layer (and its
+        attention weights with `return_attention_scores`, see `TransformerDecoder`)."""
         targets = _ids_2d(targets)
         position = None if packing is None else packing["targets_position"]
         x = self._decoder_input(common_layers.shift_right(targets), training, matrices, position)
@@ -252,7 +260,8 @@ class Transformer(keras.Model):
         if packing is not None:
             segments = _ids_2d(packing["targets_segmentation"])
             bias += common_attention.attention_bias_same_segment(segments, segments)
-        return self.body.decoder(x, encoder_output, bias, encdec_bias, training=training)
+        return self.body.decoder(x, encoder_output, bias, encdec_bias, training=training,
+                                 return_attention_scores=return_attention_scores)
 
     def _add_timing(self, x: tf.Tensor, position: tf.Tensor | None) -> tf.Tensor:
         if self.hparams.pos != "timing":
@@ -268,7 +277,8 @@ class Transformer(keras.Model):
         x = self._add_timing(x, position)
         return self.body.decoder_input_dropout(x, training=training)
 
-    def call(self, features: dict, training: bool | None = None) -> tf.Tensor:
+    def call(self, features: dict, training: bool | None = None,
+             return_attention_scores: bool = False):
         """Teacher-forced logits.
 
         Args:
@@ -276,22 +286,34 @@ class Transformer(keras.Model):
             "target_space_id": int scalar; for packed examples also "inputs_segmentation",
             "inputs_position" [B, L], "targets_segmentation", "targets_position" [B, T]}.
           training: enables dropout.
+          return_attention_scores: also return every attention's weights (softmax output),
+            by layer path: {"encoder/layer_{l}/self_attention": [B, H, L, L],
+            "decoder/layer_{l}/self_attention": [B, H, T, T],
+            "decoder/layer_{l}/encdec_attention": [B, H, T, L]} (for pictures).
 
         Returns:
-          float32 logits [B, T, V].
+          float32 logits [B, T, V]; with `return_attention_scores`, (logits, weights).
         """
         matrices = self.modality.matrices()
         packing = None
         if "inputs_segmentation" in features:
             packing = {name: features[name] for name in PACKED_FEATURES}
-        encoder_output, encdec_bias = self.encode(
+        encoded = self.encode(
             features["inputs"], features.get("target_space_id", 0), training=training,
-            matrices=matrices, packing=packing,
+            matrices=matrices, packing=packing, return_attention_scores=return_attention_scores,
         )
-        return self.decode(
-            features["targets"], encoder_output, encdec_bias, training=training,
-            matrices=matrices, packing=packing,
-        )
+        if not return_attention_scores:
+            return self.decode(
+                features["targets"], *encoded, training=training, matrices=matrices,
+                packing=packing,
+            )
+        encoder_output, encdec_bias, encoder_scores = encoded
+        x, decoder_scores = self._decoder_output(
+            features["targets"], encoder_output, encdec_bias, training, matrices, packing,
+            return_attention_scores=True)
+        scores = {f"encoder/{name}": w for name, w in encoder_scores.items()}
+        scores.update({f"decoder/{name}": w for name, w in decoder_scores.items()})
+        return tf.cast(self.modality.top(x, matrices), tf.float32), scores
 
     def training_loss(self, features: dict, label_smoothing: float,
                       training: bool | None = None,
@@ -302,9 +324,10 @@ class Transformer(keras.Model):
         Padding positions have weight 0 in the loss, so leaving out their logits changes
         neither the loss nor any gradient; it saves that fraction (~7% on the bucketed toy
         WMT batches) of the step's largest cost, the `[B*T, D] x [D, V]` logits and their
-        cross-entropy, forward and backward. The logits of the remaining positions are
-        computed in chunks (`common_layers.fused_softmax_cross_entropy`), so the `[N, V]`
-        tensors never exist whole.
+        cross-entropy, forward and backward. With hparams.use_fused_kernels the logits of the
+        remaining positions are computed in chunks (`fused_ops.softmax_cross_entropy`), so
+        the `[N, V]` tensors never exist whole; without, by the modality's softmax layer and
+        `padded_cross_entropy` (plain ops).
 
         Args:
           features: as for `call`.
@@ -334,12 +357,12 @@ class Transformer(keras.Model):
         positions = tf.where(tf.not_equal(targets, 0))
         labels = tf.gather_nd(targets, positions)
         x = tf.gather_nd(x, positions)
-        if x.dtype == tf.float16:
-            # The fused loss casts the unscaled logit gradients to the compute dtype; with
-            # float16 loss scaling they must be scaled first, as autodiff does.
+        # The fused loss casts the unscaled logit gradients to the compute dtype; with
+        # float16 loss scaling they must be scaled first, as autodiff does.
+        if not hparams_support.hparam(self.hparams, "use_fused_kernels") or x.dtype == tf.float16:
             return common_layers.padded_cross_entropy(
                 self.modality.top(x, matrices), labels, label_smoothing)
-        num = common_layers.fused_softmax_cross_entropy(
+        num = fused_ops.softmax_cross_entropy(
             x, matrices["softmax"], labels, label_smoothing)
         return num, tf.cast(tf.size(labels), tf.float32)
 

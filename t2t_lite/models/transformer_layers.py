@@ -79,6 +79,7 @@ LAYER_HPARAMS = (
     "layer_prepostprocess_dropout_broadcast_dims",
     "norm_type",
     "norm_epsilon",
+    "use_fused_kernels",
 )
 
 
@@ -110,6 +111,8 @@ class _TransformerLayer(keras.layers.Layer):
       layer_prepostprocess_dropout, layer_prepostprocess_dropout_broadcast_dims: their "d".
       norm_type: "layer" or "none".
       norm_epsilon: layer norm epsilon.
+      use_fused_kernels: the hand-written kernels of `fused_ops` (t2t_lite's own hparam);
+        False: plain TensorFlow ops, the same dropout masks.
       kernel_initializer: initializer of every kernel (the model's default initializer).
     """
 
@@ -131,6 +134,7 @@ class _TransformerLayer(keras.layers.Layer):
         layer_prepostprocess_dropout_broadcast_dims: str = "",
         norm_type: str = "layer",
         norm_epsilon: float = 1e-6,
+        use_fused_kernels: bool = True,
         kernel_initializer="glorot_uniform",
         **kwargs,
     ):
@@ -160,19 +164,22 @@ class _TransformerLayer(keras.layers.Layer):
                 layer_prepostprocess_dropout_broadcast_dims),
             "norm_type": norm_type,
             "norm_epsilon": float(norm_epsilon),
+            "use_fused_kernels": bool(use_fused_kernels),
         }
 
     def _preprocess(self) -> common_layers.LayerPrepostprocess:
         a = self._args
         return common_layers.layer_preprocess(
             a["layer_preprocess_sequence"], a["layer_prepostprocess_dropout"],
-            a["layer_prepostprocess_dropout_broadcast_dims"], a["norm_type"], a["norm_epsilon"])
+            a["layer_prepostprocess_dropout_broadcast_dims"], a["norm_type"], a["norm_epsilon"],
+            a["use_fused_kernels"])
 
     def _postprocess(self) -> common_layers.LayerPrepostprocess:
         a = self._args
         return common_layers.layer_postprocess(
             a["layer_postprocess_sequence"], a["layer_prepostprocess_dropout"],
-            a["layer_prepostprocess_dropout_broadcast_dims"], a["norm_type"], a["norm_epsilon"])
+            a["layer_prepostprocess_dropout_broadcast_dims"], a["norm_type"], a["norm_epsilon"],
+            a["use_fused_kernels"])
 
     def _attention(self) -> common_attention.MultiheadAttention:
         a = self._args
@@ -184,6 +191,7 @@ class _TransformerLayer(keras.layers.Layer):
             dropout=a["attention_dropout"],
             dropout_broadcast_dims=a["attention_dropout_broadcast_dims"],
             kernel_initializer=self.kernel_initializer,
+            fused=a["use_fused_kernels"],
         )
 
     def _ffn(self) -> common_layers.DenseReluDense:
@@ -194,6 +202,7 @@ class _TransformerLayer(keras.layers.Layer):
             dropout=a["relu_dropout"],
             dropout_broadcast_dims=a["relu_dropout_broadcast_dims"],
             kernel_initializer=self.kernel_initializer,
+            fused=a["use_fused_kernels"],
             name="ffn",
         )
 
@@ -238,14 +247,23 @@ class TransformerEncoderLayer(_TransformerLayer):
         # The FFN layer is itself named "ffn": its conv1/conv2 sit directly in that scope.
         self.ffn.build((None, None, self.hidden_size))
 
-    def call(self, x: tf.Tensor, bias: tf.Tensor, training: bool | None = None) -> tf.Tensor:
-        """Args: x: [B, L, D]; bias: [B, 1, 1, L] padding bias. Returns: [B, L, D]."""
+    def call(self, x: tf.Tensor, bias: tf.Tensor, training: bool | None = None,
+             return_attention_scores: bool = False):
+        """Args: x: [B, L, D]; bias: [B, 1, 1, L] padding bias; return_attention_scores: also
+        return {"self_attention": [B, H, L, L]} attention weights.
+
+        Returns: [B, L, D] (and the weights).
+        """
         y = self.self_attention(
-            self.self_attention_pre(x, training=training), bias=bias, training=training
+            self.self_attention_pre(x, training=training), bias=bias, training=training,
+            return_attention_scores=return_attention_scores,
         )
+        if return_attention_scores:
+            y, scores = y
         x = self.self_attention_post(y, previous_value=x, training=training)
         y = self.ffn(self.ffn_pre(x, training=training), training=training)
-        return self.ffn_post(y, previous_value=x, training=training)
+        x = self.ffn_post(y, previous_value=x, training=training)
+        return (x, {"self_attention": scores}) if return_attention_scores else x
 
 
 class TransformerDecoderLayer(_TransformerLayer):
@@ -290,6 +308,7 @@ class TransformerDecoderLayer(_TransformerLayer):
         cache: dict[str, tf.Tensor] | None = None,
         decode_step=None,
         training: bool | None = None,
+        return_attention_scores: bool = False,
     ):
         """Runs the layer on the full target or, with a cache, on one new position.
 
@@ -304,26 +323,42 @@ class TransformerDecoderLayer(_TransformerLayer):
           decode_step: int32 scalar slot of a fixed-size cache; None appends to a growing
             cache.
           training: enables dropout.
+          return_attention_scores: also return {"self_attention": [B, H, T, T],
+            "encdec_attention": [B, H, T, L]} attention weights (without a cache).
 
         Returns:
-          [B, T, D], or ([B, 1, D], updated cache) with a cache.
+          [B, T, D], or ([B, 1, D], updated cache) with a cache, or ([B, T, D], weights).
         """
+        scores = {}
         y = self.self_attention(
             self.self_attention_pre(x, training=training), bias=self_attention_bias,
             cache=cache, decode_step=decode_step, training=training,
+            return_attention_scores=return_attention_scores,
         )
-        if cache is not None:
+        if return_attention_scores:
+            y, scores["self_attention"] = y
+        elif cache is not None:
             y, cache = y
         x = self.self_attention_post(y, previous_value=x, training=training)
         y = self.encdec_attention(
             self.encdec_attention_pre(x, training=training),
             memory=None if memory_kv is not None else encoder_output,
             bias=encdec_bias, memory_kv=memory_kv, training=training,
+            return_attention_scores=return_attention_scores,
         )
+        if return_attention_scores:
+            y, scores["encdec_attention"] = y
         x = self.encdec_attention_post(y, previous_value=x, training=training)
         y = self.ffn(self.ffn_pre(x, training=training), training=training)
         x = self.ffn_post(y, previous_value=x, training=training)
+        if return_attention_scores:
+            return x, scores
         return x if cache is None else (x, cache)
+
+
+def _prefixed(prefix: str, scores: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
+    """{prefix/name: weights} of a sub-layer's {name: weights}."""
+    return {f"{prefix}/{name}": weights for name, weights in scores.items()}
 
 
 class _LayerStack(keras.layers.Layer):
@@ -383,11 +418,21 @@ class TransformerEncoder(_LayerStack):
     def __init__(self, num_layers: int, name: str = "encoder", **layer_kwargs):
         super().__init__(num_layers, name, **layer_kwargs)
 
-    def call(self, x: tf.Tensor, bias: tf.Tensor, training: bool | None = None) -> tf.Tensor:
-        """Args: x: [B, L, D] prepared input; bias: [B, 1, 1, L]. Returns: [B, L, D]."""
+    def call(self, x: tf.Tensor, bias: tf.Tensor, training: bool | None = None,
+             return_attention_scores: bool = False):
+        """Args: x: [B, L, D] prepared input; bias: [B, 1, 1, L]; return_attention_scores:
+        also return {"layer_{l}/self_attention": [B, H, L, L]} attention weights.
+
+        Returns: [B, L, D] (and the weights).
+        """
+        scores = {}
         for layer in self.layers_:
-            x = layer(x, bias, training=training)
-        return self.output_norm(x, training=training)
+            x = layer(x, bias, training=training, return_attention_scores=return_attention_scores)
+            if return_attention_scores:
+                x, layer_scores = x
+                scores.update(_prefixed(layer.name, layer_scores))
+        x = self.output_norm(x, training=training)
+        return (x, scores) if return_attention_scores else x
 
 
 class TransformerDecoder(_LayerStack):
@@ -413,6 +458,7 @@ class TransformerDecoder(_LayerStack):
         cache: dict[str, Any] | None = None,
         decode_step=None,
         training: bool | None = None,
+        return_attention_scores: bool = False,
     ):
         """Decodes the full target, or one position with a cache.
 
@@ -430,20 +476,29 @@ class TransformerDecoder(_LayerStack):
           decode_step: int32 scalar slot of a fixed-size cache; None appends to growing
             caches (see `common_attention.MultiheadAttention`).
           training: enables dropout.
+          return_attention_scores: also return {"layer_{l}/self_attention": [B, H, T, T],
+            "layer_{l}/encdec_attention": [B, H, T, L]} attention weights (without a cache).
 
         Returns:
-          [B, T, D], or ([B, 1, D], updated cache).
+          [B, T, D], or ([B, 1, D], updated cache), or ([B, T, D], weights).
         """
         new_cache = {} if cache is not None else None
+        scores = {}
         for i, layer in enumerate(self.layers_):
             if cache is None:
-                x = layer(x, encoder_output, self_attention_bias, encdec_bias, training=training)
+                x = layer(x, encoder_output, self_attention_bias, encdec_bias, training=training,
+                          return_attention_scores=return_attention_scores)
+                if return_attention_scores:
+                    x, layer_scores = x
+                    scores.update(_prefixed(layer.name, layer_scores))
                 continue
             x, new_cache[layer.name] = layer(
                 x, None, self_attention_bias, encdec_bias, memory_kv=memory_kv[i],
                 cache=cache[layer.name], decode_step=decode_step, training=training,
             )
         x = self.output_norm(x, training=training)
+        if return_attention_scores:
+            return x, scores
         return x if cache is None else (x, new_cache)
 
     def encdec_memory_kv(self, encoder_output: tf.Tensor) -> list[dict[str, tf.Tensor]]:

@@ -3,8 +3,8 @@
 t2t shipped a notebook that decodes a sentence and then shows the attention of the model over
 that (input, output) pair: encoder self-attention, decoder self-attention and encoder-decoder
 attention, per layer and head. Here the same weights come from one teacher-forced forward
-pass over the input ids and the decoded ids (both ending in EOS), recorded with
-`common_attention.record_attention_weights`; each kind is one PNG per sentence (a row per
+pass over the input ids and the decoded ids (both ending in EOS), returned by the model
+(`return_attention_scores=True`); each kind is one PNG per sentence (a row per
 layer, a column per head, the subword tokens on the axes), and every matrix goes into one
 .npz per sentence.
 """
@@ -14,8 +14,6 @@ import re
 from typing import Any
 
 import numpy as np
-
-from t2t_lite.layers import common_attention
 
 KINDS = {
     "encoder_self": ("encoder", "self_attention"),
@@ -43,12 +41,11 @@ def attention_weights(model: Any, input_ids: list[int], output_ids: list[int],
     features = {"inputs": tf.constant([input_ids], tf.int32),
                 "targets": tf.constant([output_ids], tf.int32),
                 "target_space_id": tf.constant(target_space_id, tf.int32)}
-    with common_attention.record_attention_weights() as recorded:
-        model(features, training=False)
+    _, scores = model(features, training=False, return_attention_scores=True)
     result = {}
     for kind, (stack, sublayer) in KINDS.items():
-        layers = [(path, weights) for path, weights in recorded
-                  if f"/{stack}/" in path and f"/{sublayer}/" in path]
+        layers = [(path, weights) for path, weights in scores.items()
+                  if path.startswith(f"{stack}/") and path.endswith(f"/{sublayer}")]
         layers.sort(key=lambda item: int(re.search(r"layer_(\d+)", item[0]).group(1)))
         result[kind] = np.stack([np.asarray(w, np.float32)[0] for _, w in layers])
     return result

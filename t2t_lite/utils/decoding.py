@@ -842,18 +842,22 @@ def checkpoint_to_restore(checkpoint_path: str | None, output_dir: str | None) -
 
 def load_model(model_name: str, hparams: HParams, problem_hparams: HParams, path: str):
     """Builds `model_name` for the problem's vocab sizes and restores checkpoint `path`
-    (a t2t_lite checkpoint, or an original t2t one, recognised by its variable names)."""
+    (a t2t_lite checkpoint, or an original t2t one, recognised by its variable names).
+
+    The model computes in hparams.activation_dtype, as in training (a bfloat16 run decodes
+    and exports in bfloat16; the weights are float32 either way)."""
     import tensorflow as tf
 
     from t2t_lite import registry
-    from t2t_lite.utils import t2t_checkpoint
+    from t2t_lite.utils import t2t_checkpoint, trainer_lib
 
-    if any(name.startswith(t2t_checkpoint.MODEL_SCOPE + "/")
-           for name, _ in tf.train.list_variables(path)):
-        return t2t_checkpoint.load_model(path, hparams)
-    vocab = problem_hparams.vocab_size
-    model = registry.model(model_name)(hparams, vocab.get("inputs", vocab["targets"]),
-                                       vocab["targets"])
+    with trainer_lib._dtype_policy(hparams):
+        if any(name.startswith(t2t_checkpoint.MODEL_SCOPE + "/")
+               for name, _ in tf.train.list_variables(path)):
+            return t2t_checkpoint.load_model(path, hparams)
+        vocab = problem_hparams.vocab_size
+        model = registry.model(model_name)(hparams, vocab.get("inputs", vocab["targets"]),
+                                           vocab["targets"])
     status = tf.train.Checkpoint(model=model).restore(path)
     status.expect_partial()
     try:

@@ -1,0 +1,296 @@
+"""The hand-written kernels of the training step, in one place: the 16-bit stateless dropout
+mask, and forward passes with hand-written backward passes (`tf.custom_gradient`) for layer
+norm, relu + dropout, attention softmax + dropout + matmul and the chunked softmax
+cross-entropy.
+
+Each kernel computes what a few plain TensorFlow ops compute, with the same forward values
+(the loss: to float rounding), and a backward pass that keeps less for the gradient and runs
+fewer ops (tuned on CPU; see bench/README.md, "Where the step goes"). The layers choose them
+with an explicit argument, `fused` (hparams.use_fused_kernels, t2t_lite's own hparam, True by
+default); with it off they run the plain ops and autodiff differentiates them, so a NaN or a
+slow step can be checked against plain TensorFlow with `--hparams=use_fused_kernels=false`.
+
+The dropout mask is drawn by `stateless_keep_mask` on both paths: it decides which units
+are dropped (the model's randomness, like its seeds), not how a gradient is computed, and the
+same masks make the two paths comparable step for step.
+"""
+from __future__ import annotations
+
+import math
+
+import tensorflow as tf
+
+# Stateless dropout draws 16 random bits per unit: a unit is kept when its bits are >=
+# round(rate * 2**16), so the drop probability is rate to within 2**-17 (0.1 -> 0.100006).
+_DROPOUT_BITS = 16
+
+
+def stateless_dropout(
+    x: tf.Tensor, rate: float, seed: tf.Tensor, noise_shape: tf.Tensor | None = None
+) -> tf.Tensor:
+    """Inverted dropout with a stateless mask, two units per 32 random bits.
+
+    The same maths as `tf.nn.experimental.stateless_dropout` (kept units scaled by
+    1 / (1 - rate), the rest zero; the mask a function of `seed` alone), with the mask drawn
+    as 16-bit integers: one Philox draw gives the bits of two units and no float conversion
+    is made. Measured on this CPU at [3400, 512]: 2.2 ms against 3.6 ms for TensorFlow's
+    op (bench/README.md, "Where the step goes"); the random draws were 10% of a
+    `transformer_tiny` training step.
+
+    Args:
+      x: any shape, floating.
+      rate: drop probability in (0, 1).
+      seed: int64 [2] stateless seed.
+      noise_shape: int32 [rank] shape of the mask, broadcastable to x's shape (1 on shared
+        axes); None: x's shape.
+
+    Returns:
+      x's shape and dtype.
+    """
+    keep = stateless_keep_mask(tf.shape(x) if noise_shape is None else noise_shape, rate, seed)
+    return apply_keep_mask(x, keep, rate)
+
+
+def apply_keep_mask(x: tf.Tensor, keep: tf.Tensor, rate: float) -> tf.Tensor:
+    """Inverted dropout with a given mask: x / (1 - rate) where `keep` (bool, broadcastable
+    to x), 0 elsewhere."""
+    return tf.where(keep, x * tf.cast(1.0 / (1.0 - rate), x.dtype), tf.zeros([], x.dtype))
+
+
+def stateless_keep_mask(shape: tf.Tensor, rate: float, seed: tf.Tensor) -> tf.Tensor:
+    """The keep mask of `stateless_dropout`: bool `shape`, False with probability `rate`.
+
+    Args:
+      shape: int32 [rank].
+      rate: drop probability in (0, 1).
+      seed: int64 [2] stateless seed.
+    """
+    units = tf.reduce_prod(shape)
+    words = tf.random.stateless_uniform(
+        [(units + 1) // 2], seed, minval=None, maxval=None, dtype=tf.int32)
+    # Each int32 holds two uniform int16 values; int16 v >= t - 2**15 is uint16 v >= t.
+    halves = tf.reshape(tf.bitcast(words, tf.int16), [-1])[:units]
+    threshold = min(round(rate * 2**_DROPOUT_BITS), 2**_DROPOUT_BITS - 1) - 2 ** (_DROPOUT_BITS - 1)
+    return tf.reshape(halves, shape) >= tf.constant(threshold, tf.int16)
+
+
+def layer_norm(x: tf.Tensor, scale: tf.Tensor, bias: tf.Tensor, epsilon: float) -> tf.Tensor:
+    """t2t's layer norm forward, op for op, with its gradient in closed form.
+
+    Autodiff of the composed forward keeps x - mean, the squared differences and the scaled
+    products of every norm for the backward pass (3 x [N, D] floats) and runs ~20 small ops;
+    the closed form keeps the normalized x and 1/std only ([N, D] + [N, 1]) and runs ~11.
+    With n = (x - mean) * rstd and g = dy * scale:
+    dx = rstd * (g - mean(g) - n * mean(g * n)), dscale = sum(dy * n), dbias = sum(dy),
+    the exact derivative of the biased-variance norm with epsilon inside the rsqrt.
+    The plain counterpart is `common_layers.layer_norm_plain` (same forward ops).
+
+    Args:
+      x: [..., D] float32 (or float64).
+      scale: [D] gain, x's dtype.
+      bias: [D] offset, x's dtype.
+      epsilon: added to the variance.
+
+    Returns:
+      [..., D]: `(x - mean) * rsqrt(var + epsilon) * scale + bias`.
+    """
+
+    @tf.custom_gradient
+    def norm(x, scale, bias):
+        mean = tf.reduce_mean(x, axis=-1, keepdims=True)
+        variance = tf.reduce_mean(tf.math.squared_difference(x, mean), axis=-1, keepdims=True)
+        rstd = tf.math.rsqrt(variance + tf.cast(epsilon, x.dtype))
+        norm_x = (x - mean) * rstd
+
+        def grad(dy):
+            outer_axes = tf.range(tf.rank(dy) - 1)
+            d_scale = tf.reduce_sum(dy * norm_x, axis=outer_axes)
+            d_bias = tf.reduce_sum(dy, axis=outer_axes)
+            g = dy * scale
+            dx = rstd * (g - tf.reduce_mean(g, axis=-1, keepdims=True)
+                         - norm_x * tf.reduce_mean(g * norm_x, axis=-1, keepdims=True))
+            return dx, d_scale, d_bias
+
+        return norm_x * scale + bias, grad
+
+    return norm(x, scale, bias)
+
+
+def relu_dropout(z: tf.Tensor, keep: tf.Tensor, rate: float) -> tf.Tensor:
+    """`apply_keep_mask(tf.nn.relu(z), keep, rate)`, differentiated from the output alone.
+
+    A unit of the output is non-zero exactly where the mask kept it and z > 0, which is
+    where dout/dz = 1 / (1 - rate); elsewhere it is 0. So the backward pass needs only
+    the output, which the next matmul keeps for its own gradient anyway: the relu
+    output and the mask ([N, f] floats and bools) are not kept (~10 MB per FFN of a
+    `transformer_tiny` batch). Same values and gradients as the two ops.
+
+    Args:
+      z: [..., f] pre-activations.
+      keep: bool keep mask broadcastable to z (`stateless_keep_mask`).
+      rate: dropout rate in (0, 1).
+
+    Returns:
+      z's shape: dropout(relu(z)).
+    """
+    scale = 1.0 / (1.0 - rate)
+
+    @tf.custom_gradient
+    def fused(z):
+        out = apply_keep_mask(tf.nn.relu(z), keep, rate)
+
+        def grad(dout):
+            # After the upstream gradient: otherwise the executor computes the bool
+            # mask during the forward pass and keeps it until here.
+            with tf.control_dependencies([dout]):
+                passed = out > 0
+            return tf.where(passed, dout * tf.cast(scale, dout.dtype), tf.zeros([], dout.dtype))
+
+        return out, grad
+
+    return fused(z)
+
+
+def softmax_dropout_matmul(logits: tf.Tensor, v: tf.Tensor, keep: tf.Tensor,
+                           rate: float) -> tf.Tensor:
+    """`matmul(apply_keep_mask(softmax(logits), keep, rate), v)` whose backward pass keeps
+    only the softmax weights and the keep mask.
+
+    Autodiff of the three ops keeps the weights (softmax gradient), the dropped weights
+    (gradient of v) and the mask: 9 bytes per attention weight in float32. Here the dropped
+    weights are recomputed from the other two in the backward pass (5 bytes kept). Same
+    values and gradients as the three ops (the same kernels in the same order).
+
+    Args:
+      logits: [B, H, Lq, Lk] attention logits (bias added).
+      v: [B, H, Lk, d] values.
+      keep: bool keep mask broadcastable to logits (`stateless_keep_mask`).
+      rate: attention dropout rate in (0, 1).
+
+    Returns:
+      [B, H, Lq, d].
+    """
+
+    @tf.custom_gradient
+    def fused(logits, v):
+        weights = tf.nn.softmax(logits)
+        scale = tf.cast(1.0 / (1.0 - rate), weights.dtype)
+        zero = tf.zeros([], weights.dtype)
+        out = tf.matmul(apply_keep_mask(weights, keep, rate), v)
+
+        def grad(dout):
+            # Recomputed once the upstream gradient exists (without the dependency the
+            # executor would run it during the forward pass and keep it), masked first,
+            # then scaled: the forward's values, not its ops (Grappler would merge those).
+            with tf.control_dependencies([dout]):
+                dropped = tf.where(keep, weights, zero) * scale
+            d_dropped = tf.matmul(dout, v, adjoint_b=True)
+            d_v = tf.matmul(dropped, dout, adjoint_a=True)
+            d_weights = tf.where(keep, d_dropped * scale, zero)
+            # Softmax's gradient, as TensorFlow's _SoftmaxGrad writes it.
+            d_logits = (d_weights - tf.reduce_sum(d_weights * weights, -1, keepdims=True)) * weights
+            return d_logits, d_v
+
+        return out, grad
+
+    return fused(logits, v)
+
+
+def softmax_cross_entropy(
+    x: tf.Tensor,
+    matrix: tf.Tensor,
+    labels: tf.Tensor,
+    label_smoothing: float,
+    chunk_size: int = 512,
+) -> tf.Tensor:
+    """Summed (label-smoothed) cross-entropy of the logits `x · matrixᵀ`, never holding more
+    than `chunk_size` rows of logits.
+
+    The same loss as `common_layers.padded_cross_entropy(x @ matrixᵀ, labels, eps)[0]` (the
+    plain path) for labels that are
+    all non-padding, and the same gradients: the output is a sum, so its upstream gradient is
+    one scalar g, and the gradients `g * dlogitsᵀ x` and `g * dlogits · matrix` can be
+    accumulated chunk by chunk in the forward pass (each chunk's `dlogits = softmax - q` is
+    computed with its loss from one softmax). The backward pass only scales them. The
+    `[N, V]` logits and their gradient exist one chunk at a time: ~4 x N x V floats less at
+    the peak (~450 MB for 3.4k tokens x 8k vocab), and no extra matmul.
+
+    Args:
+      x: [N, D] decoder outputs of the (non-padding) target positions.
+      matrix: [V, D] softmax weights (float32; cast to x's dtype for the matmuls).
+      labels: int [N] target ids.
+      label_smoothing: eps.
+      chunk_size: rows of logits computed at a time.
+
+    Returns:
+      float32 scalar: the summed token losses.
+    """
+    vocab_size = matrix.shape[0]
+    labels = tf.cast(labels, tf.int32)
+    if label_smoothing > 0:
+        confidence = 1.0 - label_smoothing
+        low_confidence = (1.0 - confidence) / float(vocab_size - 1)
+        normalizing = -(
+            confidence * math.log(confidence)
+            + float(vocab_size - 1) * low_confidence * math.log(low_confidence + 1e-20)
+        )
+
+    def chunk_loss_and_gradient(logits, chunk_labels):
+        if label_smoothing > 0:
+            # The soft-target cross-entropy -sum_j q_j log p_j and its gradient p - q, with
+            # q = low + (confidence - low) * one_hot(label), without materializing q or
+            # log p: with lse = logsumexp(logits), log p_j = logit_j - lse, so
+            # sum_j log p_j = sum_j logit_j - V * lse; lse = max logit - log(max p) (the
+            # largest probability is >= 1/V, so its log is exact). 4.1 ms against 6.8 ms
+            # for one_hot + the fused SoftmaxCrossEntropyWithLogits kernel on a [512, 8085]
+            # chunk (same values to float rounding, tested against the full-logits form).
+            probs = tf.nn.softmax(logits)
+            lse = tf.reduce_max(logits, axis=-1) - tf.math.log(tf.reduce_max(probs, axis=-1))
+            at_label = tf.stack([tf.range(tf.shape(logits)[0]), chunk_labels], axis=1)
+            rows = tf.cast(tf.shape(logits)[0], tf.float32)
+            sum_log_probs = tf.reduce_sum(logits) - float(vocab_size) * tf.reduce_sum(lse)
+            label_log_probs = tf.reduce_sum(tf.gather_nd(logits, at_label) - lse)
+            loss = -(low_confidence * sum_log_probs
+                     + (confidence - low_confidence) * label_log_probs)
+            dlogits = tf.tensor_scatter_nd_sub(
+                probs - low_confidence, at_label,
+                tf.fill(tf.shape(chunk_labels), confidence - low_confidence))
+            return loss - normalizing * rows, dlogits
+        loss, dlogits = tf.raw_ops.SparseSoftmaxCrossEntropyWithLogits(
+            features=logits, labels=chunk_labels)
+        return tf.reduce_sum(loss), dlogits
+
+    @tf.custom_gradient
+    def fused(x, matrix):
+        rows = tf.shape(x)[0]
+        weights = tf.cast(matrix, x.dtype)
+        num_chunks = (rows + chunk_size - 1) // chunk_size
+
+        def body(c, total, d_matrix_t, d_x):
+            start = c * chunk_size
+            size = tf.minimum(chunk_size, rows - start)
+            x_chunk = tf.slice(x, [start, 0], [size, -1])
+            logits = tf.matmul(x_chunk, weights, transpose_b=True)
+            loss, dlogits = chunk_loss_and_gradient(
+                tf.cast(logits, tf.float32), tf.slice(labels, [start], [size]))
+            dlogits = tf.cast(dlogits, x.dtype)
+            d_matrix_t += tf.cast(tf.matmul(x_chunk, dlogits, transpose_a=True), tf.float32)
+            d_x = d_x.write(c, tf.matmul(dlogits, weights))
+            return c + 1, total + loss, d_matrix_t, d_x
+
+        _, total, d_matrix_t, d_x = tf.while_loop(
+            lambda c, *unused: c < num_chunks, body,
+            [tf.constant(0), tf.constant(0.0), tf.zeros(matrix.shape[::-1], tf.float32),
+             tf.TensorArray(x.dtype, size=num_chunks, infer_shape=False,
+                            element_shape=tf.TensorShape([None, x.shape[-1]]))],
+            parallel_iterations=1,
+        )
+        d_x = d_x.concat()
+        d_matrix = tf.transpose(d_matrix_t)
+
+        def grad(g):
+            return tf.cast(g, x.dtype) * d_x, tf.cast(g * d_matrix, matrix.dtype)
+
+        return total, grad
+
+    return fused(x, matrix)
