@@ -300,7 +300,7 @@ class Trainer:
         return int(self.global_step.numpy())
 
     # --- Checkpoints ------------------------------------------------------------------------
-    def _checkpoint_manager(self, iterator=None) -> tf.train.CheckpointManager:
+    def _checkpoint(self, iterator=None) -> tf.train.Checkpoint:
         objects = {"step": self.global_step, "model": self.model,
                    **self.optimizer.checkpoint_objects()}
         # Non-trainable model state (none in the Transformer) is not reached by
@@ -309,8 +309,15 @@ class Trainer:
             objects["model_state"] = list(self.model.non_trainable_variables)
         if iterator is not None:
             objects["iterator"] = iterator
-        checkpoint = tf.train.Checkpoint(**objects)
+        return tf.train.Checkpoint(**objects)
+
+    def _checkpoint_manager(self, iterator=None) -> tf.train.CheckpointManager:
         directory = self.config.output_dir
+        if self.run_lock is not None:
+            # The lock holder is the directory's only writer: a lost or damaged `checkpoint`
+            # state file is rewritten from the checkpoints on disk, so that the manager
+            # rotates them all and never saves over them from step 0.
+            checkpoint_guard.repair_state_file(directory)
         if not self.chief:
             # Every MultiWorkerMirrored worker must save; only the chief's copy is kept.
             task = _tf_config().get("task", {})
@@ -318,24 +325,34 @@ class Trainer:
                 directory, "tmp_worker", f"{task.get('type')}_{task.get('index')}"
             )
         return tf.train.CheckpointManager(
-            checkpoint, directory, max_to_keep=self.config.keep_checkpoint_max,
+            self._checkpoint(iterator), directory, max_to_keep=self.config.keep_checkpoint_max,
             checkpoint_name=CHECKPOINT_PREFIX,
         )
 
     def restore(self, manager: tf.train.CheckpointManager | None = None) -> int:
-        """Restores the newest readable checkpoint of output_dir (if any); returns the global
-        step.
+        """Restores the newest readable checkpoint of output_dir (found on disk; if any);
+        returns the global step.
 
         Raises:
-          UserError: output_dir lists checkpoints but none of them reads.
+          UserError: output_dir holds checkpoints but none of them reads, or the newest does
+            not match the model or lacks what this run restores (one line naming them).
         """
-        manager = manager or self._checkpoint_manager()
         # A damaged newest checkpoint (a save cut short) falls back to the previous one.
         latest = checkpoint_guard.newest_good_checkpoint(self.config.output_dir)
         if latest:
-            manager.checkpoint.restore(latest).expect_partial()
+            self._restore_strictly(manager.checkpoint if manager else self._checkpoint(),
+                                   latest)
             logging.info("Restored %s (global step %d)", latest, self.step)
         return self.step
+
+    def _restore_strictly(self, checkpoint: tf.train.Checkpoint, path: str) -> None:
+        """Restores `path` after checking that its model variables are exactly the model's;
+        the step and optimizer must be found too (an input position of --deterministic may
+        be left unused)."""
+        checkpoint_guard.check_model_matches(self.model, path, self.hparams, "output_dir")
+        status = checkpoint.restore(path)
+        checkpoint_guard.check_restore_status(status, path, "output_dir")
+        status.expect_partial()
 
     def _save(self, manager: tf.train.CheckpointManager) -> None:
         path = manager.save(checkpoint_number=self.step)
@@ -737,9 +754,9 @@ class Trainer:
         Returns:
           The last evaluation's results.
         """
-        manager = self._checkpoint_manager()
-        for path in tf.train.checkpoints_iterator(self.config.output_dir, timeout=timeout_secs):
-            manager.checkpoint.restore(path).expect_partial()
+        checkpoint = self._checkpoint()
+        for path in checkpoint_guard.new_checkpoints(self.config.output_dir, timeout_secs):
+            self._restore_strictly(checkpoint, path)
             self.evaluate()
             if self.step >= self.config.train_steps:
                 break
