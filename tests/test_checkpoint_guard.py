@@ -171,3 +171,33 @@ def test_retry_if_vanished_reads_the_then_newest(tmp_path, caplog):
     with pytest.raises(ValueError, match="broken"):
         checkpoint_guard.retry_if_vanished(lambda: path, broken)
     assert calls[2:] == ["broken"]
+
+
+def test_trainer_resume_is_strict_and_warns_without_optimizer_state(tmp_path, caplog):
+    from t2t_lite.utils import trainer_lib
+    from tests.trainer_utils import ReverseProblem
+
+    def trainer(output_dir, **overrides):
+        hparams = tiny_hparams(**overrides)
+        return trainer_lib.Trainer(model_fn(hparams), hparams, ReverseProblem(), "",
+                                   trainer_lib.RunConfig(output_dir=str(output_dir)))
+
+    one = trainer(tmp_path / "run")
+    one.global_step.assign(3)
+    one._save(one._checkpoint_manager())
+    with open(tmp_path / "run" / "hparams.json", "w") as f:
+        json.dump(one.hparams.values(), f)
+    two = trainer(tmp_path / "run", num_hidden_layers=2)
+    with pytest.raises(UserError, match=r"ckpt-3 \(the newest checkpoint of --output_dir\) does "
+                                        r"not match the model: model variables missing from the "
+                                        r"checkpoint: transformer/body/decoder/layer_1/"):
+        two.restore(two._checkpoint_manager())
+    assert two.step == 0  # nothing restored
+
+    # A checkpoint of the model and step only (as import_t2t writes): resumed with a warning.
+    tf.train.Checkpoint(step=one.global_step, model=one.model).write(
+        str(tmp_path / "import" / "ckpt-3"))
+    again = trainer(tmp_path / "import")
+    with caplog.at_level(logging.WARNING):
+        assert again.restore(again._checkpoint_manager()) == 3
+    assert "holds no optimizer state" in caplog.text

@@ -409,7 +409,7 @@ def _hparams_hint(path: str, hparams: Any) -> str:
 
 
 def check_model_matches(model, path: str, hparams: Any = None,
-                        flag: str = "checkpoint_path") -> None:
+                        name: str | None = None) -> None:
     """Raises unless every model variable is in checkpoint `path` with its shape and every
     model variable of the checkpoint belongs to the model (optimizer slots, the step and the
     input position are not model variables: the caller restores those it needs).
@@ -418,28 +418,32 @@ def check_model_matches(model, path: str, hparams: Any = None,
       model: a built keras model, tracked as `model` in the checkpoint.
       path: a t2t_lite checkpoint prefix (with an object graph).
       hparams: the model's hparams, to name those that differ from the run's hparams.json.
-      flag: the flag named in the error.
+      name: how the error names the checkpoint (default `--checkpoint_path=<path>`).
 
     Raises:
       UserError: one line naming the first unmatched variables (and both shapes).
     """
+    name = name or f"--checkpoint_path={path}"
     reader = tf.train.load_checkpoint(path)
     if not reader.has_tensor(OBJECT_GRAPH_KEY):
-        raise UserError(f"--{flag}={path} is not a t2t_lite checkpoint (it has no object "
-                        "graph)")
+        raise UserError(f"{name} is not a t2t_lite checkpoint (it has no object graph)")
     found = match_model(model, reader)
     problems = [f"{title}: {names_text(found[key])}" for key, title in (
         ("missing", "model variables missing from the checkpoint"),
         ("mismatched", "of another shape"),
         ("unused", "checkpoint variables not used")) if found[key]]
     if problems:
-        raise UserError(f"--{flag}={path} does not match the model: {'; '.join(problems)} "
+        raise UserError(f"{name} does not match the model: {'; '.join(problems)} "
                         f"({_hparams_hint(path, hparams)})")
 
 
-def check_restore_status(status, path: str, flag: str = "checkpoint_path") -> None:
-    """Raises unless every object that the restoring tf.train.Checkpoint tracks (step,
-    optimizer, ...) found its values in checkpoint `path`.
+def check_restore_status(status, name: str) -> None:
+    """Raises unless every object that the restoring tf.train.Checkpoint tracks (the
+    optimizer's variables, ...) found its values in the checkpoint.
+
+    Args:
+      status: what tf.train.Checkpoint.restore returned.
+      name: how the error names the checkpoint.
 
     Raises:
       UserError: one line naming what was not found.
@@ -447,7 +451,7 @@ def check_restore_status(status, path: str, flag: str = "checkpoint_path") -> No
     try:
         status.assert_existing_objects_matched()
     except AssertionError as e:
-        raise UserError(f"--{flag}={path} does not hold everything this run restores: "
+        raise UserError(f"{name} does not hold everything this run restores: "
                         f"{one_line(e)[:400]}") from None
 
 
@@ -516,3 +520,16 @@ def remove_stale_temp_dirs(parent: str, stem: str) -> list[str]:
                             match.group("pid"), match.group("host"))
     return removed
 
+
+
+def give_dirs_the_umask(root: str) -> None:
+    """Sets the mode of `root` and every folder below it to 0777 less the user's umask, as
+    os.mkdir would (TensorFlow creates folders 0755 less the umask, tempfile.mkdtemp 0700), so
+    that an output folder is as shared as the user's other files. Local paths only.
+    """
+    if "://" in root:
+        return
+    umask = os.umask(0o022)
+    os.umask(umask)
+    for folder, _, _ in os.walk(root):
+        os.chmod(folder, 0o777 & ~umask)

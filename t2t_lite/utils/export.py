@@ -224,8 +224,9 @@ def subtoken_strings(encoder) -> list[str] | None:
 
 
 def export(module: ServingModule, export_dir: str) -> str:
-    """Saves `module` as `<export_dir>/<unix time>/`, written under a temporary name first
-    (those of killed exports, whose writer no longer runs, are removed).
+    """Saves `module` as `<export_dir>/<unix time>/` (folders with the user's umask), written
+    under a temporary name first (those of killed exports, whose writer no longer runs, are
+    removed).
 
     Args:
       module: the ServingModule.
@@ -246,6 +247,7 @@ def export(module: ServingModule, export_dir: str) -> str:
     tmp = os.path.join(export_dir, checkpoint_guard.temp_dir_name(TEMP_STEM))
     try:
         tf.saved_model.save(module, tmp, signatures=module.signatures())
+        checkpoint_guard.give_dirs_the_umask(tmp)
         tf.io.gfile.rename(tmp, final)
     except BaseException:
         if tf.io.gfile.exists(tmp):

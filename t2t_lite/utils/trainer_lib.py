@@ -333,26 +333,45 @@ class Trainer:
         """Restores the newest readable checkpoint of output_dir (found on disk; if any);
         returns the global step.
 
+        Args:
+          manager: the training loop's manager (a resume: the optimizer state is restored
+            too); None to restore the model and step for evaluation.
+
         Raises:
           UserError: output_dir holds checkpoints but none of them reads, or the newest does
-            not match the model or lacks what this run restores (one line naming them).
+            not match the model (one line naming the variables).
         """
         # A damaged newest checkpoint (a save cut short) falls back to the previous one.
         latest = checkpoint_guard.newest_good_checkpoint(self.config.output_dir)
         if latest:
             self._restore_strictly(manager.checkpoint if manager else self._checkpoint(),
-                                   latest)
+                                   latest, resume=manager is not None)
             logging.info("Restored %s (global step %d)", latest, self.step)
         return self.step
 
-    def _restore_strictly(self, checkpoint: tf.train.Checkpoint, path: str) -> None:
-        """Restores `path` after checking that its model variables are exactly the model's;
-        the step and optimizer must be found too (an input position of --deterministic may
-        be left unused)."""
-        checkpoint_guard.check_model_matches(self.model, path, self.hparams, "output_dir")
+    def _restore_strictly(self, checkpoint: tf.train.Checkpoint, path: str,
+                          resume: bool = False) -> None:
+        """Restores `path` after checking that its model variables are exactly the model's.
+
+        A resume also needs the whole optimizer state (else one warning when there is none:
+        an import has none); evaluation does not.
+        """
+        name = f"{path} (the newest checkpoint of --output_dir)"
+        checkpoint_guard.check_model_matches(self.model, path, self.hparams, name)
         status = checkpoint.restore(path)
-        checkpoint_guard.check_restore_status(status, path, "output_dir")
         status.expect_partial()
+        if not resume:
+            return
+        if any(name.startswith("optimizer/") for name, _ in tf.train.list_variables(path)):
+            # Every optimizer variable (slots, iterations, accumulators) must be found; an
+            # input position missing from the checkpoint is not an error (the pipeline then
+            # starts over, as without --deterministic).
+            optimizer = tf.train.Checkpoint(**self.optimizer.checkpoint_objects()).restore(path)
+            optimizer.expect_partial()
+            checkpoint_guard.check_restore_status(optimizer, name)
+        else:
+            logging.warning("%s holds no optimizer state (an import or a hand-made checkpoint):"
+                            " the optimizer starts afresh", path)
 
     def _save(self, manager: tf.train.CheckpointManager) -> None:
         path = manager.save(checkpoint_number=self.step)
@@ -889,7 +908,7 @@ def create_trainer(
                               trainer.strategy.num_replicas_in_sync, lock)
         if flag_values is not None:
             save_flags(config.output_dir, flag_values)
-    if warm_start_from and not tf.train.latest_checkpoint(config.output_dir):
+    if warm_start_from and not checkpoint_guard.checkpoints_newest_first(config.output_dir):
         warm_start.warm_start(trainer.model, warm_start_from, allow_partial=warm_start_partial)
     return trainer
 
