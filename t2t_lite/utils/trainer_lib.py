@@ -362,7 +362,7 @@ class Trainer:
         status.expect_partial()
         if not resume:
             return
-        if any(name.startswith("optimizer/") for name, _ in tf.train.list_variables(path)):
+        if any(key.startswith("optimizer/") for key, _ in tf.train.list_variables(path)):
             # Every optimizer variable (slots, iterations, accumulators) must be found; an
             # input position missing from the checkpoint is not an error (the pipeline then
             # starts over, as without --deterministic).
