@@ -201,3 +201,47 @@ def test_average_to_a_filesystem_without_directory_renames(run_dir):
         "checkpoint", "ckpt-200.data-00000-of-00001", "ckpt-200.index", "hparams.json"]
     with pytest.raises(ValueError, match="contains the checkpoints"):
         avg_checkpoints.average_checkpoints([f"{out}/ckpt-200"], f"ram://avg_test_{os.getpid()}")
+
+
+def test_average_beside_rotation_cleans_killed_averages_and_follows_umask(
+        run_dir, tmp_path_factory, monkeypatch, capsys):
+    import shutil
+    import socket
+    import stat
+    import subprocess
+    import sys
+
+    out = tmp_path_factory.mktemp("beside") / "avg"
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True)
+    host = socket.gethostname()
+    killed = [out.parent / f".avg.tmp-{host}-{int(dead.stdout)}-0badc0de",
+              out.parent / f".avg.old.tmp-{host}-{int(dead.stdout)}-0badc0de"]
+    live = out.parent / f".avg.tmp-{host}-{os.getpid()}-0badc0de"  # a concurrent average
+    for folder in (*killed, live):
+        folder.mkdir()
+    os.remove(run_dir / "checkpoint")  # found on disk all the same
+    average_tensors, read = avg_checkpoints.average_tensors, []
+
+    def rotating_average_tensors(paths):
+        read.append([os.path.basename(p) for p in paths])
+        if len(read) == 1:  # training saves ckpt-400 and rotates the oldest chosen away
+            for name in os.listdir(run_dir):
+                if name.startswith("ckpt-300."):
+                    shutil.copy(run_dir / name, run_dir / name.replace("300", "400"))
+                if name.startswith("ckpt-200."):
+                    os.remove(run_dir / name)
+        return average_tensors(paths)
+
+    monkeypatch.setattr(avg_checkpoints, "average_tensors", rotating_average_tensors)
+    umask = os.umask(0o027)
+    try:
+        t2t_avg_all.main(types.SimpleNamespace(output_dir=str(run_dir), n=2,
+                                               avg_output_dir=str(out)))
+    finally:
+        os.umask(umask)
+    assert read == [["ckpt-200", "ckpt-300"], ["ckpt-300", "ckpt-400"]]
+    assert "Averaged 2 checkpoints: ckpt-300, ckpt-400" in capsys.readouterr().out
+    assert tf.train.latest_checkpoint(str(out)).endswith("ckpt-400")
+    assert stat.S_IMODE(os.stat(out).st_mode) == 0o750  # not mkdtemp's 0700
+    assert not any(folder.exists() for folder in killed) and live.exists()

@@ -375,3 +375,33 @@ def test_tensorflow_text_segmenter_export_serves_the_same_text(fixture_model, en
     python = decoding.decode_lines(lines, decoding.make_infer_fn(fixture_model, decode_hp),
                                    encoder, encoder, decode_hp)
     assert report["outputs"][0] == python
+
+
+def test_export_removes_killed_exports_and_gives_folders_the_umask(tmp_path):
+    import socket
+    import stat
+
+    class Tiny(tf.Module):
+        def __init__(self):
+            super().__init__()
+            self.weight = tf.Variable(1.0)
+
+        def signatures(self):
+            return None
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True)
+    host = socket.gethostname()
+    killed = tmp_path / f".export.tmp-{host}-{int(dead.stdout)}-0badc0de"
+    live = tmp_path / f".export.tmp-{host}-{os.getpid()}-0badc0de"  # a concurrent export
+    for folder in (killed, live):
+        (folder / "variables").mkdir(parents=True)
+    umask = os.umask(0o002)
+    try:
+        path = export.export(Tiny(), str(tmp_path))
+    finally:
+        os.umask(umask)
+    assert not killed.exists() and live.exists()
+    for folder in (path, os.path.join(path, "variables")):
+        assert stat.S_IMODE(os.stat(folder).st_mode) == 0o775, folder  # not TF's 0755
+    assert sorted(os.listdir(tmp_path)) == sorted([live.name, os.path.basename(path)])

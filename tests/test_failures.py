@@ -51,9 +51,9 @@ def _steps(output_dir) -> list[int]:
 
 
 def _listed_steps(output_dir) -> list[int]:
-    """The steps of the checkpoints the run's `checkpoint` state lists, ascending."""
-    return sorted(int(p.rsplit("-", 1)[1])
-                  for p in checkpoint_guard.checkpoints_newest_first(str(output_dir)))
+    """The steps of the checkpoints the run's `checkpoint` state file lists, ascending."""
+    state = tf.train.get_checkpoint_state(str(output_dir))
+    return sorted(checkpoint_guard.step_of(p) for p in state.all_model_checkpoint_paths)
 
 
 @pytest.fixture(scope="module")
@@ -149,9 +149,11 @@ def test_second_run_refuses_then_stale_lock_of_killed_run_is_taken_over(data_dir
         first.wait()
     assert (output_dir / "run.lock").exists()
     (output_dir / "ckpt-999_temp").mkdir()  # as a save killed midway leaves it
-    # The run resumes from the newest checkpoint its `checkpoint` state lists: a kill between
-    # writing ckpt-N's files and listing it leaves ckpt-N on disk but unlisted.
-    resume_at = _listed_steps(output_dir)[-1]
+    # The run resumes from the newest readable checkpoint on disk, listed in the `checkpoint`
+    # state file or not (a kill between writing ckpt-N's files and listing it).
+    resume_at = checkpoint_guard.step_of(checkpoint_guard.newest_good_checkpoint(str(output_dir)))
+    assert resume_at == max(s for s in _steps(output_dir)
+                            if checkpoint_guard.damage(str(output_dir / f"ckpt-{s}")) is None)
     third = _run(*_train_flags(data_dir, output_dir, f"--train_steps={resume_at + 2}"),
                  cwd=tmp_path)
     assert third.returncode == 0, third.stderr[-3000:]
@@ -191,6 +193,81 @@ def test_damaged_newest_checkpoint_falls_back_in_decode_and_train(data_dir, trai
                             cwd=tmp_path))
     assert line.startswith(f"error: checkpoint {output_dir}/ckpt-") and "damaged" in line
     assert not (output_dir / "avg").exists()
+
+
+@pytest.mark.slow
+# A garbled file is repaired the same way (tests/test_checkpoint_guard.py).
+@pytest.mark.parametrize("state", ["deleted", "emptied"])
+def test_lost_state_file_resumes_from_the_newest_checkpoint_on_disk(data_dir, trained, tmp_path,
+                                                                     state):
+    output_dir = _copy(trained, tmp_path)
+    kept = (output_dir / "ckpt-4.data-00000-of-00001").read_bytes()
+    state_file = output_dir / "checkpoint"
+    state_file.unlink()
+    if state == "emptied":
+        state_file.write_bytes(b"")
+    result = _run(*_train_flags(data_dir, output_dir, "--train_steps=6",
+                                "--keep_checkpoint_max=2"), cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "global step 4" in result.stderr  # resumed, not started from scratch
+    lines = [line for line in result.stderr.splitlines() if f"{state_file} " in line]
+    assert len(lines) == 1, result.stderr[-3000:]
+    assert "rewritten from the checkpoints on disk (ckpt-2, ckpt-4)" in lines[0]
+    # The state file lists the old checkpoints too, so rotation removed the oldest, ckpt-2.
+    assert _steps(output_dir) == _listed_steps(output_dir) == [4, 6]
+    assert (output_dir / "ckpt-4.data-00000-of-00001").read_bytes() == kept
+
+
+@pytest.mark.slow
+def test_decode_and_warm_start_with_other_hparams_fail_naming_variables(data_dir, trained,
+                                                                        tmp_path):
+    inputs = tmp_path / "in.txt"
+    inputs.write_text("0 1 1\n")
+    out = tmp_path / "out.txt"
+    line = _error_line(_run("--mode=decode", f"--output_dir={trained}",
+                            "--hparams=num_hidden_layers=2", f"--decode_from_file={inputs}",
+                            f"--decode_to_file={out}", cwd=tmp_path))
+    assert line.startswith(f"error: --checkpoint_path={trained}/ckpt-4 does not match the "
+                           "model: model variables missing from the checkpoint: "
+                           "transformer/body/decoder/layer_1/")
+    assert "hparams.json has num_hidden_layers=1, the model num_hidden_layers=2" in line
+    assert not out.exists()
+    two_layers = TINY.replace("num_hidden_layers=1", "num_hidden_layers=2")
+    line = _error_line(_run(*_train_flags(data_dir, tmp_path / "warm", "--train_steps=2",
+                                          f"--warm_start_from={trained}"),
+                            f"--hparams={two_layers}", cwd=tmp_path))
+    assert line.startswith(f"error: --warm_start_from={trained}/ckpt-4: ")
+    assert "missing from the checkpoint: transformer/body/decoder/layer_1/" in line
+    assert not glob.glob(str(tmp_path / "warm" / "ckpt-*"))
+
+
+def test_export_reads_the_then_newest_checkpoint_when_its_own_vanishes(data_dir, trained,
+                                                                      tmp_path, monkeypatch):
+    import types
+
+    from t2t_lite import registry
+    from t2t_lite.bin import t2t_exporter
+    from t2t_lite.utils import decoding
+
+    output_dir = _copy(trained, tmp_path)
+    load_model, read = decoding.load_model, []
+
+    def rotated_load_model(model_name, hparams, problem_hparams, path):
+        read.append(os.path.basename(path))
+        if len(read) == 1:  # a training run beside the export rotates it away
+            for name in glob.glob(path + ".*"):
+                os.remove(name)
+        return load_model(model_name, hparams, problem_hparams, path)
+
+    monkeypatch.setattr(decoding, "load_model", rotated_load_model)
+    hparams = decoding.load_hparams(str(output_dir), None, "")
+    problem_hparams = registry.problem(PROBLEM).get_hparams(hparams, data_dir=str(data_dir))
+    flags = types.SimpleNamespace(checkpoint_path=None, output_dir=str(output_dir))
+    path, model = t2t_exporter.restore_model(flags, "transformer", hparams, problem_hparams)
+    assert read == ["ckpt-4", "ckpt-2"] and path == str(output_dir / "ckpt-2")
+    reader = tf.train.load_checkpoint(path)
+    for name, variable in checkpoint_guard.match_model(model, reader)["plan"].values():
+        np.testing.assert_array_equal(variable.numpy(), reader.get_tensor(name))
 
 
 @pytest.mark.slow

@@ -4,10 +4,9 @@ Reads the flags and runs `t2t_lite.utils.t2t_checkpoint`.
 """
 from __future__ import annotations
 
-import tensorflow as tf
-
 from t2t_lite.errors import UserError
 from t2t_lite.hparams import create_hparams
+from t2t_lite.utils import checkpoint_guard
 from t2t_lite.utils.t2t_checkpoint import import_checkpoint
 
 
@@ -34,7 +33,7 @@ def main(flags) -> str:
                 "model.ckpt-N or its directory> --hparams_set=<its hparams set> "
                 "--output_dir=<new t2t_lite directory>)"
             )
-    if tf.train.latest_checkpoint(flags.output_dir):
+    if checkpoint_guard.checkpoints_newest_first(flags.output_dir):
         raise UserError(
             f"--output_dir={flags.output_dir} already holds a checkpoint; choose an empty "
             "directory"

@@ -7,8 +7,8 @@ from __future__ import annotations
 import os
 
 from t2t_lite.errors import UserError, one_line
-from t2t_lite.utils import checkpoint_guard, validation
-from t2t_lite.utils.avg_checkpoints import average_checkpoints, last_checkpoints
+from t2t_lite.utils import validation
+from t2t_lite.utils.avg_checkpoints import average_checkpoints, average_newest
 
 
 def main(flags) -> None:
@@ -23,13 +23,8 @@ def main(flags) -> None:
     validation.check_output_dir("avg_output_dir", avg_dir)
     validation.check_writable_dir("avg_output_dir", avg_dir)
     try:
-        paths = last_checkpoints(flags.output_dir, flags.n)
-        for path in paths:
-            reason = checkpoint_guard.damage(path)
-            if reason:
-                raise UserError(f"checkpoint {path} is damaged ({reason}); average fewer "
-                                "checkpoints (--n) or other ones")
-        prefix = average_checkpoints(paths, avg_dir)
+        paths, values = average_newest(flags.output_dir, flags.n)
+        prefix = average_checkpoints(paths, avg_dir, values)
     except ValueError as e:
         raise UserError(one_line(e)) from e
     print(f"Averaged {len(paths)} checkpoints: {', '.join(os.path.basename(p) for p in paths)}")

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import os
 import time
+from typing import Any
 
 from absl import logging
 
 from t2t_lite import registry
 from t2t_lite.errors import UserError, one_line
-from t2t_lite.utils import decoding, validation
+from t2t_lite.utils import checkpoint_guard, decoding, validation
 from t2t_lite.utils.export import ServingModule, export, subtoken_strings
 
 
@@ -48,8 +49,7 @@ def main(flags) -> None:
         validation.check_hparams(hparams)
         problem = registry.problem(problem_name)
         problem_hparams = problem.get_hparams(hparams, data_dir=data_dir)
-        checkpoint = decoding.checkpoint_to_restore(flags.checkpoint_path, flags.output_dir)
-        model = decoding.load_model(model_name, hparams, problem_hparams, checkpoint)
+        checkpoint, model = restore_model(flags, model_name, hparams, problem_hparams)
         encoders = problem_hparams.vocabulary
         inputs_vocab = subtoken_strings(encoders.get("inputs"))
         targets_vocab = subtoken_strings(encoders.get("targets"))
@@ -71,6 +71,28 @@ def main(flags) -> None:
     logging.info("Export step 2 of 2 done in %.0f s", time.time() - start)
     logging.info("Exported %s to %s", checkpoint, path)
     print(f"SavedModel written to {path}")
+
+
+def restore_model(flags, model_name: str, hparams, problem_hparams) -> tuple[str, Any]:
+    """The model of `--checkpoint_path`, else of `--output_dir`'s newest checkpoint, strictly
+    restored (`decoding.load_model`). Beside a training run that rotates its checkpoints, a
+    checkpoint of `--output_dir` that vanishes while it is read is replaced by the then-newest
+    one (`checkpoint_guard.retry_if_vanished`); the restored model holds its values in memory,
+    so the export needs no checkpoint file after this.
+
+    Returns:
+      (the checkpoint prefix restored, the model).
+    """
+    def read(path: str):
+        return decoding.load_model(model_name, hparams, problem_hparams, path)
+
+    def discover() -> str:
+        return decoding.checkpoint_to_restore(flags.checkpoint_path, flags.output_dir)
+
+    if flags.checkpoint_path:  # the user's choice: no other checkpoint replaces it
+        path = discover()
+        return path, read(path)
+    return checkpoint_guard.retry_if_vanished(discover, read)
 
 
 def export_ctranslate2(flags) -> str:
@@ -99,9 +121,9 @@ def export_ctranslate2(flags) -> str:
         problem = registry.problem(problem_name)
         problem_hparams = problem.get_hparams(
             hparams, data_dir=flags.data_dir or run_flags.get("data_dir"))
-        checkpoint = decoding.checkpoint_to_restore(flags.checkpoint_path, flags.output_dir)
-        model = decoding.load_model(flags.model or run_flags.get("model") or "transformer",
-                                    hparams, problem_hparams, checkpoint)
+        checkpoint, model = restore_model(
+            flags, flags.model or run_flags.get("model") or "transformer", hparams,
+            problem_hparams)
     except (ValueError, FileNotFoundError) as e:
         if isinstance(e, UserError):
             raise

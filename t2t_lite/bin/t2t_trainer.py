@@ -14,7 +14,7 @@ from absl import logging
 from t2t_lite import registry
 from t2t_lite.data_generators import datagen
 from t2t_lite.errors import UserError
-from t2t_lite.utils import plots, run_lock, run_metadata, validation
+from t2t_lite.utils import checkpoint_guard, plots, run_lock, run_metadata, validation
 from t2t_lite.utils.trainer_lib import (
     EVAL,
     TRAIN,
@@ -85,7 +85,7 @@ def build_trainer(flags_obj: Any, strategy: tf.distribute.Strategy,
     config = config_from_flags(flags_obj)
     data_dir = os.path.expanduser(flags_obj.data_dir)
     problem = registry.problem(flags_obj.problem)
-    if lock and tf.train.latest_checkpoint(config.output_dir):
+    if lock and checkpoint_guard.checkpoints_newest_first(config.output_dir):
         # Before looking for the data: resuming with another problem is refused as such.
         run_metadata.check_identity(config.output_dir, {
             "problem": flags_obj.problem, "model": flags_obj.model,

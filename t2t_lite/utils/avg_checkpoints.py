@@ -1,7 +1,7 @@
 """Checkpoint averaging: `run.py --mode=average` (t2t's `avg_checkpoints` / `t2t-avg-all`).
 
-Averages the last `--n` checkpoints of a run (those listed in the `checkpoint` state file of
-`--output_dir`, oldest to newest) into a new checkpoint in `--avg_output_dir` (default
+Averages the last `--n` checkpoints of a run (the newest complete ones in `--output_dir`,
+oldest to newest) into a new checkpoint in `--avg_output_dir` (default
 `<output_dir>/avg`), as t2t does for the paper's "average the last 5 / 20 checkpoints":
 
 * every floating-point tensor is the arithmetic mean (accumulated in float64, written back in
@@ -17,19 +17,21 @@ Averages the last `--n` checkpoints of a run (those listed in the `checkpoint` s
   along so that the directory can serve as `--output_dir` for decoding or export.
 
 The output directory is written under a temporary name and renamed at the end, so a failure
-leaves no half-written checkpoint behind.
+leaves no half-written checkpoint behind; the temporary folders of a killed average (named
+with its host and pid) are removed by the next average once their writer is dead. The
+checkpoints are found on disk (`checkpoint_guard`), and when training beside the average
+rotates one away while it is read, the newest ones are read again (`average_newest`).
 """
 from __future__ import annotations
 
 import os
 import shutil
-import tempfile
 
 import numpy as np
 import tensorflow as tf
 
 from t2t_lite import file_io
-from t2t_lite.utils import progress
+from t2t_lite.utils import checkpoint_guard, progress
 
 OBJECT_GRAPH_KEY = "_CHECKPOINTABLE_OBJECT_GRAPH"
 # Files of a run that describe its model; copied next to the averaged checkpoint.
@@ -37,34 +39,69 @@ RUN_FILES = ("hparams.json", "flags.json")
 
 
 def last_checkpoints(model_dir: str, n: int) -> list[str]:
-    """The last `n` checkpoints of `model_dir`'s `checkpoint` state file, oldest first.
+    """The last `n` complete checkpoints of `model_dir` on disk, oldest first.
 
     Args:
-      model_dir: directory holding a `checkpoint` state file (tf.train.CheckpointManager).
+      model_dir: a training run's directory (its `checkpoint` state file is only a hint:
+        `checkpoint_guard.checkpoints_newest_first`).
       n: how many to take (fewer when fewer exist, as t2t's `--num_last_checkpoints`).
 
     Returns:
       Checkpoint prefixes, e.g. [".../ckpt-4", ".../ckpt-5"].
 
     Raises:
-      ValueError: `n` < 1, or no checkpoint state / no existing checkpoint in `model_dir`.
+      ValueError: `n` < 1, or no checkpoint in `model_dir`.
     """
     if n < 1:
         raise ValueError(f"--n={n}: the number of checkpoints to average must be >= 1")
-    state = tf.train.get_checkpoint_state(model_dir)
-    if state is None or not state.all_model_checkpoint_paths:
-        raise ValueError(
-            f"No checkpoints in {model_dir} (no 'checkpoint' state file listing any); point "
-            "--output_dir at a training run's directory"
-        )
-    # Joined with model_dir by get_checkpoint_state already (a relative --output_dir too).
-    paths = list(state.all_model_checkpoint_paths)
-    missing = [p for p in paths[-n:] if not tf.io.gfile.exists(p + ".index")]
-    if missing:
-        raise ValueError(
-            f"{model_dir}/checkpoint lists checkpoints whose files are gone: {missing}"
-        )
-    return paths[-n:]
+    paths = checkpoint_guard.checkpoints_newest_first(model_dir)[:n]
+    if not paths:
+        raise ValueError(f"No checkpoints in {model_dir}; point --output_dir at a training "
+                         "run's directory")
+    return paths[::-1]
+
+
+def average_newest(model_dir: str, n: int) -> tuple[list[str], dict[str, np.ndarray]]:
+    """Averages the last `n` checkpoints of `model_dir`, beside a training run that rotates
+    them: when one vanishes while it is read, the then-newest `n` are read instead.
+
+    Args:
+      model_dir: a training run's directory.
+      n: how many checkpoints to average.
+
+    Returns:
+      (the checkpoint prefixes averaged, oldest first; `average_tensors`' values).
+
+    Raises:
+      ValueError: as `last_checkpoints`; a checkpoint damaged (naming it); the checkpoints
+        differ; or they kept vanishing (`checkpoint_guard.retry_if_vanished`).
+    """
+    paths: list[str] = []
+
+    def discover() -> str:
+        paths[:] = last_checkpoints(model_dir, n)
+        return paths[0]  # the oldest: the first that rotation removes
+
+    def check_none_vanished() -> None:
+        gone = [p for p in paths if not checkpoint_guard.is_complete(p)]
+        if gone:
+            raise checkpoint_guard.Vanished(gone[0])
+
+    def read(_) -> dict[str, np.ndarray]:
+        for path in paths:
+            reason = checkpoint_guard.damage(path)
+            if reason:
+                check_none_vanished()
+                raise ValueError(f"checkpoint {path} is damaged ({reason}); average fewer "
+                                 "checkpoints (--n) or other ones")
+        try:
+            return average_tensors(paths)
+        except tf.errors.OpError:
+            check_none_vanished()
+            raise
+
+    _, values = checkpoint_guard.retry_if_vanished(discover, read)
+    return list(paths), values
 
 
 def average_tensors(checkpoint_paths: list[str]) -> dict[str, np.ndarray]:
@@ -164,7 +201,8 @@ def _write_in_place(values: dict, name: str, output_dir: str, source_dir: str) -
     readers find; files of an earlier average are removed after it.
     """
     tf.io.gfile.makedirs(output_dir)
-    tmp_dir = os.path.join(output_dir, f".tmp-{os.getpid()}")
+    tmp_dir = os.path.join(output_dir, checkpoint_guard.temp_dir_name(
+        os.path.basename(output_dir.rstrip("/"))))
     tf.io.gfile.makedirs(tmp_dir)
     try:
         _save(values, os.path.join(tmp_dir, name))
@@ -187,14 +225,31 @@ def _write_in_place(values: dict, name: str, output_dir: str, source_dir: str) -
     return os.path.join(output_dir, name)
 
 
-def average_checkpoints(checkpoint_paths: list[str], output_dir: str) -> str:
+def remove_stale_temp_dirs(output_dir: str) -> list[str]:
+    """Removes the temporary folders that killed averages into `output_dir` left (beside it,
+    or inside it on gs://), unless their writer still runs (`checkpoint_guard`).
+
+    Returns:
+      The folders removed.
+    """
+    stem = os.path.basename(output_dir.rstrip("/"))
+    parent = os.path.dirname(output_dir.rstrip("/"))
+    return [*checkpoint_guard.remove_stale_temp_dirs(parent, stem),
+            *checkpoint_guard.remove_stale_temp_dirs(parent, stem + ".old"),
+            *checkpoint_guard.remove_stale_temp_dirs(output_dir, stem)]
+
+
+def average_checkpoints(checkpoint_paths: list[str], output_dir: str,
+                        values: dict[str, np.ndarray] | None = None) -> str:
     """Writes the average of `checkpoint_paths` as a new checkpoint directory.
 
     Args:
       checkpoint_paths: checkpoint prefixes, oldest first.
-      output_dir: directory to create; an earlier average there is replaced atomically (on a
-        filesystem without directory renames, such as gs://, file by file, the `checkpoint`
-        state file last). The checkpoint is named like the newest input (e.g. `ckpt-5000`).
+      output_dir: directory to create (with the user's umask); an earlier average there is
+        replaced atomically (on a filesystem without directory renames, such as gs://, file
+        by file, the `checkpoint` state file last). The checkpoint is named like the newest
+        input (e.g. `ckpt-5000`). Temporary folders of killed averages are removed first.
+      values: their `average_tensors` when already read (`average_newest`).
 
     Returns:
       The new checkpoint's prefix, `<output_dir>/<name>`.
@@ -204,30 +259,40 @@ def average_checkpoints(checkpoint_paths: list[str], output_dir: str) -> str:
     """
     if not checkpoint_paths:
         raise ValueError("average_checkpoints: no checkpoints given")
+    remove_stale_temp_dirs(output_dir)
     _check_output_dir(output_dir, checkpoint_paths)
-    values = average_tensors(checkpoint_paths)
+    if values is None:
+        values = average_tensors(checkpoint_paths)
     name = os.path.basename(checkpoint_paths[-1])
+    source_dir = os.path.dirname(checkpoint_paths[-1])
     if not _is_local(output_dir):
-        return _write_in_place(values, name, output_dir, os.path.dirname(checkpoint_paths[-1]))
+        return _write_in_place(values, name, output_dir, source_dir)
     output_dir = os.path.abspath(output_dir)
     parent = os.path.dirname(output_dir)
     os.makedirs(parent, exist_ok=True)
-    tmp_dir = tempfile.mkdtemp(prefix=f".{os.path.basename(output_dir)}.tmp-", dir=parent)
+    stem = os.path.basename(output_dir)
+    # os.mkdir, not tempfile.mkdtemp: the folder becomes the output, with the user's umask
+    # (mkdtemp's 0700 made avg/ unreadable to the group).
+    tmp_dir = os.path.join(parent, checkpoint_guard.temp_dir_name(stem))
+    os.mkdir(tmp_dir)
     try:
         _save(values, os.path.join(tmp_dir, name))
         _write_checkpoint_state(tmp_dir, name)
-        source_dir = os.path.dirname(checkpoint_paths[-1])
         for filename in RUN_FILES:
             if os.path.exists(os.path.join(source_dir, filename)):
                 shutil.copy2(os.path.join(source_dir, filename), tmp_dir)
         # Same timestamp as the newest checkpoint (as t2t-avg-all), so tools that order
-        # checkpoints by time see the average where its step is.
-        mtime = os.path.getmtime(checkpoint_paths[-1] + ".index")
-        for filename in os.listdir(tmp_dir):
-            if filename.startswith(name + "."):
-                os.utime(os.path.join(tmp_dir, filename), (mtime, mtime))
+        # checkpoints by time see the average where its step is; a training run beside this
+        # one may have rotated it away by now.
+        index = checkpoint_paths[-1] + ".index"
+        if os.path.exists(index):
+            mtime = os.path.getmtime(index)
+            for filename in os.listdir(tmp_dir):
+                if filename.startswith(name + "."):
+                    os.utime(os.path.join(tmp_dir, filename), (mtime, mtime))
         if os.path.exists(output_dir):
-            old_dir = tempfile.mkdtemp(prefix=f".{os.path.basename(output_dir)}.old-", dir=parent)
+            old_dir = os.path.join(parent, checkpoint_guard.temp_dir_name(stem + ".old"))
+            os.mkdir(old_dir)
             os.rename(output_dir, os.path.join(old_dir, "avg"))
             os.rename(tmp_dir, output_dir)
             shutil.rmtree(old_dir)

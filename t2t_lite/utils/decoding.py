@@ -825,7 +825,7 @@ def checkpoint_to_restore(checkpoint_path: str | None, output_dir: str | None) -
             path = checkpoint_guard.newest_good_checkpoint(checkpoint_path)
             if path is None:
                 raise ValueError(f"--checkpoint_path={checkpoint_path} is a directory without a "
-                                 "'checkpoint' state file; give a checkpoint prefix")
+                                 "checkpoint; give a checkpoint prefix")
             return path
         if not tf.io.gfile.exists(checkpoint_path + ".index"):
             raise ValueError(f"--checkpoint_path={checkpoint_path}: no {checkpoint_path}.index")
@@ -845,11 +845,16 @@ def load_model(model_name: str, hparams: HParams, problem_hparams: HParams, path
     (a t2t_lite checkpoint, or an original t2t one, recognised by its variable names).
 
     The model computes in hparams.activation_dtype, as in training (a bfloat16 run decodes
-    and exports in bfloat16; the weights are float32 either way)."""
+    and exports in bfloat16; the weights are float32 either way).
+
+    Raises:
+      UserError: the checkpoint's model variables are not exactly the model's (one line
+        naming the first unmatched ones and the hparams that differ from the run's).
+    """
     import tensorflow as tf
 
     from t2t_lite import registry
-    from t2t_lite.utils import t2t_checkpoint, trainer_lib
+    from t2t_lite.utils import checkpoint_guard, t2t_checkpoint, trainer_lib
 
     with trainer_lib._dtype_policy(hparams):
         if any(name.startswith(t2t_checkpoint.MODEL_SCOPE + "/")
@@ -858,13 +863,10 @@ def load_model(model_name: str, hparams: HParams, problem_hparams: HParams, path
         vocab = problem_hparams.vocab_size
         model = registry.model(model_name)(hparams, vocab.get("inputs", vocab["targets"]),
                                            vocab["targets"])
-    status = tf.train.Checkpoint(model=model).restore(path)
-    status.expect_partial()
-    try:
-        status.assert_existing_objects_matched()
-    except AssertionError as e:
-        raise ValueError(f"Checkpoint {path} does not hold this model's weights "
-                         f"(--hparams_set/--hparams/--problem differ from the run?): {e}") from e
+    # Every model variable found, every checkpoint model variable used (a 2-layer checkpoint
+    # into a 1-layer model is an error, not a partial load); the optimizer is not needed.
+    checkpoint_guard.check_model_matches(model, path, hparams)
+    tf.train.Checkpoint(model=model).restore(path).expect_partial()
     return model
 
 

@@ -29,8 +29,10 @@ longer inputs are cut to `max_input_size - 1` subtokens plus EOS, otherwise they
 whole, as t2t-decoder decodes them, so both modes give the same output. Invalid UTF-8
 bytes are read as U+FFFD, and an empty string is translated like an empty line (EOS only).
 
-The model comes from `--checkpoint_path` or the latest checkpoint of `--output_dir`: a t2t_lite
-checkpoint (training run, averaged or imported) or an original tensor2tensor checkpoint.
+The model comes from `--checkpoint_path` or the newest checkpoint of `--output_dir` (found on
+disk; read again from the then-newest one if a training run beside the export rotates it away
+while it is read): a t2t_lite checkpoint (training run, averaged or imported) whose model
+variables are exactly the model's, or an original tensor2tensor checkpoint.
 Serving needs TensorFlow only (no Keras, tensorflow-text or t2t_lite):
 
     model = tf.saved_model.load("<export_dir>/<version>")
@@ -41,15 +43,16 @@ from __future__ import annotations
 
 import os
 import time
-import uuid
 
 import tensorflow as tf
 
 from t2t_lite.data_generators import text_encoder
 from t2t_lite.hparams import HParams
-from t2t_lite.utils import subword_graph
+from t2t_lite.utils import checkpoint_guard, subword_graph
 
 EOS_ID = text_encoder.EOS_ID
+# Temporary SavedModel folders are `.export.tmp-<host>-<pid>-<random>` in the export dir.
+TEMP_STEM = "export"
 
 
 def cut_at_eos(ids: tf.Tensor) -> tf.RaggedTensor:
@@ -221,7 +224,9 @@ def subtoken_strings(encoder) -> list[str] | None:
 
 
 def export(module: ServingModule, export_dir: str) -> str:
-    """Saves `module` as `<export_dir>/<unix time>/`, written under a temporary name first.
+    """Saves `module` as `<export_dir>/<unix time>/` (folders with the user's umask), written
+    under a temporary name first (those of killed exports, whose writer no longer runs, are
+    removed).
 
     Args:
       module: the ServingModule.
@@ -236,10 +241,13 @@ def export(module: ServingModule, export_dir: str) -> str:
         version += 1
     final = os.path.join(export_dir, str(version))
     # Saved under a hidden name (serving skips non-numeric folders), renamed when complete;
-    # tf.io.gfile, so that gs:// export dirs work as in t2t.
-    tmp = os.path.join(export_dir, f".{version}.tmp{os.getpid()}.{uuid.uuid4().hex[:8]}")
+    # tf.io.gfile, so that gs:// export dirs work as in t2t. The name carries this host and
+    # pid, so the next export removes it if this one is killed.
+    checkpoint_guard.remove_stale_temp_dirs(export_dir, TEMP_STEM)
+    tmp = os.path.join(export_dir, checkpoint_guard.temp_dir_name(TEMP_STEM))
     try:
         tf.saved_model.save(module, tmp, signatures=module.signatures())
+        checkpoint_guard.give_dirs_the_umask(tmp)
         tf.io.gfile.rename(tmp, final)
     except BaseException:
         if tf.io.gfile.exists(tmp):

@@ -301,7 +301,7 @@ class Trainer:
         return int(self.global_step.numpy())
 
     # --- Checkpoints ------------------------------------------------------------------------
-    def _checkpoint_manager(self, iterator=None) -> tf.train.CheckpointManager:
+    def _checkpoint(self, iterator=None) -> tf.train.Checkpoint:
         objects = {"step": self.global_step, "model": self.model,
                    **self.optimizer.checkpoint_objects()}
         # Non-trainable model state (none in the Transformer) is not reached by
@@ -310,8 +310,15 @@ class Trainer:
             objects["model_state"] = list(self.model.non_trainable_variables)
         if iterator is not None:
             objects["iterator"] = iterator
-        checkpoint = tf.train.Checkpoint(**objects)
+        return tf.train.Checkpoint(**objects)
+
+    def _checkpoint_manager(self, iterator=None) -> tf.train.CheckpointManager:
         directory = self.config.output_dir
+        if self.run_lock is not None:
+            # The lock holder is the directory's only writer: a lost or damaged `checkpoint`
+            # state file is rewritten from the checkpoints on disk, so that the manager
+            # rotates them all and never saves over them from step 0.
+            checkpoint_guard.repair_state_file(directory)
         if not self.chief:
             # Every MultiWorkerMirrored worker must save; only the chief's copy is kept.
             task = _tf_config().get("task", {})
@@ -319,24 +326,53 @@ class Trainer:
                 directory, "tmp_worker", f"{task.get('type')}_{task.get('index')}"
             )
         return tf.train.CheckpointManager(
-            checkpoint, directory, max_to_keep=self.config.keep_checkpoint_max,
+            self._checkpoint(iterator), directory, max_to_keep=self.config.keep_checkpoint_max,
             checkpoint_name=CHECKPOINT_PREFIX,
         )
 
     def restore(self, manager: tf.train.CheckpointManager | None = None) -> int:
-        """Restores the newest readable checkpoint of output_dir (if any); returns the global
-        step.
+        """Restores the newest readable checkpoint of output_dir (found on disk; if any);
+        returns the global step.
+
+        Args:
+          manager: the training loop's manager (a resume: the optimizer state is restored
+            too); None to restore the model and step for evaluation.
 
         Raises:
-          UserError: output_dir lists checkpoints but none of them reads.
+          UserError: output_dir holds checkpoints but none of them reads, or the newest does
+            not match the model (one line naming the variables).
         """
-        manager = manager or self._checkpoint_manager()
         # A damaged newest checkpoint (a save cut short) falls back to the previous one.
         latest = checkpoint_guard.newest_good_checkpoint(self.config.output_dir)
         if latest:
-            manager.checkpoint.restore(latest).expect_partial()
+            self._restore_strictly(manager.checkpoint if manager else self._checkpoint(),
+                                   latest, resume=manager is not None)
             logging.info("Restored %s (global step %d)", latest, self.step)
         return self.step
+
+    def _restore_strictly(self, checkpoint: tf.train.Checkpoint, path: str,
+                          resume: bool = False) -> None:
+        """Restores `path` after checking that its model variables are exactly the model's.
+
+        A resume also needs the whole optimizer state (else one warning when there is none:
+        an import has none); evaluation does not.
+        """
+        name = f"{path} (the newest checkpoint of --output_dir)"
+        checkpoint_guard.check_model_matches(self.model, path, self.hparams, name)
+        status = checkpoint.restore(path)
+        status.expect_partial()
+        if not resume:
+            return
+        if any(key.startswith("optimizer/") for key, _ in tf.train.list_variables(path)):
+            # Every optimizer variable (slots, iterations, accumulators) must be found; an
+            # input position missing from the checkpoint is not an error (the pipeline then
+            # starts over, as without --deterministic).
+            optimizer = tf.train.Checkpoint(**self.optimizer.checkpoint_objects()).restore(path)
+            optimizer.expect_partial()
+            checkpoint_guard.check_restore_status(optimizer, name)
+        else:
+            logging.warning("%s holds no optimizer state (an import or a hand-made checkpoint):"
+                            " the optimizer starts afresh", path)
 
     def _save(self, manager: tf.train.CheckpointManager) -> None:
         path = manager.save(checkpoint_number=self.step)
@@ -738,9 +774,9 @@ class Trainer:
         Returns:
           The last evaluation's results.
         """
-        manager = self._checkpoint_manager()
-        for path in tf.train.checkpoints_iterator(self.config.output_dir, timeout=timeout_secs):
-            manager.checkpoint.restore(path).expect_partial()
+        checkpoint = self._checkpoint()
+        for path in checkpoint_guard.new_checkpoints(self.config.output_dir, timeout_secs):
+            self._restore_strictly(checkpoint, path)
             self.evaluate()
             if self.step >= self.config.train_steps:
                 break
@@ -859,7 +895,7 @@ def create_trainer(
         hparams_json_path=os.path.join(config.output_dir, "hparams.json"),
     )
     validation.check_hparams(hparams)
-    resume_from = tf.train.latest_checkpoint(config.output_dir) if lock else None
+    resume_from = checkpoint_guard.checkpoints_newest_first(config.output_dir) if lock else None
     changes = None
     if resume_from:  # on every worker: all of them stop, none waits for the chief
         problem_name = problem.name + ("_rev" if getattr(problem, "was_reversed", False)
@@ -876,7 +912,7 @@ def create_trainer(
         return model_cls(hparams, input_vocab, vocab["targets"])
 
     trainer = Trainer(model_fn, hparams, problem, data_dir, config, strategy)
-    if warm_start_from and not tf.train.latest_checkpoint(config.output_dir):
+    if warm_start_from and not checkpoint_guard.checkpoints_newest_first(config.output_dir):
         warm_start.warm_start(trainer.model, warm_start_from, allow_partial=warm_start_partial)
     if not is_chief():
         return trainer

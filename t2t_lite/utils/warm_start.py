@@ -9,31 +9,28 @@ t2t-trainer warm-starts every model variable from the checkpoint (Estimator's
   object graph: the variable reached by the same attribute path from the checkpoint's `model`
   as from the live model (`model/body/encoder/layer_0/...`).
 
-Every model variable must be found with its shape, or the run stops with the list of those
-that were not (missing from the checkpoint or of another shape) and of the checkpoint's
-unused model variables; `allow_partial` (`--warm_start_partial`) loads what matches, but a
+Every model variable must be found with its shape and every model variable of the checkpoint
+used, or the run stops with one line naming the first of those that were not (missing from
+the checkpoint, of another shape, unused in the checkpoint; the full lists are logged by a
+partial warm start); `allow_partial` (`--warm_start_partial`) loads what matches, but a
 checkpoint that matches nothing is always an error. Nothing is assigned before the check.
 Optimizer slots and the global step are never loaded: a warm-started run starts at step 0.
 """
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
 
-import keras
 import numpy as np
 import tensorflow as tf
 from absl import logging
-from tensorflow.core.protobuf import trackable_object_graph_pb2
 
-from t2t_lite.utils import t2t_checkpoint
-
-_OBJECT_GRAPH_KEY = "_CHECKPOINTABLE_OBJECT_GRAPH"
-_VARIABLE_VALUE = "VARIABLE_VALUE"
+from t2t_lite.errors import UserError
+from t2t_lite.utils import checkpoint_guard, t2t_checkpoint
 
 
-class WarmStartError(ValueError):
-    """A warm-start checkpoint that does not fit the model."""
+class WarmStartError(UserError):
+    """A warm-start checkpoint that does not fit the model (one line for run.py; the full
+    lists are logged)."""
 
 
 @dataclasses.dataclass
@@ -61,21 +58,30 @@ class WarmStartReport:
         """Whether every model variable was loaded."""
         return not self.missing and not self.mismatched
 
+    def not_loaded_summary(self) -> str:
+        """The first few names of each list that did not load, on one line."""
+        return "; ".join(f"{title}: {checkpoint_guard.names_text(names)}"
+                         for title, names in self._lists() if names)
+
+    def _lists(self) -> list[tuple[str, list[str]]]:
+        return [("missing from the checkpoint", self.missing),
+                ("of another shape", self.mismatched),
+                ("in the checkpoint but not in the model", self.unused)]
+
     def not_loaded_text(self) -> str:
         """The lists of what did not load, one name per line."""
         parts = []
-        for title, names in (("missing from the checkpoint", self.missing),
-                             ("of another shape", self.mismatched),
-                             ("in the checkpoint but not in the model", self.unused)):
+        for title, names in self._lists():
             if names:
                 parts.append(f"{title} ({len(names)}):\n  " + "\n  ".join(names))
         return "\n".join(parts)
 
 
 def resolve_checkpoint(path: str) -> str:
-    """A checkpoint prefix from a prefix or a directory holding a `checkpoint` file."""
+    """A checkpoint prefix from a prefix or a directory (its newest readable checkpoint,
+    found on disk as `checkpoint_guard.newest_good_checkpoint` finds it)."""
     if tf.io.gfile.isdir(path):
-        latest = tf.train.latest_checkpoint(path)
+        latest = checkpoint_guard.newest_good_checkpoint(path)
         if latest is None:
             raise WarmStartError(f"--warm_start_from={path}: no checkpoint in this directory")
         return latest
@@ -83,52 +89,6 @@ def resolve_checkpoint(path: str) -> str:
         raise WarmStartError(f"--warm_start_from={path}: no {path}.index (give a checkpoint "
                              "prefix such as model.ckpt-1000, or its directory)")
     return path
-
-
-def _is_variable(obj) -> bool:
-    return isinstance(obj, (tf.Variable, keras.Variable))
-
-
-def _model_variables(obj, path: tuple[str, ...] = (), seen=None) -> Iterator[tuple]:
-    """(attribute path, variable) of every variable reachable from `obj` by tracking."""
-    seen = set() if seen is None else seen
-    if id(obj) in seen:
-        return
-    seen.add(id(obj))
-    if _is_variable(obj):
-        yield path, obj
-        return
-    children = getattr(obj, "_trackable_children", None)
-    if children is None:
-        return
-    for name, child in sorted(children(save_type="checkpoint").items()):
-        yield from _model_variables(child, path + (name,), seen)
-
-
-def _checkpoint_variables(reader, root_child: str = "model") -> dict[tuple[str, ...], str]:
-    """(attribute path below `root_child`) -> checkpoint key, from a checkpoint's object graph.
-
-    A variable reachable by several paths (a shared matrix) is listed under each of them.
-    """
-    graph = trackable_object_graph_pb2.TrackableObjectGraph()
-    graph.ParseFromString(reader.get_tensor(_OBJECT_GRAPH_KEY))
-    start = [c.node_id for c in graph.nodes[0].children if c.local_name == root_child]
-    keys: dict[tuple[str, ...], str] = {}
-    pending = [(start[0], (), frozenset())] if start else []
-    while pending:
-        node_id, path, ancestors = pending.pop()
-        node = graph.nodes[node_id]
-        for attribute in node.attributes:
-            if attribute.name == _VARIABLE_VALUE:
-                keys[path] = attribute.checkpoint_key
-        ancestors = ancestors | {node_id}
-        pending.extend((c.node_id, path + (c.local_name,), ancestors)
-                       for c in node.children if c.node_id not in ancestors)
-    return keys
-
-
-def _variable_name(variable) -> str:
-    return getattr(variable, "path", None) or variable.name.removesuffix(":0")
 
 
 def _plan_t2t(model, reader) -> tuple[dict, WarmStartReport]:
@@ -149,27 +109,10 @@ def _plan_t2t(model, reader) -> tuple[dict, WarmStartReport]:
 
 
 def _plan_t2t_lite(model, reader) -> tuple[dict, WarmStartReport]:
-    shapes = reader.get_variable_to_shape_map()
-    keys = _checkpoint_variables(reader)
-    plan, missing, mismatched, used = {}, [], [], set()
-    for path, variable in _model_variables(model):
-        name = _variable_name(variable)
-        key = keys.get(path)
-        if key is None:
-            missing.append(name)
-            continue
-        used.add(key)
-        if tuple(shapes[key]) != tuple(variable.shape):
-            mismatched.append(f"{name}: checkpoint {list(shapes[key])} vs model "
-                              f"{list(variable.shape)}")
-        else:
-            plan[name] = (key, variable)
-    unused_paths = {}
-    for path, key in sorted(keys.items()):
-        if key not in used:
-            unused_paths.setdefault(key, "model/" + "/".join(path))
-    return plan, WarmStartReport("", "t2t_lite", sorted(plan), sorted(missing),
-                                 sorted(mismatched), sorted(unused_paths.values()))
+    found = checkpoint_guard.match_model(model, reader)
+    return found["plan"], WarmStartReport("", "t2t_lite", sorted(found["plan"]),
+                                          found["missing"], found["mismatched"],
+                                          found["unused"])
 
 
 def warm_start(model, checkpoint_path: str, allow_partial: bool = False) -> WarmStartReport:
@@ -186,14 +129,15 @@ def warm_start(model, checkpoint_path: str, allow_partial: bool = False) -> Warm
 
     Raises:
       WarmStartError: no checkpoint; nothing matched; or, without allow_partial, some model
-        variable missing or of another shape. The model is then left unchanged.
+        variable missing or of another shape, or some checkpoint model variable unused (one
+        line naming the first of each). The model is then left unchanged.
     """
     prefix = resolve_checkpoint(checkpoint_path)
     reader = tf.train.load_checkpoint(prefix)
     names = reader.get_variable_to_shape_map()
     if any(n.startswith(t2t_checkpoint.MODEL_SCOPE + "/") for n in names):
         plan, report = _plan_t2t(model, reader)
-    elif _OBJECT_GRAPH_KEY in names:
+    elif checkpoint_guard.OBJECT_GRAPH_KEY in names:
         plan, report = _plan_t2t_lite(model, reader)
     else:
         raise WarmStartError(f"--warm_start_from={prefix}: neither a t2t_lite checkpoint (no "
@@ -201,15 +145,19 @@ def warm_start(model, checkpoint_path: str, allow_partial: bool = False) -> Warm
                              "variables)")
     report.checkpoint = prefix
     total = len(report.loaded) + len(report.missing) + len(report.mismatched)
-    details = report.not_loaded_text()
     if not report.loaded:
         raise WarmStartError(f"--warm_start_from={prefix}: none of the model's {total} "
-                             f"variables matched this {report.kind} checkpoint\n{details}")
-    if not report.complete and not allow_partial:
+                             f"variables matched this {report.kind} checkpoint "
+                             f"({report.not_loaded_summary()})")
+    if not (report.complete and not report.unused) and not allow_partial:
+        unused = (f" and {len(report.unused)} of its model variables are not the model's"
+                  if report.unused else "")
         raise WarmStartError(
             f"--warm_start_from={prefix}: {total - len(report.loaded)} of the model's {total} "
-            f"variables did not match this {report.kind} checkpoint (--warm_start_partial "
-            f"loads the {len(report.loaded)} that do)\n{details}")
+            f"variables did not match this {report.kind} checkpoint{unused} "
+            f"(--warm_start_partial loads the {len(report.loaded)} that do): "
+            f"{report.not_loaded_summary()}")
+    details = report.not_loaded_text()
     values = {name: reader.get_tensor(key) for name, (key, _) in plan.items()}
     for name, (_, variable) in plan.items():
         variable.assign(values[name].astype(np.dtype(variable.dtype)))
