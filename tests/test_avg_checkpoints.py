@@ -8,6 +8,7 @@ import pytest
 import tensorflow as tf
 
 from t2t_lite.bin import t2t_avg_all
+from t2t_lite.errors import UserError
 from t2t_lite.utils import avg_checkpoints
 
 
@@ -152,6 +153,16 @@ def test_main_default_output_dir(run_dir, capsys):
     printed = capsys.readouterr().out
     assert "ckpt-200, ckpt-300" in printed
     assert tf.train.latest_checkpoint(os.path.join(str(run_dir), "avg")).endswith("ckpt-300")
+
+
+def test_main_refuses_the_run_directory_as_output_before_any_work(run_dir):
+    before = sorted(os.listdir(str(run_dir)))
+    flags = types.SimpleNamespace(output_dir=str(run_dir), n=2,
+                                  avg_output_dir=str(run_dir) + "/.")
+    with pytest.raises(UserError, match=r"^--avg_output_dir=.* is the same file as "
+                                        r"--output_dir=.*: the output would replace the input"):
+        t2t_avg_all.main(flags)
+    assert sorted(os.listdir(str(run_dir))) == before
 
 
 @pytest.mark.slow

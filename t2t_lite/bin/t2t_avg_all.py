@@ -20,6 +20,7 @@ def main(flags) -> None:
     if not flags.output_dir:
         raise UserError("--mode=average needs --output_dir=<training run directory>")
     avg_dir = flags.avg_output_dir or os.path.join(flags.output_dir, "avg")
+    validation.check_output_not_input("avg_output_dir", avg_dir, {"output_dir": flags.output_dir})
     validation.check_output_dir("avg_output_dir", avg_dir)
     validation.check_writable_dir("avg_output_dir", avg_dir)
     try:

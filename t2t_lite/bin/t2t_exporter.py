@@ -38,6 +38,9 @@ def main(flags) -> None:
     export_dir = flags.export_dir or (
         os.path.join(flags.output_dir, "export") if flags.output_dir else None)
     if export_dir:
+        validation.check_output_not_input("export_dir", export_dir, {
+            "output_dir": flags.output_dir, "data_dir": data_dir,
+            "checkpoint_path": flags.checkpoint_path})
         validation.check_writable_dir("export_dir", export_dir)
     if not problem_name:
         raise UserError("--mode=export needs --problem (its vocabulary goes into the model), "
@@ -129,7 +132,11 @@ def export_ctranslate2(flags) -> str:
             raise
         raise UserError(str(e)) from None
     encoders = problem_hparams.vocabulary
-    path = ct2.export(model, ct2.default_model_dir(flags.export_dir, flags.output_dir, checkpoint),
+    model_dir = ct2.default_model_dir(flags.export_dir, flags.output_dir, checkpoint)
+    validation.check_output_not_input("export_dir", model_dir, {
+        "output_dir": flags.output_dir, "checkpoint_path": flags.checkpoint_path,
+        "data_dir": flags.data_dir or run_flags.get("data_dir")})
+    path = ct2.export(model, model_dir,
                       encoders.get("inputs", encoders["targets"]), encoders["targets"],
                       int(problem_hparams.get("target_space_id", 0)),
                       quantization=flags.quantization, max_position=flags.ct2_max_position)
