@@ -133,6 +133,7 @@ def _main():
     parser.add_argument("--deterministic", action="store_true")
     parser.add_argument("--step_delay", type=float, default=0.0)
     parser.add_argument("--dump_weights", default="")
+    parser.add_argument("--startup_timeout", type=float, default=300)
     parser.add_argument("--host_metrics", action="store_true",
                         help="evaluate at the end with approx_bleu and ROUGE too")
     args = parser.parse_args()
@@ -142,7 +143,7 @@ def _main():
     from t2t_lite.utils import trainer_lib
 
     logging.set_verbosity(logging.INFO)
-    strategy = trainer_lib.create_strategy()
+    strategy = trainer_lib.create_strategy(startup_timeout_secs=args.startup_timeout)
     trainer_lib.setup_determinism(7, args.deterministic)
     hparams = tiny_hparams()
     config = trainer_lib.RunConfig(
@@ -183,7 +184,11 @@ def _main():
         result["eval"] = trainer.evaluate()
         result["local_host_sums"] = local_sums[-1] if local_sums else original_host_sums().tolist()
     print("RESULT " + json.dumps(result), flush=True)
+    trainer_lib.leave_cluster(strategy)
 
 
 if __name__ == "__main__":
-    _main()
+    from t2t_lite.errors import report_user_errors
+
+    with report_user_errors():
+        _main()
