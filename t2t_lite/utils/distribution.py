@@ -16,12 +16,15 @@ import signal
 import subprocess
 import sys
 import threading
+import time
+from collections.abc import Callable
 from typing import Any
 
 import tensorflow as tf
 from absl import logging
 
 from t2t_lite.errors import RunStopped, UserError
+from t2t_lite.utils import startup_watchdog
 
 # Exit statuses of a run stopped by a signal after saving (the shell's 128 + signal number).
 SIGNAL_EXIT_CODES = {signal.SIGINT: 130, signal.SIGTERM: 143}
@@ -99,8 +102,9 @@ def create_strategy(worker_gpu: int = 1, worker_replicas: int = 1,
 
     Raises:
       UserError: --worker_replicas or --worker_gpu do not match the cluster or the host.
-      RunStopped: the cluster did not form within `startup_timeout_secs`, or SIGINT/SIGTERM
-        came while waiting for it.
+      RunStopped: TensorFlow gave up registering this worker with the cluster's leader.
+        (A worker still waiting after `startup_timeout_secs`, or when its process group gets
+        SIGTERM / SIGINT, is killed by `startup_watchdog` after one line.)
     """
     workers = _cluster_workers(tf_config())
     if worker_replicas > 1 and worker_replicas != workers:
@@ -151,10 +155,7 @@ def _start_multi_worker(timeout_secs: float) -> tf.distribute.Strategy:
         shutdown_barrier_timeout_in_ms=SHUTDOWN_BARRIER_TIMEOUT_SECONDS * 1000,
     )
     me = task_name(resolver.task_type, resolver.task_id)
-    peers = {task_name(job, index): address
-             for job, addresses in spec.as_dict().items()
-             for index, address in enumerate(addresses)
-             if (job, index) != (resolver.task_type, resolver.task_id)}
+    peers = _peers(resolver)
     watchdog = subprocess.Popen([sys.executable, "-m", "t2t_lite.utils.startup_watchdog",
                                  json.dumps({"pid": os.getpid(), "me": me, "peers": peers,
                                              "timeout": timeout_secs,
@@ -173,6 +174,46 @@ def _start_multi_worker(timeout_secs: float) -> tf.distribute.Strategy:
     return strategy
 
 
+def _quiet_watcher_errors(args) -> None:
+    """threading.excepthook: the error that ends a PreemptionCheckpointHandler's watcher
+    thread when a peer dies is logged in one line, not as a traceback (the training loop
+    reports the lost worker)."""
+    if (args.thread is not None and args.thread.name.startswith("PeerTerminationWatcher")
+            and issubclass(args.exc_type, tf.errors.OpError)):
+        logging.debug("Preemption watcher stopped: %s", str(args.exc_value).splitlines()[0])
+        return
+    _previous_excepthook(args)
+
+
+_previous_excepthook = threading.excepthook
+
+
+def create_preemption_handler(strategy: tf.distribute.Strategy, signals: StopSignals,
+                              save_fn: Callable[[], Any], exit_fn: Callable[[], None],
+                              scratch_dir: str):
+    """tf.distribute's PreemptionCheckpointHandler: a SIGINT/SIGTERM on any worker (seen by
+    `signals`) makes all workers call `save_fn` at the same step, then `exit_fn`.
+
+    Args:
+      strategy: a MultiWorkerMirroredStrategy.
+      signals: the installed StopSignals.
+      save_fn: saves the checkpoint (every worker calls it: a collective).
+      exit_fn: called after the save; raises RunStopped.
+      scratch_dir: a folder for the handler's own bookkeeping checkpoint, which is never
+        written (save_fn saves), so that it restores nothing.
+
+    Returns:
+      The handler; call its `save_checkpoint_if_preempted()` after every step.
+    """
+    threading.excepthook = _quiet_watcher_errors
+    config = tf.distribute.experimental.TerminationConfig(
+        termination_watcher_fn=lambda: signals.received is not None,
+        exit_fn=exit_fn, save_fn=save_fn)
+    bookkeeping = tf.train.CheckpointManager(tf.train.Checkpoint(), scratch_dir, max_to_keep=1)
+    return tf.distribute.experimental.PreemptionCheckpointHandler(
+        strategy.cluster_resolver, bookkeeping, termination_config=config)
+
+
 def stop_preemption_watchers(handler) -> None:
     """Stops a PreemptionCheckpointHandler's watcher threads (TensorFlow does it only in
     `__del__`, which those threads' own references keep from running) before the workers
@@ -183,9 +224,10 @@ def stop_preemption_watchers(handler) -> None:
 
 def leave_cluster(strategy: tf.distribute.Strategy, timeout_secs: float = 600) -> None:
     """The last step of a multi-worker process: all workers wait for each other (a
-    coordination service barrier), so that none exits while another still runs; otherwise
-    the chief's exit takes the coordination service with it and the others log errors about
-    it. Does nothing with one worker.
+    coordination service barrier), then the chief, which hosts the coordination service,
+    waits (at most SHUTDOWN_BARRIER_TIMEOUT_SECONDS) until the others have exited: a worker
+    that outlives the chief logs errors about the vanished service. Does nothing with one
+    worker.
 
     Args:
       strategy: the run's strategy.
@@ -200,6 +242,20 @@ def leave_cluster(strategy: tf.distribute.Strategy, timeout_secs: float = 600) -
         context.context().wait_at_barrier("t2t_lite_leave", int(timeout_secs * 1000))
     except tf.errors.OpError as e:
         logging.warning("Leaving without the other workers: %s", e.message.splitlines()[0])
+        return
+    if is_chief():
+        peers = _peers(strategy.cluster_resolver)
+        deadline = time.time() + SHUTDOWN_BARRIER_TIMEOUT_SECONDS
+        while len(startup_watchdog.unreachable(peers)) < len(peers) and time.time() < deadline:
+            time.sleep(0.2)
+
+
+def _peers(resolver) -> dict[str, str]:
+    """The other tasks of the cluster: name ("worker 1") -> "host:port"."""
+    return {task_name(job, index): address
+            for job, addresses in resolver.cluster_spec().as_dict().items()
+            for index, address in enumerate(addresses)
+            if (job, index) != (resolver.task_type, resolver.task_id)}
 
 
 def is_chief() -> bool:

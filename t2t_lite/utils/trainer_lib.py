@@ -60,6 +60,7 @@ from t2t_lite.utils import (
 from t2t_lite.utils import metrics as metrics_lib
 from t2t_lite.utils.distribution import (  # noqa: F401 (create_strategy: trainer_lib's API)
     StopSignals,
+    create_preemption_handler,
     create_strategy,
     is_chief,
     leave_cluster,
@@ -319,7 +320,7 @@ class Trainer:
     def multi_worker(self) -> bool:
         """Whether this process is one of several MultiWorkerMirroredStrategy workers."""
         return (isinstance(self.strategy, tf.distribute.MultiWorkerMirroredStrategy)
-                and self.strategy.extended._num_workers > 1)
+                and bool(self.strategy.cluster_resolver.cluster_spec().jobs))
 
     def _task(self) -> str:
         resolver = self.strategy.cluster_resolver
@@ -379,17 +380,9 @@ class Trainer:
                 f"again with the same command to resume at step {self.step}",
                 signals.exit_code, label="stopped")
 
-        config = tf.distribute.experimental.TerminationConfig(
-            termination_watcher_fn=lambda: signals.received is not None,
-            exit_fn=stop, save_fn=lambda: self._save_unless_saved(manager))
-        # The handler's own bookkeeping checkpoint is never written (save_fn saves ours), so
-        # it restores nothing; the folder is removed with the other workers' temporary ones.
-        bookkeeping = tf.train.CheckpointManager(
-            tf.train.Checkpoint(), os.path.join(self.config.output_dir, "tmp_worker", "none"),
-            max_to_keep=1)
-        handler = tf.distribute.experimental.PreemptionCheckpointHandler(
-            self.strategy.cluster_resolver, bookkeeping, termination_config=config)
-        return handler
+        return create_preemption_handler(
+            self.strategy, signals, lambda: self._save_unless_saved(manager), stop,
+            os.path.join(self.config.output_dir, "tmp_worker", "none"))
 
     @contextlib.contextmanager
     def _lost_worker_is_one_line(self, manager: tf.train.CheckpointManager):
