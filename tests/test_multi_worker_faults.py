@@ -10,7 +10,9 @@ multi-worker issue (each worker a `python -m tests.trainer_utils` process, tiny 
   --startup_timeout with one line;
 * SIGKILL of the chief: worker 1 stops with one line naming worker 0;
 * workers with separate output folders (the chief's has checkpoints, worker 1's is empty):
-  both stop with one line asking for shared storage, and nothing is trained.
+  both stop with one line asking for shared storage, and nothing is trained;
+* the startup watchdog alone (no TensorFlow): it names the missing peer and, on SIGTERM to
+  the process group, ends the waiting worker with one line.
 """
 import json
 import os
@@ -167,3 +169,32 @@ def test_lost_workers_partial_restart_and_separate_output_dirs(cluster, tmp_path
             r"step 0\): --output_dir must be the same shared storage for all workers \(a "
             r"network file system or a bucket\), not a local folder per host", line), line
     assert not (tmp_path / "local1").exists() or not list((tmp_path / "local1").glob("ckpt-*"))
+
+
+def test_startup_watchdog_logs_the_missing_peer_and_ends_the_worker_on_sigterm():
+    import subprocess
+    import sys
+
+    from tests.test_distributed import REPO
+
+    worker = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    port = _free_ports(1)[0]
+    args = {"pid": worker.pid, "me": "worker 0", "peers": {"worker 1": f"127.0.0.1:{port}"},
+            "timeout": 60, "interval": 0.5}
+    watchdog = subprocess.Popen(
+        [sys.executable, "-m", "t2t_lite.utils.startup_watchdog", json.dumps(args)], cwd=REPO,
+        env=_env(), stderr=subprocess.PIPE, text=True)
+    try:
+        first = watchdog.stderr.readline()
+        assert first.startswith(f"worker 0 waits for worker 1 (127.0.0.1:{port}) (")
+        watchdog.send_signal(signal.SIGTERM)  # a scheduler signals the worker's process group
+        assert watchdog.wait(timeout=30) == 0
+        assert worker.wait(timeout=30) == -signal.SIGKILL
+        assert watchdog.stderr.read().splitlines()[-1] == (
+            "stopped: SIGTERM while worker 0 waited for the other workers to start; nothing "
+            "was trained or saved")
+    finally:
+        for process in (worker, watchdog):
+            if process.poll() is None:
+                process.kill()
+            process.wait()
