@@ -10,7 +10,8 @@ multi-worker issue (each worker a `python -m tests.trainer_utils` process, tiny 
   --startup_timeout with one line;
 * SIGKILL of the chief: worker 1 stops with one line naming worker 0;
 * workers with separate output folders (the chief's has checkpoints, worker 1's is empty):
-  both stop with one line asking for shared storage, and nothing is trained;
+  both stop with one line asking for shared storage, and nothing is trained; the same for
+  data_dirs whose train split markers differ;
 * the startup watchdog alone (no TensorFlow): it names the missing peer and, on SIGTERM to
   the process group, ends the waiting worker with one line.
 """
@@ -169,6 +170,20 @@ def test_lost_workers_partial_restart_and_separate_output_dirs(cluster, tmp_path
             r"step 0\): --output_dir must be the same shared storage for all workers \(a "
             r"network file system or a bucket\), not a local folder per host", line), line
     assert not (tmp_path / "local1").exists() or not list((tmp_path / "local1").glob("ckpt-*"))
+
+    # The same output_dir but data generated separately: the train split's markers differ.
+    for index in range(2):
+        (tmp_path / f"data{index}").mkdir()
+        (tmp_path / f"data{index}" / "reverse_standin.train.complete.json").write_text(
+            json.dumps({"split": "train", "shards": [{"name": "x", "bytes": index}]}))
+    workers = [cluster.start(i, out, *every, "--data_dir", str(tmp_path / f"data{i}"))
+               for i in range(2)]
+    for process in workers:
+        assert process.wait(timeout=300) == 1, _log(process.log)
+        assert _last_line(process, "error") == (
+            "error: the workers read different training data (the train split's datagen "
+            "marker differs): --data_dir must be the same shared storage for all workers (a "
+            "network file system or a bucket), not a local folder per host")
 
 
 def test_startup_watchdog_logs_the_missing_peer_and_ends_the_worker_on_sigterm():

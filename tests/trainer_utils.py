@@ -57,6 +57,11 @@ class ReverseProblem:
             targets[i, :n + 1] = list(seq[::-1]) + [1]
         return {"inputs": inputs, "targets": targets}
 
+    def dataset_filename(self):
+        """The name of datagen's files; the data itself is in memory (only the train split's
+        completion marker, if a test writes one, is read from data_dir)."""
+        return self.name
+
     def get_hparams(self, model_hparams=None, data_dir=None):
         return HParams(vocab_size={"inputs": VOCAB, "targets": VOCAB}, target_space_id=0,
                        loss_multiplier=1.0)
@@ -134,6 +139,7 @@ def _main():
     parser.add_argument("--step_delay", type=float, default=0.0)
     parser.add_argument("--dump_weights", default="")
     parser.add_argument("--startup_timeout", type=float, default=300)
+    parser.add_argument("--data_dir", default="", help="where the train split's marker is")
     parser.add_argument("--host_metrics", action="store_true",
                         help="evaluate at the end with approx_bleu and ROUGE too")
     args = parser.parse_args()
@@ -154,7 +160,7 @@ def _main():
     if args.host_metrics:
         metrics = ["accuracy", "approx_bleu_score", "rouge_2_fscore", "rouge_L_fscore"]
     trainer = trainer_lib.Trainer(model_fn(hparams), hparams,
-                                  ReverseProblem(args.batch_examples, metrics=metrics), "",
+                                  ReverseProblem(args.batch_examples, metrics=metrics), args.data_dir,
                                   config, strategy)
     if args.step_delay:
         # Slows training down so that a test can kill it between two checkpoints.
