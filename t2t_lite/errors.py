@@ -22,6 +22,20 @@ class UserError(ValueError):
     """
 
 
+class RunStopped(Exception):
+    """A run that stops on purpose or because its cluster broke, with its own exit status.
+
+    Entry points print `<label>: <message>` (one line, no traceback) and exit with
+    `exit_code`: a stop signal (Ctrl-C 130, SIGTERM 143, after saving a checkpoint) is
+    labelled "stopped", a lost worker or a cluster that never formed "error".
+    """
+
+    def __init__(self, message: str, exit_code: int, label: str = "error"):
+        super().__init__(message)
+        self.exit_code = exit_code
+        self.label = label
+
+
 class DataError(FileNotFoundError):
     """Generated data (shards of a split) missing, incomplete or damaged; the message names
     the files and the datagen command that repairs them. A FileNotFoundError, as t2t raised."""
@@ -48,13 +62,19 @@ def one_line(error: BaseException) -> str:
 
 @contextlib.contextmanager
 def report_user_errors(debug: bool = False) -> Iterator[None]:
-    """Turns a user error raised inside the block into `error: ...` on stderr and exit 1.
+    """Turns a user error raised inside the block into `error: ...` on stderr and exit 1,
+    and a `RunStopped` into its one line and exit status.
 
     Args:
       debug: print the traceback too (run.py's --debug).
     """
     try:
         yield
+    except RunStopped as e:
+        if debug:
+            traceback.print_exc()
+        print(f"{e.label}: {one_line(e)}", file=sys.stderr)
+        sys.exit(e.exit_code)
     except user_error_types() as e:
         if debug:
             traceback.print_exc()

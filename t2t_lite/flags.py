@@ -69,6 +69,10 @@ flags.DEFINE_integer("worker_gpu", 1, "Number of GPUs (replicas) on this host.")
 flags.DEFINE_integer(
     "worker_replicas", 1,
     "Number of worker hosts. TF_CONFIG starts and describes them; a value > 1 must match it.")
+flags.DEFINE_integer(
+    "worker_startup_timeout_secs", 300,
+    "A worker waits this long for all workers of TF_CONFIG to start, logging whom it waits for "
+    "every 30 s, then gives up with one line.")
 flags.DEFINE_string(
     "warm_start_from", None,
     "t2t_lite or original t2t checkpoint (prefix or directory) to initialise the model from "

@@ -57,6 +57,11 @@ class ReverseProblem:
             targets[i, :n + 1] = list(seq[::-1]) + [1]
         return {"inputs": inputs, "targets": targets}
 
+    def dataset_filename(self):
+        """The name of datagen's files; the data itself is in memory (only the train split's
+        completion marker, if a test writes one, is read from data_dir)."""
+        return self.name
+
     def get_hparams(self, model_hparams=None, data_dir=None):
         return HParams(vocab_size={"inputs": VOCAB, "targets": VOCAB}, target_space_id=0,
                        loss_multiplier=1.0)
@@ -133,6 +138,8 @@ def _main():
     parser.add_argument("--deterministic", action="store_true")
     parser.add_argument("--step_delay", type=float, default=0.0)
     parser.add_argument("--dump_weights", default="")
+    parser.add_argument("--startup_timeout", type=float, default=300)
+    parser.add_argument("--data_dir", default="", help="where the train split's marker is")
     parser.add_argument("--host_metrics", action="store_true",
                         help="evaluate at the end with approx_bleu and ROUGE too")
     args = parser.parse_args()
@@ -142,7 +149,7 @@ def _main():
     from t2t_lite.utils import trainer_lib
 
     logging.set_verbosity(logging.INFO)
-    strategy = trainer_lib.create_strategy()
+    strategy = trainer_lib.create_strategy(startup_timeout_secs=args.startup_timeout)
     trainer_lib.setup_determinism(7, args.deterministic)
     hparams = tiny_hparams()
     config = trainer_lib.RunConfig(
@@ -153,7 +160,7 @@ def _main():
     if args.host_metrics:
         metrics = ["accuracy", "approx_bleu_score", "rouge_2_fscore", "rouge_L_fscore"]
     trainer = trainer_lib.Trainer(model_fn(hparams), hparams,
-                                  ReverseProblem(args.batch_examples, metrics=metrics), "",
+                                  ReverseProblem(args.batch_examples, metrics=metrics), args.data_dir,
                                   config, strategy)
     if args.step_delay:
         # Slows training down so that a test can kill it between two checkpoints.
@@ -183,7 +190,11 @@ def _main():
         result["eval"] = trainer.evaluate()
         result["local_host_sums"] = local_sums[-1] if local_sums else original_host_sums().tolist()
     print("RESULT " + json.dumps(result), flush=True)
+    trainer_lib.leave_cluster(strategy)
 
 
 if __name__ == "__main__":
-    _main()
+    from t2t_lite.errors import report_user_errors
+
+    with report_user_errors():
+        _main()

@@ -23,6 +23,7 @@ from t2t_lite.utils.trainer_lib import (
     create_strategy,
     create_trainer,
     is_chief,
+    leave_cluster,
     setup_determinism,
 )
 
@@ -140,7 +141,8 @@ def main(flags_obj: Any, mode: str) -> dict[str, float]:
     if mode != "eval" and is_chief():
         # Before TensorFlow builds anything: a second run refuses within seconds.
         run_lock.refuse_if_held(os.path.expanduser(flags_obj.output_dir))
-    strategy = create_strategy(flags_obj.worker_gpu, flags_obj.worker_replicas)
+    strategy = create_strategy(flags_obj.worker_gpu, flags_obj.worker_replicas,
+                               getattr(flags_obj, "worker_startup_timeout_secs", 300))
     setup_determinism(flags_obj.random_seed, flags_obj.deterministic)
     splits = {"train": (TRAIN,), "eval": (EVAL,), "train_and_eval": (TRAIN, EVAL)}[mode]
     trainer = build_trainer(flags_obj, strategy, lock=mode != "eval", data_splits=splits)
@@ -149,9 +151,11 @@ def main(flags_obj: Any, mode: str) -> dict[str, float]:
                 f"the data in --data_dir={flags_obj.data_dir}",
                 "regenerate the data with --mode=datagen, or use the vocabulary file it was "
                 "encoded with"):
-            return _run_schedule(trainer, flags_obj, mode)
+            results = _run_schedule(trainer, flags_obj, mode)
     except tf.errors.DataLossError as e:
         raise _name_damaged_file(trainer, splits, e) from e
+    leave_cluster(strategy)  # several workers leave together
+    return results
 
 
 def _name_damaged_file(trainer: Trainer, splits: tuple[str, ...],

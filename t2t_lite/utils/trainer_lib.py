@@ -21,13 +21,16 @@ Restarting resumes from the latest checkpoint.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import inspect
 import json
 import os
 import random
+import re
 import shutil
 import time
+import zlib
 from collections.abc import Callable
 from typing import Any
 
@@ -36,10 +39,11 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 from tensorflow.core.framework import summary_pb2
+from tensorflow.python.util import deprecation
 
 from t2t_lite import file_io, hparams_support, registry
 from t2t_lite.data_generators.text_encoder import EOS_ID, PAD_ID
-from t2t_lite.errors import UserError
+from t2t_lite.errors import RunStopped, UserError
 from t2t_lite.hparams import HParams, create_hparams
 from t2t_lite.layers import common_layers
 from t2t_lite.utils import (
@@ -55,6 +59,16 @@ from t2t_lite.utils import (
     warm_start,
 )
 from t2t_lite.utils import metrics as metrics_lib
+from t2t_lite.utils.distribution import (  # noqa: F401 (create_strategy: trainer_lib's API)
+    StopSignals,
+    create_preemption_handler,
+    create_strategy,
+    is_chief,
+    leave_cluster,
+    stop_preemption_watchers,
+    task_name,
+    tf_config,
+)
 
 TRAIN, EVAL = "train", "eval"
 CHECKPOINT_PREFIX = "ckpt"
@@ -103,59 +117,6 @@ class RunConfig:
     @property
     def checkpoint_every(self) -> int:
         return max(1, self.save_checkpoints_steps or self.local_eval_frequency)
-
-
-# --- Distribution ----------------------------------------------------------------------------
-def _tf_config() -> dict:
-    return json.loads(os.environ.get("TF_CONFIG") or "{}")
-
-
-def _cluster_workers(tf_config: dict) -> int:
-    cluster = tf_config.get("cluster", {})
-    return len(cluster.get("chief", [])) + len(cluster.get("worker", []))
-
-
-def create_strategy(worker_gpu: int = 1, worker_replicas: int = 1) -> tf.distribute.Strategy:
-    """The strategy for this machine (create it before any other TensorFlow work).
-
-    Args:
-      worker_gpu: replicas on this host (t2t's --worker_gpu); > 1 needs as many GPUs.
-      worker_replicas: t2t's number of workers. TF_CONFIG is what starts the workers here,
-        so this only checks it: a value > 1 must equal TF_CONFIG's chief + workers.
-
-    Returns:
-      MultiWorkerMirroredStrategy if TF_CONFIG names several workers, MirroredStrategy over
-      `worker_gpu` GPUs if worker_gpu > 1, else the default strategy (one device).
-    """
-    workers = _cluster_workers(_tf_config())
-    if worker_replicas > 1 and worker_replicas != workers:
-        raise UserError(
-            f"--worker_replicas={worker_replicas} but TF_CONFIG lists {workers} worker(s) "
-            "(chief + worker); workers are started from TF_CONFIG: set it on every worker, or "
-            "leave --worker_replicas at 1"
-        )
-    if workers > 1:
-        return tf.distribute.MultiWorkerMirroredStrategy()
-    if worker_gpu > 1:
-        gpus = tf.config.list_logical_devices("GPU")
-        if len(gpus) < worker_gpu:
-            raise UserError(
-                f"--worker_gpu={worker_gpu} but only {len(gpus)} GPU(s) are visible; lower "
-                "--worker_gpu or check CUDA_VISIBLE_DEVICES"
-            )
-        return tf.distribute.MirroredStrategy([g.name for g in gpus[:worker_gpu]])
-    return tf.distribute.get_strategy()
-
-
-def is_chief() -> bool:
-    """Whether this process writes summaries, hparams.json and the real checkpoints."""
-    tf_config = _tf_config()
-    if _cluster_workers(tf_config) <= 1:
-        return True
-    task = tf_config.get("task", {})
-    if "chief" in tf_config.get("cluster", {}):
-        return task.get("type") == "chief"
-    return task.get("type", "worker") == "worker" and int(task.get("index", 0)) == 0
 
 
 # --- Summaries (written with tf.summary.write so that tensorboard need not be installed) ----
@@ -321,7 +282,7 @@ class Trainer:
             checkpoint_guard.repair_state_file(directory)
         if not self.chief:
             # Every MultiWorkerMirrored worker must save; only the chief's copy is kept.
-            task = _tf_config().get("task", {})
+            task = tf_config().get("task", {})
             directory = os.path.join(
                 directory, "tmp_worker", f"{task.get('type')}_{task.get('index')}"
             )
@@ -377,9 +338,109 @@ class Trainer:
     def _save(self, manager: tf.train.CheckpointManager) -> None:
         path = manager.save(checkpoint_number=self.step)
         if not self.chief:
+            # A non-chief worker's copy is written only because saving is a collective.
             shutil.rmtree(os.path.dirname(path), ignore_errors=True)
+            with contextlib.suppress(OSError):  # other workers' copies may still be there
+                os.rmdir(os.path.dirname(os.path.dirname(path)))
         else:
             logging.info("Saved checkpoint %s", path)
+
+    def _save_unless_saved(self, manager: tf.train.CheckpointManager) -> str:
+        """Saves the current step unless its checkpoint exists; returns the chief's path."""
+        path = os.path.join(self.config.output_dir, f"{CHECKPOINT_PREFIX}-{self.step}")
+        if not (manager.latest_checkpoint or "").endswith(f"{CHECKPOINT_PREFIX}-{self.step}"):
+            self._save(manager)
+        return path
+
+    # --- Several workers --------------------------------------------------------------------
+    @property
+    def multi_worker(self) -> bool:
+        """Whether this process is one of several MultiWorkerMirroredStrategy workers."""
+        return (isinstance(self.strategy, tf.distribute.MultiWorkerMirroredStrategy)
+                and bool(self.strategy.cluster_resolver.cluster_spec().jobs))
+
+    def _task(self) -> str:
+        resolver = self.strategy.cluster_resolver
+        return task_name(resolver.task_type, resolver.task_id)
+
+    def _check_same_state(self, step: int) -> None:
+        """All workers must have restored the same step and checkpoint and read the same
+        data: otherwise each trains its own model and the chief saves a mix. A collective:
+        every worker calls it after restoring.
+
+        Raises:
+          UserError: (on every worker) naming what differs and the shared storage needed.
+        """
+        latest = checkpoint_guard.newest_good_checkpoint(self.config.output_dir) if step else ""
+        marker = b""
+        if hasattr(self.problem, "dataset_filename") and self.data_dir:
+            from t2t_lite.data_generators import data_marker
+
+            path = data_marker.marker_path(self.data_dir, self.problem.dataset_filename(),
+                                           "train")
+            if tf.io.gfile.exists(path):
+                with tf.io.gfile.GFile(path, "rb") as f:
+                    marker = f.read()
+        local = tf.constant([step, zlib.crc32(os.path.basename(latest or "").encode()),
+                             zlib.crc32(marker)], tf.int64)
+        local_replicas = len(self.strategy.extended.worker_devices)
+
+        def this_worker(context):
+            del context
+            return local
+
+        values = self.strategy.experimental_distribute_values_from_function(this_worker)
+        rows = self.strategy.gather(values, axis=0).numpy().reshape(-1, 3)[::local_replicas]
+        if (rows == rows[0]).all():
+            return
+        steps = ", ".join(f"worker {i}: step {row[0]}" for i, row in enumerate(rows))
+        what = ("restored different checkpoints (" + steps + "): --output_dir"
+                if (rows[:, :2] != rows[0, :2]).any() else
+                "read different training data (the train split's datagen marker differs): "
+                "--data_dir")
+        leave_cluster(self.strategy)
+        raise UserError(f"the workers {what} must be the same shared storage for all workers "
+                        "(a network file system or a bucket), not a local folder per host")
+
+    def _preemption_handler(self, manager: tf.train.CheckpointManager, signals: StopSignals):
+        """tf.distribute's PreemptionCheckpointHandler: a SIGINT/SIGTERM on any worker makes
+        all workers save at the same step, then stop (`RunStopped`, the signal's exit code)."""
+        def stop():
+            path = os.path.join(self.config.output_dir, f"{CHECKPOINT_PREFIX}-{self.step}")
+            if signals.received:
+                cause = f"{signals.name} received"
+            else:
+                cause = "another worker received a stop signal (SIGTERM or SIGINT)"
+            leave_cluster(self.strategy)
+            raise RunStopped(
+                f"{cause}: all workers saved {path} at step {self.step}; start every worker "
+                f"again with the same command to resume at step {self.step}",
+                signals.exit_code, label="stopped")
+
+        return create_preemption_handler(
+            self.strategy, signals, lambda: self._save_unless_saved(manager), stop,
+            os.path.join(self.config.output_dir, "tmp_worker", "none"))
+
+    @contextlib.contextmanager
+    def _lost_worker_is_one_line(self, manager: tf.train.CheckpointManager):
+        """Turns the collective errors of a worker that died into one line naming it, the
+        last checkpoint and how to restart."""
+        try:
+            yield
+        except (tf.errors.UnavailableError, tf.errors.AbortedError, tf.errors.CancelledError,
+                tf.errors.DeadlineExceededError, tf.errors.InternalError) as e:
+            if not self.multi_worker:
+                raise
+            me = self._task().replace(" ", ":")
+            lost = sorted({f"{job} {task}" for job, task in re.findall(
+                r"/job:(\w+)/replica:\d+/task:(\d+)", str(e)) if f"{job}:{task}" != me})
+            latest = checkpoint_guard.newest_good_checkpoint(self.config.output_dir)
+            saved = (f"the last checkpoint is {latest} (step {latest.rsplit('-', 1)[1]})"
+                     if latest else "no checkpoint was saved yet")
+            raise RunStopped(
+                f"lost contact with {' and '.join(lost) or 'another worker'} during step "
+                f"{self.step + 1} ({type(e).__name__}); {self._task()} stops: {saved}; start "
+                "every worker again with the same command to resume there", 1) from None
 
     # --- Data ---------------------------------------------------------------------------------
     def distributed_dataset(self, mode: str):
@@ -500,6 +561,8 @@ class Trainer:
         iterator = iter(dataset)
         manager = self._checkpoint_manager(iterator if config.deterministic else None)
         step = self.restore(manager)
+        if self.multi_worker:
+            self._check_same_state(step)
         if step:
             logging.info("Resuming training at global step %d: %s", step,
                          self._resumed_data_order())
@@ -512,8 +575,26 @@ class Trainer:
             False: self._make_train_step(iterator.element_spec, update=False),
         }
         stats = _Stats(step)
-        last, started = {}, (step, time.time())  # for the run card
+        started = (step, time.time())  # for the run card
         self._stops_early = stop_when is not None  # the progress lines' ETA is an upper bound
+        with StopSignals() as signals, self._lost_worker_is_one_line(manager):
+            preemption = self._preemption_handler(manager, signals) if self.multi_worker else None
+            last = self._train_loop(steps, iterator, manager, stats, eval_every, stop_when,
+                                    after_eval, signals, preemption)
+            if preemption is not None:
+                stop_preemption_watchers(preemption)
+        if self.chief:
+            run_card.record_training(config.output_dir, self.step, started[0],
+                                     time.time() - started[1], last)
+        return last
+
+    def _train_loop(self, steps, iterator, manager, stats, eval_every, stop_when, after_eval,
+                    signals: StopSignals, preemption) -> dict[str, float]:
+        """Train's loop from the restored step to train_steps (or a stop); returns the last
+        progress statistics."""
+        config = self.config
+        step = self.step
+        last = {}
         while step < config.train_steps:
             out = steps[self.optimizer.is_update_step(step)](next(iterator))
             step += 1
@@ -536,9 +617,16 @@ class Trainer:
             if stop:
                 logging.info("Stopping at step %d: the stop condition holds", step)
                 break
-        if self.chief:
-            run_card.record_training(config.output_dir, step, started[0],
-                                     time.time() - started[1], last)
+            if preemption is not None:
+                # All workers agree on the step; TensorFlow's handler calls its own deprecated
+                # run counter there.
+                with deprecation.silence():
+                    preemption.save_checkpoint_if_preempted()
+            elif signals.received:
+                path = self._save_unless_saved(manager)
+                raise RunStopped(f"{signals.name} received: saved {path} at step {step}; run "
+                                 f"the same command again to resume at step {step}",
+                                 signals.exit_code, label="stopped")
         return last
 
     def check_finite(self, manager: tf.train.CheckpointManager, weights: bool = True) -> None:

@@ -1,0 +1,269 @@
+"""Training on several devices and machines: the strategy, the cluster's startup and exit,
+and stop signals.
+
+`create_strategy` picks tf.distribute's strategy from the host and TF_CONFIG
+(MultiWorkerMirroredStrategy for several workers, with the coordination service's heartbeat
+and shutdown waits shortened and a watchdog on startup, `startup_watchdog`). `StopSignals`
+turns SIGINT / SIGTERM into a request that the training loop answers by saving a checkpoint
+and stopping (`errors.RunStopped`, exit status 130 / 143). `leave_cluster` lets all workers
+exit together.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import tensorflow as tf
+from absl import logging
+
+from t2t_lite.errors import RunStopped, UserError
+from t2t_lite.utils import startup_watchdog
+
+# Exit statuses of a run stopped by a signal after saving (the shell's 128 + signal number).
+SIGNAL_EXIT_CODES = {signal.SIGINT: 130, signal.SIGTERM: 143}
+# How often a worker waiting for its peers at startup says whom it waits for.
+STARTUP_LOG_SECONDS = 30
+# A lost peer is reported by the coordination service's heartbeat within this time; a clean
+# exit waits at most this long for the other workers (TensorFlow's default is a minute).
+HEARTBEAT_TIMEOUT_SECONDS = 10
+SHUTDOWN_BARRIER_TIMEOUT_SECONDS = 10
+
+
+class StopSignals:
+    """Records SIGINT and SIGTERM instead of dying on them, so that training can save a
+    checkpoint at the current step and exit with `SIGNAL_EXIT_CODES`. A second signal exits at
+    once (for a process stuck in a collective). Installs only in the main thread.
+    """
+
+    def __init__(self):
+        self.received: int | None = None
+        self._previous: dict[int, Any] = {}
+
+    def __enter__(self):
+        if threading.current_thread() is threading.main_thread():
+            for signum in SIGNAL_EXIT_CODES:
+                self._previous[signum] = signal.signal(signum, self._handle)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)
+        self._previous.clear()
+
+    def _handle(self, signum: int, frame) -> None:
+        del frame
+        if self.received is not None:
+            print(f"stopped: second {signal.Signals(signum).name}: exiting without saving",
+                  file=sys.stderr, flush=True)
+            os._exit(SIGNAL_EXIT_CODES[signum])
+        self.received = signum
+        logging.warning("%s received: stopping after the current step (again: exit now)",
+                        self.name)
+
+    @property
+    def name(self) -> str:
+        return signal.Signals(self.received).name if self.received else ""
+
+    @property
+    def exit_code(self) -> int:
+        return SIGNAL_EXIT_CODES.get(self.received, SIGNAL_EXIT_CODES[signal.SIGTERM])
+
+
+def tf_config() -> dict:
+    """The TF_CONFIG environment variable's JSON ({} when unset)."""
+    return json.loads(os.environ.get("TF_CONFIG") or "{}")
+
+
+def _cluster_workers(config: dict) -> int:
+    cluster = config.get("cluster", {})
+    return len(cluster.get("chief", [])) + len(cluster.get("worker", []))
+
+
+def create_strategy(worker_gpu: int = 1, worker_replicas: int = 1,
+                    startup_timeout_secs: float = 300) -> tf.distribute.Strategy:
+    """The strategy for this machine (create it before any other TensorFlow work).
+
+    Args:
+      worker_gpu: replicas on this host (t2t's --worker_gpu); > 1 needs as many GPUs.
+      worker_replicas: t2t's number of workers. TF_CONFIG is what starts the workers here,
+        so this only checks it: a value > 1 must equal TF_CONFIG's chief + workers.
+      startup_timeout_secs: how long a worker waits for all workers of TF_CONFIG to start.
+
+    Returns:
+      MultiWorkerMirroredStrategy if TF_CONFIG names several workers, MirroredStrategy over
+      `worker_gpu` GPUs if worker_gpu > 1, else the default strategy (one device).
+
+    Raises:
+      UserError: --worker_replicas or --worker_gpu do not match the cluster or the host.
+      RunStopped: TensorFlow gave up registering this worker with the cluster's leader.
+        (A worker still waiting after `startup_timeout_secs`, or when its process group gets
+        SIGTERM / SIGINT, is killed by `startup_watchdog` after one line.)
+    """
+    workers = _cluster_workers(tf_config())
+    if worker_replicas > 1 and worker_replicas != workers:
+        raise UserError(
+            f"--worker_replicas={worker_replicas} but TF_CONFIG lists {workers} worker(s) "
+            "(chief + worker); workers are started from TF_CONFIG: set it on every worker, or "
+            "leave --worker_replicas at 1"
+        )
+    if workers > 1:
+        return _start_multi_worker(startup_timeout_secs)
+    if worker_gpu > 1:
+        gpus = tf.config.list_logical_devices("GPU")
+        if len(gpus) < worker_gpu:
+            raise UserError(
+                f"--worker_gpu={worker_gpu} but only {len(gpus)} GPU(s) are visible; lower "
+                "--worker_gpu or check CUDA_VISIBLE_DEVICES"
+            )
+        return tf.distribute.MirroredStrategy([g.name for g in gpus[:worker_gpu]])
+    return tf.distribute.get_strategy()
+
+
+def task_name(task_type: str, task_id: int, address: str = "") -> str:
+    """How log lines name a task: "worker 1", "chief 0 (host:port)"."""
+    return f"{task_type} {task_id}" + (f" ({address})" if address else "")
+
+
+def _start_multi_worker(timeout_secs: float) -> tf.distribute.Strategy:
+    """MultiWorkerMirroredStrategy of TF_CONFIG's cluster. While it connects,
+    `startup_watchdog` logs whom it waits for, ends it on a SIGTERM / SIGINT to the process
+    group and after `timeout_secs` (TensorFlow alone would wait silently and forever, holding
+    the interpreter so that no Python thread or signal handler runs)."""
+    resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
+    spec = resolver.cluster_spec()
+    jobs = [job for job in ("chief", "worker") if job in spec.jobs]
+    from tensorflow.compiler.xla.tsl.protobuf import coordination_config_pb2
+    from tensorflow.python.distribute import multi_worker_util
+    from tensorflow.python.eager import context
+
+    # MultiWorkerMirroredStrategy's own coordination service settings, with shorter
+    # heartbeat and shutdown waits; registration gives up a little after the watchdog.
+    context.context().configure_coordination_service(
+        service_type="standalone",
+        service_leader=multi_worker_util.coordination_leader(spec),
+        coordinated_jobs=[coordination_config_pb2.CoordinatedJob(
+            name=job, num_tasks=spec.num_tasks(job)) for job in jobs],
+        cluster_register_timeout_in_ms=int(timeout_secs * 1000) + 30000,
+        heartbeat_timeout_in_ms=HEARTBEAT_TIMEOUT_SECONDS * 1000,
+        shutdown_barrier_timeout_in_ms=SHUTDOWN_BARRIER_TIMEOUT_SECONDS * 1000,
+    )
+    me = task_name(resolver.task_type, resolver.task_id)
+    peers = _peers(resolver)
+    watchdog = subprocess.Popen([sys.executable, "-m", "t2t_lite.utils.startup_watchdog",
+                                 json.dumps({"pid": os.getpid(), "me": me, "peers": peers,
+                                             "timeout": timeout_secs,
+                                             "interval": min(STARTUP_LOG_SECONDS,
+                                                             timeout_secs / 2)})])
+    try:
+        strategy = tf.distribute.MultiWorkerMirroredStrategy(cluster_resolver=resolver)
+    except tf.errors.DeadlineExceededError as e:
+        raise RunStopped(f"{me} could not join the cluster of TF_CONFIG ({e.message.strip()}"
+                         "): start every worker of TF_CONFIG (the same command on each)",
+                         1) from None
+    finally:
+        watchdog.kill()
+        watchdog.wait()
+    logging.info("%s joined the cluster of %d workers", me, sum(spec.num_tasks(j) for j in jobs))
+    return strategy
+
+
+def _quiet_watcher_errors(args) -> None:
+    """threading.excepthook: the error that ends a PreemptionCheckpointHandler's watcher
+    thread when a peer dies is logged in one line, not as a traceback (the training loop
+    reports the lost worker)."""
+    if (args.thread is not None and args.thread.name.startswith("PeerTerminationWatcher")
+            and issubclass(args.exc_type, tf.errors.OpError)):
+        logging.debug("Preemption watcher stopped: %s", str(args.exc_value).splitlines()[0])
+        return
+    _previous_excepthook(args)
+
+
+_previous_excepthook = threading.excepthook
+
+
+def create_preemption_handler(strategy: tf.distribute.Strategy, signals: StopSignals,
+                              save_fn: Callable[[], Any], exit_fn: Callable[[], None],
+                              scratch_dir: str):
+    """tf.distribute's PreemptionCheckpointHandler: a SIGINT/SIGTERM on any worker (seen by
+    `signals`) makes all workers call `save_fn` at the same step, then `exit_fn`.
+
+    Args:
+      strategy: a MultiWorkerMirroredStrategy.
+      signals: the installed StopSignals.
+      save_fn: saves the checkpoint (every worker calls it: a collective).
+      exit_fn: called after the save; raises RunStopped.
+      scratch_dir: a folder for the handler's own bookkeeping checkpoint, which is never
+        written (save_fn saves), so that it restores nothing.
+
+    Returns:
+      The handler; call its `save_checkpoint_if_preempted()` after every step.
+    """
+    threading.excepthook = _quiet_watcher_errors
+    config = tf.distribute.experimental.TerminationConfig(
+        termination_watcher_fn=lambda: signals.received is not None,
+        exit_fn=exit_fn, save_fn=save_fn)
+    bookkeeping = tf.train.CheckpointManager(tf.train.Checkpoint(), scratch_dir, max_to_keep=1)
+    return tf.distribute.experimental.PreemptionCheckpointHandler(
+        strategy.cluster_resolver, bookkeeping, termination_config=config)
+
+
+def stop_preemption_watchers(handler) -> None:
+    """Stops a PreemptionCheckpointHandler's watcher threads (TensorFlow does it only in
+    `__del__`, which those threads' own references keep from running) before the workers
+    leave, so that no thread is left waiting on a coordination service that is gone."""
+    handler._stop_poll_termination_signal_thread()
+    handler._stop_cluster_wise_termination_watcher_thread()
+
+
+def leave_cluster(strategy: tf.distribute.Strategy, timeout_secs: float = 600) -> None:
+    """The last step of a multi-worker process: all workers wait for each other (a
+    coordination service barrier), then the chief, which hosts the coordination service,
+    waits (at most SHUTDOWN_BARRIER_TIMEOUT_SECONDS) until the others have exited: a worker
+    that outlives the chief logs errors about the vanished service. Does nothing with one
+    worker.
+
+    Args:
+      strategy: the run's strategy.
+      timeout_secs: how long to wait for the slowest worker (the chief may still be writing
+        plots or decoding).
+    """
+    if not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
+        return
+    from tensorflow.python.eager import context
+
+    try:
+        context.context().wait_at_barrier("t2t_lite_leave", int(timeout_secs * 1000))
+    except tf.errors.OpError as e:
+        logging.warning("Leaving without the other workers: %s", e.message.splitlines()[0])
+        return
+    if is_chief():
+        peers = _peers(strategy.cluster_resolver)
+        deadline = time.time() + SHUTDOWN_BARRIER_TIMEOUT_SECONDS
+        while len(startup_watchdog.unreachable(peers)) < len(peers) and time.time() < deadline:
+            time.sleep(0.2)
+
+
+def _peers(resolver) -> dict[str, str]:
+    """The other tasks of the cluster: name ("worker 1") -> "host:port"."""
+    return {task_name(job, index): address
+            for job, addresses in resolver.cluster_spec().as_dict().items()
+            for index, address in enumerate(addresses)
+            if (job, index) != (resolver.task_type, resolver.task_id)}
+
+
+def is_chief() -> bool:
+    """Whether this process writes summaries, hparams.json and the real checkpoints."""
+    config = tf_config()
+    if _cluster_workers(config) <= 1:
+        return True
+    task = config.get("task", {})
+    if "chief" in config.get("cluster", {}):
+        return task.get("type") == "chief"
+    return task.get("type", "worker") == "worker" and int(task.get("index", 0)) == 0

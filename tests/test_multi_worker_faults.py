@@ -1,0 +1,215 @@
+"""Faults of a two-worker MultiWorkerMirroredStrategy run on localhost, one row each of the
+multi-worker issue (each worker a `python -m tests.trainer_utils` process, tiny model):
+
+* SIGTERM to worker 1: both workers save the same step and exit 143 with one `stopped:` line;
+  the restart resumes at exactly that step and finishes cleanly (exit 0, no error-level
+  coordination lines, no tmp_worker/ folder);
+* SIGKILL of worker 1: the chief stops within 60 s with one `error:` line naming worker 1 and
+  the last checkpoint (at most the steps since that save are lost);
+* the chief restarted alone: it logs whom it waits for and gives up after
+  --startup_timeout with one line;
+* SIGKILL of the chief: worker 1 stops with one line naming worker 0;
+* workers with separate output folders (the chief's has checkpoints, worker 1's is empty):
+  both stop with one line asking for shared storage, and nothing is trained; the same for
+  data_dirs whose train split markers differ;
+* the startup watchdog alone (no TensorFlow): it names the missing peer and, on SIGTERM to
+  the process group, ends the waiting worker with one line.
+"""
+import json
+import os
+import re
+import signal
+import time
+
+import pytest
+
+from tests.test_distributed import _env, _free_ports, _log, _start, _stop
+
+# Generous bounds: the CI machine runs other tests at the same time.
+EXIT_WITHIN = 60
+
+
+class Cluster:
+    """Two workers on free loopback ports; `start` launches one worker's process."""
+
+    def __init__(self, tmp_path):
+        self.tmp_path = tmp_path
+        ports = _free_ports(2)
+        self.spec = {"worker": [f"127.0.0.1:{p}" for p in ports]}
+        self.processes = []
+        self.runs = 0
+
+    def start(self, index, output_dir, *args):
+        self.runs += 1
+        env = _env(TF_CONFIG=json.dumps({"cluster": self.spec,
+                                         "task": {"type": "worker", "index": index}}))
+        log = self.tmp_path / f"run{self.runs}_worker{index}.log"
+        process = _start(["--output_dir", str(output_dir), "--train_steps", "100000", *args],
+                         env, log)
+        process.log = log
+        self.processes.append(process)
+        return process
+
+    def stop_all(self):
+        for process in self.processes:
+            _stop(process)
+
+
+@pytest.fixture
+def cluster(tmp_path):
+    cluster = Cluster(tmp_path)
+    yield cluster
+    cluster.stop_all()
+
+
+def _wait_for(process, pattern, timeout=240):
+    """Waits until the process' log matches `pattern`; returns the match."""
+    deadline = time.time() + timeout
+    while True:
+        match = re.search(pattern, _log(process.log, tail=10**6))
+        if match:
+            return match
+        assert process.poll() is None, _log(process.log)
+        assert time.time() < deadline, f"{pattern!r} not logged in {timeout} s"
+        time.sleep(0.2)
+
+
+def _exit_status(process, since):
+    status = process.wait(timeout=EXIT_WITHIN + 60)
+    assert time.time() - since < EXIT_WITHIN, _log(process.log)
+    return status
+
+
+def _last_line(process, label):
+    """The process' last line, which must be its only `<label>: ` line, with no traceback."""
+    log = _log(process.log, tail=10**6)
+    assert "Traceback" not in log, log[-3000:]
+    lines = [line for line in log.splitlines() if line.startswith(f"{label}: ")]
+    assert len(lines) == 1 and log.rstrip().endswith(lines[0]), log[-3000:]
+    return lines[0]
+
+
+@pytest.mark.slow
+def test_sigterm_saves_the_step_on_all_workers_and_the_restart_resumes_there(cluster, tmp_path):
+    out = tmp_path / "run"
+    workers = [cluster.start(i, out, "--save_checkpoints_steps", "1000") for i in range(2)]
+    _wait_for(workers[1], r"step 3/100000")
+    workers[1].send_signal(signal.SIGTERM)  # what a scheduler sends before preempting
+    sent = time.time()
+    assert [_exit_status(w, sent) for w in workers] == [143, 143]
+    line = _last_line(workers[1], "stopped")
+    step = int(re.search(r"at step (\d+);", line).group(1))
+    assert line == (f"stopped: SIGTERM received: all workers saved {out}/ckpt-{step} at step "
+                    f"{step}; start every worker again with the same command to resume at "
+                    f"step {step}")
+    assert _last_line(workers[0], "stopped") == line.replace(
+        "SIGTERM received", "another worker received a stop signal (SIGTERM or SIGINT)")
+    assert (out / f"ckpt-{step}.index").exists()
+
+    restarted = [cluster.start(i, out, "--train_steps", str(step + 3)) for i in range(2)]
+    for process in restarted:
+        assert process.wait(timeout=300) == 0, _log(process.log)
+        log = _log(process.log, tail=10**6)
+        assert f"Resuming training at global step {step}:" in log
+        assert json.loads(log.split("RESULT ", 1)[1].splitlines()[0])["step"] == step + 3
+        # A clean finish: no coordination service errors, no stray folders.
+        assert "Traceback" not in log and "StartAbort" not in log and "UNAVAILABLE" not in log
+    assert (out / f"ckpt-{step + 3}.index").exists()
+    assert not (out / "tmp_worker").exists()
+
+
+@pytest.mark.slow
+def test_lost_workers_partial_restart_and_separate_output_dirs(cluster, tmp_path):
+    out = tmp_path / "run"
+    every = ["--save_checkpoints_steps", "5"]
+    workers = [cluster.start(i, out, *every) for i in range(2)]
+    _wait_for(workers[0], r"Saved checkpoint .*ckpt-5\b")
+    _wait_for(workers[0], r"step 7/100000")
+    os.killpg(workers[1].pid, signal.SIGKILL)
+    killed = time.time()
+    assert _exit_status(workers[0], killed) == 1
+    line = _last_line(workers[0], "error")
+    match = re.fullmatch(
+        r"error: lost contact with worker 1 during step (\d+) \(\w+\); worker 0 stops: the last "
+        rf"checkpoint is {out}/ckpt-(\d+) \(step (\d+)\); start every worker again with the "
+        r"same command to resume there", line)
+    assert match, line
+    failed_step, saved = int(match.group(1)), int(match.group(2))
+    # Only the steps since the last save are lost (all 5 when the kill cut the next save).
+    assert saved >= 5 and failed_step - 1 - saved <= 5
+
+    # The chief restarted alone waits for worker 1, says so, and gives up.
+    alone = cluster.start(0, out, "--startup_timeout", "20")
+    started = time.time()
+    alone.wait(timeout=180)
+    assert time.time() - started < 150
+    log = _log(alone.log)
+    assert f"worker 0 waits for worker 1 ({cluster.spec['worker'][1]})" in log
+    assert _last_line(alone, "error") == (
+        f"error: worker 0 gave up after 20 s waiting for worker 1 ({cluster.spec['worker'][1]}): "
+        "start every worker of TF_CONFIG (the same command on each), or raise "
+        "--worker_startup_timeout_secs")
+
+    # Both again: they resume at the last checkpoint; then the chief dies.
+    workers = [cluster.start(i, out, *every) for i in range(2)]
+    _wait_for(workers[1], rf"Resuming training at global step {saved}:")
+    _wait_for(workers[1], rf"step {saved + 2}/100000")
+    os.killpg(workers[0].pid, signal.SIGKILL)
+    killed = time.time()
+    assert _exit_status(workers[1], killed) == 1
+    assert _last_line(workers[1], "error").startswith(
+        "error: lost contact with worker 0 during step ")
+
+    # Hosts without shared storage: worker 1's output_dir is its own, empty folder.
+    workers = [cluster.start(0, out, *every), cluster.start(1, tmp_path / "local1", *every)]
+    for process in workers:
+        assert process.wait(timeout=300) == 1, _log(process.log)
+        line = _last_line(process, "error")
+        assert re.fullmatch(
+            r"error: the workers restored different checkpoints \(worker 0: step \d+, worker 1: "
+            r"step 0\): --output_dir must be the same shared storage for all workers \(a "
+            r"network file system or a bucket\), not a local folder per host", line), line
+    assert not (tmp_path / "local1").exists() or not list((tmp_path / "local1").glob("ckpt-*"))
+
+    # The same output_dir but data generated separately: the train split's markers differ.
+    for index in range(2):
+        (tmp_path / f"data{index}").mkdir()
+        (tmp_path / f"data{index}" / "reverse_standin.train.complete.json").write_text(
+            json.dumps({"split": "train", "shards": [{"name": "x", "bytes": index}]}))
+    workers = [cluster.start(i, out, *every, "--data_dir", str(tmp_path / f"data{i}"))
+               for i in range(2)]
+    for process in workers:
+        assert process.wait(timeout=300) == 1, _log(process.log)
+        assert _last_line(process, "error") == (
+            "error: the workers read different training data (the train split's datagen "
+            "marker differs): --data_dir must be the same shared storage for all workers (a "
+            "network file system or a bucket), not a local folder per host")
+
+
+def test_startup_watchdog_logs_the_missing_peer_and_ends_the_worker_on_sigterm():
+    import subprocess
+    import sys
+
+    from tests.test_distributed import REPO
+
+    worker = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    port = _free_ports(1)[0]
+    args = {"pid": worker.pid, "me": "worker 0", "peers": {"worker 1": f"127.0.0.1:{port}"},
+            "timeout": 60, "interval": 0.5}
+    watchdog = subprocess.Popen(
+        [sys.executable, "-m", "t2t_lite.utils.startup_watchdog", json.dumps(args)], cwd=REPO,
+        env=_env(), stderr=subprocess.PIPE, text=True)
+    try:
+        first = watchdog.stderr.readline()
+        assert first.startswith(f"worker 0 waits for worker 1 (127.0.0.1:{port}) (")
+        watchdog.send_signal(signal.SIGTERM)  # a scheduler signals the worker's process group
+        assert watchdog.wait(timeout=30) == 0
+        assert worker.wait(timeout=30) == -signal.SIGKILL
+        assert watchdog.stderr.read().splitlines()[-1] == (
+            "stopped: SIGTERM while worker 0 waited for the other workers to start; nothing "
+            "was trained or saved")
+    finally:
+        for process in (worker, watchdog):
+            if process.poll() is None:
+                process.kill()
+            process.wait()
