@@ -31,7 +31,7 @@ from bench_training import _time, t2t_lite_step
 from t2t_lite.data_generators.text_encoder import EOS_ID
 from t2t_lite.hparams import create_hparams
 from t2t_lite.models.transformer import Transformer
-from t2t_lite.utils import trainer_lib
+from t2t_lite.utils import precision
 
 DTYPES = ("float32", "bfloat16", "float16")
 
@@ -83,7 +83,7 @@ def decode_rows(args) -> list[dict]:
 
         def sentences_per_s(hp=hp):
             keras.utils.set_random_seed(0)
-            with trainer_lib._dtype_policy(hp):
+            with precision.activation_policy(hp):
                 model = Transformer(hp, args.vocab_size, args.vocab_size)
             model.infer(features, decode_length=args.decode_length,
                         beam_size=args.beam_size)["outputs"].numpy()  # trace and warm up

@@ -105,6 +105,10 @@ USED: dict[str, str] = {
     "shared_embedding": "inputs and targets share one embedding matrix",
     "shared_embedding_and_softmax_weights": "the target embedding is also the softmax "
                                             "matrix (equal vocab sizes)",
+    "summarize_grads": "writes each applied gradient's histogram and norm (gradients/*, "
+                       "gradient_norm/*, global_norm/clipped_gradient_norm) at progress steps",
+    "summarize_vars": "writes each trainable variable's histogram (training_variables/*) at "
+                      "progress steps",
     "symbol_dropout": "rate at which input and target ids are replaced by padding (training)",
     "symbol_modality_num_shards": "row shards of the embedding matrices",
     "use_fixed_batch_size": "batch_size counts examples instead of tokens",
@@ -199,8 +203,6 @@ NOT_SUPPORTED: dict[str, tuple[Any, str]] = {
     "split_targets_max_chunks": (100, _SPLIT_TARGETS),
     "split_targets_strided_training": (False, _SPLIT_TARGETS),
     "split_to_length": (0, "splitting long examples at datagen"),
-    "summarize_grads": (False, "gradient summaries"),
-    "summarize_vars": (False, "variable summaries"),
     "unidirectional_encoder": (False, "an encoder with causal self-attention"),
     "video_num_input_frames": (1, "video problems"),
     "video_num_target_frames": (1, "video problems"),

@@ -12,6 +12,7 @@ comes from the hparam.
 """
 from __future__ import annotations
 
+import tempfile
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -27,7 +28,7 @@ from t2t_lite.layers import common_layers
 from t2t_lite.models.transformer import Transformer
 from t2t_lite.utils import learning_rate, optimize, trainer_lib
 from tests.test_hparams_support import other_value
-from tests.trainer_utils import VOCAB, ReverseProblem, model_fn, tiny_hparams
+from tests.trainer_utils import VOCAB, ReverseProblem, model_fn, read_events, tiny_hparams
 
 FEATURES = {
     "inputs": tf.constant([[3, 4, 5, 6, 1], [7, 8, 1, 0, 0]]),
@@ -188,6 +189,16 @@ def trainer_dtypes(hp, tmp_dir):
     return trainer.model.dtype_policy.name, None if scale is None else float(scale.numpy())
 
 
+def training_summary_tags(hp, tmp_dir):
+    """The tags of the TensorBoard summaries of two training steps (progress at each)."""
+    output_dir = tempfile.mkdtemp(dir=tmp_dir)
+    keras.utils.set_random_seed(1)
+    config = trainer_lib.RunConfig(output_dir=output_dir, train_steps=2, log_step_count_steps=1,
+                                   num_decode_examples=0, random_seed=1)
+    trainer_lib.Trainer(model_fn(hp), hp, ReverseProblem(), "", config).train()
+    return sorted(read_events(output_dir))
+
+
 def evaluation(hp, tmp_dir):
     """The trainer's evaluation (loss and metrics by name) of one eval batch."""
     return _trainer(hp, tmp_dir).evaluate()
@@ -232,8 +243,8 @@ def train_examples(hp, data_dir):
 
 
 # Observers that need a directory: the trainer's output or the problem's data.
-_NEEDS_DIR = {trainer_dtypes: "output", evaluation: "output", eval_batches: "data",
-              train_batches: "data", train_examples: "data"}
+_NEEDS_DIR = {trainer_dtypes: "output", evaluation: "output", training_summary_tags: "output",
+              eval_batches: "data", train_batches: "data", train_examples: "data"}
 
 
 class _Entry(NamedTuple):
@@ -374,6 +385,12 @@ MEANINGS: dict[str, _Entry] = {
                             expect=lambda b, o: b > 1 and o == 1),
     "shared_embedding": _Entry(True, variables, {"shared_embedding_and_softmax_weights": False}),
     "shared_embedding_and_softmax_weights": _Entry(False, variables),
+    "summarize_grads": _Entry(True, training_summary_tags, expect=lambda b, o: (
+        any(t.startswith("gradients/") for t in o)
+        and not any(t.startswith("gradients/") for t in b))),
+    "summarize_vars": _Entry(True, training_summary_tags, expect=lambda b, o: (
+        any(t.startswith("training_variables/") for t in o)
+        and not any(t.startswith("training_variables/") for t in b))),
     "symbol_dropout": _Entry(0.5, train_logits, same=(eval_logits,)),
     "symbol_modality_num_shards": _Entry(2, variables, expect=lambda b, o: (
         len(_shapes(o, "")) - len(_shapes(b, "")) == -2)),

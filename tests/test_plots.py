@@ -9,7 +9,7 @@ import tensorflow as tf
 from t2t_lite.bin import t2t_plot
 from t2t_lite.errors import UserError
 from t2t_lite.utils import plots
-from t2t_lite.utils.trainer_lib import write_scalars
+from t2t_lite.utils.summaries import write_scalars
 
 METRIC = "metrics-p/targets/"
 

@@ -8,7 +8,7 @@ import pytest
 import tensorflow as tf
 
 from t2t_lite.bin import t2t_trainer
-from t2t_lite.utils import trainer_lib
+from t2t_lite.utils import run_metadata, trainer_lib
 from tests.trainer_utils import LENGTH, ReverseProblem, model_fn, read_events, tiny_hparams
 
 TRAIN_SCALARS = ("loss", "losses/training", "learning_rate", "global_norm/gradient_norm",
@@ -31,7 +31,7 @@ def test_train_and_eval_writes_checkpoints_and_events(tmp_path):
     stats = trainer.train(eval_every=6)
     assert trainer.step == 12
     assert np.isfinite(stats["loss"]) and stats["learning_rate"] > 0
-    assert trainer.train_step_fns[True].experimental_get_tracing_count() == 1
+    assert trainer.train_step_fns[True, False].experimental_get_tracing_count() == 1
     assert tf.train.latest_checkpoint(str(tmp_path)).endswith("ckpt-12")
     assert sorted(os.path.basename(p) for p in tf.io.gfile.glob(str(tmp_path / "ckpt-*.index"))) \
         == ["ckpt-12.index", "ckpt-6.index"]
@@ -149,6 +149,35 @@ def test_adafactor_trains_and_resumes_with_its_slots(tmp_path):
 
 
 @pytest.mark.slow
+def test_summarize_grads_and_vars_write_t2ts_summaries(tmp_path):
+    hparams = tiny_hparams(summarize_grads=True, summarize_vars=True, clip_grad_norm=0.5)
+    trainer = _trainer(tmp_path, hparams, train_steps=4, log_step_count_steps=2)
+    trainer.train()
+    events = read_events(str(tmp_path))
+    variables = trainer.model.trainable_variables
+    assert len(variables) > 10
+    for v in variables:
+        name = v.path + "_0"
+        for tag in (f"gradients/{name}", f"training_variables/{name}"):
+            assert [step for step, _ in events[tag]] == [2, 4], tag
+        # A variable histogram counts every entry of the variable once.
+        counts = events[f"training_variables/{name}"][-1][1][:, 2]
+        assert counts.sum() == pytest.approx(np.prod(v.shape))
+    # The per-variable norms make up the clipped global norm, which clipping bounds.
+    for step_index in (0, 1):
+        norms = [float(events[f"gradient_norm/{v.path}_0"][step_index][1]) for v in variables]
+        clipped = float(events["global_norm/clipped_gradient_norm"][step_index][1])
+        assert np.sqrt(np.sum(np.square(norms))) == pytest.approx(clipped, rel=1e-4)
+        assert clipped <= 0.5 + 1e-5
+    unclipped = [float(value) for _, value in events["global_norm/gradient_norm"]]
+    assert min(unclipped) > 0.5  # so the clipping acted
+    plain = tmp_path / "plain"
+    _trainer(plain, tiny_hparams(), train_steps=2, log_step_count_steps=2).train()
+    assert not [tag for tag in read_events(str(plain))
+                if tag.startswith(("gradients/", "training_variables/", "gradient_norm/"))]
+
+
+@pytest.mark.slow
 def test_float16_training_uses_loss_scaling(tmp_path):
     trainer = _trainer(tmp_path, tiny_hparams(activation_dtype="float16"), train_steps=4,
                        log_step_count_steps=2)
@@ -200,7 +229,7 @@ def test_bad_activation_dtype_is_rejected(tmp_path):
 
 def test_hparams_and_flags_files(tmp_path):
     hp = tiny_hparams()
-    trainer_lib.save_hparams(str(tmp_path), hp)
+    run_metadata.save_hparams(str(tmp_path), hp)
     text = (tmp_path / "hparams.json").read_text()
     assert json.loads(text) == hp.values()
     keys = [line.split('"')[1] for line in text.splitlines() if line.startswith('"')]
@@ -213,7 +242,7 @@ def test_hparams_and_flags_files(tmp_path):
     assert t2t_trainer.flag_values(Flags()) == {}
     flags = type("F", (), {})()
     flags.problem, flags.train_steps = "p", 3
-    trainer_lib.save_flags(str(tmp_path), t2t_trainer.flag_values(flags))
+    run_metadata.save_flags(str(tmp_path), t2t_trainer.flag_values(flags))
     assert json.loads((tmp_path / "flags.json").read_text()) == {"problem": "p", "train_steps": 3}
 
 

@@ -854,9 +854,9 @@ def load_model(model_name: str, hparams: HParams, problem_hparams: HParams, path
     import tensorflow as tf
 
     from t2t_lite import registry
-    from t2t_lite.utils import checkpoint_guard, t2t_checkpoint, trainer_lib
+    from t2t_lite.utils import checkpoint_guard, precision, t2t_checkpoint
 
-    with trainer_lib._dtype_policy(hparams):
+    with precision.activation_policy(hparams):
         if any(name.startswith(t2t_checkpoint.MODEL_SCOPE + "/")
                for name, _ in tf.train.list_variables(path)):
             return t2t_checkpoint.load_model(path, hparams)

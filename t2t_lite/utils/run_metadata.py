@@ -14,6 +14,7 @@ import json
 import os
 from typing import Any
 
+from t2t_lite import file_io
 from t2t_lite.errors import UserError
 
 # Hparams that change the names or shapes of the checkpoint's variables (the model's weights,
@@ -159,3 +160,32 @@ def check_resume(output_dir: str, identity: dict[str, str], hparams: dict[str, A
                 and stored_flags[name] != flag_values[name]:
             safe.append(_change(name, stored_flags[name], flag_values[name]))
     return safe
+
+
+def save_hparams(output_dir: str, hparams) -> None:
+    """Writes `output_dir/hparams.json` (sorted keys), as t2t's chief does at start.
+
+    Args:
+      output_dir: the run's directory (created if needed).
+      hparams: the run's HParams.
+    """
+    import tensorflow as tf
+
+    tf.io.gfile.makedirs(output_dir)
+    file_io.atomic_write(os.path.join(output_dir, "hparams.json"), hparams.to_json(indent=0))
+
+
+def save_flags(output_dir: str, values: dict[str, Any]) -> None:
+    """Writes the run's flag values (name -> value, sorted) to `output_dir/flags.json`
+    (decode and export take --problem, --hparams_set, --data_dir and --model from it).
+
+    Args:
+      output_dir: the run's directory (created if needed).
+      values: flag name -> value.
+    """
+    import tensorflow as tf
+
+    tf.io.gfile.makedirs(output_dir)
+    file_io.atomic_write(
+        os.path.join(output_dir, "flags.json"), json.dumps(values, indent=0, sort_keys=True)
+    )

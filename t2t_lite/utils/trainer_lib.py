@@ -24,7 +24,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import inspect
-import json
 import os
 import random
 import re
@@ -38,10 +37,9 @@ import keras
 import numpy as np
 import tensorflow as tf
 from absl import logging
-from tensorflow.core.framework import summary_pb2
 from tensorflow.python.util import deprecation
 
-from t2t_lite import file_io, hparams_support, registry
+from t2t_lite import hparams_support, registry
 from t2t_lite.data_generators.text_encoder import EOS_ID, PAD_ID
 from t2t_lite.errors import RunStopped, UserError
 from t2t_lite.hparams import HParams, create_hparams
@@ -50,6 +48,7 @@ from t2t_lite.utils import (
     checkpoint_guard,
     divergence_guard,
     optimize,
+    precision,
     progress,
     run_card,
     run_lock,
@@ -74,7 +73,6 @@ TRAIN, EVAL = "train", "eval"
 CHECKPOINT_PREFIX = "ckpt"
 # t2t's `eval_autoregressive` decodes this many steps beyond the input length.
 AUTOREGRESSIVE_EVAL_DECODE_LENGTH = 50
-_POLICIES = {"float32": "float32", "float16": "mixed_float16", "bfloat16": "mixed_bfloat16"}
 
 
 @dataclasses.dataclass
@@ -117,49 +115,6 @@ class RunConfig:
     @property
     def checkpoint_every(self) -> int:
         return max(1, self.save_checkpoints_steps or self.local_eval_frequency)
-
-
-# --- Summaries (written with tf.summary.write so that tensorboard need not be installed) ----
-def _summary_metadata(plugin_name: str) -> summary_pb2.SummaryMetadata:
-    return summary_pb2.SummaryMetadata(
-        plugin_data=summary_pb2.SummaryMetadata.PluginData(plugin_name=plugin_name)
-    )
-
-
-def write_scalars(writer, values: dict[str, float], step: int) -> None:
-    """Writes TensorBoard scalars (the "scalars" plugin's format) and flushes."""
-    if writer is None:
-        return
-    metadata = _summary_metadata("scalars")
-    with writer.as_default():
-        for name, value in values.items():
-            tf.summary.write(name, tf.constant(value, tf.float32), step=step, metadata=metadata)
-    writer.flush()
-
-
-def write_text(writer, name: str, text: str, step: int) -> None:
-    """Writes a TensorBoard text summary (markdown) and flushes."""
-    if writer is None:
-        return
-    with writer.as_default():
-        tf.summary.write(name, tf.constant(text), step=step, metadata=_summary_metadata("text"))
-    writer.flush()
-
-
-# --- Files -------------------------------------------------------------------------------------
-def save_hparams(output_dir: str, hparams: HParams) -> None:
-    """Writes `output_dir/hparams.json` (sorted keys), as t2t's chief does at start."""
-    tf.io.gfile.makedirs(output_dir)
-    file_io.atomic_write(os.path.join(output_dir, "hparams.json"), hparams.to_json(indent=0))
-
-
-def save_flags(output_dir: str, values: dict[str, Any]) -> None:
-    """Writes the run's flag values (name -> value, sorted) to `output_dir/flags.json`
-    (decode and export take --problem, --hparams_set, --data_dir and --model from it)."""
-    tf.io.gfile.makedirs(output_dir)
-    file_io.atomic_write(
-        os.path.join(output_dir, "flags.json"), json.dumps(values, indent=0, sort_keys=True)
-    )
 
 
 class Trainer:
@@ -207,7 +162,7 @@ class Trainer:
         opt_hparams = hparams.copy()
         if "train_steps" not in opt_hparams:
             opt_hparams.add_hparam("train_steps", config.train_steps)
-        with self.strategy.scope(), _dtype_policy(hparams):
+        with self.strategy.scope(), precision.activation_policy(hparams):
             self.model = model_fn()
             if not self.model.trainable_variables:
                 # A model that creates its weights on the first call: call it once on EOS ids.
@@ -474,7 +429,7 @@ class Trainer:
         return common_layers.dropout_seed(common_layers.step_dropout_seed(
             self.dropout_base_seed, tf.convert_to_tensor(self.global_step), replica_id))
 
-    def _replica_train_step(self, features: dict, update: bool) -> dict:
+    def _replica_train_step(self, features: dict, update: bool, with_grads: bool) -> dict:
         ctx = tf.distribute.get_replica_context()
         replicas = ctx.num_replicas_in_sync
         variables = self.model.trainable_variables
@@ -516,14 +471,18 @@ class Trainer:
             self.optimizer.apply(grads, variables)
         else:
             self.optimizer.accumulate(grads)
-        return {"num": num, "den": den, "grad_norm": grad_norm}
+        out = {"num": num, "den": den, "grad_norm": grad_norm}
+        if with_grads:  # summarize_grads: the applied gradients, unscaled, by variable index
+            out["grads"] = {str(i): g if scale is None else g / scale
+                            for i, g in enumerate(grads) if g is not None}
+        return out
 
-    def _make_train_step(self, element_spec, update: bool):
+    def _make_train_step(self, element_spec, update: bool, with_grads: bool = False):
         strategy = self.strategy
 
         @tf.function(input_signature=[element_spec], jit_compile=self.config.xla_compile or None)
         def train_step(features):
-            out = strategy.run(self._replica_train_step, args=(features, update))
+            out = strategy.run(self._replica_train_step, args=(features, update, with_grads))
             num = strategy.reduce(tf.distribute.ReduceOp.SUM, out["num"], axis=None)
             den = strategy.reduce(tf.distribute.ReduceOp.SUM, out["den"], axis=None)
             grad_norm = strategy.reduce(tf.distribute.ReduceOp.MEAN, out["grad_norm"], axis=None)
@@ -533,7 +492,11 @@ class Trainer:
                 # behaviour); their weights are still checked before every save.
                 self.divergence.record(self.global_step + 1, loss, grad_norm)
             self.global_step.assign_add(1)
-            return {"loss": loss, "tokens": den, "grad_norm": grad_norm}
+            result = {"loss": loss, "tokens": den, "grad_norm": grad_norm}
+            if with_grads:  # identical on every replica (summed over them): the first's
+                result["grads"] = {i: strategy.experimental_local_results(g)[0]
+                                   for i, g in out["grads"].items()}
+            return result
 
         return train_step
 
@@ -570,10 +533,10 @@ class Trainer:
             logging.info("Global step %d >= train_steps %d: nothing to train", step,
                          config.train_steps)
             return {}
+        summarize_grads = hparams_support.hparam(self.hparams, "summarize_grads")
         steps = self.train_step_fns = {
-            True: self._make_train_step(iterator.element_spec, update=True),
-            False: self._make_train_step(iterator.element_spec, update=False),
-        }
+            (update, grads): self._make_train_step(iterator.element_spec, update, grads)
+            for update in (True, False) for grads in {False, bool(summarize_grads)}}
         stats = _Stats(step)
         started = (step, time.time())  # for the run card
         self._stops_early = stop_when is not None  # the progress lines' ETA is an upper bound
@@ -596,16 +559,19 @@ class Trainer:
         step = self.step
         last = {}
         while step < config.train_steps:
-            out = steps[self.optimizer.is_update_step(step)](next(iterator))
+            # t2t writes its summaries at the progress steps: the gradients of those steps.
+            progress = ((step + 1) % config.log_step_count_steps == 0
+                        or step + 1 == config.train_steps)
+            update = self.optimizer.is_update_step(step)
+            out = steps[update, progress and (update, True) in steps](next(iterator))
             step += 1
             stats.add(out)
-            progress = step % config.log_step_count_steps == 0 or step == config.train_steps
             evaluate = eval_every and (step % eval_every == 0 or step == config.train_steps)
             save = step % config.checkpoint_every == 0 or step == config.train_steps
             if progress or evaluate or save:
                 self.check_finite(manager, weights=save or evaluate)
             if progress:
-                last = self._log_progress(stats, step)
+                last = self._log_progress(stats, step, out.get("grads"))
             stop = False
             if evaluate:
                 results = self.evaluate()
@@ -656,7 +622,7 @@ class Trainer:
         return ("the training data order restarts with a new random shuffle, as in t2t "
                 "(--deterministic with --random_seed restores the input position instead)")
 
-    def _log_progress(self, stats: _Stats, step: int) -> dict[str, float]:
+    def _log_progress(self, stats: _Stats, step: int, grads=None) -> dict[str, float]:
         values = stats.flush(step)
         values["learning_rate"] = float(self.optimizer.learning_rate(step - 1))
         logging.info(
@@ -668,7 +634,14 @@ class Trainer:
         )
         scalars = dict(values)
         scalars["losses/training"] = values["loss"]
-        write_scalars(self._train_writer, scalars, step)
+        summaries.write_scalars(self._train_writer, scalars, step)
+        variables = self.model.trainable_variables
+        if grads is not None:  # t2t's summarize_grads
+            summaries.write_gradient_summaries(
+                self._train_writer, [grads.get(str(i)) for i in range(len(variables))],
+                [v.path for v in variables], step, bool(self.hparams.clip_grad_norm))
+        if hparams_support.hparam(self.hparams, "summarize_vars"):
+            summaries.write_variable_summaries(self._train_writer, variables, step)
         return values
 
     # --- Evaluation ---------------------------------------------------------------------------
@@ -784,7 +757,7 @@ class Trainer:
             "Eval at step %d: %s", step,
             ", ".join(f"{k} = {v:.4f}" for k, v in sorted(results.items())),
         )
-        write_scalars(self._eval_writer, results, step)
+        summaries.write_scalars(self._eval_writer, results, step)
         if self.chief:
             run_card.record_eval(self.config.output_dir, step, results)
         if first_batch is not None and self.config.num_decode_examples:
@@ -851,7 +824,7 @@ class Trainer:
             return
         lines = [f"| {ex['inputs']} | {ex['targets']} | {ex['outputs']} |" for ex in examples]
         table = "| inputs | targets | outputs |\n|---|---|---|\n" + "\n".join(lines)
-        write_text(self._eval_writer, "decodes", table, step)
+        summaries.write_text(self._eval_writer, "decodes", table, step)
 
     def continuous_eval(self, timeout_secs: float = 600) -> dict[str, float]:
         """Evaluates each new checkpoint until one reaches train_steps (t2t's continuous_eval).
@@ -908,27 +881,6 @@ class _Stats:
         }
         self.__init__(step)
         return result
-
-
-class _dtype_policy:
-    """Context manager: Keras' mixed-precision policy for `hparams.activation_dtype`."""
-
-    def __init__(self, hparams: HParams):
-        activation = hparams_support.hparam(hparams, "activation_dtype")
-        weight = hparams_support.hparam(hparams, "weight_dtype")
-        if activation not in _POLICIES or weight != "float32":
-            raise UserError(
-                f"activation_dtype={activation!r}, weight_dtype={weight!r} is not supported; "
-                "use activation_dtype float32, float16 or bfloat16 with weight_dtype float32"
-            )
-        self.policy = _POLICIES[activation]
-
-    def __enter__(self):
-        self.previous = keras.config.dtype_policy()
-        keras.config.set_dtype_policy(self.policy)
-
-    def __exit__(self, *exc):
-        keras.config.set_dtype_policy(self.previous)
 
 
 def create_trainer(
@@ -1016,14 +968,14 @@ def create_trainer(
         trainer.restore()
     trainer.run_lock = run_lock.acquire(config.output_dir)
     checkpoint_guard.remove_temp_folders(config.output_dir, CHECKPOINT_PREFIX)
-    save_hparams(config.output_dir, hparams)
+    run_metadata.save_hparams(config.output_dir, hparams)
     run_card.record_setup(config.output_dir, problem, model_name, hparams_set,
                           hparams_overrides, hparams, trainer.strategy.num_replicas_in_sync,
                           training=True)
     if changes is not None:
         run_card.record_resume(config.output_dir, trainer.step, changes)
     if flag_values is not None:
-        save_flags(config.output_dir, flag_values)
+        run_metadata.save_flags(config.output_dir, flag_values)
     return trainer
 
 
