@@ -4,6 +4,7 @@ The model is t2t's own fixture checkpoint (transformer_tiny trained 25 steps) wi
 so the SavedModel's answers are compared with decode mode and with t2t's greedy outputs.
 """
 import json
+import logging
 import os
 import shutil
 import subprocess
@@ -396,11 +397,14 @@ def test_export_removes_killed_exports_and_gives_folders_the_umask(tmp_path):
     live = tmp_path / f".export.tmp-{host}-{os.getpid()}-0badc0de"  # a concurrent export
     for folder in (killed, live):
         (folder / "variables").mkdir(parents=True)
+    absl_level = logging.getLogger("absl").level
     umask = os.umask(0o002)
     try:
         path = export.export(Tiny(), str(tmp_path))
     finally:
         os.umask(umask)
+    # tf.saved_model.save sets absl's logger to WARNING; export puts it back.
+    assert logging.getLogger("absl").level == absl_level
     assert not killed.exists() and live.exists()
     for folder in (path, os.path.join(path, "variables")):
         assert stat.S_IMODE(os.stat(folder).st_mode) == 0o775, folder  # not TF's 0755

@@ -59,7 +59,7 @@ def test_only_the_tools_read_flags_and_nothing_imports_the_tools():
 # models import utils.beam_search and data_generators import utils.data_reader).
 LEAF_UTILS = {"beam_search", "optimize", "adafactor", "learning_rate", "data_reader", "metrics",
               "bleu_hook", "parsing_eval", "subword_graph", "summaries", "validation", "progress",
-              "run_card"}
+              "run_card", "run_lock"}
 TOP_LEVEL = {"t2t_lite", "t2t_lite.errors", "t2t_lite.file_io", "t2t_lite.hparams",
              "t2t_lite.hparams_support", "t2t_lite.registry", "t2t_lite.quiet_start"}
 

@@ -102,7 +102,8 @@ def test_warm_start_that_does_not_fit_writes_nothing(data_dir, trained, tmp_path
                                 f"--warm_start_from={trained}",
                                 "--hparams=" + TINY.replace("size=16", "size=32")),
                   cwd=tmp_path)
-    assert result.returncode == 1 and f"--warm_start_from={trained}" in result.stderr
+    line = _error_line(result)  # one line, no traceback
+    assert line.startswith("error: ") and f"--warm_start_from={trained}" in line
     assert not output_dir.exists()  # no hparams.json, flags.json, run card or lock
 
 

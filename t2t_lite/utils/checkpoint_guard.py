@@ -205,12 +205,13 @@ def check_readable(path: str, flag: str = "checkpoint_path") -> str:
     return path
 
 
-def newest_good_checkpoint(directory: str) -> str | None:
+def newest_good_checkpoint(directory: str, warn_state_file: bool = True) -> str | None:
     """The newest checkpoint of `directory` that reads, warning about newer damaged ones.
 
     Checkpoints are found on disk (`checkpoints_newest_first`); a missing or damaged state
-    file gives one warning line. One that vanishes while it is checked (rotated away by a
-    training run) is skipped without a warning.
+    file gives one warning line (unless `warn_state_file` is False: a training run repairs
+    it and says so then). One that vanishes while it is checked (rotated away by a training
+    run) is skipped without a warning.
 
     Returns:
       Its prefix, or None if the directory holds no checkpoint.
@@ -226,7 +227,7 @@ def newest_good_checkpoint(directory: str) -> str | None:
                 logging.warning(
                     "Checkpoint(s) %s damaged (%s): falling back to %s",
                     ", ".join(os.path.basename(p) for p, _ in damaged), damaged[0][1], path)
-            else:
+            elif warn_state_file:
                 _warn_about_state_file(directory, path)
             return path
         if is_complete(path):

@@ -41,6 +41,7 @@ Serving needs TensorFlow only (no Keras, tensorflow-text or t2t_lite):
 """
 from __future__ import annotations
 
+import logging as std_logging
 import os
 import time
 
@@ -245,8 +246,15 @@ def export(module: ServingModule, export_dir: str) -> str:
     # pid, so the next export removes it if this one is killed.
     checkpoint_guard.remove_stale_temp_dirs(export_dir, TEMP_STEM)
     tmp = os.path.join(export_dir, checkpoint_guard.temp_dir_name(TEMP_STEM))
+    absl_logger = std_logging.getLogger("absl")
+    level = absl_logger.level
     try:
-        tf.saved_model.save(module, tmp, signatures=module.signatures())
+        try:
+            tf.saved_model.save(module, tmp, signatures=module.signatures())
+        finally:
+            # tf.saved_model.save leaves absl's logger at WARNING: a library caller that
+            # exports and then trains in one process would lose its INFO lines.
+            absl_logger.setLevel(level)
         checkpoint_guard.give_dirs_the_umask(tmp)
         tf.io.gfile.rename(tmp, final)
     except BaseException:

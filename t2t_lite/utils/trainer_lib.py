@@ -246,24 +246,29 @@ class Trainer:
             checkpoint_name=CHECKPOINT_PREFIX,
         )
 
-    def restore(self, manager: tf.train.CheckpointManager | None = None) -> int:
+    def restore(self, manager: tf.train.CheckpointManager | None = None,
+                check_only: bool = False) -> int:
         """Restores the newest readable checkpoint of output_dir (found on disk; if any);
         returns the global step.
 
         Args:
           manager: the training loop's manager (a resume: the optimizer state is restored
             too); None to restore the model and step for evaluation.
+          check_only: a resume's check before anything is written (`create_trainer`):
+            silent, since training restores again (and repairs the state file) after it.
 
         Raises:
           UserError: output_dir holds checkpoints but none of them reads, or the newest does
             not match the model (one line naming the variables).
         """
         # A damaged newest checkpoint (a save cut short) falls back to the previous one.
-        latest = checkpoint_guard.newest_good_checkpoint(self.config.output_dir)
+        latest = checkpoint_guard.newest_good_checkpoint(self.config.output_dir,
+                                                         warn_state_file=not check_only)
         if latest:
             self._restore_strictly(manager.checkpoint if manager else self._checkpoint(),
                                    latest, resume=manager is not None)
-            logging.info("Restored %s (global step %d)", latest, self.step)
+            if not check_only:
+                logging.info("Restored %s (global step %d)", latest, self.step)
         return self.step
 
     def _restore_strictly(self, checkpoint: tf.train.Checkpoint, path: str,
@@ -965,7 +970,7 @@ def create_trainer(
         # Reads the checkpoint into this model before anything is written (train restores
         # it again, with the input pipeline): a checkpoint that does not fit leaves the
         # run's files as they were.
-        trainer.restore()
+        trainer.restore(check_only=True)
     trainer.run_lock = run_lock.acquire(config.output_dir)
     checkpoint_guard.remove_temp_folders(config.output_dir, CHECKPOINT_PREFIX)
     run_metadata.save_hparams(config.output_dir, hparams)
