@@ -9,7 +9,6 @@ Activations are 3-D `[B, L, D]` (t2t's 4-D `[B, L, 1, D]` layout is not used).
 from __future__ import annotations
 
 import contextlib
-import math
 import threading
 from collections.abc import Sequence
 
@@ -696,12 +695,8 @@ def padded_cross_entropy(
     if vocab_size is None:
         raise ValueError("padded_cross_entropy needs a static vocabulary dimension on logits")
     if label_smoothing > 0:
-        confidence = 1.0 - label_smoothing
-        low_confidence = (1.0 - confidence) / float(vocab_size - 1)
-        normalizing = -(
-            confidence * math.log(confidence)
-            + float(vocab_size - 1) * low_confidence * math.log(low_confidence + 1e-20)
-        )
+        confidence, low_confidence, normalizing = fused_ops.smoothing_targets(
+            label_smoothing, vocab_size)
         soft_targets = tf.one_hot(labels, vocab_size, on_value=confidence,
                                   off_value=low_confidence)
         xent = tf.nn.softmax_cross_entropy_with_logits(soft_targets, logits) - normalizing

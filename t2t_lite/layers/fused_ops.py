@@ -196,6 +196,25 @@ def softmax_dropout_matmul(logits: tf.Tensor, v: tf.Tensor, keep: tf.Tensor,
     return fused(logits, v)
 
 
+def smoothing_targets(label_smoothing: float, vocab_size: int) -> tuple[float, float, float]:
+    """t2t's label-smoothed targets (`common_layers.smoothing_cross_entropy`): the true
+    class's probability, every other class's, and the entropy of that distribution
+    (subtracted so that a perfect prediction has loss 0).
+
+    Args:
+      label_smoothing: eps in (0, 1).
+      vocab_size: V.
+
+    Returns:
+      (confidence = 1 - eps, low_confidence = eps / (V - 1), normalizing constant).
+    """
+    confidence = 1.0 - label_smoothing
+    low_confidence = (1.0 - confidence) / float(vocab_size - 1)
+    normalizing = -(confidence * math.log(confidence)
+                    + float(vocab_size - 1) * low_confidence * math.log(low_confidence + 1e-20))
+    return confidence, low_confidence, normalizing
+
+
 def softmax_cross_entropy(
     x: tf.Tensor,
     matrix: tf.Tensor,
@@ -228,12 +247,7 @@ def softmax_cross_entropy(
     vocab_size = matrix.shape[0]
     labels = tf.cast(labels, tf.int32)
     if label_smoothing > 0:
-        confidence = 1.0 - label_smoothing
-        low_confidence = (1.0 - confidence) / float(vocab_size - 1)
-        normalizing = -(
-            confidence * math.log(confidence)
-            + float(vocab_size - 1) * low_confidence * math.log(low_confidence + 1e-20)
-        )
+        confidence, low_confidence, normalizing = smoothing_targets(label_smoothing, vocab_size)
 
     def chunk_loss_and_gradient(logits, chunk_labels):
         if label_smoothing > 0:

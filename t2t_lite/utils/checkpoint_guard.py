@@ -45,6 +45,7 @@ from tensorflow.python.training.checkpoint_state_pb2 import CheckpointState
 
 from t2t_lite import file_io
 from t2t_lite.errors import UserError, one_line
+from t2t_lite.utils import run_lock
 
 STATE_FILE = "checkpoint"
 OBJECT_GRAPH_KEY = "_CHECKPOINTABLE_OBJECT_GRAPH"
@@ -480,16 +481,6 @@ def temp_dir_name(stem: str) -> str:
     return f".{stem}.tmp-{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # another user's live process
-    return True
-
-
 def remove_stale_temp_dirs(parent: str, stem: str) -> list[str]:
     """Removes the `temp_dir_name(stem)` folders in `parent` whose writer is dead.
 
@@ -511,7 +502,7 @@ def remove_stale_temp_dirs(parent: str, stem: str) -> list[str]:
             continue
         path = os.path.join(parent, name.rstrip("/"))
         if match.group("host") == host:
-            stale = not _pid_alive(int(match.group("pid")))
+            stale = not run_lock.pid_alive(int(match.group("pid")))
         else:
             stale = time.time() - tf.io.gfile.stat(path).mtime_nsec / 1e9 > STALE_TEMP_SECS
         if stale:

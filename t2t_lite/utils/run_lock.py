@@ -25,7 +25,8 @@ LOCK_NAME = "run.lock"
 DATAGEN_LOCK_NAME = "datagen.lock"
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether process `pid` runs on this host (another user's counts as running)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -121,7 +122,7 @@ class RunLock:
         ours = (holder.get("host") == self.holder["host"]
                 and holder.get("pid") == self.holder["pid"])
         stale = (holder.get("host") == self.holder["host"]
-                 and isinstance(holder.get("pid"), int) and not _pid_alive(holder["pid"]))
+                 and isinstance(holder.get("pid"), int) and not pid_alive(holder["pid"]))
         if holder and not (ours or stale):
             raise UserError(
                 f"{os.path.dirname(self.path)} is in use by another {self.holder_kind} "
