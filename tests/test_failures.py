@@ -21,33 +21,11 @@ import tensorflow as tf
 from t2t_lite.utils import checkpoint_guard
 from tests.conftest import REPO_ROOT
 from tests.conftest import error_line as _error_line
-
-PROBLEM = "algorithmic_reverse_binary40_test"
-TINY = "hidden_size=16,filter_size=16,num_heads=2,num_hidden_layers=1"
-
-
-def _env() -> dict:
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
-    env.pop("TF_CONFIG", None)
-    return env
-
-
-def _run(*args: str, cwd, timeout: int = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(REPO_ROOT / "run.py"), *args], cwd=cwd,
-                          env=_env(), capture_output=True, text=True, timeout=timeout,
-                          check=False)
-
-
-def _train_flags(data_dir, output_dir, *extra: str) -> list[str]:
-    return ["--mode=train", f"--problem={PROBLEM}", f"--data_dir={data_dir}",
-            "--hparams_set=transformer_tiny", f"--output_dir={output_dir}",
-            f"--hparams={TINY}", "--log_step_count_steps=2", "--save_checkpoints_steps=2",
-            "--random_seed=1", *extra]
-
-
-def _steps(output_dir) -> list[int]:
-    return sorted(int(p.rsplit("-", 1)[1].split(".")[0])
-                  for p in glob.glob(os.path.join(str(output_dir), "ckpt-*.index")))
+from tests.run_py import PROBLEM, TINY
+from tests.run_py import env as _env
+from tests.run_py import run as _run
+from tests.run_py import steps as _steps
+from tests.run_py import train_flags as _train_flags
 
 
 def _listed_steps(output_dir) -> list[int]:
@@ -56,23 +34,17 @@ def _listed_steps(output_dir) -> list[int]:
     return sorted(checkpoint_guard.step_of(p) for p in state.all_model_checkpoint_paths)
 
 
-@pytest.fixture(scope="module")
-def data_dir(tmp_path_factory):
-    path = tmp_path_factory.mktemp("failures") / "data"
-    result = _run("--mode=datagen", f"--problem={PROBLEM}", f"--data_dir={path}",
-                  cwd=path.parent)
-    assert result.returncode == 0, result.stderr[-3000:]
-    return path
+@pytest.fixture
+def data_dir(tiny_run_data_dir):
+    """The tiny problem's data (made once per test session, conftest.py)."""
+    return tiny_run_data_dir
 
 
-@pytest.fixture(scope="module")
-def trained(data_dir):
-    """A run with checkpoints at steps 2 and 4 (copy it before changing it)."""
-    output_dir = data_dir.parent / "trained"
-    result = _run(*_train_flags(data_dir, output_dir, "--train_steps=4"), cwd=data_dir.parent)
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert _steps(output_dir) == [2, 4]
-    return output_dir
+@pytest.fixture
+def trained(tiny_run_trained):
+    """A run with checkpoints at steps 2 and 4, made once per session (copy it before
+    changing it)."""
+    return tiny_run_trained
 
 
 def _copy(trained, tmp_path):

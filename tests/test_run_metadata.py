@@ -17,14 +17,25 @@ import tensorflow as tf
 from t2t_lite import registry
 from t2t_lite.hparams import create_hparams
 from t2t_lite.utils import optimize, run_card, run_lock, run_metadata
-from tests import test_failures
-from tests.test_failures import PROBLEM, TINY, _copy, _error_line, _run, _steps, _train_flags
-
-# test_failures' module fixtures: the tiny problem's data, and a run with ckpt-2 and ckpt-4.
-data_dir = test_failures.data_dir
-trained = test_failures.trained
+from tests.run_py import PROBLEM, TINY
+from tests.run_py import run as _run
+from tests.run_py import steps as _steps
+from tests.run_py import train_flags as _train_flags
+from tests.test_failures import _copy, _error_line
 
 RUN_FILES = ("hparams.json", "flags.json", "run_card.json", "run_card.md")
+
+
+@pytest.fixture
+def data_dir(tiny_run_data_dir):
+    """The tiny problem's data (made once per test session, conftest.py)."""
+    return tiny_run_data_dir
+
+
+@pytest.fixture
+def trained(tiny_run_trained):
+    """A run with checkpoints at steps 2 and 4, made once per session (copied before use)."""
+    return tiny_run_trained
 
 
 def _snapshot(directory) -> dict[str, bytes]:
