@@ -5,10 +5,10 @@
 Both sides translate the same sentences with t2t's fixture model (transformer_tiny trained
 25 steps, ../shared/fixtures/t2t/ckpt_A_trained, with its 1018-subword vocab):
 
-* in-process: what `run.py --mode=decode` does per batch (t2t_lite.utils.decoding): Python
+* in-process: what `run.py --mode=decode` does per batch (t2t_lite.decoding.decoding): Python
   SubwordTextEncoder.encode + EOS + padding, `Transformer.infer` (its own tf.function), cut at
   EOS, Python decode;
-* SavedModel: the model exported in this run by t2t_lite.utils.export and loaded back with
+* SavedModel: the model exported in this run by t2t_lite.serving.export and loaded back with
   `tf.saved_model.load`; one call of the `serving_default` signature on the raw strings
   (encoding, decoding and detokenization are graph ops).
 
@@ -38,8 +38,10 @@ sys.path.insert(0, str(REPO_ROOT))
 SHARED = REPO_ROOT.parent / "shared"
 
 from t2t_lite.data_generators import text_encoder
+from t2t_lite.decoding import decoding
 from t2t_lite.hparams import create_hparams
-from t2t_lite.utils import decoding, export, t2t_checkpoint
+from t2t_lite.models import t2t_checkpoint
+from t2t_lite.serving import export
 
 
 def _record_ms(fn, timings: list[list[float]], index: int) -> None:

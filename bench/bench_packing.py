@@ -28,7 +28,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from t2t_lite.hparams import create_hparams
 from t2t_lite.models.transformer import Transformer
 from t2t_lite.problems import translate_files
-from t2t_lite.utils import trainer_lib
+from t2t_lite.training import trainer_lib
 
 TOY = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "..", "shared",
                    "data", "wmt_toy_ende")

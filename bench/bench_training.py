@@ -36,7 +36,7 @@ import tensorflow as tf
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from t2t_lite.hparams import HParams, create_hparams
 from t2t_lite.models.transformer import Transformer
-from t2t_lite.utils import trainer_lib
+from t2t_lite.training import trainer_lib
 
 
 def matmul_peak(n: int = 2048, repeats: int = 5, inner: int = 10) -> float:

@@ -23,8 +23,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from profile_train_step import print_table, xplane_op_times
 
 from t2t_lite.data_generators import text_encoder
+from t2t_lite.decoding import decoding
 from t2t_lite.hparams import create_hparams
-from t2t_lite.utils import decoding, t2t_checkpoint
+from t2t_lite.models import t2t_checkpoint
 
 
 def main() -> None:

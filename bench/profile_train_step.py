@@ -28,7 +28,7 @@ import tensorflow as tf
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from t2t_lite import flags as t2t_flags
 from t2t_lite.bin import t2t_trainer
-from t2t_lite.utils import trainer_lib
+from t2t_lite.training import trainer_lib
 
 
 def xplane_op_times(logdir: str) -> tuple[collections.Counter, collections.Counter]:

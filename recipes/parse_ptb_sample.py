@@ -45,7 +45,7 @@ if str(ROOT) not in sys.path:  # Run as a script: make t2t_lite importable.
     sys.path.insert(0, str(ROOT))
 
 from t2t_lite.data_generators import treebank
-from t2t_lite.utils import parsing_eval
+from t2t_lite.evaluation import parsing_eval
 
 # Problem -> the linearization of its targets (parsing_eval's repair of the decodes).
 PROBLEMS = {"parsing_english_ptb16k": "tags", "parsing_english_ptb16k_xx": "tags",

@@ -130,7 +130,7 @@ def run(command: list[str], log_path: str | None = None) -> str:
 def dev_curve(train_dir: str) -> list[tuple[int, float, float]]:
     """(step, dev loss, dev accuracy) of every evaluation, from the run's TensorBoard events."""
     sys.path.insert(0, PROJECT)
-    from t2t_lite.utils.plots import read_scalars
+    from t2t_lite.visualization.plots import read_scalars
 
     scalars = read_scalars(os.path.join(train_dir, "eval"))
     loss = dict(scalars.get("loss", []))

@@ -8,7 +8,7 @@ import tensorflow as tf
 
 from t2t_lite.hparams import create_hparams
 from t2t_lite.models.transformer import Transformer
-from t2t_lite.utils import attention_viz
+from t2t_lite.visualization import attention_viz
 from tests.conftest import require_extra
 
 

@@ -9,7 +9,7 @@ import tensorflow as tf
 
 from t2t_lite.bin import t2t_avg_all
 from t2t_lite.errors import UserError
-from t2t_lite.utils import avg_checkpoints
+from t2t_lite.training import avg_checkpoints
 
 
 def _make_objects():

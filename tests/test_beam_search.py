@@ -447,3 +447,10 @@ def test_unordered_states_are_carried_untouched():
     np.testing.assert_array_equal(ids, expected_ids)
     np.testing.assert_array_equal(scores, expected_scores)
     assert int(steps) == int(expected_steps)
+
+
+def test_beam_search_eos_id_is_the_vocabularies_eos_id():
+    # beam_search is a leaf (imports no data_generators), so it states the id itself.
+    from t2t_lite.data_generators import text_encoder
+
+    assert beam_search.EOS_ID == text_encoder.EOS_ID == 1

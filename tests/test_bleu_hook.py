@@ -12,7 +12,7 @@ import pytest
 
 from t2t_lite.bin import t2t_bleu
 from t2t_lite.errors import UserError
-from t2t_lite.utils import bleu_hook
+from t2t_lite.evaluation import bleu_hook
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -174,7 +174,7 @@ def test_retry_if_vanished_reads_the_then_newest(tmp_path, caplog):
 
 
 def test_trainer_resume_is_strict_and_warns_without_optimizer_state(tmp_path, caplog):
-    from t2t_lite.utils import trainer_lib
+    from t2t_lite.training import trainer_lib
     from tests.trainer_utils import ReverseProblem
 
     def trainer(output_dir, **overrides):

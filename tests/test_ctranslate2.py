@@ -22,11 +22,12 @@ import tensorflow as tf
 
 from t2t_lite import registry
 from t2t_lite.data_generators import text_encoder
+from t2t_lite.decoding import decoding
 from t2t_lite.errors import UserError
 from t2t_lite.hparams import create_hparams
+from t2t_lite.models import t2t_checkpoint
 from t2t_lite.models.transformer import Transformer
 from t2t_lite.serving import ct2
-from t2t_lite.utils import decoding, t2t_checkpoint
 
 TINY = "num_heads=4,num_hidden_layers=2,symbol_modality_num_shards=3"
 SMALL = ",hidden_size=16,filter_size=32"

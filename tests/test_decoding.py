@@ -12,8 +12,8 @@ import pytest
 
 from t2t_lite.bin import t2t_decoder
 from t2t_lite.data_generators import text_encoder
+from t2t_lite.decoding import decoding
 from t2t_lite.errors import UserError
-from t2t_lite.utils import decoding
 
 ENCODER = text_encoder.TextEncoder()  # "3 4" <-> [5, 6]
 ENCODERS = {"inputs": ENCODER, "targets": ENCODER}
@@ -173,7 +173,7 @@ def test_parallel_batches_decode_a_real_model_to_the_same_lines(t2t_fixtures, wm
     lines a batch: 3 batches at a time on threads give the same ids and bit-equal scores for
     every batch, and the same lines, as one at a time."""
     from t2t_lite.hparams import create_hparams
-    from t2t_lite.utils import t2t_checkpoint
+    from t2t_lite.models import t2t_checkpoint
 
     vocab = text_encoder.SubwordTextEncoder(
         str(t2t_fixtures / "vocab.translate_toy_ende1k.1024.subwords"))
@@ -330,7 +330,7 @@ def test_end_to_end_greedy_matches_t2t_and_checkpoint_round_trip(t2t_fixtures, w
                                                                   tmp_path, capsys):
     import tensorflow as tf
 
-    from t2t_lite.utils import avg_checkpoints
+    from t2t_lite.training import avg_checkpoints
 
     data_dir, src, ref = _fixture_setup(t2t_fixtures, wmt_toy_dir, tmp_path)
     vocab = text_encoder.SubwordTextEncoder(str(data_dir / "vocab.translate_files.1024.subwords"))
@@ -353,7 +353,7 @@ def test_end_to_end_greedy_matches_t2t_and_checkpoint_round_trip(t2t_fixtures, w
     # The same weights as a t2t_lite run directory (hparams.json, flags.json, ckpt-25):
     # decoding from --output_dir alone, then from its averaged checkpoint, gives the same.
     from t2t_lite.hparams import create_hparams
-    from t2t_lite.utils import t2t_checkpoint
+    from t2t_lite.models import t2t_checkpoint
 
     hparams = create_hparams("transformer_tiny")
     model = t2t_checkpoint.load_model(str(t2t_fixtures / "ckpt_A_trained"), hparams)
@@ -555,7 +555,7 @@ def test_num_decodes_goes_over_the_dev_set_n_times(tmp_path):
 @pytest.mark.slow
 def test_force_decode_length_runs_every_greedy_step(t2t_fixtures):
     from t2t_lite.hparams import create_hparams
-    from t2t_lite.utils import t2t_checkpoint
+    from t2t_lite.models import t2t_checkpoint
 
     model = t2t_checkpoint.load_model(str(t2t_fixtures / "ckpt_A_trained"),
                                       create_hparams("transformer_tiny"))

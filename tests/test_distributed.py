@@ -49,7 +49,7 @@ REPLICA_CHECK = """
     cpu = tf.config.list_physical_devices("CPU")[0]
     tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
 
-    from t2t_lite.utils import trainer_lib
+    from t2t_lite.training import trainer_lib
     from tests.trainer_utils import ReverseProblem, model_fn, tiny_hparams
 
     def run(strategy, per_replica_batch, output_dir, overrides, steps):

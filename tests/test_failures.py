@@ -215,14 +215,10 @@ def test_decode_and_warm_start_with_other_hparams_fail_naming_variables(data_dir
 
 def test_export_reads_the_then_newest_checkpoint_when_its_own_vanishes(data_dir, trained,
                                                                       tmp_path, monkeypatch):
-    import types
-
-    from t2t_lite import registry
-    from t2t_lite.bin import t2t_exporter
-    from t2t_lite.utils import decoding
+    from t2t_lite.decoding import runs
 
     output_dir = _copy(trained, tmp_path)
-    load_model, read = decoding.load_model, []
+    load_model, read = runs.load_model, []
 
     def rotated_load_model(model_name, hparams, problem_hparams, path):
         read.append(os.path.basename(path))
@@ -231,11 +227,9 @@ def test_export_reads_the_then_newest_checkpoint_when_its_own_vanishes(data_dir,
                 os.remove(name)
         return load_model(model_name, hparams, problem_hparams, path)
 
-    monkeypatch.setattr(decoding, "load_model", rotated_load_model)
-    hparams = decoding.load_hparams(str(output_dir), None, "")
-    problem_hparams = registry.problem(PROBLEM).get_hparams(hparams, data_dir=str(data_dir))
-    flags = types.SimpleNamespace(checkpoint_path=None, output_dir=str(output_dir))
-    path, model = t2t_exporter.restore_model(flags, "transformer", hparams, problem_hparams)
+    monkeypatch.setattr(runs, "load_model", rotated_load_model)
+    run = runs.open_run(runs.resolve("export", str(output_dir), data_dir=str(data_dir)))
+    path, model = runs.restore_model(run)
     assert read == ["ckpt-4", "ckpt-2"] and path == str(output_dir / "ckpt-2")
     reader = tf.train.load_checkpoint(path)
     for name, variable in checkpoint_guard.match_model(model, reader)["plan"].values():
@@ -387,7 +381,7 @@ def test_decode_memory_estimate_grows_with_the_beam_squared_and_is_refused_over_
     ("num_samples=-2", "num_samples=-2 must be >= -1"),
 ])
 def test_decode_hparams_out_of_range_are_refused_by_name(overrides, message):
-    from t2t_lite.utils import decoding
+    from t2t_lite.decoding import decoding
 
     with pytest.raises(ValueError, match=f"^--decode_hparams: {re.escape(message)}"):
         decoding.decode_hparams(overrides)

@@ -7,8 +7,8 @@ import pytest
 import tensorflow as tf
 
 from t2t_lite.hparams import create_hparams
+from t2t_lite.models import t2t_checkpoint
 from t2t_lite.models.transformer import BEAM_SLOT_BLOCK, Transformer
-from t2t_lite.utils import t2t_checkpoint
 
 TINY = "hidden_size=16,filter_size=32,num_heads=4,num_hidden_layers=2,symbol_modality_num_shards=3"
 INPUTS = np.array([[5, 9, 3, 7, 11, 1], [4, 8, 2, 1, 0, 0], [6, 1, 0, 0, 0, 0]], np.int32)

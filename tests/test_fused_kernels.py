@@ -5,8 +5,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from t2t_lite.decoding import runs
 from t2t_lite.hparams import HParams
-from t2t_lite.utils import decoding, export, trainer_lib
+from t2t_lite.serving import export
+from t2t_lite.training import trainer_lib
 from tests.trainer_utils import VOCAB, ReverseProblem, model_fn, read_events, tiny_hparams
 
 STEPS = 5
@@ -72,7 +74,7 @@ def test_half_precision_stays_within_its_tolerance_of_float32(tmp_path_factory, 
 def test_a_bfloat16_run_decodes_and_serves_in_bfloat16(tmp_path_factory):
     output_dir = _run(tmp_path_factory, fused=True, dtype="bfloat16")[1]
     problem = ReverseProblem()
-    model = decoding.load_model("transformer", _hparams(True, "bfloat16"), problem.get_hparams(),
+    model = runs.load_model("transformer", _hparams(True, "bfloat16"), problem.get_hparams(),
                                 tf.train.latest_checkpoint(output_dir))
     assert model.body.decoder.layer_0.self_attention.compute_dtype == "bfloat16"
     inputs = tf.constant(problem.data["eval"]["inputs"][:4])

@@ -26,7 +26,7 @@ from t2t_lite.data_generators import generator_utils, problem
 from t2t_lite.hparams import HParams
 from t2t_lite.layers import common_layers
 from t2t_lite.models.transformer import Transformer
-from t2t_lite.utils import learning_rate, optimize, trainer_lib
+from t2t_lite.training import learning_rate, optimize, trainer_lib
 from tests.test_hparams_support import other_value
 from tests.trainer_utils import VOCAB, ReverseProblem, model_fn, read_events, tiny_hparams
 

@@ -55,42 +55,96 @@ def test_only_the_tools_read_flags_and_nothing_imports_the_tools():
     assert offenders == []
 
 
-# utils modules with one small job each, which layers/models/data may use (as in t2t, where
-# models import utils.beam_search and data_generators import utils.data_reader).
-LEAF_UTILS = {"beam_search", "optimize", "adafactor", "learning_rate", "data_reader", "metrics",
-              "bleu_hook", "parsing_eval", "subword_graph", "summaries", "validation", "progress",
-              "run_card", "run_lock"}
+# The folders of t2t_lite and the folders each may import (DESIGN.md "Layout"). The graph has
+# no cycle, so no import loop between folders is possible; the top-level modules (errors,
+# file_io, hparams, hparams_support, registry, quiet_start) and hparams_sets are the base
+# every folder may import. `utils` holds only leaves: modules that import no other folder.
+FOLDER_IMPORTS = {
+    "utils": set(),
+    "layers": {"utils"},
+    "models": {"layers", "utils"},
+    "data_generators": {"utils"},
+    "problems": {"data_generators", "utils"},
+    "evaluation": {"data_generators", "utils"},
+    "training": {"models", "layers", "data_generators", "evaluation", "utils"},
+    "decoding": {"training", "models", "layers", "data_generators", "evaluation", "utils"},
+    "serving": {"decoding", "models", "layers", "data_generators", "utils"},
+    "visualization": {"utils"},
+}
 TOP_LEVEL = {"t2t_lite", "t2t_lite.errors", "t2t_lite.file_io", "t2t_lite.hparams",
-             "t2t_lite.hparams_support", "t2t_lite.registry", "t2t_lite.quiet_start"}
+             "t2t_lite.hparams_support", "t2t_lite.registry", "t2t_lite.quiet_start",
+             "t2t_lite.hparams_sets"}
+
+
+def _folder(module: str) -> str | None:
+    """The t2t_lite folder of a module name ("run" and top-level modules: None)."""
+    parts = module.split(".")
+    if parts[0] != "t2t_lite" or len(parts) < 2 or ".".join(parts[:2]) in TOP_LEVEL:
+        return None
+    return parts[1]
 
 
 def _allowed(importer: str, imported: str) -> bool:
-    """The import rules of DESIGN.md: bin -> library; layers <- models <- utils;
-    data_generators <- problems; leaf utils import no tools; nothing imports bin."""
-    package = importer.split(".")[1] if "." in importer else importer
-    parts = imported.split(".")
-    if len(parts) < 2 or ".".join(parts[:2]) in TOP_LEVEL or parts[1] == "hparams_sets":
+    """The import rules of DESIGN.md: bin and run.py import anything but are imported by
+    nothing; a folder imports itself, the top level and the folders FOLDER_IMPORTS lists."""
+    source, target = _folder(importer), _folder(imported)
+    if target is None or source == target:
         return True
-    target = parts[1]
     if target == "bin":
-        return package == "bin"
-    if package in ("bin", "run"):
+        return False
+    if importer == "run" or source == "bin":
         return True
-    leaf = target == "utils" and (len(parts) == 2 or parts[2] in LEAF_UTILS)
-    if package == "layers":
-        return target == "layers"
-    if package == "models":
-        return target in ("layers", "models") or leaf
-    if package == "data_generators":
-        return target == "data_generators" or leaf
-    if package == "problems":
-        return target in ("data_generators", "problems") or leaf
-    if package == "utils" and importer.split(".")[2] in LEAF_UTILS:
-        return target in ("layers", "data_generators") or leaf
-    return True
+    if source is None:  # a top-level module: only leaves below it
+        return target == "utils"
+    return target in FOLDER_IMPORTS[source]
 
 
-def test_import_rules_between_packages():
+def _cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """Every cycle of a directed graph found by depth-first search (each as a node path)."""
+    found, state = [], {}
+
+    def visit(node: str, path: list[str]) -> None:
+        state[node] = "open"
+        for nxt in sorted(edges.get(node, ())):
+            if state.get(nxt) == "open":
+                found.append(path[path.index(nxt):] + [nxt] if nxt in path else [node, nxt])
+            elif nxt not in state:
+                visit(nxt, path + [nxt])
+        state[node] = "done"
+
+    for node in sorted(edges):
+        if node not in state:
+            visit(node, [node])
+    return found
+
+
+def test_every_folder_is_in_the_rules():
+    folders = {p.name for p in PACKAGE.iterdir()
+               if p.is_dir() and (p / "__init__.py").exists()}
+    assert folders - {"bin", "hparams_sets"} == set(FOLDER_IMPORTS)
+
+
+def test_folder_rules_have_no_cycle():
+    assert _cycles({k: set(v) for k, v in FOLDER_IMPORTS.items()}) == []
+
+
+def test_no_import_loop_between_folders():
+    edges: dict[str, set[str]] = {}
+    for module, path in _source_files().items():
+        source = _folder(module)
+        for name in _imports(path):
+            target = _folder(name)
+            if name.startswith("t2t_lite") and target and source and target != source:
+                edges.setdefault(source, set()).add(target)
+    assert _cycles(edges) == []
+
+
+def test_import_loop_check_finds_a_loop():
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == [["a", "b", "c", "a"]]
+    assert _cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_import_rules_between_folders():
     offenders = []
     for module, path in _source_files().items():
         for name in _imports(path):
@@ -101,11 +155,15 @@ def test_import_rules_between_packages():
 
 def test_import_rules_catch_a_violation():
     assert not _allowed("t2t_lite.layers.common_layers", "t2t_lite.models.transformer")
-    assert not _allowed("t2t_lite.utils.parsing_eval", "t2t_lite.problems.wsj_parsing")
-    assert not _allowed("t2t_lite.data_generators.problem", "t2t_lite.utils.trainer_lib")
-    assert not _allowed("t2t_lite.utils.decoding", "t2t_lite.bin.t2t_decoder")
+    assert not _allowed("t2t_lite.evaluation.parsing_eval", "t2t_lite.problems.wsj_parsing")
+    assert not _allowed("t2t_lite.data_generators.problem", "t2t_lite.training.trainer_lib")
+    assert not _allowed("t2t_lite.decoding.decoding", "t2t_lite.bin.t2t_decoder")
+    assert not _allowed("t2t_lite.models.transformer", "t2t_lite.training.optimize")
+    assert not _allowed("t2t_lite.utils.beam_search", "t2t_lite.data_generators.text_encoder")
+    assert not _allowed("t2t_lite.training.trainer_lib", "t2t_lite.decoding.runs")
     assert _allowed("t2t_lite.models.transformer", "t2t_lite.utils.beam_search")
-    assert _allowed("t2t_lite.utils.trainer_lib", "t2t_lite.models.transformer")
+    assert _allowed("t2t_lite.training.trainer_lib", "t2t_lite.models.transformer")
+    assert _allowed("t2t_lite.serving.ct2", "t2t_lite.decoding.decoding")
 
 
 # Files over ~600 lines, each one cohesive job (t2t keeps the same job in one module).
@@ -114,8 +172,8 @@ LONG_FILES = {
     "t2t_lite/layers/common_attention.py": "t2t's common_attention: timing, biases, attention",
     "t2t_lite/models/transformer.py": "t2t's transformer.py: encoder, decoder, fast decoding",
     "t2t_lite/data_generators/text_encoder.py": "t2t's text_encoder: the encoders",
-    "t2t_lite/utils/decoding.py": "t2t's decoding.py: decode from dataset, file, interactive",
-    "t2t_lite/utils/trainer_lib.py": "the training loop: steps, checkpoints, eval, summaries",
+    "t2t_lite/decoding/decoding.py": "t2t's decoding.py: decode from dataset, file, interactive",
+    "t2t_lite/training/trainer_lib.py": "the training loop: steps, checkpoints, eval, summaries",
 }
 
 
@@ -139,7 +197,9 @@ def test_library_imports_in_a_program_with_its_own_model_flag(tmp_path):
         flags.DEFINE_string("model", "mine", "")
         flags.DEFINE_string("problem", "mine", "")
         flags.DEFINE_string("hparams", "", "")
-        from t2t_lite.utils import decoding, export, trainer_lib  # noqa: E402,F401
+        from t2t_lite.decoding import decoding  # noqa: E402,F401
+        from t2t_lite.serving import export
+        from t2t_lite.training import trainer_lib
         from t2t_lite.data_generators import datagen  # noqa: E402,F401
 
         def main(argv):

@@ -7,7 +7,7 @@ import pytest
 
 from t2t_lite import registry
 from t2t_lite.hparams import create_hparams
-from t2t_lite.utils.learning_rate import LearningRateError, learning_rate_schedule
+from t2t_lite.training.learning_rate import LearningRateError, learning_rate_schedule
 
 # T2T_REFERENCE.md §4.2, verified by running t2t 1.15.7: steps 0, 1, 100, 4000, 8000, 16000,
 # 100k, 300k.

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from t2t_lite.utils import metrics
+from t2t_lite.evaluation import metrics
 
 V = 7
 LABELS = np.array([[2, 3, 1], [4, 1, 0]], np.int32)

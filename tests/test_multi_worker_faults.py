@@ -197,7 +197,7 @@ def test_startup_watchdog_logs_the_missing_peer_and_ends_the_worker_on_sigterm()
     args = {"pid": worker.pid, "me": "worker 0", "peers": {"worker 1": f"127.0.0.1:{port}"},
             "timeout": 60, "interval": 0.5}
     watchdog = subprocess.Popen(
-        [sys.executable, "-m", "t2t_lite.utils.startup_watchdog", json.dumps(args)], cwd=REPO,
+        [sys.executable, "-m", "t2t_lite.training.startup_watchdog", json.dumps(args)], cwd=REPO,
         env=_env(), stderr=subprocess.PIPE, text=True)
     try:
         first = watchdog.stderr.readline()

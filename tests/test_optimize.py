@@ -7,9 +7,11 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from t2t_lite.errors import UserError
 from t2t_lite.hparams import create_hparams
-from t2t_lite.utils import optimize
-from t2t_lite.utils.learning_rate import learning_rate_schedule
+from t2t_lite.layers import common_layers
+from t2t_lite.training import optimize
+from t2t_lite.training.learning_rate import learning_rate_schedule
 
 
 def _numpy_tf1_adam(w, grads, lrs, beta1, beta2, eps):
@@ -184,7 +186,7 @@ def test_weight_decay_skips_only_1d_bias():
                                        ("uniform", 1.5), ("xavier", 1.0)])
 def test_uniform_initializers_limits(name, gain):
     hp = _hparams(initializer=name, initializer_gain=gain)
-    values = optimize.get_variable_initializer(hp)((300, 500)).numpy()
+    values = common_layers.get_variable_initializer(hp)((300, 500)).numpy()
     limit = {"uniform": 0.1 * gain, "xavier": math.sqrt(6 / 800)}.get(
         name, math.sqrt(3 * gain / 400))
     assert np.max(np.abs(values)) <= limit
@@ -194,17 +196,17 @@ def test_uniform_initializers_limits(name, gain):
 
 def test_orthogonal_and_normal_unit_scaling_initializers():
     hp = _hparams("transformer_base", initializer="orthogonal", initializer_gain=1.5)
-    w = optimize.get_variable_initializer(hp)((64, 64)).numpy()
+    w = common_layers.get_variable_initializer(hp)((64, 64)).numpy()
     np.testing.assert_allclose(w.T @ w, 2.25 * np.eye(64), atol=1e-4)
     hp = _hparams("transformer_base", initializer="normal_unit_scaling", initializer_gain=2.0)
-    w = optimize.get_variable_initializer(hp)((400, 600)).numpy()
+    w = common_layers.get_variable_initializer(hp)((400, 600)).numpy()
     assert np.std(w) == pytest.approx(math.sqrt(2.0 / 500), rel=0.02)
     assert np.max(np.abs(w)) <= 2 * math.sqrt(2.0 / 500) / 0.87962566103423978 + 1e-6
     hp.initializer = ""
-    assert optimize.get_variable_initializer(hp) is None
+    assert common_layers.get_variable_initializer(hp) is None
     hp.initializer = "he_normal"
-    with pytest.raises(optimize.OptimizerError, match="he_normal"):
-        optimize.get_variable_initializer(hp)
+    with pytest.raises(UserError, match="he_normal"):
+        common_layers.get_variable_initializer(hp)
 
 
 def test_optimizer_choice_and_loss_scaling():

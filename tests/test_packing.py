@@ -190,7 +190,7 @@ def test_pack_dataset_packs_on_the_fly_to_max_length(toy_problems):
 
 
 def _toy_trainer(problem, data_dir, output_dir, hparams, train_steps):
-    from t2t_lite.utils import trainer_lib
+    from t2t_lite.training import trainer_lib
 
     vocab = problem.get_hparams(hparams, data_dir=data_dir).vocab_size["targets"]
     config = trainer_lib.RunConfig(
@@ -228,7 +228,7 @@ def test_packed_training_matches_unpacked_training_on_unpacked_eval(toy_problems
 
 def test_decoding_reads_the_unpacked_dev_set_of_a_packed_problem():
     from t2t_lite import registry
-    from t2t_lite.utils import decoding
+    from t2t_lite.decoding import decoding
 
     packed = registry.problem("translate_ende_wmt8k_packed")
     assert packed.packed_length == 256

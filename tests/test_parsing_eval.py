@@ -7,7 +7,7 @@ F = 2PR / (P + R).
 import pytest
 
 from t2t_lite.data_generators import tree_linearization, treebank
-from t2t_lite.utils import parsing_eval as pe
+from t2t_lite.evaluation import parsing_eval as pe
 
 CAT = "(TOP (S (NP (DT The) (NN cat)) (VP (VBD sat)) (. .)))"
 

@@ -1,4 +1,4 @@
-"""Curves as PNGs (t2t_lite.utils.plots, `run.py --mode=plot`)."""
+"""Curves as PNGs (t2t_lite.visualization.plots, `run.py --mode=plot`)."""
 import os
 import sys
 import types
@@ -8,8 +8,8 @@ import tensorflow as tf
 
 from t2t_lite.bin import t2t_plot
 from t2t_lite.errors import UserError
-from t2t_lite.utils import plots
-from t2t_lite.utils.summaries import write_scalars
+from t2t_lite.training.summaries import write_scalars
+from t2t_lite.visualization import plots
 
 METRIC = "metrics-p/targets/"
 

@@ -5,7 +5,8 @@ import logging
 import numpy as np
 import pytest
 
-from t2t_lite.utils import avg_checkpoints, progress
+from t2t_lite.training import avg_checkpoints
+from t2t_lite.utils import progress
 
 
 def test_status_line_has_total_rate_and_eta():

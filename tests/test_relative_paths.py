@@ -7,7 +7,8 @@ decoding, exporting and averaging refused a healthy run as "no readable checkpoi
 """
 import tensorflow as tf
 
-from t2t_lite.utils import avg_checkpoints, checkpoint_guard
+from t2t_lite.training import avg_checkpoints
+from t2t_lite.utils import checkpoint_guard
 
 
 def _two_checkpoints(directory) -> None:

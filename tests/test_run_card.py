@@ -1,11 +1,12 @@
-"""The run card (t2t_lite.utils.run_card): sections written by training, eval and decode."""
+"""The run card (t2t_lite.training.run_card): sections written by training, eval and decode."""
 import json
 import sys
 
 import pytest
 import tensorflow as tf
 
-from t2t_lite.utils import decoding, run_card, trainer_lib
+from t2t_lite.decoding import decoding
+from t2t_lite.training import run_card, trainer_lib
 from tests.trainer_utils import ReverseProblem, model_fn, tiny_hparams
 
 

@@ -16,7 +16,8 @@ import tensorflow as tf
 
 from t2t_lite import registry
 from t2t_lite.hparams import create_hparams
-from t2t_lite.utils import optimize, run_card, run_lock, run_metadata
+from t2t_lite.training import optimize, run_card
+from t2t_lite.utils import run_lock, run_metadata
 from tests.run_py import PROBLEM, TINY
 from tests.run_py import run as _run
 from tests.run_py import steps as _steps

@@ -12,8 +12,8 @@ import tensorflow as tf
 
 from t2t_lite.bin import import_t2t
 from t2t_lite.hparams import create_hparams
+from t2t_lite.models import t2t_checkpoint
 from t2t_lite.models.transformer import Transformer
-from t2t_lite.utils import t2t_checkpoint
 
 POST_NORM = "layer_preprocess_sequence=none,layer_postprocess_sequence=dan"
 TINY = "hidden_size=16,filter_size=24,num_heads=2,num_hidden_layers=2,symbol_modality_num_shards=4"

@@ -8,7 +8,8 @@ import pytest
 import tensorflow as tf
 
 from t2t_lite.bin import t2t_trainer
-from t2t_lite.utils import run_metadata, trainer_lib
+from t2t_lite.training import trainer_lib
+from t2t_lite.utils import run_metadata
 from tests.trainer_utils import LENGTH, ReverseProblem, model_fn, read_events, tiny_hparams
 
 TRAIN_SCALARS = ("loss", "losses/training", "learning_rate", "global_norm/gradient_norm",
@@ -413,7 +414,7 @@ def _flags(**values):
 @pytest.mark.slow
 def test_train_eval_and_decode_decodes_the_dev_set_after_each_eval(tmp_path, caplog):
     from t2t_lite import registry
-    from t2t_lite.utils import bleu_hook
+    from t2t_lite.evaluation import bleu_hook
 
     problem = "algorithmic_reverse_binary40_test"
     registry.problem(problem).generate_data(str(tmp_path / "data"), str(tmp_path / "tmp"))
@@ -442,7 +443,7 @@ def test_dev_decode_bleu_is_t2ts_bleu_of_the_decodes(tmp_path):
     """decode_dev_and_bleu with a model that reverses its inputs (the reverse problem's exact
     answer, except where it is told to be wrong): BLEU 100, then less."""
     from t2t_lite import registry
-    from t2t_lite.utils import decoding
+    from t2t_lite.decoding import decoding
 
     problem = registry.problem("algorithmic_reverse_binary40_test")
     data_dir = str(tmp_path / "data")

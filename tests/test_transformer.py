@@ -10,8 +10,8 @@ import tensorflow as tf
 from t2t_lite import registry
 from t2t_lite.hparams import create_hparams
 from t2t_lite.layers import common_layers
+from t2t_lite.models import t2t_checkpoint
 from t2t_lite.models.transformer import Transformer
-from t2t_lite.utils import t2t_checkpoint
 
 CHECKPOINTS = [("ckpt_A", "model_A.npz"), ("ckpt_A_trained", "model_A_trained.npz")]
 

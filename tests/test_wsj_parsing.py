@@ -86,7 +86,7 @@ def test_masked_round_trip_scores_every_sample_tree(sample):
     # The masked targets keep the brackets and one tag per word: repaired, every sample tree
     # has its gold brackets back (F1 100 with evalb's rules) and no sentence is an evalb
     # error, so the punctuation tags line up with the gold ones (possessive "'" included).
-    from t2t_lite.utils import parsing_eval
+    from t2t_lite.evaluation import parsing_eval
 
     repaired = []
     for tree in sample:
@@ -124,7 +124,7 @@ def test_bracketed_words_round_trip_scores_every_sample_tree(sample):
     # preterminals are read from the words, so evalb deletes the same punctuation, except
     # where the treebank tags "'" as '' (the repair says POS, the possessive) or a word as
     # "," (tree 452): evalb errors there, and nowhere else.
-    from t2t_lite.utils import parsing_eval
+    from t2t_lite.evaluation import parsing_eval
 
     repaired = []
     for tree in sample:
@@ -354,7 +354,7 @@ def test_tag_count_errors_never_break_evalb(sample):
     # and brackets corrupted: every repaired tree is scored by evalb (no "Length unmatch" /
     # "Words unmatch"), except tree 452, whose gold tree tags the word "Wa" as ",", and maybe
     # trees with the word "'", which the treebank tags as punctuation ('') or not (POS).
-    from t2t_lite.utils import parsing_eval
+    from t2t_lite.evaluation import parsing_eval
 
     rng = random.Random(7)
     inputs, decodes = [], []

@@ -146,7 +146,7 @@ def _main():
 
     from absl import logging
 
-    from t2t_lite.utils import trainer_lib
+    from t2t_lite.training import trainer_lib
 
     logging.set_verbosity(logging.INFO)
     strategy = trainer_lib.create_strategy(startup_timeout_secs=args.startup_timeout)

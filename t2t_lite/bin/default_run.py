@@ -30,7 +30,9 @@ from absl import logging
 from t2t_lite import registry
 from t2t_lite.data_generators import datagen
 from t2t_lite.data_generators.problem import ModeKeys
-from t2t_lite.utils import metrics, trainer_lib, validation
+from t2t_lite.evaluation import metrics
+from t2t_lite.training import trainer_lib
+from t2t_lite.utils import validation
 
 DEFAULT_PROBLEM = "algorithmic_identity_decimal40_small"
 DEFAULT_HPARAMS_SET = "transformer_tiny"

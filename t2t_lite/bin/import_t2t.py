@@ -1,13 +1,13 @@
 """`run.py --mode=import_t2t`: an original tensor2tensor checkpoint -> a t2t_lite checkpoint.
 
-Reads the flags and runs `t2t_lite.utils.t2t_checkpoint`.
+Reads the flags and runs `t2t_lite.models.t2t_checkpoint`.
 """
 from __future__ import annotations
 
 from t2t_lite.errors import UserError
 from t2t_lite.hparams import create_hparams
+from t2t_lite.models.t2t_checkpoint import import_checkpoint
 from t2t_lite.utils import checkpoint_guard
-from t2t_lite.utils.t2t_checkpoint import import_checkpoint
 
 
 def main(flags) -> str:

@@ -2,17 +2,17 @@
 
 Decodes each line of --decode_from_file (up to --attention_max_lines) with --decode_hparams,
 then writes `<attention_dir>/line<k>_{encoder_self,decoder_self,encoder_decoder}.png` and
-`line<k>.npz` (`t2t_lite.utils.attention_viz`).
+`line<k>.npz` (`t2t_lite.visualization.attention_viz`).
 """
 from __future__ import annotations
 
 import os
 from typing import Any
 
-from t2t_lite import registry
 from t2t_lite.data_generators.text_encoder import EOS_ID, PAD_ID
-from t2t_lite.errors import UserError, one_line
-from t2t_lite.utils import attention_viz, decoding
+from t2t_lite.decoding import decoding, runs
+from t2t_lite.errors import UserError
+from t2t_lite.visualization import attention_viz
 
 
 def main(flags: Any) -> list[str]:
@@ -33,30 +33,17 @@ def main(flags: Any) -> list[str]:
         raise UserError(f"--decode_from_file={flags.decode_from_file}: no such file")
     if flags.attention_max_lines < 1:
         raise UserError(f"--attention_max_lines={flags.attention_max_lines}: must be >= 1")
-    run_flags = decoding.read_run_flags(flags.output_dir)
-    problem_name = flags.problem or run_flags.get("problem")
-    if not problem_name:
-        raise UserError("--mode=attention needs --problem (or an --output_dir whose flags.json "
-                        "names it)")
+    spec = runs.resolve("attention", flags.output_dir, flags.problem, flags.hparams_set,
+                        flags.data_dir, flags.model)
     out_dir = flags.attention_dir or (
         os.path.join(flags.output_dir, "attention") if flags.output_dir else None)
     if not out_dir:
         raise UserError("--mode=attention needs --attention_dir or --output_dir")
-    try:
+    with runs.one_line_errors():
         decode_hp = decoding.decode_hparams(flags.decode_hparams or "")
-        hparams = decoding.load_hparams(flags.output_dir,
-                                        flags.hparams_set or run_flags.get("hparams_set"),
-                                        flags.hparams)
-        problem = registry.problem(problem_name)
-        problem_hparams = problem.get_hparams(
-            hparams, data_dir=flags.data_dir or run_flags.get("data_dir"))
-        checkpoint = decoding.checkpoint_to_restore(flags.checkpoint_path, flags.output_dir)
-        model = decoding.load_model(flags.model or run_flags.get("model") or "transformer",
-                                    hparams, problem_hparams, checkpoint)
-    except (ValueError, FileNotFoundError) as e:
-        raise UserError(one_line(e)) from e
-    encoders = problem_hparams.vocabulary
-    target_space_id = int(problem_hparams.get("target_space_id", 0))
+    run = runs.open_run(spec, flags.hparams)
+    _, model = runs.restore_model(run, flags.checkpoint_path)
+    encoders, target_space_id = run.encoders, run.target_space_id
     infer = decoding.make_infer_fn(model, decode_hp, target_space_id)
     with open(source, encoding="utf-8", errors="replace") as f:
         lines = [line.rstrip("\n") for line in f][:flags.attention_max_lines]

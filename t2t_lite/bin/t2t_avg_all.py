@@ -1,14 +1,14 @@
 """t2t-avg-all: `run.py --mode=average --output_dir=RUN [--n=8] [--avg_output_dir=RUN/avg]`.
 
-Reads the averaging flags and runs `t2t_lite.utils.avg_checkpoints`.
+Reads the averaging flags and runs `t2t_lite.training.avg_checkpoints`.
 """
 from __future__ import annotations
 
 import os
 
 from t2t_lite.errors import UserError, one_line
+from t2t_lite.training.avg_checkpoints import average_checkpoints, average_newest
 from t2t_lite.utils import validation
-from t2t_lite.utils.avg_checkpoints import average_checkpoints, average_newest
 
 
 def main(flags) -> None:

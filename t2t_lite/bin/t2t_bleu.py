@@ -1,11 +1,11 @@
 """t2t-bleu: `run.py --mode=bleu --translation=HYP --reference=REF [--bleu_variant=both]`.
 
-Prints t2t's BLEU and sacrebleu's (`t2t_lite.utils.bleu_hook.bleu_report`).
+Prints t2t's BLEU and sacrebleu's (`t2t_lite.evaluation.bleu_hook.bleu_report`).
 """
 from __future__ import annotations
 
 from t2t_lite.errors import UserError, one_line
-from t2t_lite.utils.bleu_hook import bleu_report
+from t2t_lite.evaluation.bleu_hook import bleu_report
 
 
 def main(flags) -> None:

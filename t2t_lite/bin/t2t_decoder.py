@@ -1,6 +1,6 @@
 """t2t-decoder: `run.py --mode=decode`.
 
-Reads t2t-decoder's flags and runs `t2t_lite.utils.decoding` (whose docstring describes the
+Reads t2t-decoder's flags and runs `t2t_lite.decoding.decoding` (whose docstring describes the
 sources, the files written and the defaults taken from the training run), or with
 `--decode_engine=ctranslate2` the CTranslate2 Translator of `t2t_lite.serving.ct2` on the
 directory that `--mode=export --export_format=ctranslate2` wrote.
@@ -13,28 +13,25 @@ import sys
 from absl import logging
 
 from t2t_lite import file_io
-from t2t_lite.errors import UserError, one_line
-from t2t_lite.utils import validation
-from t2t_lite.utils.decoding import (
+from t2t_lite.decoding import runs
+from t2t_lite.decoding.decoding import (
     add_shard_to_filename,
     check_sampling,
-    checkpoint_to_restore,
     decode_filename,
     decode_from_dataset,
     decode_from_file,
     decode_hparams,
     decode_interactively,
     default_parallel_batches,
-    load_hparams,
-    load_model,
     make_infer_fn,
     read_inputs,
-    read_run_flags,
     read_score_file,
     report_bleu,
     score_pairs,
     unpacked_problem,
 )
+from t2t_lite.errors import UserError, one_line
+from t2t_lite.utils import validation
 
 
 def main(flags) -> None:
@@ -50,7 +47,6 @@ def main(flags) -> None:
     if getattr(flags, "decode_engine", "t2t_lite") == "ctranslate2":
         decode_ctranslate2(flags)
         return
-    from t2t_lite import registry
     from t2t_lite.data_generators.problem import ModeKeys
 
     if flags.decode_interactive and flags.decode_from_file:
@@ -62,53 +58,37 @@ def main(flags) -> None:
             raise UserError(f"--score_file={score_file}: no such file")
         if not flags.decode_to_file:
             raise UserError("--score_file needs --decode_to_file for the scores")
-    try:
+    with runs.one_line_errors():
         decode_hp = decode_hparams(flags.decode_hparams or "")
-    except ValueError as e:
-        raise UserError(one_line(e)) from e
     if getattr(flags, "random_seed", None) is not None:
         import keras
 
         keras.utils.set_random_seed(flags.random_seed)  # sampling_method=random
-    run_flags = read_run_flags(flags.output_dir)
-    problem_name = flags.problem or run_flags.get("problem")
-    hparams_set = flags.hparams_set or run_flags.get("hparams_set")
-    data_dir = flags.data_dir or run_flags.get("data_dir")
-    model_name = flags.model or run_flags.get("model") or "transformer"
-    if not problem_name:
-        raise UserError("--mode=decode needs --problem (or an --output_dir whose flags.json "
-                        "names it)")
+    spec = runs.resolve("decode", flags.output_dir, flags.problem, flags.hparams_set,
+                        flags.data_dir, flags.model)
     _check_outputs_writable(flags, decode_hp, score_file)
-    try:
-        hparams = load_hparams(flags.output_dir, hparams_set, flags.hparams)
-        validation.check_hparams(hparams)
-        problem = registry.problem(problem_name)
-        problem_hparams = problem.get_hparams(hparams, data_dir=data_dir)
+    run = runs.open_run(spec, flags.hparams)
+    hparams, problem, problem_hparams = run.hparams, run.problem, run.problem_hparams
+    with runs.one_line_errors():
         check_sampling(hparams, decode_hp)
         if not score_file:
             _check_decode_memory(flags, hparams, problem_hparams, decode_hp)
-        checkpoint = checkpoint_to_restore(flags.checkpoint_path, flags.output_dir)
-        model = load_model(model_name, hparams, problem_hparams, checkpoint)
-        encoders = problem_hparams.vocabulary
-        if score_file:
-            scores = score_pairs(model, read_score_file(score_file), encoders,
-                                 int(problem_hparams.get("target_space_id", 0)),
-                                 float(problem_hparams.get("loss_multiplier", 1.0)))
-    except (ValueError, FileNotFoundError) as e:
-        raise UserError(one_line(e)) from e
+    checkpoint, model = runs.restore_model(run, flags.checkpoint_path)
+    encoders = run.encoders
     if score_file:
+        with runs.one_line_errors():
+            scores = score_pairs(model, read_score_file(score_file), encoders,
+                                 run.target_space_id,
+                                 float(problem_hparams.get("loss_multiplier", 1.0)))
         file_io.atomic_write_lines(os.path.expanduser(flags.decode_to_file),
                                    [f"{score:.6f}" for score in scores])
         print(f"Scores of {len(scores)} lines written to {flags.decode_to_file}")
         return
     logging.info("Decoding with %s", checkpoint)
-    try:
-        infer_fn = make_infer_fn(model, decode_hp,
-                                 int(problem_hparams.get("target_space_id", 0)),
+    with runs.one_line_errors():
+        infer_fn = make_infer_fn(model, decode_hp, run.target_space_id,
                                  jit_compile=getattr(flags, "xla_compile", False))
-    except ValueError as e:
-        raise UserError(one_line(e)) from e
-    name_parts = (model_name, str(hparams_set), problem_name)
+    name_parts = (spec.model_name, str(spec.hparams_set), spec.problem_name)
     decode_to_file = flags.decode_to_file or decode_hp.decode_to_file or None
     reference = flags.decode_reference or decode_hp.decode_reference or None
 
@@ -127,10 +107,11 @@ def main(flags) -> None:
         except (FileNotFoundError, ValueError) as e:
             raise UserError(one_line(e)) from e
     else:
-        if not data_dir:
+        if not spec.data_dir:
             raise UserError("Decoding the dev set needs --data_dir (or --decode_from_file)")
         examples = unpacked_problem(problem).dataset(
-            ModeKeys.PREDICT, data_dir, hparams, batch=False, max_records=decode_hp.num_samples)
+            ModeKeys.PREDICT, spec.data_dir, hparams, batch=False,
+            max_records=decode_hp.num_samples)
         base = decode_to_file or os.path.join(flags.output_dir or ".", "dev")
         output = decode_from_dataset(infer_fn, examples.as_numpy_iterator(), encoders,
                                      decode_hp, base, name_parts)
@@ -165,8 +146,8 @@ def decode_ctranslate2(flags) -> str:
     Returns:
       The decodes file written.
     """
+    from t2t_lite.evaluation import bleu_hook
     from t2t_lite.serving import ct2
-    from t2t_lite.utils import bleu_hook
 
     try:
         decode_hp = decode_hparams(flags.decode_hparams or "")

@@ -1,11 +1,11 @@
-"""`run.py --mode=plot --output_dir=RUN`: PNGs of a run's curves (`t2t_lite.utils.plots`)."""
+"""`run.py --mode=plot --output_dir=RUN`: PNGs of a run's curves (`t2t_lite.visualization.plots`)."""
 from __future__ import annotations
 
 import os
 from typing import Any
 
 from t2t_lite.errors import UserError
-from t2t_lite.utils import plots
+from t2t_lite.visualization import plots
 
 
 def main(flags_obj: Any) -> list[str]:

@@ -1,10 +1,11 @@
 """t2t-trainer: `run.py --mode=train|eval|train_and_eval` (or t2t's `--schedule`).
 
-Reads t2t-trainer's flags and runs `t2t_lite.utils.trainer_lib`.
+Reads t2t-trainer's flags and runs `t2t_lite.training.trainer_lib`.
 """
 from __future__ import annotations
 
 import os
+import types
 from collections.abc import Callable
 from typing import Any
 
@@ -13,9 +14,9 @@ from absl import logging
 
 from t2t_lite import registry
 from t2t_lite.data_generators import datagen
+from t2t_lite.decoding import runs
 from t2t_lite.errors import UserError
-from t2t_lite.utils import checkpoint_guard, plots, run_lock, run_metadata, validation
-from t2t_lite.utils.trainer_lib import (
+from t2t_lite.training.trainer_lib import (
     EVAL,
     TRAIN,
     RunConfig,
@@ -26,6 +27,8 @@ from t2t_lite.utils.trainer_lib import (
     leave_cluster,
     setup_determinism,
 )
+from t2t_lite.utils import checkpoint_guard, run_lock, run_metadata, validation
+from t2t_lite.visualization import plots
 
 
 def config_from_flags(flags_obj: Any) -> RunConfig:
@@ -50,6 +53,23 @@ def flag_values(flags_obj: Any) -> dict[str, Any]:
     if hasattr(flags_obj, "get_flags_for_module"):
         return {f.name: f.value for f in flags_obj.get_flags_for_module("t2t_lite.flags")}
     return dict(vars(flags_obj))
+
+
+def with_run_names(flags_obj: Any) -> Any:
+    """`--mode=eval` of a run: --problem, --hparams_set, --data_dir and --model not given
+    come from the run's flags.json (`runs.resolve`, as in decode and export).
+
+    Returns:
+      A namespace of the t2t_lite flags with those four filled in.
+    """
+    if not flags_obj.output_dir:
+        raise UserError("--output_dir is required for --mode=train/eval/train_and_eval")
+    spec = runs.resolve("eval", os.path.expanduser(flags_obj.output_dir), flags_obj.problem,
+                        flags_obj.hparams_set, flags_obj.data_dir, flags_obj.model)
+    values = flag_values(flags_obj)
+    values.update(problem=spec.problem_name, hparams_set=spec.hparams_set,
+                  data_dir=spec.data_dir, model=spec.model_name)
+    return types.SimpleNamespace(**values)
 
 
 def check_flags(flags_obj: Any) -> None:
@@ -137,6 +157,8 @@ def main(flags_obj: Any, mode: str) -> dict[str, float]:
     Returns:
       The last evaluation results (eval modes) or training statistics (train).
     """
+    if mode == "eval":
+        flags_obj = with_run_names(flags_obj)
     check_flags(flags_obj)
     if mode != "eval" and is_chief():
         # Before TensorFlow builds anything: a second run refuses within seconds.
@@ -196,7 +218,7 @@ def _run_schedule(trainer: Trainer, flags_obj: Any, mode: str) -> dict[str, floa
 def _dev_decoder(trainer: Trainer, flags_obj: Any) -> Callable[[int], Any]:
     """t2t's train_eval_and_decode: after each eval the chief decodes the dev set with
     --decode_hparams and logs its BLEU (`decoding.decode_dev_and_bleu`)."""
-    from t2t_lite.utils import decoding
+    from t2t_lite.decoding import decoding
 
     decode_hp = decoding.decode_hparams(flags_obj.decode_hparams or "")
     decoding.check_sampling(trainer.hparams, decode_hp)

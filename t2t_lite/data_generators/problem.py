@@ -19,8 +19,8 @@ from typing import Any
 import tensorflow as tf
 
 from t2t_lite import hparams_support
+from t2t_lite.data_generators import data_reader
 from t2t_lite.hparams import HParams
-from t2t_lite.utils import data_reader
 
 
 class ModeKeys:

@@ -14,7 +14,7 @@
   standard the parser is scored against.
 * `write_trees`, `write_sentences_and_trees`: one-line tree files, and the sentences to decode
   (`--decode_from_file`) with the gold trees of any sections, e.g. 23 for the test F1
-  (`t2t_lite.utils.parsing_eval.evalb_decode_files` scores the decodes).
+  (`t2t_lite.evaluation.parsing_eval.evalb_decode_files` scores the decodes).
 
 t2t's linearization of these trees and its inverse live in `tree_linearization`; the parsing
 problems in `t2t_lite.problems.wsj_parsing`.

@@ -3,7 +3,7 @@ the position-wise feed-forward block and the padded (label-smoothed) cross-entro
 
 Names follow t2t (`layer_norm`, `layer_preprocess`, `dense_relu_dense`, `padded_cross_entropy`)
 and so do the weight names (`layer_norm/layer_norm_scale`, `conv1/kernel`, ...), so that a t2t
-checkpoint maps onto these layers one to one (see `t2t_lite.utils.t2t_checkpoint`).
+checkpoint maps onto these layers one to one (see `t2t_lite.models.t2t_checkpoint`).
 Activations are 3-D `[B, L, D]` (t2t's 4-D `[B, L, 1, D]` layout is not used).
 """
 from __future__ import annotations
@@ -15,6 +15,7 @@ from collections.abc import Sequence
 import keras
 import tensorflow as tf
 
+from t2t_lite.errors import UserError
 from t2t_lite.layers import fused_ops
 
 # t2t's `layer_prepostprocess` letters: residual, gated zero-init residual, norm, dropout.
@@ -57,6 +58,37 @@ def broadcast_noise_shape(rank: int, broadcast_dims: Sequence[int]) -> list[int 
             raise ValueError(f"Dropout broadcast dim {dim} is out of range for rank {rank}")
         dims.add(dim % rank)
     return [1 if i in dims else None for i in range(rank)]
+
+
+def get_variable_initializer(hparams) -> keras.initializers.Initializer | None:
+    """t2t's `optimize.get_variable_initializer` (kept beside the layers that use it, so that
+    models need no training module): the default kernel initializer by name.
+
+    Args:
+      hparams: with `initializer` ("uniform_unit_scaling", "normal_unit_scaling", "uniform",
+        "orthogonal", "xavier", or "" for the library default) and `initializer_gain`.
+
+    Returns:
+      A Keras initializer, or None when `hparams.initializer` is empty.
+    """
+    name, gain = hparams.initializer, float(hparams.initializer_gain)
+    if not name:
+        return None
+    if name == "orthogonal":
+        return keras.initializers.Orthogonal(gain)
+    if name == "uniform":
+        return keras.initializers.RandomUniform(-0.1 * gain, 0.1 * gain)
+    if name == "normal_unit_scaling":
+        # TF1's variance_scaling_initializer(distribution="normal") is a truncated normal.
+        return keras.initializers.VarianceScaling(gain, "fan_avg", "truncated_normal")
+    if name == "uniform_unit_scaling":
+        return keras.initializers.VarianceScaling(gain, "fan_avg", "uniform")
+    if name == "xavier":
+        return keras.initializers.GlorotUniform()
+    raise UserError(
+        f"Unrecognized initializer: hparams.initializer={name!r}; use uniform_unit_scaling, "
+        "normal_unit_scaling, uniform, orthogonal or xavier"
+    )
 
 
 def fresh_initializer(initializer) -> keras.initializers.Initializer:

@@ -37,7 +37,7 @@ from t2t_lite import hparams_support, registry
 from t2t_lite.hparams import HParams
 from t2t_lite.layers import common_attention, common_layers, fused_ops, modalities
 from t2t_lite.models.transformer_layers import TransformerBody, layer_args
-from t2t_lite.utils import beam_search, optimize
+from t2t_lite.utils import beam_search
 
 # The features of packed examples (t2t's generator_utils.pack_examples / pack_dataset).
 PACKED_FEATURES = ("inputs_segmentation", "inputs_position", "targets_segmentation",
@@ -52,11 +52,11 @@ BEAM_SLOT_BLOCK = 12
 
 
 def get_variable_initializer(hparams) -> keras.initializers.Initializer:
-    """t2t's default kernel initializer for `hparams` (see `optimize.get_variable_initializer`).
+    """t2t's default kernel initializer for `hparams` (`common_layers.get_variable_initializer`).
 
     An empty `hparams.initializer` means TF1's `get_variable` default, Glorot uniform.
     """
-    return optimize.get_variable_initializer(hparams) or keras.initializers.GlorotUniform()
+    return common_layers.get_variable_initializer(hparams) or keras.initializers.GlorotUniform()
 
 
 def _check_hparams(hparams) -> None:

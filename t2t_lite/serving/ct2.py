@@ -55,8 +55,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from t2t_lite.data_generators.text_encoder import EOS_ID, PAD_ID
+from t2t_lite.decoding.decoding import usable_cores
 from t2t_lite.errors import UserError
-from t2t_lite.utils.decoding import usable_cores
 
 METADATA_FILE = "t2t_lite_serving.json"
 INPUTS_VOCAB_FILE = "t2t_inputs.subwords"
@@ -542,7 +542,7 @@ class Translator:
         Returns:
           One list of `num_hypotheses` Hypothesis per line, in input order.
         """
-        from t2t_lite.utils import decoding
+        from t2t_lite.decoding import decoding
 
         options = {"gnmt_rescore": True, "patience": 1.0, "length_penalty": None}
         unknown = set(search_options) - set(options)

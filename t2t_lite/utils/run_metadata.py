@@ -19,7 +19,7 @@ from t2t_lite.errors import UserError
 
 # Hparams that change the names or shapes of the checkpoint's variables (the model's weights,
 # the optimizer's slots, the gradient accumulators): `models/transformer.py` and
-# `utils/optimize.py` build them from these. tests/test_run_metadata.py builds a tiny model
+# `training/optimize.py` build them from these. tests/test_run_metadata.py builds a tiny model
 # with each changed and checks the variables change (shared_embedding: when the softmax is not
 # shared). max_relative_position and ffn_layer have a single supported value today; they
 # would add or replace weights.

@@ -196,7 +196,7 @@ def record_setup(output_dir: str, problem: Any, model_name: str, hparams_set: st
     """
     if not training and "setup" in read(output_dir):
         return
-    from t2t_lite.utils import optimize
+    from t2t_lite.training import optimize
 
     values: dict[str, Any] = {"command": command_line()}
     values.update(versions())

@@ -8,7 +8,7 @@ yet; after `timeout` seconds, or when it receives SIGTERM or SIGINT itself (a sc
 terminal signals the whole process group), it prints one line and kills the worker (exit
 status 137). `distribution.create_strategy` starts it and ends it once the cluster has formed.
 
-    python -m t2t_lite.utils.startup_watchdog '{"pid": ..., "me": "worker 0",
+    python -m t2t_lite.training.startup_watchdog '{"pid": ..., "me": "worker 0",
         "peers": {"worker 1": "host:port"}, "timeout": 300, "interval": 30}'
 """
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """tensor2tensor's optimizer side: Adam and Adafactor from hparams, multistep gradient accumulation, gradient
 clipping, weight decay and the variable initializers by name (T2T_REFERENCE.md §4.1, §4.3, §2.10).
 
-Division of labour with the trainer (`t2t_lite.utils.trainer_lib`): the trainer computes each replica's
+Division of labour with the trainer (`t2t_lite.training.trainer_lib`): the trainer computes each replica's
 gradient of the *global* loss, sums the gradients over replicas itself (one all-reduce, so that
 the clipping norm and the gradient-norm summary see the real global gradient), and then calls
 `OptimizerState.apply` or, for multistep micro-batches that do not update, `.accumulate`.
@@ -15,8 +15,8 @@ import tensorflow as tf
 from t2t_lite import hparams_support
 from t2t_lite.errors import UserError
 from t2t_lite.hparams import HParams
-from t2t_lite.utils import adafactor
-from t2t_lite.utils import learning_rate as learning_rate_lib
+from t2t_lite.training import adafactor
+from t2t_lite.training import learning_rate as learning_rate_lib
 
 ADAM_OPTIMIZERS = ("adam", "true_adam", "multistep_adam")
 OPTIMIZERS = ADAM_OPTIMIZERS + ("adafactor", "momentum", "sgd")
@@ -62,41 +62,11 @@ class SGD(_ModelOwnsItsWeights, _PreReducedGradients, keras.optimizers.SGD):
 
 
 class Adafactor(_ModelOwnsItsWeights, _PreReducedGradients, adafactor.Adafactor):
-    """t2t's Adafactor (`t2t_lite.utils.adafactor`) for gradients already summed over replicas."""
+    """t2t's Adafactor (`t2t_lite.training.adafactor`) for gradients already summed over replicas."""
 
 
 class LossScaleOptimizer(_ModelOwnsItsWeights, keras.optimizers.LossScaleOptimizer):
     """Keras' dynamic loss scaling (float16 training) with clean checkpoint names."""
-
-
-def get_variable_initializer(hparams: HParams) -> keras.initializers.Initializer | None:
-    """t2t's `optimize.get_variable_initializer`: the default kernel initializer by name.
-
-    Args:
-      hparams: with `initializer` ("uniform_unit_scaling", "normal_unit_scaling", "uniform",
-        "orthogonal", "xavier", or "" for the library default) and `initializer_gain`.
-
-    Returns:
-      A Keras initializer, or None when `hparams.initializer` is empty.
-    """
-    name, gain = hparams.initializer, float(hparams.initializer_gain)
-    if not name:
-        return None
-    if name == "orthogonal":
-        return keras.initializers.Orthogonal(gain)
-    if name == "uniform":
-        return keras.initializers.RandomUniform(-0.1 * gain, 0.1 * gain)
-    if name == "normal_unit_scaling":
-        # TF1's variance_scaling_initializer(distribution="normal") is a truncated normal.
-        return keras.initializers.VarianceScaling(gain, "fan_avg", "truncated_normal")
-    if name == "uniform_unit_scaling":
-        return keras.initializers.VarianceScaling(gain, "fan_avg", "uniform")
-    if name == "xavier":
-        return keras.initializers.GlorotUniform()
-    raise OptimizerError(
-        f"Unrecognized initializer: hparams.initializer={name!r}; use uniform_unit_scaling, "
-        "normal_unit_scaling, uniform, orthogonal or xavier"
-    )
 
 
 def accumulate_steps(hparams: HParams) -> int:

@@ -6,7 +6,7 @@ MultiWorkerMirroredStrategy when TF_CONFIG lists several workers. Each replica c
 part of t2t's global loss `sum(num) / max(1, sum(den))` over ALL replicas (the token count is
 all-reduced first), so the summed gradient is the gradient of the global per-token mean for
 any number of replicas; gradients are summed over replicas once, then clipped (t2t's
-`clip_grad_norm`) and applied (`t2t_lite.utils.optimize`).
+`clip_grad_norm`) and applied (`t2t_lite.training.optimize`).
 
 Dropout draws independent masks on every replica, worker and step: each replica's step
 function seeds the stateless dropout of the model's layers with (--random_seed, global step,
@@ -42,23 +42,11 @@ from tensorflow.python.util import deprecation
 from t2t_lite import hparams_support, registry
 from t2t_lite.data_generators.text_encoder import EOS_ID, PAD_ID
 from t2t_lite.errors import RunStopped, UserError
+from t2t_lite.evaluation import metrics as metrics_lib
 from t2t_lite.hparams import HParams, create_hparams
 from t2t_lite.layers import common_layers
-from t2t_lite.utils import (
-    checkpoint_guard,
-    divergence_guard,
-    optimize,
-    precision,
-    progress,
-    run_card,
-    run_lock,
-    run_metadata,
-    summaries,
-    validation,
-    warm_start,
-)
-from t2t_lite.utils import metrics as metrics_lib
-from t2t_lite.utils.distribution import (  # noqa: F401 (create_strategy: trainer_lib's API)
+from t2t_lite.training import divergence_guard, optimize, run_card, summaries, warm_start
+from t2t_lite.training.distribution import (  # noqa: F401 (create_strategy: trainer_lib's API)
     StopSignals,
     create_preemption_handler,
     create_strategy,
@@ -68,6 +56,7 @@ from t2t_lite.utils.distribution import (  # noqa: F401 (create_strategy: traine
     task_name,
     tf_config,
 )
+from t2t_lite.utils import checkpoint_guard, precision, progress, run_lock, run_metadata, validation
 
 TRAIN, EVAL = "train", "eval"
 CHECKPOINT_PREFIX = "ckpt"

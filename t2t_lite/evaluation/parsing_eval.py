@@ -31,8 +31,8 @@ TOP. evalb's limits (200 words and brackets per sentence) do not apply.
 Gold trees must be readable: a gold tree that is not raises a ValueError naming its index.
 
 Command line (like `evalb -p COLLINS.prm GOLD TEST`):
-    python -m t2t_lite.utils.parsing_eval GOLD_TREES TEST_TREES
-    python -m t2t_lite.utils.parsing_eval --inputs=SENTENCES GOLD DECODES
+    python -m t2t_lite.evaluation.parsing_eval GOLD_TREES TEST_TREES
+    python -m t2t_lite.evaluation.parsing_eval --inputs=SENTENCES GOLD DECODES
 The second form repairs decoded linearized trees first (`evalb_decode_files`).
 
 Baseline: `right_branching_baseline` scores the right-branching chain (`right_branching_tree`,
@@ -488,7 +488,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         The exit status (0).
     """
     parser = argparse.ArgumentParser(
-        prog="python -m t2t_lite.utils.parsing_eval",
+        prog="python -m t2t_lite.evaluation.parsing_eval",
         description="EVALB (COLLINS.prm) bracketing scores.")
     parser.add_argument("gold", help="gold trees, one per line (or t2t .targets with --inputs)")
     parser.add_argument("test", help="test trees, one per line (decodes with --inputs)")

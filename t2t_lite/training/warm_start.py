@@ -25,7 +25,8 @@ import tensorflow as tf
 from absl import logging
 
 from t2t_lite.errors import UserError
-from t2t_lite.utils import checkpoint_guard, t2t_checkpoint
+from t2t_lite.models import t2t_checkpoint
+from t2t_lite.utils import checkpoint_guard
 
 
 class WarmStartError(UserError):

@@ -24,7 +24,7 @@ import tensorflow as tf
 from absl import logging
 
 from t2t_lite.errors import RunStopped, UserError
-from t2t_lite.utils import startup_watchdog
+from t2t_lite.training import startup_watchdog
 
 # Exit statuses of a run stopped by a signal after saving (the shell's 128 + signal number).
 SIGNAL_EXIT_CODES = {signal.SIGINT: 130, signal.SIGTERM: 143}
@@ -156,7 +156,7 @@ def _start_multi_worker(timeout_secs: float) -> tf.distribute.Strategy:
     )
     me = task_name(resolver.task_type, resolver.task_id)
     peers = _peers(resolver)
-    watchdog = subprocess.Popen([sys.executable, "-m", "t2t_lite.utils.startup_watchdog",
+    watchdog = subprocess.Popen([sys.executable, "-m", "t2t_lite.training.startup_watchdog",
                                  json.dumps({"pid": os.getpid(), "me": me, "peers": peers,
                                              "timeout": timeout_secs,
                                              "interval": min(STARTUP_LOG_SECONDS,

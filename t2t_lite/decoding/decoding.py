@@ -28,7 +28,9 @@ Three sources, as in t2t:
 The decode length of a batch is its padded input length plus `extra_length` (t2t's rule, in
 `Transformer.infer`). Every t2t decode hparam exists under its name; those that do not apply to
 text decoding are refused by name when set (`UNSUPPORTED_DECODE_HPARAMS`), as are settings t2t
-would silently ignore (force_decode_length or sampling_method=random with beam search). The model, its hparams and its checkpoint come from the training run:
+would silently ignore (force_decode_length or sampling_method=random with beam search).
+
+The model, its hparams and its checkpoint come from the training run (`runs`):
 `<output_dir>/hparams.json` (over `--hparams_set`, under `--hparams`), the latest checkpoint of
 `--output_dir` or `--checkpoint_path` (a t2t_lite checkpoint or an original t2t one), and the
 problem's vocabulary in `--data_dir`. `--problem`, `--hparams_set`, `--data_dir` default to
@@ -717,7 +719,7 @@ def decode_dev_and_bleu(model: Any, problem: Any, hparams: HParams, data_dir: st
     import tensorflow as tf
 
     from t2t_lite.data_generators.problem import ModeKeys
-    from t2t_lite.utils import bleu_hook
+    from t2t_lite.evaluation import bleu_hook
 
     problem = unpacked_problem(problem)
     if not getattr(problem, "has_inputs", True):
@@ -771,103 +773,6 @@ def make_infer_fn(model: Any, decode_hp: HParams, target_space_id: int = 0,
         return np.asarray(result["outputs"]), np.asarray(result["scores"])
 
     return infer_fn
-
-
-def read_run_flags(output_dir: str | None) -> dict:
-    """The training run's `output_dir/flags.json` as a dict (empty when absent); read only.
-
-    Decode and export take --problem, --hparams_set and --data_dir from it when not given.
-
-    Raises:
-      UserError: flags.json is damaged (one line naming it).
-    """
-    from t2t_lite.utils.run_metadata import read_json_object
-
-    if not output_dir:
-        return {}
-    return read_json_object(os.path.join(output_dir, "flags.json"), "the run's flags") or {}
-
-
-def load_hparams(output_dir: str | None, hparams_set: str | None, overrides: str) -> HParams:
-    """Model hparams: the set, then `<output_dir>/hparams.json`, then `--hparams`; read only.
-
-    Raises:
-      ValueError: neither a set nor an hparams.json is available.
-      UserError: hparams.json is damaged (one line naming it).
-    """
-    from t2t_lite.hparams import create_hparams
-    from t2t_lite.utils.run_metadata import read_json_object
-
-    json_path = os.path.join(output_dir, "hparams.json") if output_dir else None
-    if hparams_set:
-        return create_hparams(hparams_set, overrides or "", json_path)
-    stored = read_json_object(json_path, "the run's hparams") if json_path else None
-    if stored is not None:
-        hparams = HParams(**stored)
-        return hparams.parse(overrides) if overrides else hparams
-    raise ValueError("Decoding needs --hparams_set, or an --output_dir holding the run's "
-                     "hparams.json")
-
-
-def checkpoint_to_restore(checkpoint_path: str | None, output_dir: str | None) -> str:
-    """`--checkpoint_path` (a prefix, or a directory's newest readable checkpoint), else
-    output_dir's newest readable checkpoint (damaged newer ones are skipped with a warning).
-
-    Raises:
-      ValueError / UserError: one line when there is none or the given one is damaged.
-    """
-    import tensorflow as tf
-
-    from t2t_lite.utils import checkpoint_guard
-
-    if checkpoint_path:
-        if tf.io.gfile.isdir(checkpoint_path):
-            path = checkpoint_guard.newest_good_checkpoint(checkpoint_path)
-            if path is None:
-                raise ValueError(f"--checkpoint_path={checkpoint_path} is a directory without a "
-                                 "checkpoint; give a checkpoint prefix")
-            return path
-        if not tf.io.gfile.exists(checkpoint_path + ".index"):
-            raise ValueError(f"--checkpoint_path={checkpoint_path}: no {checkpoint_path}.index")
-        return checkpoint_guard.check_readable(checkpoint_path)
-    if not output_dir:
-        raise ValueError("Decoding needs --output_dir or --checkpoint_path")
-    # A damaged newest checkpoint (a save cut short) falls back to the previous one.
-    path = checkpoint_guard.newest_good_checkpoint(output_dir)
-    if path is None:
-        raise ValueError(f"No checkpoint in --output_dir={output_dir}; train first or give "
-                         "--checkpoint_path")
-    return path
-
-
-def load_model(model_name: str, hparams: HParams, problem_hparams: HParams, path: str):
-    """Builds `model_name` for the problem's vocab sizes and restores checkpoint `path`
-    (a t2t_lite checkpoint, or an original t2t one, recognised by its variable names).
-
-    The model computes in hparams.activation_dtype, as in training (a bfloat16 run decodes
-    and exports in bfloat16; the weights are float32 either way).
-
-    Raises:
-      UserError: the checkpoint's model variables are not exactly the model's (one line
-        naming the first unmatched ones and the hparams that differ from the run's).
-    """
-    import tensorflow as tf
-
-    from t2t_lite import registry
-    from t2t_lite.utils import checkpoint_guard, precision, t2t_checkpoint
-
-    with precision.activation_policy(hparams):
-        if any(name.startswith(t2t_checkpoint.MODEL_SCOPE + "/")
-               for name, _ in tf.train.list_variables(path)):
-            return t2t_checkpoint.load_model(path, hparams)
-        vocab = problem_hparams.vocab_size
-        model = registry.model(model_name)(hparams, vocab.get("inputs", vocab["targets"]),
-                                           vocab["targets"])
-    # Every model variable found, every checkpoint model variable used (a 2-layer checkpoint
-    # into a 1-layer model is an error, not a partial load); the optimizer is not needed.
-    checkpoint_guard.check_model_matches(model, path, hparams)
-    tf.train.Checkpoint(model=model).restore(path).expect_partial()
-    return model
 
 
 def _checkpoint_step(path: str) -> int:
@@ -934,7 +839,7 @@ def score_pairs(model: Any, pairs: Sequence[tuple[str, str]], encoders: dict,
 def report_bleu(reference: str, decodes_file: str, output_dir: str | None,
                  checkpoint: str, summaries_log_dir: str = "decode") -> None:
     """Prints BLEU of the decodes and writes t2t's decode-hook `BLEU` summary."""
-    from t2t_lite.utils import bleu_hook
+    from t2t_lite.evaluation import bleu_hook
 
     try:
         lines = bleu_hook.bleu_report(reference, decodes_file)
@@ -944,7 +849,7 @@ def report_bleu(reference: str, decodes_file: str, output_dir: str | None,
     for line in lines:
         print(line)
     if output_dir:
-        from t2t_lite.utils import run_card
+        from t2t_lite.training import run_card
         run_card.record_bleu(output_dir, _checkpoint_step(checkpoint), reference, decodes_file,
                              lines)
         import tensorflow as tf

@@ -52,7 +52,7 @@ def attention_weights(model: Any, input_ids: list[int], output_ids: list[int],
 
 
 def _pyplot():
-    from t2t_lite.utils.plots import _pyplot as pyplot
+    from t2t_lite.visualization.plots import _pyplot as pyplot
 
     return pyplot()
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 
-from t2t_lite.utils import bleu_hook
+from t2t_lite.evaluation import bleu_hook
 
 ACC = "accuracy"
 ACC_TOP5 = "accuracy_top5"
