@@ -147,12 +147,6 @@ class HParams:
             raise HParamsError(f"Hparam '{name}' already has a type")
         self._types[name] = (param_type, False)
 
-    def del_hparam(self, name: str) -> None:
-        """Removes hparam `name` (no error if it does not exist)."""
-        if name in self._types:
-            del self._types[name]
-            object.__delattr__(self, name)
-
     def __setattr__(self, name: str, value: Any) -> None:
         if name in self._types:
             self.set_hparam(name, value)

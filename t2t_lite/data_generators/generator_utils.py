@@ -77,25 +77,6 @@ def shard_filepath(fname: str, num_shards: int) -> list[str]:
     return [sharded_name(fname, shard, num_shards) for shard in range(num_shards)]
 
 
-def _data_filenames(output_name: str, output_dir: str, num_shards: int) -> list[str]:
-    return [os.path.join(output_dir, f) for f in shard_filepath(output_name, num_shards)]
-
-
-def train_data_filenames(problem: str, output_dir: str, num_shards: int) -> list[str]:
-    """Paths `<output_dir>/<problem>-train-%05d-of-%05d`."""
-    return _data_filenames(problem + "-train", output_dir, num_shards)
-
-
-def dev_data_filenames(problem: str, output_dir: str, num_shards: int) -> list[str]:
-    """Paths `<output_dir>/<problem>-dev-%05d-of-%05d`."""
-    return _data_filenames(problem + "-dev", output_dir, num_shards)
-
-
-def test_data_filenames(problem: str, output_dir: str, num_shards: int) -> list[str]:
-    """Paths `<output_dir>/<problem>-test-%05d-of-%05d`."""
-    return _data_filenames(problem + "-test", output_dir, num_shards)
-
-
 def outputs_exist(filenames: list[str]) -> str | None:
     """The first file whose final (shuffled) name already exists, else None."""
     for name in filenames:

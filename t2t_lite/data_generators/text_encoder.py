@@ -61,21 +61,11 @@ def native_to_unicode(s: str | bytes) -> str:
     return s if isinstance(s, str) else s.decode("utf-8")
 
 
-def unicode_to_native(s: str) -> str:
-    """Identity on Python 3; kept so that ported t2t code runs unchanged."""
-    return s
-
-
 def to_unicode(s: str | bytes, ignore_errors: bool = False) -> str:
     """Decodes UTF-8 bytes to `str` (invalid bytes dropped if `ignore_errors`)."""
     if isinstance(s, str):
         return s
     return s.decode("utf-8", errors="ignore" if ignore_errors else "strict")
-
-
-def to_unicode_ignore_errors(s: str | bytes) -> str:
-    """`to_unicode(s, ignore_errors=True)`."""
-    return to_unicode(s, ignore_errors=True)
 
 
 def strip_ids(ids: Iterable[int], ids_to_strip: Sequence[int]) -> list[int]:
@@ -579,12 +569,6 @@ class SubwordTextEncoder(TextEncoder):
     def all_subtoken_strings(self) -> tuple[str, ...]:
         """The subtoken strings in id order."""
         return tuple(self._all_subtoken_strings)
-
-    def _tokens_to_subtoken_ids(self, tokens: Iterable[str]) -> list[int]:
-        ret: list[int] = []
-        for token in tokens:
-            ret += self._token_to_subtoken_ids(token)
-        return ret
 
     def _token_to_subtoken_ids(self, token: str) -> tuple[int, ...]:
         ids = self._cache.get(token)

@@ -348,7 +348,7 @@ class Text2TextProblem(problem.Problem):
 
             candidates = sorted(glob.glob(os.path.join(data_dir, pattern)))
             if len(candidates) == 1:
-                logging.info("Using vocab %s (not the default %s)", candidates[0], path)
+                logging.debug("Using vocab %s (not the default %s)", candidates[0], path)
                 return candidates[0]
         hint = f"; several candidates: {', '.join(candidates)}" if candidates else ""
         raise FileNotFoundError(

@@ -468,11 +468,11 @@ def decode_lines(lines: Sequence[str], infer_fn: InferFn, inputs_encoder: Any,
     for number, (batch, (outputs, scores)) in enumerate(progress.track(
             decoded, len(lines), "Decoding", "lines", size=lambda item: len(item[0]))):
         records = format_decodes(outputs, scores, targets_encoder, **format_options(decode_hp))
-        if decode_hp.log_results:
+        if decode_hp.log_results:  # t2t's pairs, at DEBUG (`--verbosity=1`) to keep logs short
             for row, record in enumerate(records):
-                logging.info("Inference results INPUT: %s",
-                             sorted_inputs[number * batch_size + row])
-                logging.info("Inference results OUTPUT: %s", record)
+                logging.debug("Inference results INPUT: %s",
+                              sorted_inputs[number * batch_size + row])
+                logging.debug("Inference results OUTPUT: %s", record)
         decodes.extend(records)
     duration = time.time() - start_time
     if lines:
