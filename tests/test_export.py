@@ -411,3 +411,46 @@ def test_export_removes_killed_exports_and_gives_folders_the_umask(tmp_path):
     for folder in (path, os.path.join(path, "variables")):
         assert stat.S_IMODE(os.stat(folder).st_mode) == 0o775, folder  # not TF's 0755
     assert sorted(os.listdir(tmp_path)) == sorted([live.name, os.path.basename(path)])
+
+
+def test_export_hides_tensorflows_info_lines_and_keeps_its_own(tmp_path):
+    from absl import logging as absl_logging
+
+    class Tiny(tf.Module):
+        def __init__(self):
+            super().__init__()
+            self.weight = tf.Variable(1.0)
+
+        @tf.function(input_signature=[tf.TensorSpec([None], tf.float32)])
+        def scale(self, x):
+            absl_logging.warning("kept: a warning during the save")
+            return x * self.weight
+
+        def signatures(self):
+            return {"serving_default": self.scale}
+
+    records = []
+
+    class Collect(logging.Handler):
+        def emit(self, record):
+            records.append(record)
+
+    handler = Collect(level=logging.DEBUG)
+    loggers = [logging.getLogger("absl"), logging.getLogger("tensorflow")]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.addHandler(handler)
+        logger.setLevel(logging.INFO)
+    try:
+        export.export(Tiny(), str(tmp_path))
+        absl_logging.info("kept: an INFO line after the export")
+    finally:
+        for logger, level in zip(loggers, levels):
+            logger.removeHandler(handler)
+            logger.setLevel(level)
+    from_tensorflow = [r.getMessage()[:80] for r in records
+                       if f"{os.sep}tensorflow{os.sep}" in r.pathname and r.levelno < logging.WARNING]
+    assert from_tensorflow == []
+    messages = [r.getMessage() for r in records]
+    assert "kept: a warning during the save" in messages
+    assert "kept: an INFO line after the export" in messages

@@ -41,9 +41,11 @@ Serving needs TensorFlow only (no Keras, tensorflow-text or t2t_lite):
 """
 from __future__ import annotations
 
+import contextlib
 import logging as std_logging
 import os
 import time
+from collections.abc import Iterator
 
 import tensorflow as tf
 
@@ -225,6 +227,32 @@ def subtoken_strings(encoder) -> list[str] | None:
     return None
 
 
+def _below_warning_from_tensorflow(record: std_logging.LogRecord) -> bool:
+    """False (drop) for an INFO / DEBUG record logged by TensorFlow's own modules."""
+    return record.levelno >= std_logging.WARNING or (
+        f"{os.sep}tensorflow{os.sep}" not in record.pathname)
+
+
+@contextlib.contextmanager
+def _tensorflow_save_lines_hidden() -> Iterator[None]:
+    """Hides TensorFlow's INFO lines of a SavedModel save (signature input names, up to 1,251
+    characters; saver sharding; assets; fingerprint): about TensorFlow's work, not the user's.
+    Its warnings and errors still show, and so do t2t_lite's lines. TensorFlow logs through
+    absl's logger and its own. absl's level is restored after: tf.saved_model.save leaves it
+    at WARNING, and a library caller that exports and then trains in one process would lose
+    its INFO lines."""
+    loggers = [std_logging.getLogger(name) for name in ("tensorflow", "absl")]
+    absl_level = loggers[1].level
+    for logger in loggers:
+        logger.addFilter(_below_warning_from_tensorflow)
+    try:
+        yield
+    finally:
+        for logger in loggers:
+            logger.removeFilter(_below_warning_from_tensorflow)
+        loggers[1].setLevel(absl_level)
+
+
 def export(module: ServingModule, export_dir: str) -> str:
     """Saves `module` as `<export_dir>/<unix time>/` (folders with the user's umask), written
     under a temporary name first (those of killed exports, whose writer no longer runs, are
@@ -247,15 +275,9 @@ def export(module: ServingModule, export_dir: str) -> str:
     # pid, so the next export removes it if this one is killed.
     checkpoint_guard.remove_stale_temp_dirs(export_dir, TEMP_STEM)
     tmp = os.path.join(export_dir, checkpoint_guard.temp_dir_name(TEMP_STEM))
-    absl_logger = std_logging.getLogger("absl")
-    level = absl_logger.level
     try:
-        try:
+        with _tensorflow_save_lines_hidden():
             tf.saved_model.save(module, tmp, signatures=module.signatures())
-        finally:
-            # tf.saved_model.save leaves absl's logger at WARNING: a library caller that
-            # exports and then trains in one process would lose its INFO lines.
-            absl_logger.setLevel(level)
         checkpoint_guard.give_dirs_the_umask(tmp)
         tf.io.gfile.rename(tmp, final)
     except BaseException:
