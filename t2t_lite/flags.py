@@ -146,7 +146,11 @@ flags.DEFINE_integer(
     "CPU core, at most 4, on CPU; 1 on GPU; always 1 when sampling, whose draws follow the "
     "batch order). "
     "Same output; not a t2t flag.")
-flags.DEFINE_string("checkpoint_path", None, "Checkpoint to use (default: latest in output_dir).")
+flags.DEFINE_string(
+    "checkpoint_path", None,
+    "Checkpoint to use (a prefix, or a folder's newest; default: latest in output_dir). "
+    "Decode and SavedModel export: several, comma-separated, decode as an ensemble (the "
+    "mean of their probabilities each step; same vocabulary; not t2t's).")
 flags.DEFINE_string(
     "score_file", None,
     "Score given targets instead of decoding: each line 'input<TAB>target'; writes each "

@@ -33,6 +33,9 @@ def main(flags: Any) -> list[str]:
         raise UserError(f"--decode_from_file={flags.decode_from_file}: no such file")
     if flags.attention_max_lines < 1:
         raise UserError(f"--attention_max_lines={flags.attention_max_lines}: must be >= 1")
+    if len(runs.ensemble_paths(flags.checkpoint_path)) > 1:
+        raise UserError("--mode=attention shows one model's attention, not an ensemble's "
+                        f"(--checkpoint_path={flags.checkpoint_path})")
     spec = runs.resolve("attention", flags.output_dir, flags.problem, flags.hparams_set,
                         flags.data_dir, flags.model)
     out_dir = flags.attention_dir or (

@@ -66,6 +66,12 @@ def main(flags) -> None:
         keras.utils.set_random_seed(flags.random_seed)  # sampling_method=random
     spec = runs.resolve("decode", flags.output_dir, flags.problem, flags.hparams_set,
                         flags.data_dir, flags.model)
+    if len(runs.ensemble_paths(flags.checkpoint_path)) > 1:
+        for name, used in (("score_file", score_file),
+                           ("xla_compile", getattr(flags, "xla_compile", False))):
+            if used:
+                raise UserError(f"--{name} works with one model, not an ensemble "
+                                f"(--checkpoint_path={flags.checkpoint_path})")
     _check_outputs_writable(flags, decode_hp, score_file)
     run = runs.open_run(spec, flags.hparams)
     hparams, problem, problem_hparams = run.hparams, run.problem, run.problem_hparams

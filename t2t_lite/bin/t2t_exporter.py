@@ -12,6 +12,7 @@ import time
 from absl import logging
 
 from t2t_lite.decoding import decoding, runs
+from t2t_lite.errors import UserError
 from t2t_lite.serving.export import ServingModule, export, subtoken_strings
 from t2t_lite.utils import validation
 
@@ -76,6 +77,10 @@ def export_ctranslate2(flags) -> str:
     """
     from t2t_lite.serving import ct2
 
+    if len(runs.ensemble_paths(flags.checkpoint_path)) > 1:
+        raise UserError("--export_format=ctranslate2 exports one model, not an ensemble "
+                        f"(--checkpoint_path={flags.checkpoint_path}); the SavedModel "
+                        "export serves ensembles")
     spec = runs.resolve("export", flags.output_dir, flags.problem, flags.hparams_set,
                         flags.data_dir, flags.model)
     run = runs.open_run(spec, flags.hparams)

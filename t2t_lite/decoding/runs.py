@@ -223,7 +223,7 @@ def load_model(model_name: str, hparams: HParams, problem_hparams: HParams, path
 
 def restore_model(run: Run, checkpoint_path: str | None = None) -> tuple[str, Any]:
     """The model of `checkpoint_path`, else of the run's newest checkpoint, strictly restored
-    (`load_model`).
+    (`load_model`); several comma-separated paths make an ensemble (`restore_ensemble`).
 
     Beside a training run that rotates its checkpoints, a checkpoint of the run that vanishes
     while it is read is replaced by the then-newest one (`checkpoint_guard.retry_if_vanished`);
@@ -231,12 +231,16 @@ def restore_model(run: Run, checkpoint_path: str | None = None) -> tuple[str, An
     no checkpoint file is needed after this.
 
     Returns:
-      (the checkpoint prefix restored, the model).
+      (the checkpoint prefix restored (comma-joined for an ensemble), the model).
 
     Raises:
       UserError: one line (no checkpoint, a damaged one, a model mismatch).
     """
     from t2t_lite.utils import checkpoint_guard
+
+    paths = ensemble_paths(checkpoint_path)
+    if len(paths) > 1:
+        return restore_ensemble(run, paths)
 
     def read(path: str):
         return load_model(run.spec.model_name, run.hparams, run.problem_hparams, path)
@@ -249,3 +253,88 @@ def restore_model(run: Run, checkpoint_path: str | None = None) -> tuple[str, An
             path = discover()
             return path, read(path)
         return checkpoint_guard.retry_if_vanished(discover, read)
+
+
+def ensemble_paths(checkpoint_path: str | None) -> list[str]:
+    """The comma-separated entries of --checkpoint_path (one entry: a single model)."""
+    return [p.strip() for p in (checkpoint_path or "").split(",") if p.strip()]
+
+
+def _member_run_dir(path: str) -> str:
+    """The run folder of an ensemble member: the path itself when it is a folder, else the
+    folder of the checkpoint prefix."""
+    import tensorflow as tf
+
+    return path if tf.io.gfile.isdir(path) else os.path.dirname(path)
+
+
+def _vocabulary(run: Run) -> list:
+    """What identifies a run's vocabularies: per feature, the model's vocab size, the
+    encoder's class and its tokens (subtoken strings where the encoder has them)."""
+    sizes = dict(run.problem_hparams.vocab_size)
+    identity = []
+    for name in sorted(run.encoders):
+        encoder = run.encoders[name]
+        tokens = getattr(encoder, "all_subtoken_strings", None)
+        identity.append((name, sizes.get(name), type(encoder).__name__,
+                         tuple(tokens) if tokens is not None else None))
+    return identity
+
+
+def restore_ensemble(run: Run, paths: list[str]) -> tuple[str, Any]:
+    """A `TransformerEnsemble` of the checkpoints `paths` (each a prefix or a run folder,
+    whose newest readable checkpoint is taken).
+
+    A member in another run folder than `run` decodes with that run's hparams.json (the
+    ensemble may join runs of other sizes) and must have been trained with the same
+    vocabulary: its flags.json's problem and data_dir give vocabularies equal to `run`'s, or
+    the member is refused in one line. A member without its own hparams.json (an averaged
+    checkpoint's folder, say) uses `run`'s hparams.
+
+    Returns:
+      (the members' checkpoint prefixes, comma-joined; the ensemble).
+
+    Raises:
+      UserError: one line naming the member (no checkpoint, another vocabulary, a model
+        mismatch).
+    """
+    import tensorflow as tf
+
+    from t2t_lite.models.ensemble import TransformerEnsemble
+    from t2t_lite.utils import validation
+
+    own = os.path.abspath(run.spec.output_dir) if run.spec.output_dir else None
+    vocabulary = _vocabulary(run)
+    members, checkpoints = [], []
+    for path in paths:
+        member_dir = _member_run_dir(path)
+        hparams = run.hparams
+        with one_line_errors():
+            if (os.path.abspath(member_dir) != own
+                    and tf.io.gfile.exists(os.path.join(member_dir, "hparams.json"))):
+                hparams = load_hparams(member_dir, None, "")
+                validation.check_hparams(hparams)
+                member_flags = read_run_flags(member_dir)
+                member_spec = RunSpec(
+                    output_dir=member_dir,
+                    problem_name=member_flags.get("problem") or run.spec.problem_name,
+                    hparams_set=None,
+                    data_dir=member_flags.get("data_dir") or run.spec.data_dir)
+                if (member_spec.problem_name, member_spec.data_dir) != (
+                        run.spec.problem_name, run.spec.data_dir):
+                    member = open_run(member_spec)
+                    if _vocabulary(member) != vocabulary:
+                        raise UserError(
+                            f"--checkpoint_path: {path} was trained with another vocabulary "
+                            f"({member_spec.problem_name} in {member_spec.data_dir}) than "
+                            f"{run.spec.problem_name} in {run.spec.data_dir}; the models of an "
+                            "ensemble must share one vocabulary")
+            checkpoint = checkpoint_to_restore(path, None)
+            try:
+                model = load_model(run.spec.model_name, hparams, run.problem_hparams, checkpoint)
+            except UserError as e:
+                raise UserError(f"ensemble member {path}: {e}") from e
+        members.append(model)
+        checkpoints.append(checkpoint)
+    with one_line_errors():
+        return ",".join(checkpoints), TransformerEnsemble(members)

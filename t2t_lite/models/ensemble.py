@@ -46,6 +46,12 @@ class TransformerEnsemble(tf.Module):
         self._functions: dict[tuple, tf.types.experimental.GenericFunction] = {}
         self._functions_lock = threading.Lock()
 
+    @property
+    def variables(self) -> list:
+        """The members' variables, in order, as each member lists them (Keras variables,
+        which the SavedModel export tracks through their `.value`)."""
+        return [v for member in self.members for v in member.variables]
+
     def _symbols_to_logits_fn(self, inputs, target_space_id, batch_size, buffers):
         """The members' encoders run once; returns (fn(ids, i, states) -> (log of the mean
         probabilities [N, V], states), the members' empty caches)."""
