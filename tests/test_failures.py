@@ -53,6 +53,7 @@ def _copy(trained, tmp_path):
 
 @pytest.mark.parametrize("flags, message", [
     (["--train_steps=-5"], "error: --train_steps=-5: must be >= 1"),
+    (["--worker_startup_timeout_secs=0"], "error: --worker_startup_timeout_secs=0: must be >= 1"),
     (["--hparams=hidden_size=-32"], "error: hparams hidden_size=-32: must be > 0"),
     (["--hparams=batch_size=0"], "error: hparams batch_size=0: must be > 0"),
     (["--hparams=relu_dropout=1.0"], "error: hparams relu_dropout=1.0: must be in [0, 1)"),
