@@ -206,13 +206,15 @@ def check_readable(path: str, flag: str = "checkpoint_path") -> str:
     return path
 
 
-def newest_good_checkpoint(directory: str, warn_state_file: bool = True) -> str | None:
+def newest_good_checkpoint(directory: str, warn_state_file: bool = True,
+                           known_good: str | None = None) -> str | None:
     """The newest checkpoint of `directory` that reads, warning about newer damaged ones.
 
     Checkpoints are found on disk (`checkpoints_newest_first`); a missing or damaged state
     file gives one warning line (unless `warn_state_file` is False: a training run repairs
     it and says so then). One that vanishes while it is checked (rotated away by a training
-    run) is skipped without a warning.
+    run) is skipped without a warning. `known_good`, a checkpoint this process has already
+    found readable, is not read again (its damage check reads every tensor).
 
     Returns:
       Its prefix, or None if the directory holds no checkpoint.
@@ -222,7 +224,7 @@ def newest_good_checkpoint(directory: str, warn_state_file: bool = True) -> str 
     """
     damaged = []
     for path in checkpoints_newest_first(directory):
-        reason = damage(path)
+        reason = None if path == known_good else damage(path)
         if reason is None:
             if damaged:
                 logging.warning(
