@@ -110,19 +110,20 @@ def wait_for_peers(me: str, address: str, peers: dict[str, str], timeout: float,
 
 @contextlib.contextmanager
 def _answering(me: str, address: str) -> Iterator[socket.socket]:
-    """A listening socket on the port of `address` (all interfaces, like TensorFlow's server),
-    closed on exit so that TensorFlow can bind the port."""
+    """A listening socket on the port of `address`, on all interfaces, IPv4 and IPv6 where
+    the host has both (as TensorFlow's server), closed on exit so that TensorFlow can bind the
+    port (create_server sets SO_REUSEADDR: the connections closed here do not block it)."""
     port = int(address.rpartition(":")[2])
-    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    # TensorFlow binds the same port right after; connections closed here must not block it.
-    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    dual = socket.has_dualstack_ipv6()
     try:
-        listener.bind(("", port))
+        listener = socket.create_server(
+            ("", port), family=socket.AF_INET6 if dual else socket.AF_INET, backlog=64,
+            dualstack_ipv6=dual)
     except OSError as e:
-        listener.close()
-        raise UserError(f"{me}'s address {address} of TF_CONFIG cannot be used: {e.strerror} "
+        # create_server's strerror repeats the address; the errno's text alone is clearer.
+        reason = os.strerror(e.errno) if e.errno else str(e)
+        raise UserError(f"{me}'s address {address} of TF_CONFIG cannot be used: {reason} "
                         "(is another process using the port?)") from None
-    listener.listen(64)
     listener.setblocking(False)
     try:
         yield listener
