@@ -24,7 +24,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from t2t_lite.hparams import HParams
+from t2t_lite.hparams import HParams, HParamsError
 from t2t_lite.hparams_sets import transformer as transformer_sets
 
 USED: dict[str, str] = {
@@ -213,11 +213,12 @@ NOT_SUPPORTED: dict[str, tuple[Any, str]] = {
 
 
 def check_supported(hparams: HParams) -> None:
-    """Raises ValueError (one line naming the hparam) for the first `NOT_SUPPORTED` hparam
-    whose value is not the accepted one. Hparams absent from `hparams` are skipped."""
+    """Raises HParamsError (a ValueError; one line naming the hparam, which entry points
+    print without a traceback) for the first `NOT_SUPPORTED` hparam whose value is not the
+    accepted one. Hparams absent from `hparams` are skipped."""
     for name, (accepted, use) in NOT_SUPPORTED.items():
         if name in hparams and hparams.get(name) != accepted:
-            raise ValueError(
+            raise HParamsError(
                 f"hparams.{name}={hparams.get(name)!r} is not supported by t2t_lite (t2t: "
                 f"{use}); leave it at {accepted!r}"
             )

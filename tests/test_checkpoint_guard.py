@@ -188,9 +188,12 @@ def test_trainer_resume_is_strict_and_warns_without_optimizer_state(tmp_path, ca
     with open(tmp_path / "run" / "hparams.json", "w") as f:
         json.dump(one.hparams.values(), f)
     two = trainer(tmp_path / "run", num_hidden_layers=2)
-    with pytest.raises(UserError, match=r"ckpt-3 \(the newest checkpoint of --output_dir\) does "
-                                        r"not match the model: model variables missing from the "
-                                        r"checkpoint: transformer/body/decoder/layer_1/"):
+    mismatch = (r"ckpt-3 \(the newest checkpoint of --output_dir\) does not match the model: "
+                r"model variables missing from the checkpoint: transformer/body/decoder/layer_1/")
+    # create_trainer's check before anything is written refuses it as restore does.
+    with pytest.raises(UserError, match=mismatch):
+        two.check_resume()
+    with pytest.raises(UserError, match=mismatch):
         two.restore(two._checkpoint_manager())
     assert two.step == 0  # nothing restored
 

@@ -53,9 +53,16 @@ def _copy(trained, tmp_path):
 
 @pytest.mark.parametrize("flags, message", [
     (["--train_steps=-5"], "error: --train_steps=-5: must be >= 1"),
+    (["--worker_startup_timeout_secs=0"], "error: --worker_startup_timeout_secs=0: must be >= 1"),
     (["--hparams=hidden_size=-32"], "error: hparams hidden_size=-32: must be > 0"),
     (["--hparams=batch_size=0"], "error: hparams batch_size=0: must be > 0"),
     (["--hparams=relu_dropout=1.0"], "error: hparams relu_dropout=1.0: must be in [0, 1)"),
+    (["--hparams=weight_dtype=bfloat16"],
+     ("error: hparams.weight_dtype='bfloat16' is not supported by t2t_lite (t2t: bfloat16 "
+      "weights (TPU)); leave it at 'float32'")),
+    (["--hparams=activation_dtype=float64"],
+     ("error: hparams activation_dtype='float64' is not supported; use float32, float16 or "
+      "bfloat16")),
     (["--hparams=hidden_sise=32"], "hidden_sise"),
     (["--hparams_set=transformer_tinyy"], "transformer_tinyy"),
     (["--problem=algorithmic_nope"], "algorithmic_nope"),

@@ -12,6 +12,10 @@ multi-worker issue (each worker a `python -m tests.trainer_utils` process, tiny 
 * workers with separate output folders (the chief's has checkpoints, worker 1's is empty):
   both stop with one line asking for shared storage, and nothing is trained; the same for
   data_dirs whose train split markers differ;
+* SIGTERM or SIGINT to the pid alone of the chief started without worker 1: it stops within
+  seconds with exit 143 / 130 and one `stopped:` line;
+* the wait for peers alone (no TensorFlow): it answers on the worker's own port meanwhile,
+  gives up after its timeout and refuses a port in use;
 * the startup watchdog alone (no TensorFlow): it names the missing peer and, on SIGTERM to
   the process group, ends the waiting worker with one line.
 """
@@ -89,6 +93,15 @@ def _last_line(process, label):
     return lines[0]
 
 
+def _kill_and_expect_lost(victim, survivor):
+    """SIGKILLs `victim`'s process group; `survivor` must exit 1 within EXIT_WITHIN with one
+    `error:` line, which is returned."""
+    os.killpg(victim.pid, signal.SIGKILL)
+    killed = time.time()
+    assert _exit_status(survivor, killed) == 1
+    return _last_line(survivor, "error")
+
+
 @pytest.mark.slow
 def test_sigterm_saves_the_step_on_all_workers_and_the_restart_resumes_there(cluster, tmp_path):
     out = tmp_path / "run"
@@ -125,10 +138,7 @@ def test_lost_workers_partial_restart_and_separate_output_dirs(cluster, tmp_path
     workers = [cluster.start(i, out, *every) for i in range(2)]
     _wait_for(workers[0], r"Saved checkpoint .*ckpt-5\b")
     _wait_for(workers[0], r"step 7/100000")
-    os.killpg(workers[1].pid, signal.SIGKILL)
-    killed = time.time()
-    assert _exit_status(workers[0], killed) == 1
-    line = _last_line(workers[0], "error")
+    line = _kill_and_expect_lost(workers[1], workers[0])
     match = re.fullmatch(
         r"error: lost contact with worker 1 during step (\d+) \(\w+\); worker 0 stops: the last "
         rf"checkpoint is {out}/ckpt-(\d+) \(step (\d+)\); start every worker again with the "
@@ -154,10 +164,7 @@ def test_lost_workers_partial_restart_and_separate_output_dirs(cluster, tmp_path
     workers = [cluster.start(i, out, *every) for i in range(2)]
     _wait_for(workers[1], rf"Resuming training at global step {saved}:")
     _wait_for(workers[1], rf"step {saved + 2}/100000")
-    os.killpg(workers[0].pid, signal.SIGKILL)
-    killed = time.time()
-    assert _exit_status(workers[1], killed) == 1
-    assert _last_line(workers[1], "error").startswith(
+    assert _kill_and_expect_lost(workers[0], workers[1]).startswith(
         "error: lost contact with worker 0 during step ")
 
     # Hosts without shared storage: worker 1's output_dir is its own, empty folder.
@@ -184,6 +191,76 @@ def test_lost_workers_partial_restart_and_separate_output_dirs(cluster, tmp_path
             "error: the workers read different training data (the train split's datagen "
             "marker differs): --data_dir must be the same shared storage for all workers (a "
             "network file system or a bucket), not a local folder per host")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("signum, status", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_stop_signal_to_the_pid_of_a_worker_waiting_for_its_peers_stops_it_in_one_line(
+        cluster, tmp_path, signum, status):
+    chief = cluster.start(0, tmp_path / "run")  # worker 1 is never started
+    _wait_for(chief, rf"worker 0 waits for worker 1 \({cluster.spec['worker'][1]}\)")
+    os.kill(chief.pid, signum)  # the pid alone, not its process group
+    sent = time.time()
+    assert chief.wait(timeout=60) == status, _log(chief.log)
+    assert time.time() - sent < 20
+    assert _last_line(chief, "stopped") == (
+        f"stopped: {signum.name} while worker 0 waited for the other workers to start; "
+        "nothing was trained or saved")
+    assert not list((tmp_path / "run").glob("ckpt-*"))
+
+
+def _probe_listener():
+    """A listening loopback socket, standing in for a peer that has started."""
+    import socket
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    return listener
+
+
+def test_wait_for_peers_answers_on_its_port_returns_once_peers_start_and_gives_up():
+    import threading
+
+    from t2t_lite.errors import RunStopped
+    from t2t_lite.training import startup_watchdog
+
+    own, missing = _free_ports(2)
+    peer = _probe_listener()
+    peer_address = f"127.0.0.1:{peer.getsockname()[1]}"
+    seen = []
+    # While it waits for the missing peer, this worker's own port answers its peers.
+    prober = threading.Timer(0.3, lambda: seen.append(startup_watchdog.unreachable(
+        {"worker 0": f"127.0.0.1:{own}"})))
+    prober.start()
+    with pytest.raises(RunStopped) as stopped:
+        startup_watchdog.wait_for_peers(
+            "worker 0", f"127.0.0.1:{own}",
+            {"worker 1": peer_address, "worker 2": f"127.0.0.1:{missing}"}, 2, 1)
+    prober.join()
+    assert seen == [[]]
+    assert stopped.value.exit_code == 137 and stopped.value.label == "error"
+    assert str(stopped.value) == (
+        f"worker 0 gave up after 2 s waiting for worker 2 (127.0.0.1:{missing}): start every "
+        "worker of TF_CONFIG (the same command on each), or raise --worker_startup_timeout_secs")
+    # The port is free again for TensorFlow's server, and a started peer ends the wait.
+    assert startup_watchdog.unreachable({"worker 0": f"127.0.0.1:{own}"}) == [
+        f"worker 0 (127.0.0.1:{own})"]
+    assert startup_watchdog.wait_for_peers(
+        "worker 0", f"127.0.0.1:{own}", {"worker 1": peer_address}, 60, 30) < 30
+    peer.close()
+
+
+def test_wait_for_peers_refuses_a_port_in_use_in_one_line():
+    from t2t_lite.errors import UserError
+    from t2t_lite.training import startup_watchdog
+
+    taken = _probe_listener()
+    address = f"127.0.0.1:{taken.getsockname()[1]}"
+    with pytest.raises(UserError, match=rf"^worker 0's address {address} of TF_CONFIG cannot "
+                                        r"be used: Address already in use \(is another "):
+        startup_watchdog.wait_for_peers("worker 0", address, {}, 60, 30)
+    taken.close()
 
 
 def test_startup_watchdog_logs_the_missing_peer_and_ends_the_worker_on_sigterm():

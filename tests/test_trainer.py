@@ -9,7 +9,7 @@ import tensorflow as tf
 
 from t2t_lite.bin import t2t_trainer
 from t2t_lite.training import trainer_lib
-from t2t_lite.utils import run_metadata
+from t2t_lite.utils import checkpoint_guard, run_metadata
 from tests.trainer_utils import LENGTH, ReverseProblem, model_fn, read_events, tiny_hparams
 
 TRAIN_SCALARS = ("loss", "losses/training", "learning_rate", "global_norm/gradient_norm",
@@ -99,6 +99,39 @@ def test_restart_resumes_from_latest_checkpoint(tmp_path, caplog):
     results = evaluator.continuous_eval(timeout_secs=5)
     assert evaluator.step == 9 and "loss" in results
     assert [s for s, _ in read_events(str(tmp_path / "eval"))["loss"]][-1] == 9
+
+
+def test_a_resume_reads_its_checkpoint_for_damage_once_and_restores_it_once(tmp_path,
+                                                                           monkeypatch):
+    def create(train_steps):
+        tf.keras.utils.set_random_seed(1)
+        return trainer_lib.create_trainer(
+            ReverseProblem(), "transformer_tiny",
+            "hidden_size=32,filter_size=64,num_heads=2,num_hidden_layers=1", "transformer", "",
+            trainer_lib.RunConfig(output_dir=str(tmp_path), train_steps=train_steps,
+                                  save_checkpoints_steps=2, num_decode_examples=0),
+            lock=True)
+
+    first = create(2)
+    first.train()
+    first.run_lock.release()
+    read_whole, restored = [], []
+    damage, restore = checkpoint_guard.damage, trainer_lib.Trainer._restore_strictly
+    monkeypatch.setattr(checkpoint_guard, "damage",
+                        lambda path: read_whole.append(path) or damage(path))
+    monkeypatch.setattr(trainer_lib.Trainer, "_restore_strictly",
+                        lambda self, checkpoint, path, **kw: restored.append(path) or restore(
+                            self, checkpoint, path, **kw))
+    second = create(3)
+    checkpoint = str(tmp_path / "ckpt-2")
+    # Checked before anything is written (damage, names and shapes), with its step; not
+    # restored yet.
+    assert (read_whole, restored, second.step) == ([checkpoint], [], 2)
+    second.train()
+    second.run_lock.release()
+    assert (read_whole, restored, second.step) == ([checkpoint], [checkpoint], 3)
+    # The optimizer state was restored (2 updates) before the third step.
+    assert int(second.optimizer.inner_optimizer.iterations) == 3
 
 
 @pytest.mark.slow

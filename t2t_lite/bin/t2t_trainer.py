@@ -85,7 +85,7 @@ def check_flags(flags_obj: Any) -> None:
         name: getattr(flags_obj, name, None)
         for name in ("train_steps", "local_eval_frequency", "keep_checkpoint_max",
                      "log_step_count_steps", "save_checkpoints_steps", "worker_gpu",
-                     "worker_replicas")})
+                     "worker_replicas", "worker_startup_timeout_secs")})
     validation.check_non_negative({"eval_steps": getattr(flags_obj, "eval_steps", None)})
     validation.check_output_dir("output_dir", os.path.expanduser(flags_obj.output_dir))
 

@@ -102,9 +102,11 @@ def create_strategy(worker_gpu: int = 1, worker_replicas: int = 1,
 
     Raises:
       UserError: --worker_replicas or --worker_gpu do not match the cluster or the host.
-      RunStopped: TensorFlow gave up registering this worker with the cluster's leader.
-        (A worker still waiting after `startup_timeout_secs`, or when its process group gets
-        SIGTERM / SIGINT, is killed by `startup_watchdog` after one line.)
+      RunStopped: SIGTERM / SIGINT while this worker waited for the others to start
+        (exit 143 / 130), `startup_timeout_secs` passed before they all started (exit 137),
+        or TensorFlow gave up registering this worker with the cluster's leader. (A worker
+        whose peers all started but which is still connecting after the timeout, or when its
+        process group gets SIGTERM / SIGINT, is killed by `startup_watchdog` after one line.)
     """
     workers = _cluster_workers(tf_config())
     if worker_replicas > 1 and worker_replicas != workers:
@@ -132,10 +134,15 @@ def task_name(task_type: str, task_id: int, address: str = "") -> str:
 
 
 def _start_multi_worker(timeout_secs: float) -> tf.distribute.Strategy:
-    """MultiWorkerMirroredStrategy of TF_CONFIG's cluster. While it connects,
-    `startup_watchdog` logs whom it waits for, ends it on a SIGTERM / SIGINT to the process
-    group and after `timeout_secs` (TensorFlow alone would wait silently and forever, holding
-    the interpreter so that no Python thread or signal handler runs)."""
+    """MultiWorkerMirroredStrategy of TF_CONFIG's cluster.
+
+    TensorFlow alone would wait silently and forever for missing workers, holding the
+    interpreter (no Python thread or signal handler runs) after installing its own SIGTERM
+    handler, which swallows the signal. So `startup_watchdog.wait_for_peers` first waits in
+    Python until every peer has started (logging whom it waits for; a SIGTERM / SIGINT to this
+    pid stops it with one line); while TensorFlow then connects, the `startup_watchdog`
+    process ends it on a SIGTERM / SIGINT to the process group and after the rest of
+    `timeout_secs`."""
     resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
     spec = resolver.cluster_spec()
     jobs = [job for job in ("chief", "worker") if job in spec.jobs]
@@ -156,11 +163,15 @@ def _start_multi_worker(timeout_secs: float) -> tf.distribute.Strategy:
     )
     me = task_name(resolver.task_type, resolver.task_id)
     peers = _peers(resolver)
+    interval = min(STARTUP_LOG_SECONDS, timeout_secs / 2)
+    # Missing peers are waited for here, in Python, where a stop signal to this pid works.
+    waited = startup_watchdog.wait_for_peers(
+        me, spec.task_address(resolver.task_type, resolver.task_id), peers, timeout_secs,
+        interval)
     watchdog = subprocess.Popen([sys.executable, "-m", "t2t_lite.training.startup_watchdog",
                                  json.dumps({"pid": os.getpid(), "me": me, "peers": peers,
-                                             "timeout": timeout_secs,
-                                             "interval": min(STARTUP_LOG_SECONDS,
-                                                             timeout_secs / 2)})])
+                                             "timeout": max(timeout_secs - waited, interval),
+                                             "interval": interval})])
     try:
         strategy = tf.distribute.MultiWorkerMirroredStrategy(cluster_resolver=resolver)
     except tf.errors.DeadlineExceededError as e:

@@ -1,24 +1,42 @@
-"""Watches a worker that waits for its peers at startup, from a separate process.
+"""A worker's wait for its peers at startup: first in Python, then watched from a separate
+process while TensorFlow connects.
 
-While TensorFlow connects a MultiWorkerMirroredStrategy worker to its cluster it holds the
-Python interpreter (no Python thread or signal handler runs), its own SIGTERM handler swallows
-SIGTERM, and the coordination service's leader waits for missing workers forever. This small
-process (no TensorFlow) logs every `interval` seconds which peers do not accept connections
-yet; after `timeout` seconds, or when it receives SIGTERM or SIGINT itself (a scheduler or a
-terminal signals the whole process group), it prints one line and kills the worker (exit
-status 137). `distribution.create_strategy` starts it and ends it once the cluster has formed.
+`wait_for_peers` runs in the worker before TensorFlow connects: it answers on the worker's own
+TF_CONFIG port and waits until every peer's port accepts connections, logging whom it waits
+for at once and every `interval` seconds. Python handles SIGTERM / SIGINT there, so that a
+signal to the worker's pid alone ends it with one `stopped:` line (exit 143 / 130).
+
+Once every peer is up, TensorFlow connects (seconds). Meanwhile it holds the Python
+interpreter (no Python thread or signal handler runs) and has installed its own SIGTERM
+handler (its preemption notifier), which swallows the signal; should a peer vanish then, the
+coordination service's leader waits forever. `watch`, a small process (no TensorFlow), logs
+every `interval` seconds which peers do not accept connections; after `timeout` seconds, or
+when it receives SIGTERM or SIGINT itself (a scheduler or a terminal signals the whole process
+group), it prints one line and kills the worker (exit status 137).
+`distribution.create_strategy` starts it and ends it once the cluster has formed.
 
     python -m t2t_lite.training.startup_watchdog '{"pid": ..., "me": "worker 0",
         "peers": {"worker 1": "host:port"}, "timeout": 300, "interval": 30}'
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import socket
 import sys
+import threading
 import time
+from collections.abc import Iterator
+
+from t2t_lite.errors import RunStopped, UserError
+
+# Exit status of a worker that gave up waiting for its peers: 128 + SIGKILL, as when `watch`
+# kills it, so that both phases of the wait end alike.
+GAVE_UP_EXIT_CODE = 137
+# How often `wait_for_peers` probes the peers' ports.
+POLL_SECONDS = 0.5
 
 
 def unreachable(peers: dict[str, str]) -> list[str]:
@@ -33,6 +51,117 @@ def unreachable(peers: dict[str, str]) -> list[str]:
     return missing
 
 
+def gave_up_message(me: str, timeout: float, missing: str) -> str:
+    """The one line (without its `error: ` label) of a worker that gave up waiting."""
+    return (f"{me} gave up after {timeout:.0f} s waiting for {missing}: start every worker of "
+            "TF_CONFIG (the same command on each), or raise --worker_startup_timeout_secs")
+
+
+def stopped_message(signum: int, me: str) -> str:
+    """The one line (without its `stopped: ` label) of a worker stopped while it waited."""
+    return (f"{signal.Signals(signum).name} while {me} waited for the other workers to start; "
+            "nothing was trained or saved")
+
+
+def waiting_message(me: str, missing: list[str], waited: float, timeout: float) -> str:
+    """The line logged every `interval` seconds while peers are missing."""
+    names = ", ".join(missing) or "the other workers to join the cluster"
+    return f"{me} waits for {names} ({waited:.0f} s of {timeout:.0f} s)"
+
+
+def wait_for_peers(me: str, address: str, peers: dict[str, str], timeout: float,
+                   interval: float) -> float:
+    """Waits in Python until every peer's port accepts connections (TensorFlow's own wait
+    would hold the interpreter, so that no signal handler runs).
+
+    Args:
+      me: this worker's name in log lines ("worker 0").
+      address: this worker's "host:port" of TF_CONFIG: answered meanwhile, so that the peers
+        see this worker started (TensorFlow's server takes the port over afterwards).
+      peers: the other workers, "name" -> "host:port".
+      timeout: seconds before giving up.
+      interval: seconds between two lines saying whom this worker waits for.
+
+    Returns:
+      The seconds waited.
+
+    Raises:
+      RunStopped: SIGTERM / SIGINT to this process (label "stopped", exit 143 / 130), or
+        `timeout` passed (label "error", exit GAVE_UP_EXIT_CODE).
+      UserError: another process holds this worker's port.
+    """
+    start = time.time()
+    next_log = start
+    with _answering(me, address) as listener, _signals_stop_the_wait(me):
+        while True:
+            _drop_connections(listener)
+            missing = unreachable(peers)
+            waited = time.time() - start
+            if not missing:
+                return waited
+            if waited >= timeout:
+                raise RunStopped(gave_up_message(me, timeout, ", ".join(missing)),
+                                 GAVE_UP_EXIT_CODE)
+            if time.time() >= next_log:
+                print(waiting_message(me, missing, waited, timeout), file=sys.stderr, flush=True)
+                next_log += interval
+            time.sleep(POLL_SECONDS)
+
+
+@contextlib.contextmanager
+def _answering(me: str, address: str) -> Iterator[socket.socket]:
+    """A listening socket on the port of `address`, on all interfaces, IPv4 and IPv6 where
+    the host has both (as TensorFlow's server), closed on exit so that TensorFlow can bind the
+    port (create_server sets SO_REUSEADDR: the connections closed here do not block it)."""
+    port = int(address.rpartition(":")[2])
+    dual = socket.has_dualstack_ipv6()
+    try:
+        listener = socket.create_server(
+            ("", port), family=socket.AF_INET6 if dual else socket.AF_INET, backlog=64,
+            dualstack_ipv6=dual)
+    except OSError as e:
+        # create_server's strerror repeats the address; the errno's text alone is clearer.
+        reason = os.strerror(e.errno) if e.errno else str(e)
+        raise UserError(f"{me}'s address {address} of TF_CONFIG cannot be used: {reason} "
+                        "(is another process using the port?)") from None
+    listener.setblocking(False)
+    try:
+        yield listener
+    finally:
+        listener.close()
+
+
+def _drop_connections(listener: socket.socket) -> None:
+    """Accepts and closes the peers' probes (they only check that the port answers)."""
+    while True:
+        try:
+            connection, _ = listener.accept()
+        except (BlockingIOError, InterruptedError):
+            return
+        connection.close()
+
+
+@contextlib.contextmanager
+def _signals_stop_the_wait(me: str) -> Iterator[None]:
+    """SIGTERM / SIGINT raise RunStopped in the block (main thread only: elsewhere Python
+    cannot install handlers); the previous handlers are restored afterwards."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum, frame):
+        del frame
+        raise RunStopped(stopped_message(signum, me), 128 + signum, "stopped")
+
+    previous = {signum: signal.signal(signum, stop)
+                for signum in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
 def watch(pid: int, me: str, peers: dict[str, str], timeout: float, interval: float) -> None:
     """Logs whom worker `pid` waits for every `interval` s; kills it after `timeout` s or on
     SIGTERM / SIGINT."""
@@ -40,8 +169,7 @@ def watch(pid: int, me: str, peers: dict[str, str], timeout: float, interval: fl
 
     def stop(signum, frame):
         del frame
-        print(f"stopped: {signal.Signals(signum).name} while {me} waited for the other workers "
-              "to start; nothing was trained or saved", file=sys.stderr, flush=True)
+        print(f"stopped: {stopped_message(signum, me)}", file=sys.stderr, flush=True)
         os.kill(pid, signal.SIGKILL)
         sys.exit(0)
 
@@ -50,15 +178,13 @@ def watch(pid: int, me: str, peers: dict[str, str], timeout: float, interval: fl
     while True:
         time.sleep(min(interval, max(0.0, start + timeout - time.time())))
         waited = time.time() - start
-        missing = ", ".join(unreachable(peers)) or "the other workers to join the cluster"
+        missing = unreachable(peers)
         if waited >= timeout:
-            print(f"error: {me} gave up after {timeout:.0f} s waiting for {missing}: start every "
-                  "worker of TF_CONFIG (the same command on each), or raise "
-                  "--worker_startup_timeout_secs", file=sys.stderr, flush=True)
+            names = ", ".join(missing) or "the other workers to join the cluster"
+            print(f"error: {gave_up_message(me, timeout, names)}", file=sys.stderr, flush=True)
             os.kill(pid, signal.SIGKILL)
             return
-        print(f"{me} waits for {missing} ({waited:.0f} s of {timeout:.0f} s)", file=sys.stderr,
-              flush=True)
+        print(waiting_message(me, missing, waited, timeout), file=sys.stderr, flush=True)
 
 
 if __name__ == "__main__":

@@ -6,8 +6,10 @@ with its settings next to its dev metrics.
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
+import numpy as np
 import tensorflow as tf
 from tensorboard.plugins.hparams import api as hparams_api
 from tensorflow.core.framework import summary_pb2
@@ -137,3 +139,37 @@ def write_variable_summaries(writer, variables: list, step: int) -> None:
             tf.summary.histogram(f"training_variables/{tf1_summary_name(variable.path)}",
                                  tf.cast(variable, tf.float32), step=step)
     writer.flush()
+
+
+class TrainingStats:
+    """Training statistics between two progress lines (t2t's names: loss,
+    global_norm/gradient_norm, global_step/sec; and tokens/sec).
+
+    Step outputs are kept as tensors and read only at `flush`, so that the host does not wait
+    for every step to finish before dispatching the next one (on accelerators).
+    """
+
+    def __init__(self, step: int):
+        self.start_step = step
+        self.start_time = time.time()
+        self.outputs: list[dict] = []
+
+    def add(self, out: dict) -> None:
+        """Keeps one step's outputs {"loss", "tokens", "grad_norm"} (scalar tensors)."""
+        self.outputs.append(out)
+
+    def flush(self, step: int) -> dict[str, float]:
+        """The token-weighted loss, mean gradient norm and rates since the last flush
+        (reading the kept tensors); starts the next interval at `step`."""
+        values = {key: np.array([float(o[key]) for o in self.outputs])
+                  for key in ("loss", "tokens", "grad_norm")}
+        elapsed = max(time.time() - self.start_time, 1e-9)
+        tokens = float(values["tokens"].sum())
+        result = {
+            "loss": float((values["loss"] * values["tokens"]).sum()) / max(tokens, 1.0),
+            "global_norm/gradient_norm": float(values["grad_norm"].mean()),
+            "global_step/sec": (step - self.start_step) / elapsed,
+            "tokens/sec": tokens / elapsed,
+        }
+        self.__init__(step)
+        return result

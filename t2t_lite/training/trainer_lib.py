@@ -170,6 +170,9 @@ class Trainer:
         self._writers: dict[str, Any] = {}
         self._eval_step_fn = None
         self.run_lock = None  # set by create_trainer(lock=True)
+        # The checkpoint of output_dir that this process has read whole (damage check):
+        # restoring it later does not read it again.
+        self._read_whole: str | None = None
         self.last_eval_results: dict[str, float] = {}
         self._stops_early = False
         # Dropout masks derive from this seed, the global step and the replica id.
@@ -235,30 +238,52 @@ class Trainer:
             checkpoint_name=CHECKPOINT_PREFIX,
         )
 
-    def restore(self, manager: tf.train.CheckpointManager | None = None,
-                check_only: bool = False) -> int:
+    def restore(self, manager: tf.train.CheckpointManager | None = None) -> int:
         """Restores the newest readable checkpoint of output_dir (found on disk; if any);
         returns the global step.
 
         Args:
           manager: the training loop's manager (a resume: the optimizer state is restored
             too); None to restore the model and step for evaluation.
-          check_only: a resume's check before anything is written (`create_trainer`):
-            silent, since training restores again (and repairs the state file) after it.
 
         Raises:
           UserError: output_dir holds checkpoints but none of them reads, or the newest does
             not match the model (one line naming the variables).
         """
-        # A damaged newest checkpoint (a save cut short) falls back to the previous one.
-        latest = checkpoint_guard.newest_good_checkpoint(self.config.output_dir,
-                                                         warn_state_file=not check_only)
+        latest = self._newest_good_checkpoint()
         if latest:
             self._restore_strictly(manager.checkpoint if manager else self._checkpoint(),
                                    latest, resume=manager is not None)
-            if not check_only:
-                logging.info("Restored %s (global step %d)", latest, self.step)
+            logging.info("Restored %s (global step %d)", latest, self.step)
         return self.step
+
+    def check_resume(self) -> int:
+        """A resume's check before anything is written (`create_trainer`): the newest
+        readable checkpoint of output_dir must hold exactly the model's variables (names and
+        shapes). Only its step is restored: `train` restores the rest, without reading the
+        checkpoint for damage again. Silent: training repairs the state file and says so.
+
+        Returns:
+          The checkpoint's global step (0 without a checkpoint).
+
+        Raises:
+          UserError: as `restore`.
+        """
+        latest = self._newest_good_checkpoint(warn_state_file=False)
+        if latest:
+            checkpoint_guard.check_model_matches(self.model, latest, self.hparams,
+                                                 _newest_name(latest))
+            tf.train.Checkpoint(step=self.global_step).read(latest).expect_partial()
+        return self.step
+
+    def _newest_good_checkpoint(self, warn_state_file: bool = True) -> str | None:
+        """`checkpoint_guard.newest_good_checkpoint` of output_dir, remembered, so that a
+        checkpoint is read whole for damage once per process."""
+        # A damaged newest checkpoint (a save cut short) falls back to the previous one.
+        self._read_whole = checkpoint_guard.newest_good_checkpoint(
+            self.config.output_dir, warn_state_file=warn_state_file,
+            known_good=self._read_whole)
+        return self._read_whole
 
     def _restore_strictly(self, checkpoint: tf.train.Checkpoint, path: str,
                           resume: bool = False) -> None:
@@ -267,7 +292,7 @@ class Trainer:
         A resume also needs the whole optimizer state (else one warning when there is none:
         an import has none); evaluation does not.
         """
-        name = f"{path} (the newest checkpoint of --output_dir)"
+        name = _newest_name(path)
         checkpoint_guard.check_model_matches(self.model, path, self.hparams, name)
         status = checkpoint.restore(path)
         status.expect_partial()
@@ -320,7 +345,7 @@ class Trainer:
         Raises:
           UserError: (on every worker) naming what differs and the shared storage needed.
         """
-        latest = checkpoint_guard.newest_good_checkpoint(self.config.output_dir) if step else ""
+        latest = self._newest_good_checkpoint() if step else ""
         marker = b""
         if hasattr(self.problem, "dataset_filename") and self.data_dir:
             from t2t_lite.data_generators import data_marker
@@ -531,7 +556,7 @@ class Trainer:
         steps = self.train_step_fns = {
             (update, grads): self._make_train_step(iterator.element_spec, update, grads)
             for update in (True, False) for grads in {False, bool(summarize_grads)}}
-        stats = _Stats(step)
+        stats = summaries.TrainingStats(step)
         started = (step, time.time())  # for the run card
         self._stops_early = stop_when is not None  # the progress lines' ETA is an upper bound
         with StopSignals() as signals, self._lost_worker_is_one_line(manager):
@@ -616,7 +641,7 @@ class Trainer:
         return ("the training data order restarts with a new random shuffle, as in t2t "
                 "(--deterministic with --random_seed restores the input position instead)")
 
-    def _log_progress(self, stats: _Stats, step: int, grads=None) -> dict[str, float]:
+    def _log_progress(self, stats: summaries.TrainingStats, step: int, grads=None) -> dict[str, float]:
         values = stats.flush(step)
         values["learning_rate"] = float(self.optimizer.learning_rate(step - 1))
         logging.info(
@@ -847,36 +872,6 @@ def _decode(encoder, ids) -> str:
     return encoder.decode(ids)
 
 
-class _Stats:
-    """Training statistics between two progress lines.
-
-    Step outputs are kept as tensors and read only at `flush`, so that the host does not wait
-    for every step to finish before dispatching the next one (on accelerators).
-    """
-
-    def __init__(self, step: int):
-        self.start_step = step
-        self.start_time = time.time()
-        self.outputs: list[dict] = []
-
-    def add(self, out: dict) -> None:
-        self.outputs.append(out)
-
-    def flush(self, step: int) -> dict[str, float]:
-        values = {key: np.array([float(o[key]) for o in self.outputs])
-                  for key in ("loss", "tokens", "grad_norm")}
-        elapsed = max(time.time() - self.start_time, 1e-9)
-        tokens = float(values["tokens"].sum())
-        result = {
-            "loss": float((values["loss"] * values["tokens"]).sum()) / max(tokens, 1.0),
-            "global_norm/gradient_norm": float(values["grad_norm"].mean()),
-            "global_step/sec": (step - self.start_step) / elapsed,
-            "tokens/sec": tokens / elapsed,
-        }
-        self.__init__(step)
-        return result
-
-
 def create_trainer(
     problem: Any,
     hparams_set: str,
@@ -917,7 +912,8 @@ def create_trainer(
         exit), removes the temporary folders of a killed save and writes the run's files.
 
     Returns:
-      The Trainer (restored when it resumes a training run).
+      The Trainer (checked against the checkpoint, with its step, when it resumes a
+      training run: `train` restores it).
 
     Raises:
       UserError: hparams out of range (`validation.check_hparams`), a resume that changes
@@ -956,10 +952,9 @@ def create_trainer(
                               trainer.strategy.num_replicas_in_sync, training=False)
         return trainer
     if resume_from:
-        # Reads the checkpoint into this model before anything is written (train restores
-        # it again, with the input pipeline): a checkpoint that does not fit leaves the
-        # run's files as they were.
-        trainer.restore(check_only=True)
+        # Before anything is written: a checkpoint that does not fit leaves the run's files
+        # as they were (train restores it, with the input pipeline).
+        trainer.check_resume()
     trainer.run_lock = run_lock.acquire(config.output_dir)
     checkpoint_guard.remove_temp_folders(config.output_dir, CHECKPOINT_PREFIX)
     run_metadata.save_hparams(config.output_dir, hparams)
@@ -971,6 +966,11 @@ def create_trainer(
     if flag_values is not None:
         run_metadata.save_flags(config.output_dir, flag_values)
     return trainer
+
+
+def _newest_name(path: str) -> str:
+    """How errors name the checkpoint a run resumes from."""
+    return f"{path} (the newest checkpoint of --output_dir)"
 
 
 def setup_determinism(random_seed: int | None, deterministic: bool) -> None:

@@ -96,17 +96,12 @@ def _plan_t2t(model, reader) -> tuple[dict, WarmStartReport]:
     shapes = reader.get_variable_to_shape_map()
     wanted = t2t_checkpoint.t2t_variable_map(model)
     available = {n for n in shapes if not t2t_checkpoint.is_ignored(n)}
-    plan, missing, mismatched = {}, [], []
-    for name, variable in sorted(wanted.items()):
-        if name not in shapes:
-            missing.append(name)
-        elif tuple(shapes[name]) != tuple(variable.shape):
-            mismatched.append(f"{name}: checkpoint {list(shapes[name])} vs model "
-                              f"{list(variable.shape)}")
-        else:
-            plan[name] = (name, variable)
+    # t2t checkpoints key their tensors by the variables' t2t names.
+    found = checkpoint_guard.match_shapes(
+        {name: (name, variable) for name, variable in wanted.items()}, shapes)
     unused = sorted(available - set(wanted))
-    return plan, WarmStartReport("", "t2t", sorted(plan), missing, mismatched, unused)
+    return found["plan"], WarmStartReport("", "t2t", sorted(found["plan"]), found["missing"],
+                                          found["mismatched"], unused)
 
 
 def _plan_t2t_lite(model, reader) -> tuple[dict, WarmStartReport]:

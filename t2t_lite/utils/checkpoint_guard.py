@@ -206,13 +206,15 @@ def check_readable(path: str, flag: str = "checkpoint_path") -> str:
     return path
 
 
-def newest_good_checkpoint(directory: str, warn_state_file: bool = True) -> str | None:
+def newest_good_checkpoint(directory: str, warn_state_file: bool = True,
+                           known_good: str | None = None) -> str | None:
     """The newest checkpoint of `directory` that reads, warning about newer damaged ones.
 
     Checkpoints are found on disk (`checkpoints_newest_first`); a missing or damaged state
     file gives one warning line (unless `warn_state_file` is False: a training run repairs
     it and says so then). One that vanishes while it is checked (rotated away by a training
-    run) is skipped without a warning.
+    run) is skipped without a warning. `known_good`, a checkpoint this process has already
+    found readable, is not read again (its damage check reads every tensor).
 
     Returns:
       Its prefix, or None if the directory holds no checkpoint.
@@ -222,7 +224,7 @@ def newest_good_checkpoint(directory: str, warn_state_file: bool = True) -> str 
     """
     damaged = []
     for path in checkpoints_newest_first(directory):
-        reason = damage(path)
+        reason = None if path == known_good else damage(path)
         if reason is None:
             if damaged:
                 logging.warning(
@@ -351,26 +353,23 @@ def variable_name(variable) -> str:
     return getattr(variable, "path", None) or variable.name.removesuffix(":0")
 
 
-def match_model(model, reader) -> dict[str, Any]:
-    """Matches the model's variables with a t2t_lite checkpoint's `model` variables.
+def match_shapes(wanted: dict[str, tuple[str | None, Any]],
+                 shapes: dict[str, Any]) -> dict[str, Any]:
+    """Matches model variables with a checkpoint's tensors by key, then by shape.
 
     Args:
-      model: a built keras model.
-      reader: tf.train.load_checkpoint of a checkpoint with an object graph.
+      wanted: model variable name -> (its checkpoint key, None when the checkpoint has no
+        key for it; the variable).
+      shapes: the checkpoint's key -> shape (`reader.get_variable_to_shape_map()`).
 
     Returns:
-      {"plan": name -> (checkpoint key, variable) of the matching ones, "missing": model
-      variables the checkpoint lacks, "mismatched": "name: checkpoint [shape] vs model
-      [shape]", "unused": checkpoint model variables ("model/<attribute path>") the model
-      does not have}; the lists sorted.
+      {"plan": name -> (key, variable) of those of the checkpoint's shape, "missing": names
+      whose key the checkpoint lacks, "mismatched": "name: checkpoint [shape] vs model
+      [shape]", "used": the set of keys found, of either shape}; the lists sorted.
     """
-    shapes = reader.get_variable_to_shape_map()
-    keys = checkpoint_variables(reader)
     plan, missing, mismatched, used = {}, [], [], set()
-    for path, variable in model_variables(model):
-        name = variable_name(variable)
-        key = keys.get(path)
-        if key is None:
+    for name, (key, variable) in sorted(wanted.items()):
+        if key is None or key not in shapes:
             missing.append(name)
             continue
         used.add(key)
@@ -379,12 +378,30 @@ def match_model(model, reader) -> dict[str, Any]:
                               f"{list(variable.shape)}")
         else:
             plan[name] = (key, variable)
+    return {"plan": plan, "missing": missing, "mismatched": mismatched, "used": used}
+
+
+def match_model(model, reader) -> dict[str, Any]:
+    """Matches the model's variables with a t2t_lite checkpoint's `model` variables.
+
+    Args:
+      model: a built keras model.
+      reader: tf.train.load_checkpoint of a checkpoint with an object graph.
+
+    Returns:
+      `match_shapes`' plan, missing and mismatched, and "unused": the checkpoint's model
+      variables ("model/<attribute path>") that the model does not have, sorted.
+    """
+    keys = checkpoint_variables(reader)
+    found = match_shapes({variable_name(variable): (keys.get(path), variable)
+                          for path, variable in model_variables(model)},
+                         reader.get_variable_to_shape_map())
+    used = found.pop("used")
     unused_paths = {}
     for path, key in sorted(keys.items()):
         if key not in used:
             unused_paths.setdefault(key, "model/" + "/".join(path))
-    return {"plan": plan, "missing": sorted(missing), "mismatched": sorted(mismatched),
-            "unused": sorted(unused_paths.values())}
+    return {**found, "unused": sorted(unused_paths.values())}
 
 
 def names_text(names: list[str]) -> str:

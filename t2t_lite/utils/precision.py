@@ -20,20 +20,20 @@ class activation_policy:
     block (layers built there compute in that dtype; the previous policy is restored after).
 
     Args:
-      hparams: with `activation_dtype` ("float32", "float16" or "bfloat16") and
-        `weight_dtype` ("float32").
+      hparams: with `activation_dtype` ("float32", "float16" or "bfloat16"). (Weights are
+        float32: another `weight_dtype` is refused with the other unsupported hparams, by
+        `hparams_support.check_supported`.)
 
     Raises:
-      UserError: another activation_dtype or weight_dtype.
+      UserError: another activation_dtype.
     """
 
     def __init__(self, hparams: Any):
         activation = hparams_support.hparam(hparams, "activation_dtype")
-        weight = hparams_support.hparam(hparams, "weight_dtype")
-        if activation not in POLICIES or weight != "float32":
+        if activation not in POLICIES:
             raise UserError(
-                f"activation_dtype={activation!r}, weight_dtype={weight!r} is not supported; "
-                "use activation_dtype float32, float16 or bfloat16 with weight_dtype float32"
+                f"hparams activation_dtype={activation!r} is not supported; use float32, "
+                "float16 or bfloat16"
             )
         self.policy = POLICIES[activation]
 
