@@ -113,6 +113,13 @@ def check_exportable(hparams) -> bool:
     if hparams.ffn_layer != "dense_relu_dense":
         raise UserError(f"hparams.ffn_layer={hparams.ffn_layer!r} cannot be exported to "
                         "CTranslate2; use 'dense_relu_dense'")
+    attention_type = hparams.get("self_attention_type", "dot_product")
+    if attention_type != "dot_product":
+        # CTranslate2 has Shaw relative keys/values (OpenNMT-py's), but their equality with
+        # t2t's numerics (clipping, the decoding cache row) is not established here.
+        raise UserError(f"hparams self_attention_type={attention_type} cannot be exported to "
+                        "CTranslate2 (relative position attention is not mapped); use "
+                        "--export_format=saved_model")
     if hparams.pos not in ("timing", "none"):
         raise UserError(f"hparams.pos={hparams.pos!r} cannot be exported to CTranslate2; use "
                         "'timing' or 'none'")
