@@ -237,6 +237,18 @@ def test_heads_share_and_add_relative_to_values_change_nothing_as_in_t2t():
         np.testing.assert_array_equal(model(features).numpy(), expected)
 
 
+def test_layers_rebuild_from_their_config():
+    layer = _tiny().body.encoder.layer_0
+    config = layer.get_config()
+    assert (config["self_attention_type"], config["max_relative_position"]) == (
+        "dot_product_relative", 2)
+    attention = layer.self_attention
+    copy = type(attention).from_config(attention.get_config())
+    copy.build()
+    assert isinstance(copy, common_attention.MultiheadAttentionRelative)
+    assert [tuple(w.shape) for w in copy.weights] == [tuple(w.shape) for w in attention.weights]
+
+
 def test_attention_key_and_value_depths_must_match():
     with pytest.raises(ValueError, match="attention_key_channels == attention_value_channels"):
         _tiny("attention_value_channels=8")

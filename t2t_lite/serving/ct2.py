@@ -115,8 +115,9 @@ def check_exportable(hparams) -> bool:
                         "CTranslate2; use 'dense_relu_dense'")
     attention_type = hparams.get("self_attention_type", "dot_product")
     if attention_type != "dot_product":
-        # CTranslate2 has Shaw relative keys/values (OpenNMT-py's), but their equality with
-        # t2t's numerics (clipping, the decoding cache row) is not established here.
+        # CTranslate2's relative_position specs (Shaw keys/values, OpenNMT-py's) drop the
+        # position table, which is where the target-space row is added to every encoder
+        # position; folding it into the embeddings instead rounds differently from t2t.
         raise UserError(f"hparams self_attention_type={attention_type} cannot be exported to "
                         "CTranslate2 (relative position attention is not mapped); use "
                         "--export_format=saved_model")
