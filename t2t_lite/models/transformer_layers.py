@@ -146,9 +146,10 @@ class _TransformerLayer(keras.layers.Layer):
         **kwargs,
     ):
         super().__init__(**kwargs)
-        if self_attention_type not in ("dot_product", "dot_product_relative"):
+        implemented = hparams_support.SUPPORTED_VALUES["self_attention_type"][0]
+        if self_attention_type not in implemented:
             raise ValueError(f"hparams.self_attention_type={self_attention_type!r} is not "
-                             "supported; use 'dot_product' or 'dot_product_relative'")
+                             f"supported; use one of {implemented!r}")
         if ffn_layer != "dense_relu_dense":
             raise ValueError(
                 f"hparams.ffn_layer={ffn_layer!r} is not supported; use 'dense_relu_dense'"
