@@ -127,6 +127,25 @@ def test_t2t_checkpoint_imports_with_its_relative_embeddings(t2t_relative):
     assert set(relative) <= {w.path for w in model.weights}
 
 
+def test_import_t2t_run_directory_keeps_the_relative_hparams(t2t_relative, tmp_path):
+    """import_t2t's run directory: hparams.json records pos=None and the relative settings,
+    and a model rebuilt from it restores the checkpoint and gives t2t's logits."""
+    model, data, meta = t2t_relative
+    path = t2t_checkpoint.import_checkpoint(str(FIXTURE / "ckpt"), model.hparams,
+                                            str(tmp_path / "run"))
+    stored = json.loads((tmp_path / "run" / "hparams.json").read_text())
+    assert (stored["pos"], stored["self_attention_type"], stored["max_relative_position"]) == (
+        None, "dot_product_relative", 3)
+    hp = create_hparams(meta["hparams_set"], hparams_json_path=str(tmp_path / "run" /
+                                                                  "hparams.json"))
+    restored = Transformer(hp, 20, 20)
+    tf.train.Checkpoint(step=tf.Variable(0, dtype=tf.int64), model=restored).restore(
+        path).assert_existing_objects_matched()
+    logits = restored({"inputs": data["inputs"], "targets": data["targets"],
+                       "target_space_id": data["target_space_id"]})
+    np.testing.assert_allclose(logits.numpy(), data["logits"], atol=1e-5)
+
+
 def test_logits_equal_t2t(t2t_relative):
     model, data, _ = t2t_relative
     logits = model({"inputs": data["inputs"], "targets": data["targets"],
