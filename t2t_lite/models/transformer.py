@@ -574,8 +574,8 @@ class Transformer(keras.Model):
             fixed = buffer_length is not None
             # Beam search without XLA keeps keys/values in beam-slot storage (no per-step
             # reordering copies); XLA needs the fixed-size caches.
-            # Relative self-attention reads the positions of a hypothesis' own history, which
-            # the slot storage does not keep in order: its beam search reorders the caches.
+            # `_attend_beam_slots` has no relative-position terms: beam search of relative
+            # models reorders growing caches (t2t's way).
             relative = hparams_support.hparam(self.hparams, "self_attention_type") != "dot_product"
             slots = beam_size if beam_size > 1 and not fixed and not relative else None
             fn = self._fast_symbols_to_logits_fn(memory_kv, encdec_bias, buffers, matrices,
