@@ -330,3 +330,36 @@ def transformer_base_multistep8() -> HParams:
     hparams.optimizer = "multistep_adam"
     hparams.optimizer_multistep_accumulate_steps = 8
     return hparams
+
+
+@register_hparams
+def transformer_relative() -> HParams:
+    """transformer_base with relative position self-attention (Shaw et al. 2018) instead of
+    the sinusoid position signal: pos=None, max_relative_position 20."""
+    hparams = transformer_base()
+    hparams.pos = None
+    hparams.self_attention_type = "dot_product_relative"
+    hparams.max_relative_position = 20
+    return hparams
+
+
+@register_hparams
+def transformer_relative_tiny() -> HParams:
+    """transformer_relative at 2 layers, d=128, f=512, 4 heads."""
+    hparams = transformer_relative()
+    hparams.num_hidden_layers = 2
+    hparams.hidden_size = 128
+    hparams.filter_size = 512
+    hparams.num_heads = 4
+    return hparams
+
+
+@register_hparams
+def transformer_relative_big() -> HParams:
+    """transformer_big with relative position self-attention: pos=None,
+    max_relative_position 20."""
+    hparams = transformer_big()
+    hparams.pos = None
+    hparams.self_attention_type = "dot_product_relative"
+    hparams.max_relative_position = 20
+    return hparams

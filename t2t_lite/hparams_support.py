@@ -67,6 +67,8 @@ USED: dict[str, str] = {
     "length_bucket_step": "growth factor between the length buckets' boundaries",
     "max_input_seq_length": "inputs are truncated to this length (0: not truncated)",
     "max_length": "longest example kept in training (0: batch_size)",
+    "max_relative_position": "relative positions beyond +-this share one embedding "
+                             "(dot_product_relative: 2m+1 key and value embeddings per layer)",
     "max_target_seq_length": "targets are truncated to this length (0: not truncated)",
     "min_length": "shortest example kept",
     "min_length_bucket": "first length bucket boundary",
@@ -102,6 +104,8 @@ USED: dict[str, str] = {
     "sampling_keep_top_k": "sampling draws among the k most likely ids (-1: all)",
     "sampling_method": "greedy decoding takes the argmax or samples (random)",
     "sampling_temp": "temperature of sampling (0: argmax)",
+    "self_attention_type": "encoder/decoder self-attention: dot_product, or dot_product_relative "
+                           "(Shaw et al. relative positions, max_relative_position)",
     "shared_embedding": "inputs and targets share one embedding matrix",
     "shared_embedding_and_softmax_weights": "the target embedding is also the softmax "
                                             "matrix (equal vocab sizes)",
@@ -118,6 +122,10 @@ USED: dict[str, str] = {
 }
 
 NO_EFFECT: dict[str, str] = {
+    "add_relative_to_values": "read only by relative attention types other than "
+                              "dot_product_relative (which always adds the value embeddings)",
+    "heads_share_relative_embedding": "read only by relative attention types other than "
+                                      "dot_product_relative (whose tables all heads share)",
     "daisy_chain_variables": "places variables across GPUs",
     "use_custom_ops": "packs pack_dataset's examples with a custom op",
     "use_pad_remover": "removes padding before the feed-forward layers (same numbers)",
@@ -140,7 +148,6 @@ _SPLIT_TARGETS = "splitting long targets into chunks"
 _UNREAD = "t2t's Transformer does not read it"
 
 NOT_SUPPORTED: dict[str, tuple[Any, str]] = {
-    "add_relative_to_values": (False, "relative attention"),
     "area_key_mode": ("none", _AREA),
     "area_value_mode": ("none", _AREA),
     "attention_variables_3d": (False, "3-d attention variables"),
@@ -155,12 +162,10 @@ NOT_SUPPORTED: dict[str, tuple[Any, str]] = {
     "grad_noise_scale": (0.0, "gradient noise"),
     "gumbel_noise_weight": (0.0, "Gumbel noise in hard attention"),
     "hard_attention_k": (0, "hard attention"),
-    "heads_share_relative_embedding": (False, "relative attention"),
     "kernel_height": (3, _UNREAD),
     "kernel_width": (1, _UNREAD),
     "max_area_height": (1, _AREA),
     "max_area_width": (1, _AREA),
-    "max_relative_position": (0, "relative position attention"),
     "memory_height": (1, _AREA),
     "mixed_precision_optimizer_loss_scaler": ("exponential", "float16 without loss scaling"),
     "mlperf_mode": (False, "MLPerf logging and stopping"),
@@ -198,7 +203,6 @@ NOT_SUPPORTED: dict[str, tuple[Any, str]] = {
     "scheduled_sampling_prob": (0.0, _SCHEDULED_SAMPLING),
     "scheduled_sampling_warmup_schedule": ("exp", _SCHEDULED_SAMPLING),
     "scheduled_sampling_warmup_steps": (50000, _SCHEDULED_SAMPLING),
-    "self_attention_type": ("dot_product", "relative, local, ... self-attention"),
     "split_targets_chunk_length": (0, _SPLIT_TARGETS),
     "split_targets_max_chunks": (100, _SPLIT_TARGETS),
     "split_targets_strided_training": (False, _SPLIT_TARGETS),
@@ -212,10 +216,32 @@ NOT_SUPPORTED: dict[str, tuple[Any, str]] = {
 }
 
 
+# USED hparams of which t2t_lite implements only some of t2t's values: name -> (the values
+# accepted, what t2t does with the others). `check_supported` refuses the others by name.
+SUPPORTED_VALUES: dict[str, tuple[tuple[Any, ...], str]] = {
+    "self_attention_type": (
+        ("dot_product", "dot_product_relative"),
+        "dot_product_relative_v2, local and other self-attention types"),
+}
+
+
 def check_supported(hparams: HParams) -> None:
     """Raises HParamsError (a ValueError; one line naming the hparam, which entry points
     print without a traceback) for the first `NOT_SUPPORTED` hparam whose value is not the
-    accepted one. Hparams absent from `hparams` are skipped."""
+    accepted one, or `SUPPORTED_VALUES` hparam whose value is not among the accepted ones.
+    Hparams absent from `hparams` are skipped."""
+    for name, (accepted_values, use) in SUPPORTED_VALUES.items():
+        if name in hparams and hparams.get(name) not in accepted_values:
+            raise HParamsError(
+                f"hparams.{name}={hparams.get(name)!r} is not supported by t2t_lite (t2t: "
+                f"{use}); use one of {accepted_values!r}"
+            )
+    if (hparams.get("self_attention_type") == "dot_product_relative"
+            and not hparams.get("max_relative_position")):
+        raise HParamsError(
+            f"hparams.max_relative_position={hparams.get('max_relative_position')!r} is not "
+            "supported with self_attention_type=dot_product_relative (t2t: an error); set it "
+            "> 0")
     for name, (accepted, use) in NOT_SUPPORTED.items():
         if name in hparams and hparams.get(name) != accepted:
             raise HParamsError(

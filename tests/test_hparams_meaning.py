@@ -341,6 +341,11 @@ MEANINGS: dict[str, _Entry] = {
         max(_lengths(o, "targets")) == 4 < max(_lengths(b, "targets")))),
     "min_length": _Entry(5, train_examples, _DATA, expect=lambda b, o: (
         min(_example_lengths(o)) >= 5 > min(_example_lengths(b)))),
+    "max_relative_position": _Entry(
+        3, variables, {"self_attention_type": "dot_product_relative", "max_relative_position": 2},
+        expect=lambda b, o: (
+            _shapes(b, "relative_positions_keys/embeddings")[0][0] == 5
+            and _shapes(o, "relative_positions_keys/embeddings")[0][0] == 7)),
     "min_length_bucket": _Entry(2, eval_batches, _DATA),
     "mixed_precision_optimizer_init_loss_scale": _Entry(
         2, loss_scale, {"activation_dtype": "float16"}, expect=lambda b, o: (b, o) == (2.0**15, 2.0)),
@@ -383,6 +388,11 @@ MEANINGS: dict[str, _Entry] = {
     "sampling_method": _Entry("random", distinct_decodes, expect=lambda b, o: b == 1 and o > 1),
     "sampling_temp": _Entry(0.0, distinct_decodes, _SAMPLING,
                             expect=lambda b, o: b > 1 and o == 1),
+    "self_attention_type": _Entry(
+        "dot_product_relative", variables, {"max_relative_position": 2}, expect=lambda b, o: (
+            _has(o, "self_attention/multihead_attention/dot_product_attention_relative/")
+            and not _has(o, "encdec_attention/multihead_attention/dot_product_attention_relative")
+            and not _has(b, "relative_positions"))),
     "shared_embedding": _Entry(True, variables, {"shared_embedding_and_softmax_weights": False}),
     "shared_embedding_and_softmax_weights": _Entry(False, variables),
     "summarize_grads": _Entry(True, training_summary_tags, expect=lambda b, o: (

@@ -179,19 +179,22 @@ _OTHER_VALUES = {
     "layer_preprocess_sequence": "none", "layer_postprocess_sequence": "dan",
     "norm_type": "none", "optimizer": "multistep_adam", "pos": "none",
     "multiply_embedding_mode": "none", "learning_rate_schedule": "constant",
-    "activation_dtype": "bfloat16",
+    "activation_dtype": "bfloat16", "self_attention_type": "dot_product_relative",
 }
 # Hparams whose effect shows only beside another setting: (extra base override).
 _WHEN = {"shared_embedding": "shared_embedding_and_softmax_weights=False",
          "optimizer": "optimizer_multistep_accumulate_steps=2",
          "optimizer_multistep_accumulate_steps": "optimizer=multistep_adam,"
-                                                 "optimizer_multistep_accumulate_steps=2"}
+                                                 "optimizer_multistep_accumulate_steps=2",
+         "self_attention_type": "max_relative_position=2",
+         "max_relative_position": "self_attention_type=dot_product_relative,"
+                                  "max_relative_position=2"}
 # A sample of the hparams safe to change on resume (every name outside the two lists is).
 _SAFE_SAMPLE = ("learning_rate_constant", "learning_rate_schedule", "learning_rate_warmup_steps",
                 "batch_size", "label_smoothing", "relu_dropout", "optimizer_adam_beta2",
                 "optimizer_multistep_accumulate_steps", "activation_dtype", "initializer_gain")
 # Those with a single value in t2t_lite today: nothing to build.
-_SINGLE_VALUE = ("ffn_layer", "max_relative_position", "self_attention_type")
+_SINGLE_VALUE = ("ffn_layer",)
 
 
 def _other_value(name, value):

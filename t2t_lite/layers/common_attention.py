@@ -572,3 +572,280 @@ def _write_cache(cache: tf.Tensor, new: tf.Tensor, step) -> tf.Tensor:
     slots = tf.range(tf.shape(cache)[2])
     mask = tf.reshape(tf.equal(slots, step), [1, 1, -1, 1])
     return tf.where(mask, new, cache)
+
+
+# ---------------------------------------------------------------------------------------------
+# Relative position self-attention (Shaw et al. 2018): t2t's `dot_product_attention_relative`,
+# i.e. hparams.self_attention_type="dot_product_relative".
+
+
+def _generate_relative_positions_matrix(length_q, length_k, max_relative_position: int,
+                                        cache: bool = False) -> tf.Tensor:
+    """t2t's matrix of relative positions `key - query`, clipped to +-max_relative_position
+    and shifted to be >= 0 (an index into 2 * max_relative_position + 1 embeddings).
+
+    Args:
+      length_q: Lq (int or scalar tensor); the queries are the last Lq of the Lk positions.
+      length_k: Lk.
+      max_relative_position: m > 0.
+      cache: t2t's decoding branch: the one query is the last position (Lk - 1).
+
+    Returns:
+      int32 [Lq, Lk] (or [1, Lk] with `cache`) with values in [0, 2m].
+    """
+    if not cache:
+        range_vec_k = tf.range(length_k)
+        range_vec_q = range_vec_k[-length_q:]
+        distance_mat = range_vec_k[tf.newaxis, :] - range_vec_q[:, tf.newaxis]
+    else:
+        distance_mat = tf.expand_dims(tf.range(-length_k + 1, 1, 1), 0)
+    distance_mat_clipped = tf.clip_by_value(distance_mat, -max_relative_position,
+                                            max_relative_position)
+    # Shifted to >= 0: each integer still identifies one (clipped) relative position.
+    return distance_mat_clipped + max_relative_position
+
+
+def _relative_positions_matrix_at_step(length_k, step, max_relative_position: int) -> tf.Tensor:
+    """The cache branch's row for a fixed-size cache: the query at position `step` against
+    the key slots 0..Lk-1 (slots after `step` are masked by the caller's bias). For
+    `step = Lk - 1` it equals `_generate_relative_positions_matrix(1, Lk, m, cache=True)`.
+
+    Returns:
+      int32 [1, Lk].
+    """
+    distance = tf.range(length_k)[tf.newaxis, :] - tf.cast(step, tf.int32)
+    return tf.clip_by_value(distance, -max_relative_position,
+                            max_relative_position) + max_relative_position
+
+
+def _generate_relative_positions_embeddings(relative_positions_matrix: tf.Tensor,
+                                            embeddings_table: tf.Tensor) -> tf.Tensor:
+    """t2t's embedding of each relative position (the table, t2t's variable
+    `<name>/embeddings`, is owned by a `RelativePositionEmbeddings` layer here).
+
+    Args:
+      relative_positions_matrix: int32 [Lq or 1, Lk] from `_generate_relative_positions_matrix`.
+      embeddings_table: [2m + 1, d].
+
+    Returns:
+      [Lq or 1, Lk, d].
+    """
+    return tf.gather(embeddings_table, relative_positions_matrix)
+
+
+def _relative_attention_inner(x: tf.Tensor, y: tf.Tensor, z: tf.Tensor,
+                              transpose: bool) -> tf.Tensor:
+    """t2t's relative attention inner product: `x yᵀ + x zᵀ` (transpose) or `x y + x z`,
+    where z depends on the query position but not on batch or head, so x is regrouped by
+    query position for one batched matmul with z.
+
+    Args:
+      x: [B, H, Lq, d] queries (transpose) or [B, H, Lq, Lk] weights.
+      y: [B, H, Lk, d] keys or values.
+      z: [Lq, Lk, d] relative embeddings.
+      transpose: True for the logits (x has depth last), False for the output.
+
+    Returns:
+      [B, H, Lq, Lk] (transpose) or [B, H, Lq, d].
+    """
+    batch_size = tf.shape(x)[0]
+    heads = x.shape[1]
+    length = tf.shape(x)[2]
+    xy_matmul = tf.matmul(x, y, transpose_b=transpose)
+    x_t = tf.transpose(x, [2, 0, 1, 3])  # [Lq, B, H, *]
+    x_t_r = tf.reshape(x_t, [length, heads * batch_size, -1])
+    x_tz_matmul = tf.matmul(x_t_r, tf.cast(z, x.dtype), transpose_b=transpose)
+    x_tz_matmul_r = tf.reshape(x_tz_matmul, [length, batch_size, heads, -1])
+    x_tz_matmul_r_t = tf.transpose(x_tz_matmul_r, [1, 2, 0, 3])
+    return xy_matmul + x_tz_matmul_r_t
+
+
+def dot_product_attention_relative(
+    q: tf.Tensor,
+    k: tf.Tensor,
+    v: tf.Tensor,
+    bias: tf.Tensor | None,
+    max_relative_position: int,
+    keys_table: tf.Tensor,
+    values_table: tf.Tensor,
+    dropout: keras.layers.Layer | None = None,
+    training: bool | None = None,
+    cache: bool = False,
+    decode_step=None,
+) -> tuple[tf.Tensor, tf.Tensor]:
+    """t2t's relative position-aware dot-product self-attention.
+
+    `logits[i, j] = q_i · (k_j + a_K[clip(j - i)])`, softmax, then
+    `out_i = sum_j w_ij (v_j + a_V[clip(j - i)])`, with the tables a_K, a_V of
+    2m + 1 rows indexed by the clipped relative position. As in t2t the dropout on the
+    weights has no broadcast dims (t2t passes none to this function).
+
+    Args:
+      q: [B, H, Lq, d] (already scaled by d ** -0.5); Lq = Lk, or 1 with `cache`.
+      k: [B, H, Lk, d].
+      v: [B, H, Lk, d] (the same per-head depth as the keys: t2t's tables have the keys').
+      bias: additive bias broadcastable to [B, H, Lq, Lk], or None.
+      max_relative_position: m > 0.
+      keys_table, values_table: [2m + 1, d] (t2t's relative_positions_keys/embeddings,
+        relative_positions_values/embeddings).
+      dropout: a `common_layers.Dropout` for the weights (training only), or None.
+      training: enables dropout.
+      cache: decoding one position: the query is the last key position (t2t's cache branch).
+      decode_step: with `cache`, the query's position in a fixed-size cache of Lk slots
+        (t2t_lite's XLA decoder); None: the last position.
+
+    Returns:
+      (output [B, H, Lq, d], weights [B, H, Lq, Lk] before dropout).
+    """
+    if not max_relative_position:
+        raise ValueError(f"max_relative_position ({max_relative_position}) should be > 0 when "
+                         "using relative self attention")
+    length_k = tf.shape(k)[2]
+    if cache and decode_step is not None:
+        positions = _relative_positions_matrix_at_step(length_k, decode_step,
+                                                       max_relative_position)
+    else:
+        # t2t: without memory, the query length is the key length (self-attention).
+        positions = _generate_relative_positions_matrix(length_k, length_k,
+                                                        max_relative_position, cache=cache)
+    relations_keys = _generate_relative_positions_embeddings(positions, keys_table)
+    relations_values = _generate_relative_positions_embeddings(positions, values_table)
+    logits = _relative_attention_inner(q, k, relations_keys, True)
+    if bias is not None:
+        logits += tf.cast(bias, logits.dtype)
+    weights = tf.nn.softmax(logits)
+    dropped = weights if dropout is None else dropout(weights, training=training)
+    return _relative_attention_inner(dropped, v, relations_values, False), weights
+
+
+class RelativePositionEmbeddings(keras.layers.Layer):
+    """One table of relative position embeddings (t2t scope "relative_positions_keys" or
+    "relative_positions_values", variable "embeddings").
+
+    Args:
+      max_relative_position: m; the table has 2m + 1 rows.
+      depth: d, the per-head key depth.
+      initializer: the model's default initializer (t2t's get_variable default).
+    """
+
+    def __init__(self, max_relative_position: int, depth: int, initializer, **kwargs):
+        super().__init__(**kwargs)
+        self.max_relative_position = int(max_relative_position)
+        self.depth = int(depth)
+        self.initializer = keras.initializers.get(initializer)
+
+    def build(self, input_shape=None) -> None:
+        self.embeddings = self.add_weight(
+            name="embeddings", shape=(2 * self.max_relative_position + 1, self.depth),
+            initializer=common_layers.fresh_initializer(self.initializer))
+
+    def get_config(self) -> dict:
+        config = super().get_config()
+        config.update(max_relative_position=self.max_relative_position, depth=self.depth,
+                      initializer=keras.initializers.serialize(self.initializer))
+        return config
+
+
+class MultiheadAttentionRelative(MultiheadAttention):
+    """t2t's `multihead_attention` with attention_type="dot_product_relative": the q, k, v
+    and output projections of `MultiheadAttention`, and `dot_product_attention_relative`
+    with two tables [2m + 1, Dk/H] under ".../multihead_attention/
+    dot_product_attention_relative/relative_positions_{keys,values}/embeddings".
+
+    Self-attention only (t2t uses it for encoder and decoder self-attention). Decoding
+    caches: a growing cache (t2t's, no `decode_step`) or a fixed-size one with `decode_step`
+    as in `MultiheadAttention`; not the beam-slot storage (beam search reorders a growing
+    cache instead).
+
+    Args:
+      num_heads, hidden_size, key_depth, value_depth, dropout, kernel_initializer, name: as
+        `MultiheadAttention` (t2t's relative attention has no dropout broadcast dims and no
+        fused kernel).
+      max_relative_position: m > 0 (hparams.max_relative_position).
+    """
+
+    def __init__(self, num_heads: int, hidden_size: int, max_relative_position: int,
+                 key_depth: int = 0, value_depth: int = 0, dropout: float = 0.0,
+                 kernel_initializer="glorot_uniform", name: str = "multihead_attention",
+                 **kwargs):
+        kwargs.pop("dropout_broadcast_dims", None)
+        kwargs.pop("fused", None)
+        super().__init__(num_heads, hidden_size, key_depth=key_depth, value_depth=value_depth,
+                         dropout=dropout, dropout_broadcast_dims=(),
+                         kernel_initializer=kernel_initializer, fused=False, name=name,
+                         **kwargs)
+        if int(max_relative_position) <= 0:
+            raise ValueError(
+                f"hparams.max_relative_position={max_relative_position} must be > 0 with "
+                "self_attention_type=dot_product_relative")
+        if self.key_depth != self.value_depth:
+            # t2t builds both tables with the keys' depth; other value depths fail there.
+            raise ValueError(
+                "self_attention_type=dot_product_relative needs attention_key_channels == "
+                f"attention_value_channels (got {self.key_depth} and {self.value_depth})")
+        self.max_relative_position = int(max_relative_position)
+        depth = self.key_depth // self.num_heads
+        self.relative_positions_keys = RelativePositionEmbeddings(
+            self.max_relative_position, depth, self.kernel_initializer,
+            name="relative_positions_keys")
+        self.relative_positions_values = RelativePositionEmbeddings(
+            self.max_relative_position, depth, self.kernel_initializer,
+            name="relative_positions_values")
+
+    def build(self, query_shape: Sequence[int | None] | None = None) -> None:
+        super().build(query_shape)
+        # t2t's scope of the tables inside multihead_attention.
+        with keras.name_scope("dot_product_attention_relative"):
+            self.relative_positions_keys.build()
+            self.relative_positions_values.build()
+
+    def call(self, query: tf.Tensor, memory: tf.Tensor | None = None,
+             bias: tf.Tensor | None = None, memory_kv: dict[str, tf.Tensor] | None = None,
+             cache: dict[str, tf.Tensor] | None = None, decode_step=None,
+             training: bool | None = None, return_attention_scores: bool = False):
+        """Relative self-attention of `query` over itself.
+
+        Args:
+          query: [B, L, D] ([B, 1, D] with a cache).
+          memory, memory_kv: must be None (self-attention only).
+          bias: additive bias broadcastable to [B, H, L, L] ([1, 1, 1, M] for a fixed-size
+            cache, None for a growing one).
+          cache: {"k", "v"} [B, H, T or M, D/H] decode cache (see `MultiheadAttention`).
+          decode_step: int32 scalar slot of a fixed-size cache; None appends.
+          training: enables dropout.
+          return_attention_scores: also return the weights [B, H, L, L] (not with a cache).
+
+        Returns:
+          [B, L, D]; with a cache ([B, 1, D], updated cache); with
+          `return_attention_scores` ([B, L, D], weights).
+        """
+        if memory is not None or memory_kv is not None:
+            raise ValueError("dot_product_relative attention is for self-attention only")
+        if cache is not None and ("slot_mask" in cache or return_attention_scores):
+            raise ValueError("relative attention decodes with a growing or fixed-size cache "
+                             "and returns no attention scores with one")
+        if cache is not None:
+            (q,), (k,), (v,) = (self._project(query, p) for p in (self.q, self.k, self.v))
+            k = _write_cache(cache["k"], split_heads(k, self.num_heads), decode_step)
+            v = _write_cache(cache["v"], split_heads(v, self.num_heads), decode_step)
+        else:
+            q, k, v = self._project(query, self.q, self.k, self.v)
+            k, v = split_heads(k, self.num_heads), split_heads(v, self.num_heads)
+        depth_per_head = self.key_depth // self.num_heads
+        q = split_heads(q, self.num_heads) * tf.cast(depth_per_head**-0.5, q.dtype)
+        x, weights = dot_product_attention_relative(
+            q, k, v, bias, self.max_relative_position,
+            self.relative_positions_keys.embeddings, self.relative_positions_values.embeddings,
+            dropout=self.dropout, training=training, cache=cache is not None,
+            decode_step=decode_step)
+        (y,) = self._project(combine_heads(x), self.output_transform)
+        if return_attention_scores:
+            return y, weights
+        return y if cache is None else (y, {"k": k, "v": v})
+
+    def get_config(self) -> dict:
+        config = super().get_config()
+        config.pop("dropout_broadcast_dims", None)
+        config.pop("fused", None)
+        config["max_relative_position"] = self.max_relative_position
+        return config

@@ -70,6 +70,12 @@ def _attention_names(scope: str, pre, attention, post) -> dict[str, keras.Variab
     names = _prepostprocess_names(scope, pre)
     for dense in (attention.q, attention.k, attention.v, attention.output_transform):
         names[f"{scope}/multihead_attention/{dense.name}/kernel"] = dense.kernel
+    # self_attention_type=dot_product_relative: t2t's two tables of relative positions.
+    for table in (getattr(attention, "relative_positions_keys", None),
+                  getattr(attention, "relative_positions_values", None)):
+        if table is not None:
+            names[f"{scope}/multihead_attention/dot_product_attention_relative/{table.name}/"
+                  "embeddings"] = table.embeddings
     names.update(_prepostprocess_names(scope, post))
     return names
 

@@ -66,7 +66,8 @@ def _check_hparams(hparams) -> None:
             f"hparams.hidden_size={hparams.hidden_size} is not divisible by "
             f"hparams.num_heads={hparams.num_heads}"
         )
-    if hparams.pos not in ("timing", "none"):
+    # None is t2t's `pos` of the relative sets: no position signal, as "none".
+    if hparams.pos not in ("timing", "none", None):
         raise ValueError(
             f"hparams.pos={hparams.pos!r} is not supported; use one of ('timing', 'none')")
 
@@ -573,7 +574,10 @@ class Transformer(keras.Model):
             fixed = buffer_length is not None
             # Beam search without XLA keeps keys/values in beam-slot storage (no per-step
             # reordering copies); XLA needs the fixed-size caches.
-            slots = beam_size if beam_size > 1 and not fixed else None
+            # `_attend_beam_slots` has no relative-position terms: beam search of relative
+            # models reorders growing caches (t2t's way).
+            relative = hparams_support.hparam(self.hparams, "self_attention_type") != "dot_product"
+            slots = beam_size if beam_size > 1 and not fixed and not relative else None
             fn = self._fast_symbols_to_logits_fn(memory_kv, encdec_bias, buffers, matrices,
                                                  fixed_cache=fixed, beam_slots=slots)
             if slots:

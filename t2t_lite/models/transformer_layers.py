@@ -80,6 +80,8 @@ LAYER_HPARAMS = (
     "norm_type",
     "norm_epsilon",
     "use_fused_kernels",
+    "self_attention_type",
+    "max_relative_position",
 )
 
 
@@ -113,6 +115,9 @@ class _TransformerLayer(keras.layers.Layer):
       norm_epsilon: layer norm epsilon.
       use_fused_kernels: the hand-written kernels of `fused_ops` (t2t_lite's own hparam);
         False: plain TensorFlow ops, the same dropout masks.
+      self_attention_type: "dot_product", or "dot_product_relative" (t2t's relative position
+        self-attention; encoder-decoder attention stays dot_product, as in t2t).
+      max_relative_position: clipping distance of dot_product_relative.
       kernel_initializer: initializer of every kernel (the model's default initializer).
     """
 
@@ -135,10 +140,16 @@ class _TransformerLayer(keras.layers.Layer):
         norm_type: str = "layer",
         norm_epsilon: float = 1e-6,
         use_fused_kernels: bool = True,
+        self_attention_type: str = "dot_product",
+        max_relative_position: int = 0,
         kernel_initializer="glorot_uniform",
         **kwargs,
     ):
         super().__init__(**kwargs)
+        implemented = hparams_support.SUPPORTED_VALUES["self_attention_type"][0]
+        if self_attention_type not in implemented:
+            raise ValueError(f"hparams.self_attention_type={self_attention_type!r} is not "
+                             f"supported; use one of {implemented!r}")
         if ffn_layer != "dense_relu_dense":
             raise ValueError(
                 f"hparams.ffn_layer={ffn_layer!r} is not supported; use 'dense_relu_dense'"
@@ -165,6 +176,8 @@ class _TransformerLayer(keras.layers.Layer):
             "norm_type": norm_type,
             "norm_epsilon": float(norm_epsilon),
             "use_fused_kernels": bool(use_fused_kernels),
+            "self_attention_type": self_attention_type,
+            "max_relative_position": int(max_relative_position),
         }
 
     def _preprocess(self) -> common_layers.LayerPrepostprocess:
@@ -192,6 +205,21 @@ class _TransformerLayer(keras.layers.Layer):
             dropout_broadcast_dims=a["attention_dropout_broadcast_dims"],
             kernel_initializer=self.kernel_initializer,
             fused=a["use_fused_kernels"],
+        )
+
+    def _self_attention(self) -> common_attention.MultiheadAttention:
+        """The self-attention of `self_attention_type` (t2t passes it to self-attention only)."""
+        a = self._args
+        if a["self_attention_type"] != "dot_product_relative":
+            return self._attention()
+        return common_attention.MultiheadAttentionRelative(
+            a["num_heads"],
+            a["hidden_size"],
+            a["max_relative_position"],
+            key_depth=a["attention_key_channels"],
+            value_depth=a["attention_value_channels"],
+            dropout=a["attention_dropout"],
+            kernel_initializer=self.kernel_initializer,
         )
 
     def _ffn(self) -> common_layers.DenseReluDense:
@@ -232,7 +260,7 @@ class TransformerEncoderLayer(_TransformerLayer):
     def __init__(self, hidden_size: int, num_heads: int, filter_size: int, **kwargs):
         super().__init__(hidden_size, num_heads, filter_size, **kwargs)
         self.self_attention_pre = self._preprocess()
-        self.self_attention = self._attention()
+        self.self_attention = self._self_attention()
         self.self_attention_post = self._postprocess()
         self.ffn_pre = self._preprocess()
         self.ffn = self._ffn()
@@ -277,7 +305,7 @@ class TransformerDecoderLayer(_TransformerLayer):
     def __init__(self, hidden_size: int, num_heads: int, filter_size: int, **kwargs):
         super().__init__(hidden_size, num_heads, filter_size, **kwargs)
         self.self_attention_pre = self._preprocess()
-        self.self_attention = self._attention()
+        self.self_attention = self._self_attention()
         self.self_attention_post = self._postprocess()
         self.encdec_attention_pre = self._preprocess()
         self.encdec_attention = self._attention()

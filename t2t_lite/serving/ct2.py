@@ -113,6 +113,14 @@ def check_exportable(hparams) -> bool:
     if hparams.ffn_layer != "dense_relu_dense":
         raise UserError(f"hparams.ffn_layer={hparams.ffn_layer!r} cannot be exported to "
                         "CTranslate2; use 'dense_relu_dense'")
+    attention_type = hparams.get("self_attention_type", "dot_product")
+    if attention_type != "dot_product":
+        # CTranslate2's relative_position specs (Shaw keys/values, OpenNMT-py's) drop the
+        # position table, which is where the target-space row is added to every encoder
+        # position; folding it into the embeddings instead rounds differently from t2t.
+        raise UserError(f"hparams self_attention_type={attention_type} cannot be exported to "
+                        "CTranslate2 (relative position attention is not mapped); use "
+                        "--export_format=saved_model")
     if hparams.pos not in ("timing", "none"):
         raise UserError(f"hparams.pos={hparams.pos!r} cannot be exported to CTranslate2; use "
                         "'timing' or 'none'")

@@ -21,8 +21,7 @@ from t2t_lite.errors import UserError
 # the optimizer's slots, the gradient accumulators): `models/transformer.py` and
 # `training/optimize.py` build them from these. tests/test_run_metadata.py builds a tiny model
 # with each changed and checks the variables change (shared_embedding: when the softmax is not
-# shared). max_relative_position and ffn_layer have a single supported value today; they
-# would add or replace weights.
+# shared). ffn_layer has a single supported value today; it would replace weights.
 CHANGES_VARIABLES = (
     "attention_key_channels",
     "attention_value_channels",
@@ -37,6 +36,7 @@ CHANGES_VARIABLES = (
     "num_encoder_layers",
     "num_hidden_layers",
     "optimizer",
+    "self_attention_type",
     "shared_embedding",
     "shared_embedding_and_softmax_weights",
     "symbol_modality_num_shards",
@@ -50,7 +50,6 @@ CHANGES_COMPUTATION = (
     "norm_epsilon",
     "num_heads",
     "pos",
-    "self_attention_type",
 )
 # Flags that name what was trained.
 RUN_IDENTITY = ("problem", "model", "hparams_set")
