@@ -28,9 +28,11 @@ two FFN matmuls and the softmax layer, each forward and its two gradient matmuls
 how many the step runs) and prints the step's FLOP rate as a fraction of that rate: how close
 the step comes to its own matmuls run back to back. `--no_baseline` skips the plain Keras
 model (slow on 2 cores at transformer_base); `--profile_steps N` traces N more steps of each
-dtype with `tf.profiler` and prints their op time by op type and by op name.
+dtype with `tf.profiler` and prints their op time by category (matmuls, dropout masks, casts,
+layer norms, optimizer, ...), by op type and by op name.
 """
 import argparse
+import collections
 import math
 import os
 import sys
@@ -271,18 +273,53 @@ def _time(step, count: int) -> float:
     return (time.perf_counter() - start) / count
 
 
+# Op types of the matmuls whose FLOPs `train_flops` counts (oneDNN's kernels on this CPU).
+_MATMUL_TYPES = ("MatMul", "_MklMatMul", "_MklNativeFusedMatMul", "_MklFusedMatMul",
+                 "BatchMatMulV2", "_MklBatchMatMulV2")
+
+
+def op_category(op_name: str, op_type: str) -> str:
+    """A profiled op's share of the step: the matmuls or one kind of overhead around them."""
+    if op_name.startswith("adam") or "VariableOp" in op_type or op_type.startswith("ResourceApply"):
+        return "optimizer update (Adam, float32)"
+    if op_type in _MATMUL_TYPES:
+        return "matmuls (counted FLOPs)"
+    if op_type.startswith("StatelessRandom"):
+        return "dropout masks (Philox draws)"
+    if op_type == "Cast":
+        return "casts"
+    if op_type in ("Transpose", "_MklTranspose", "SplitV", "Split", "ConcatV2", "Slice",
+                   "StridedSlice", "Pack", "TensorListConcatV2"):
+        return "layout (head transposes, split, concat)"
+    if "layer_norm" in op_name:
+        return "layer norms (forward + backward, float32 statistics)"
+    if op_name.startswith(("while/", "softmax_cross_entropy_grad")):
+        return "softmax layer: chunk loss (float32) besides its matmuls"
+    if "stateless_random_uniform" in op_name or "dropout" in op_name:
+        return "dropout apply (masks: compare, select, scale; forward + backward)"
+    return "other elementwise / reductions (attention softmax, residual, relu, bias " \
+           "gradients, gradient norm)"
+
+
 def profile_steps(step, count: int) -> tuple:
-    """(seconds by op type, seconds by op name) per step of `count` traced calls of `step`."""
-    from profile_train_step import xplane_op_times
+    """Op time per step of `count` traced calls of `step` (summed over threads):
+    (seconds by op type, by op name and type of the ops other than matmuls, by
+    `op_category`)."""
+    from profile_train_step import xplane_op_events
 
     logdir = tempfile.mkdtemp(prefix="bench_training_profile_")
     tf.profiler.experimental.start(logdir)
     for _ in range(count):
         step()
     tf.profiler.experimental.stop()
-    by_type, by_name = xplane_op_times(logdir)
-    return ({k: v / count for k, v in by_type.items()},
-            {k: v / count for k, v in by_name.items()})
+    tables = collections.Counter(), collections.Counter(), collections.Counter()
+    for op_name, op_type, seconds in xplane_op_events(logdir):
+        category = op_category(op_name, op_type)
+        tables[0][op_type] += seconds / count
+        if not category.startswith("matmuls"):  # the matmuls are in the by-type table
+            tables[1][f"{op_name} ({op_type})"] += seconds / count
+        tables[2][category] += seconds / count
+    return tables
 
 
 def print_profile(title: str, seconds: dict, top: int = 25) -> None:
@@ -370,9 +407,10 @@ def main():
                     median = np.median(times["t2t_lite"]) / np.median(seconds)
                     print(f"{name:17s} {impl} / t2t_lite float32 speed: {ratio:.2f}x "
                           f"(medians {median:.2f}x)", flush=True)
-        for impl, (by_type, by_name) in profiles.items():
+        for impl, (by_type, by_name, by_category) in profiles.items():
+            print_profile(f"{name} {impl}, by category", by_category)
             print_profile(f"{name} {impl}, by op type", by_type)
-            print_profile(f"{name} {impl}, by op name", by_name)
+            print_profile(f"{name} {impl}, ops other than matmuls, by op name", by_name, 40)
 
 
 if __name__ == "__main__":
