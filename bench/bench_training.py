@@ -2,7 +2,7 @@
 
     python bench/bench_training.py [--hparams_sets transformer_tiny,transformer_base]
         [--batch_tokens 4096,1024] [--length 32] [--vocab_size 8192] [--steps 10,2]
-        [--rounds 3]
+        [--rounds 3] [--dtypes float32[,bfloat16]] [--no_baseline] [--profile_steps N]
 
 For each hparams set (with its own dropout and label smoothing), both implementations train
 on the same synthetic batch (`batch_tokens / length` sequences of `length` source and target
@@ -19,8 +19,20 @@ Both are traced and warmed up, then timed in `rounds` interleaved rounds of `ste
 tokens), steps/s, the model FLOP rate (analytic count of the matmuls and attention products,
 x3 for forward + backward) and its fraction of the machine's fp32 matmul peak, measured in the
 same run with a large `tf.matmul`.
+
+`--dtypes float32,bfloat16` times the t2t_lite step once per `activation_dtype` (t2t's mixed
+precision: float32 weights, activations in the dtype), interleaved with the others, and
+prints each dtype's speed against float32. For every dtype it also times `tf.matmul` on the
+model's own shapes at the batch used (`model_matmul_rate`: the Q/K/V/output projections, the
+two FFN matmuls and the softmax layer, each forward and its two gradient matmuls, weighted by
+how many the step runs) and prints the step's FLOP rate as a fraction of that rate: how close
+the step comes to its own matmuls run back to back. `--no_baseline` skips the plain Keras
+model (slow on 2 cores at transformer_base); `--profile_steps N` traces N more steps of each
+dtype with `tf.profiler` and prints their op time by category (matmuls, dropout masks, casts,
+layer norms, optimizer, ...), by op type and by op name.
 """
 import argparse
+import collections
 import math
 import os
 import sys
@@ -56,6 +68,51 @@ def matmul_peak(n: int = 2048, repeats: int = 5, inner: int = 10) -> float:
         chain(a).numpy()
         best = min(best, time.perf_counter() - start)
     return 2.0 * n**3 * inner / best
+
+
+def model_matmul_shapes(hp: HParams, batch: int, length: int,
+                        vocab: int) -> dict[str, tuple[int, int, int, int]]:
+    """The matmuls that `train_flops` counts (attention products aside, ~L / 2d of them):
+    name -> (m, k, n, forward products per step) of [m, k] x [k, n]."""
+    d, f, n = hp.hidden_size, hp.filter_size, hp.num_hidden_layers
+    tokens = batch * length
+    return {
+        # 4 projections per attention, 1 attention per encoder layer, 2 per decoder layer.
+        "projection": (tokens, d, d, 4 * 3 * n),
+        "ffn_in": (tokens, d, f, 2 * n),
+        "ffn_out": (tokens, f, d, 2 * n),
+        "logits": (tokens, d, vocab, 1),
+    }
+
+
+def model_matmul_rate(hp: HParams, batch: int, length: int, vocab: int, dtype: tf.DType,
+                      repeats: int = 5) -> tuple[float, dict[str, float]]:
+    """FLOP/s of `tf.matmul` in `dtype` on the model's own shapes, run as training runs them:
+    each shape's forward [m, k] x [k, n] and its two gradients (dx = dy wᵀ, dw = xᵀ dy),
+    best of `repeats`; the overall rate weights each shape by its products per step (total
+    FLOPs / total time). Returns (overall rate, rate by shape name)."""
+    total_flops, total_seconds, by_shape = 0.0, 0.0, {}
+    for name, (m, k, n, count) in model_matmul_shapes(hp, batch, length, vocab).items():
+        x = tf.cast(tf.random.normal([m, k]), dtype)
+        w = tf.cast(tf.random.normal([k, n]) * 0.05, dtype)
+        dy = tf.cast(tf.random.normal([m, n]), dtype)
+
+        @tf.function
+        def forward_backward(x, w, dy):
+            return (tf.matmul(x, w), tf.matmul(dy, w, transpose_b=True),
+                    tf.matmul(x, dy, transpose_a=True))
+
+        forward_backward(x, w, dy)
+        best = math.inf
+        for _ in range(repeats):
+            start = time.perf_counter()
+            forward_backward(x, w, dy)
+            best = min(best, time.perf_counter() - start)
+        flops = 6.0 * m * k * n
+        by_shape[name] = flops / best
+        total_flops += count * flops
+        total_seconds += count * best
+    return total_flops / total_seconds, by_shape
 
 
 def train_flops(hp: HParams, batch: int, length: int, vocab: int) -> float:
@@ -183,13 +240,16 @@ class _FixedBatchProblem:
 
 
 def t2t_lite_step(hp: HParams, batch: dict, vocab: int, output_dir: str,
-                  xla_compile: bool = False):
+                  xla_compile: bool = False, dtype: str = "float32"):
     """t2t_lite's Trainer train step (as `Trainer.train` runs it) on `batch`; () -> loss.
 
     The loop of `Trainer.train` adds only host-side bookkeeping per step; it reads the loss,
     token count and gradient norm at progress lines, this function after every step.
-    `xla_compile` compiles the step with XLA (--xla_compile).
+    `xla_compile` compiles the step with XLA (--xla_compile); `dtype` is the
+    `activation_dtype` (the Trainer builds the model under its mixed-precision policy).
     """
+    hp = hp.copy()
+    hp.set_hparam("activation_dtype", dtype)
     keras.utils.set_random_seed(0)
     config = trainer_lib.RunConfig(output_dir=output_dir, num_decode_examples=0,
                                    xla_compile=xla_compile)
@@ -213,6 +273,62 @@ def _time(step, count: int) -> float:
     return (time.perf_counter() - start) / count
 
 
+# Op types of the matmuls whose FLOPs `train_flops` counts (oneDNN's kernels on this CPU).
+_MATMUL_TYPES = ("MatMul", "_MklMatMul", "_MklNativeFusedMatMul", "_MklFusedMatMul",
+                 "BatchMatMulV2", "_MklBatchMatMulV2")
+
+
+def op_category(op_name: str, op_type: str) -> str:
+    """A profiled op's share of the step: the matmuls or one kind of overhead around them."""
+    if op_name.startswith("adam") or "VariableOp" in op_type or op_type.startswith("ResourceApply"):
+        return "optimizer update (Adam, float32)"
+    if op_type in _MATMUL_TYPES:
+        return "matmuls (counted FLOPs)"
+    if op_type.startswith("StatelessRandom"):
+        return "dropout masks (Philox draws)"
+    if op_type == "Cast":
+        return "casts"
+    if op_type in ("Transpose", "_MklTranspose", "SplitV", "Split", "ConcatV2", "Slice",
+                   "StridedSlice", "Pack", "TensorListConcatV2"):
+        return "layout (head transposes, split, concat)"
+    if "layer_norm" in op_name:
+        return "layer norms (forward + backward, float32 statistics)"
+    if op_name.startswith(("while/", "softmax_cross_entropy_grad")):
+        return "softmax layer: chunk loss (float32) besides its matmuls"
+    if "stateless_random_uniform" in op_name or "dropout" in op_name:
+        return "dropout apply (masks: compare, select, scale; forward + backward)"
+    return "other elementwise / reductions (attention softmax, residual, relu, bias " \
+           "gradients, gradient norm)"
+
+
+def profile_steps(step, count: int) -> tuple:
+    """Op time per step of `count` traced calls of `step` (summed over threads):
+    (seconds by op type, by op name and type of the ops other than matmuls, by
+    `op_category`)."""
+    from profile_train_step import xplane_op_events
+
+    logdir = tempfile.mkdtemp(prefix="bench_training_profile_")
+    tf.profiler.experimental.start(logdir)
+    for _ in range(count):
+        step()
+    tf.profiler.experimental.stop()
+    tables = collections.Counter(), collections.Counter(), collections.Counter()
+    for op_name, op_type, seconds in xplane_op_events(logdir):
+        category = op_category(op_name, op_type)
+        tables[0][op_type] += seconds / count
+        if not category.startswith("matmuls"):  # the matmuls are in the by-type table
+            tables[1][f"{op_name} ({op_type})"] += seconds / count
+        tables[2][category] += seconds / count
+    return tables
+
+
+def print_profile(title: str, seconds: dict, top: int = 25) -> None:
+    total = sum(seconds.values())
+    print(f"  {title}: {total * 1e3:.0f} ms of op time per step (all threads)")
+    for name, value in sorted(seconds.items(), key=lambda kv: -kv[1])[:top]:
+        print(f"    {value * 1e3:8.1f} ms {value / total:6.1%}  {name}")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--hparams_sets", default="transformer_tiny,transformer_base")
@@ -221,10 +337,17 @@ def main():
     parser.add_argument("--length", type=int, default=32)
     parser.add_argument("--vocab_size", type=int, default=8192)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--dtypes", default="float32",
+                        help="comma-separated activation_dtypes of the t2t_lite step")
+    parser.add_argument("--no_baseline", action="store_true",
+                        help="skip the plain Keras model")
+    parser.add_argument("--profile_steps", type=int, default=0,
+                        help="trace this many steps per dtype and print their op times")
     args = parser.parse_args()
     names = args.hparams_sets.split(",")
     batch_tokens = [int(b) for b in args.batch_tokens.split(",")]
     steps = [int(s) for s in args.steps.split(",")]
+    dtypes = args.dtypes.split(",")
 
     peak = matmul_peak()
     print(f"device: {tf.config.list_logical_devices()[-1].name}; fp32 matmul peak "
@@ -238,23 +361,56 @@ def main():
         batch = {"inputs": tf.constant(ids[0], tf.int32), "targets": tf.constant(ids[1], tf.int32)}
         flops = train_flops(hp, batch_size, args.length, args.vocab_size)
         with tempfile.TemporaryDirectory() as output_dir:
-            impls = {"plain Keras": baseline_step(hp, batch, args.vocab_size),
-                     "t2t_lite": t2t_lite_step(hp, batch, args.vocab_size, output_dir)}
+            impls = {} if args.no_baseline else {
+                "plain Keras": baseline_step(hp, batch, args.vocab_size)}
+            for dtype in dtypes:
+                impl = "t2t_lite" if dtype == "float32" else f"t2t_lite {dtype}"
+                impls[impl] = t2t_lite_step(hp, batch, args.vocab_size,
+                                            os.path.join(output_dir, dtype), dtype=dtype)
             for step in impls.values():  # trace and warm up
                 _time(step, 2)
             # Interleaved rounds: the machine may be shared, so keep each one's best round.
+            # The matmul rates of the model's shapes are measured between the rounds too.
             times = {impl: [] for impl in impls}
+            rates = {dtype: [] for dtype in dtypes}
             for _ in range(args.rounds):
                 for impl, step in impls.items():
                     times[impl].append(_time(step, n))
+                for dtype in dtypes:
+                    rates[dtype].append(model_matmul_rate(
+                        hp, batch_size, args.length, args.vocab_size, tf.as_dtype(dtype)))
+            profiles = {impl: profile_steps(step, args.profile_steps)
+                        for impl, step in impls.items() if args.profile_steps}
+        for dtype in dtypes:
+            best = max(rates[dtype], key=lambda r: r[0])
+            shapes = ", ".join(f"{shape} {rate / 1e9:.0f}" for shape, rate in best[1].items())
+            print(f"{name:17s} {dtype} tf.matmul on the model's shapes: "
+                  f"{best[0] / 1e9:.1f} GFLOP/s (best round; {shapes} GFLOP/s; shapes "
+                  f"{model_matmul_shapes(hp, batch_size, args.length, args.vocab_size)})")
         for impl, seconds in times.items():
             best = min(seconds)
-            print(f"{name:17s} batch {batch_size}x{args.length} {impl:12s} "
-                  f"{batch_size * args.length / best:8.0f} tokens/s {1 / best:7.2f} steps/s "
-                  f"{flops / best / 1e9:6.1f} GFLOP/s = {flops / best / peak:6.1%} of peak "
-                  f"(median round {np.median(seconds) * 1e3:.0f} ms/step)", flush=True)
-        ratio = min(times["plain Keras"]) / min(times["t2t_lite"])
-        print(f"{name:17s} t2t_lite / plain Keras speed: {ratio:.2f}x", flush=True)
+            line = (f"{name:17s} batch {batch_size}x{args.length} {impl:17s} "
+                    f"{batch_size * args.length / best:8.0f} tokens/s {1 / best:7.3f} steps/s "
+                    f"{flops / best / 1e9:6.1f} GFLOP/s = {flops / best / peak:6.1%} of peak ")
+            dtype = impl.split(" ")[1] if impl.startswith("t2t_lite ") else "float32"
+            if dtype in rates:
+                rate = max(r[0] for r in rates[dtype])
+                line += f"= {flops / best / rate:6.1%} of its matmul rate "
+            print(line + f"(median round {np.median(seconds) * 1e3:.0f} ms/step)", flush=True)
+        if "plain Keras" in times and "t2t_lite" in times:
+            ratio = min(times["plain Keras"]) / min(times["t2t_lite"])
+            print(f"{name:17s} t2t_lite / plain Keras speed: {ratio:.2f}x", flush=True)
+        if "t2t_lite" in times:
+            for impl, seconds in times.items():
+                if impl.startswith("t2t_lite "):
+                    ratio = min(times["t2t_lite"]) / min(seconds)
+                    median = np.median(times["t2t_lite"]) / np.median(seconds)
+                    print(f"{name:17s} {impl} / t2t_lite float32 speed: {ratio:.2f}x "
+                          f"(medians {median:.2f}x)", flush=True)
+        for impl, (by_type, by_name, by_category) in profiles.items():
+            print_profile(f"{name} {impl}, by category", by_category)
+            print_profile(f"{name} {impl}, by op type", by_type)
+            print_profile(f"{name} {impl}, ops other than matmuls, by op name", by_name, 40)
 
 
 if __name__ == "__main__":

@@ -31,11 +31,10 @@ from t2t_lite.bin import t2t_trainer
 from t2t_lite.training import trainer_lib
 
 
-def xplane_op_times(logdir: str) -> tuple[collections.Counter, collections.Counter]:
-    """(seconds by op type, seconds by op name) of the TF ops in a profiler log directory."""
+def xplane_op_events(logdir: str):
+    """Yields (op name, op type, seconds) of each TF op event in a profiler log directory."""
     from tensorflow.tsl.profiler.protobuf import xplane_pb2
 
-    by_type, by_name = collections.Counter(), collections.Counter()
     for path in glob.glob(os.path.join(logdir, "**", "*.xplane.pb"), recursive=True):
         space = xplane_pb2.XSpace()
         with open(path, "rb") as f:
@@ -53,8 +52,15 @@ def xplane_op_times(logdir: str) -> tuple[collections.Counter, collections.Count
                     op_name, op_type = name.rsplit(":", 1)
                     if not op_type or " " in op_type or "::" in name:
                         continue
-                    by_type[op_type] += event.duration_ps * 1e-12
-                    by_name[op_name] += event.duration_ps * 1e-12
+                    yield op_name, op_type, event.duration_ps * 1e-12
+
+
+def xplane_op_times(logdir: str) -> tuple[collections.Counter, collections.Counter]:
+    """(seconds by op type, seconds by op name) of the TF ops in a profiler log directory."""
+    by_type, by_name = collections.Counter(), collections.Counter()
+    for op_name, op_type, seconds in xplane_op_events(logdir):
+        by_type[op_type] += seconds
+        by_name[op_name] += seconds
     return by_type, by_name
 
 

@@ -404,6 +404,36 @@ def test_bfloat16_training_and_eval_without_loss_scaling(tmp_path):
     assert trainer.model.trainable_variables[0].dtype == tf.float32
 
 
+def _graph_ops(graph):
+    """Every op of a traced graph and of the functions it calls (while bodies, gradients)."""
+    ops = list(graph.get_operations())
+    for function in graph._functions.values():
+        ops += _graph_ops(function.graph)
+    return ops
+
+
+@pytest.mark.parametrize("fused", [True, False])
+def test_bfloat16_train_step_runs_every_matmul_in_bfloat16(tmp_path, fused):
+    # The fast path of a bfloat16 run on CPUs with bf16 matmul units (AMX): a float32
+    # matmul in the step (an fp32 island: a weight or activation not cast) would run at
+    # half the rate or less. The loss and the layer-norm statistics stay float32.
+    hparams = tiny_hparams(activation_dtype="bfloat16", use_fused_kernels=fused)
+    trainer = _trainer(tmp_path, hparams)
+    iterator = iter(trainer.distributed_dataset(trainer_lib.TRAIN))
+    step = trainer._make_train_step(iterator.element_spec, update=True)
+    ops = _graph_ops(step.get_concrete_function().graph)
+    matmuls = [op for op in ops if op.type in ("MatMul", "BatchMatMulV2", "BatchMatMulV3")]
+    # Forward + 2 gradients of a 1-layer encoder-decoder's projections (self-attention's
+    # Q, K, V as one matmul, encoder-decoder attention's K, V as one: 7), its 4 FFN matmuls
+    # and 6 attention products, and the softmax layer's 3 (one chunk's loop body).
+    assert len(matmuls) == 3 * (7 + 4 + 6) + 3, [op.name for op in matmuls]
+    assert {op.get_attr("T") for op in matmuls} == {tf.bfloat16}, [
+        op.name for op in matmuls if op.get_attr("T") != tf.bfloat16]
+    if fused:  # the chunked loss's softmax (the plain loss uses the fused xent kernel)
+        assert tf.float32 in {op.get_attr("T") for op in ops if op.type == "Softmax"}
+    assert float(step(next(iterator))["loss"]) > 0
+
+
 def test_eval_run_autoregressive_feeds_back_the_models_own_outputs(tmp_path):
     hparams = tiny_hparams(eval_run_autoregressive=True)
     trainer = _trainer(tmp_path, hparams=hparams, eval_steps=1, num_decode_examples=0)

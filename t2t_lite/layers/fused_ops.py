@@ -25,6 +25,23 @@ import tensorflow as tf
 _DROPOUT_BITS = 16
 
 
+def _grad_scope(name: str):
+    """Decorator: a hand-written backward pass's ops under the name scope `name`.
+
+    TensorFlow runs a custom gradient outside the forward pass's name scopes, so without it
+    these ops get bare names ("mul_91") and a profile cannot tell which kernel they belong
+    to (bench/bench_training.py --profile_steps sorts op time by name)."""
+
+    def decorate(grad):
+        def scoped(*args, **kwargs):
+            with tf.name_scope(name):
+                return grad(*args, **kwargs)
+
+        return scoped
+
+    return decorate
+
+
 def stateless_dropout(
     x: tf.Tensor, rate: float, seed: tf.Tensor, noise_shape: tf.Tensor | None = None
 ) -> tf.Tensor:
@@ -102,6 +119,7 @@ def layer_norm(x: tf.Tensor, scale: tf.Tensor, bias: tf.Tensor, epsilon: float) 
         rstd = tf.math.rsqrt(variance + tf.cast(epsilon, x.dtype))
         norm_x = (x - mean) * rstd
 
+        @_grad_scope("layer_norm_grad")
         def grad(dy):
             outer_axes = tf.range(tf.rank(dy) - 1)
             d_scale = tf.reduce_sum(dy * norm_x, axis=outer_axes)
@@ -139,6 +157,7 @@ def relu_dropout(z: tf.Tensor, keep: tf.Tensor, rate: float) -> tf.Tensor:
     def fused(z):
         out = apply_keep_mask(tf.nn.relu(z), keep, rate)
 
+        @_grad_scope("relu_dropout_grad")
         def grad(dout):
             # After the upstream gradient: otherwise the executor computes the bool
             # mask during the forward pass and keeps it until here.
@@ -178,6 +197,7 @@ def softmax_dropout_matmul(logits: tf.Tensor, v: tf.Tensor, keep: tf.Tensor,
         zero = tf.zeros([], weights.dtype)
         out = tf.matmul(apply_keep_mask(weights, keep, rate), v)
 
+        @_grad_scope("softmax_dropout_matmul_grad")
         def grad(dout):
             # Recomputed once the upstream gradient exists (without the dependency the
             # executor would run it during the forward pass and keep it), masked first,
@@ -302,6 +322,7 @@ def softmax_cross_entropy(
         d_x = d_x.concat()
         d_matrix = tf.transpose(d_matrix_t)
 
+        @_grad_scope("softmax_cross_entropy_grad")
         def grad(g):
             return tf.cast(g, x.dtype) * d_x, tf.cast(g * d_matrix, matrix.dtype)
 

@@ -1,0 +1,67 @@
+"""bench/bench_training.py: the matmul shapes behind its "% of the matmul rate" are the FLOPs
+it counts, and one small run prints float32 and bfloat16 side by side with a profile."""
+import re
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import REPO_ROOT
+
+sys.path.insert(0, str(REPO_ROOT / "bench"))
+import bench_training
+
+from t2t_lite.hparams import create_hparams
+
+
+@pytest.mark.parametrize("name", ["transformer_tiny", "transformer_base"])
+def test_model_matmul_shapes_are_the_counted_flops_without_attention_products(name):
+    hp = create_hparams(name)
+    batch, length, vocab = 128, 32, 8192
+    shapes = bench_training.model_matmul_shapes(hp, batch, length, vocab)
+    # Forward [m, k] x [k, n] plus its two gradient matmuls: 3 x 2 m k n FLOPs.
+    matmul_flops = sum(6.0 * m * k * n * count for m, k, n, count in shapes.values())
+    n, d = hp.num_hidden_layers, hp.hidden_size
+    # QK^T and AV (4 B L^2 d per attention, 3 attentions per encoder + decoder layer), x3.
+    attention_products = 3.0 * 3 * n * 4 * batch * length * length * d
+    assert matmul_flops + attention_products == pytest.approx(
+        bench_training.train_flops(hp, batch, length, vocab), rel=1e-12)
+
+
+def test_op_categories():
+    category = bench_training.op_category
+    assert category("adam/Mul", "Mul").startswith("optimizer")
+    assert category("x/AssignAddVariableOp", "AssignAddVariableOp").startswith("optimizer")
+    assert category("grad/encoder/ffn/MatMul", "_MklMatMul").startswith("matmuls")
+    assert category("decoder/ffn/stateless_random_uniform",
+                    "StatelessRandomUniformFullIntV2").startswith("dropout masks")
+    assert category("encoder/layer_norm/mul", "Mul").startswith("layer norms")
+    assert category("encoder/layer_norm/Cast", "Cast") == "casts"
+    assert category("while/body/_1/while/Softmax", "_MklSoftmax").startswith("softmax layer")
+
+
+@pytest.mark.slow
+def test_small_run_prints_both_dtypes_their_matmul_rates_and_a_profile():
+    result = subprocess.run(
+        [sys.executable, str(REPO_ROOT / "bench" / "bench_training.py"),
+         "--hparams_sets", "transformer_tiny", "--batch_tokens", "64", "--length", "8",
+         "--vocab_size", "64", "--steps", "1", "--rounds", "1",
+         "--dtypes", "float32,bfloat16", "--no_baseline", "--profile_steps", "1"],
+        capture_output=True, text=True, timeout=600, check=False)
+    assert result.returncode == 0, result.stderr[-3000:]
+    out = result.stdout
+    for dtype in ("float32", "bfloat16"):
+        rate = re.search(rf"{dtype} tf.matmul on the model's shapes: ([\d.]+) GFLOP/s", out)
+        assert rate and float(rate.group(1)) > 0, out
+    steps = re.findall(r"batch 8x8 (t2t_lite(?: bfloat16)?) +\d+ tokens/s +([\d.]+) steps/s "
+                       r".* of peak = +[\d.]+% of its matmul rate", out)
+    assert [impl for impl, _ in steps] == ["t2t_lite", "t2t_lite bfloat16"], out
+    assert all(float(rate) > 0 for _, rate in steps)
+    assert re.search(r"t2t_lite bfloat16 / t2t_lite float32 speed: [\d.]+x", out), out
+    assert "plain Keras" not in out
+    for impl in ("t2t_lite", "t2t_lite bfloat16"):
+        assert f"transformer_tiny {impl}, by category" in out
+    # The bfloat16 step's profile has its matmuls and its casts.
+    profile = out.split("transformer_tiny t2t_lite bfloat16, by category")[1]
+    assert "matmuls (counted FLOPs)" in profile.split("by op type")[0]
+    assert "casts" in profile.split("by op type")[0]
