@@ -259,15 +259,19 @@ def transformer_base_single_gpu() -> HParams:
     return hparams
 
 
-@register_hparams
-def transformer_tiny() -> HParams:
-    """2 layers, d=128, f=512, 4 heads."""
-    hparams = transformer_base()
+def _tiny_sizes(hparams: HParams) -> HParams:
+    """t2t's tiny sizes: 2 layers, d=128, f=512, 4 heads (transformer_tiny and its variants)."""
     hparams.num_hidden_layers = 2
     hparams.hidden_size = 128
     hparams.filter_size = 512
     hparams.num_heads = 4
     return hparams
+
+
+@register_hparams
+def transformer_tiny() -> HParams:
+    """2 layers, d=128, f=512, 4 heads."""
+    return _tiny_sizes(transformer_base())
 
 
 @register_hparams
@@ -346,12 +350,7 @@ def transformer_relative() -> HParams:
 @register_hparams
 def transformer_relative_tiny() -> HParams:
     """transformer_relative at 2 layers, d=128, f=512, 4 heads."""
-    hparams = transformer_relative()
-    hparams.num_hidden_layers = 2
-    hparams.hidden_size = 128
-    hparams.filter_size = 512
-    hparams.num_heads = 4
-    return hparams
+    return _tiny_sizes(transformer_relative())
 
 
 @register_hparams

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 
 import tensorflow as tf
 
-from t2t_lite.models.transformer import Transformer, _ids_2d
+from t2t_lite.models.transformer import Transformer, _ids_2d, check_beams
 from t2t_lite.utils import beam_search
 
 
@@ -114,10 +114,7 @@ class TransformerEnsemble(tf.Module):
         if not use_cache or jit_compile:
             raise ValueError("An ensemble decodes with the cached decoder and without XLA "
                              "(use_cache=True, jit_compile=False)")
-        if not isinstance(beam_size, int) or beam_size < 1:
-            raise ValueError(f"beam_size must be an int >= 1, got {beam_size!r}")
-        if not 1 <= top_beams <= beam_size:
-            raise ValueError(f"top_beams={top_beams} must be between 1 and beam_size={beam_size}")
+        check_beams(beam_size, top_beams)
         inputs = _ids_2d(features["inputs"])
         target_space_id = tf.cast(features.get("target_space_id", 0), tf.int32)
         config = (beam_size, top_beams, float(alpha), int(eos_id), bool(force_decode_length))

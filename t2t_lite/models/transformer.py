@@ -87,6 +87,18 @@ def xla_batch_bucket(batch_size: int) -> int:
     return 1 << max(0, batch_size - 1).bit_length()
 
 
+def check_beams(beam_size, top_beams) -> None:
+    """Refuses a beam_size that is not an int >= 1 or top_beams outside 1..beam_size.
+
+    Raises:
+      ValueError: one line naming the value.
+    """
+    if not isinstance(beam_size, int) or beam_size < 1:
+        raise ValueError(f"beam_size must be an int >= 1, got {beam_size!r}")
+    if not 1 <= top_beams <= beam_size:
+        raise ValueError(f"top_beams={top_beams} must be between 1 and beam_size={beam_size}")
+
+
 def _ids_2d(ids) -> tf.Tensor:
     """int32 [B, L] from [B, L] or t2t's [B, L, 1, 1]."""
     ids = tf.cast(ids, tf.int32)
@@ -692,10 +704,7 @@ class Transformer(keras.Model):
           [B, top_beams])}. Greedy scores sum the log-probs up to and including the first EOS;
           beam scores are t2t's length-normalized log-probs.
         """
-        if not isinstance(beam_size, int) or beam_size < 1:
-            raise ValueError(f"beam_size must be an int >= 1, got {beam_size!r}")
-        if not 1 <= top_beams <= beam_size:
-            raise ValueError(f"top_beams={top_beams} must be between 1 and beam_size={beam_size}")
+        check_beams(beam_size, top_beams)
         inputs = _ids_2d(features["inputs"])
         target_space_id = tf.cast(features.get("target_space_id", 0), tf.int32)
         config = (beam_size, top_beams, float(alpha), bool(use_cache), int(eos_id),
