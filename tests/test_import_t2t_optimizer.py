@@ -1,0 +1,176 @@
+"""import_t2t with the optimizer state: a t2t Transformer checkpoint trained with Adafactor by
+the ORIGINAL tensor2tensor (tests/fixtures/t2t_adafactor_transformer, made by its
+make_fixture.py with tensor2tensor 1.15.7) imports with its slots, the trainer resumes it, and
+one more t2t_lite step gives t2t's next weights and slots."""
+import json
+import logging
+import pathlib
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from t2t_lite.hparams import HParams, create_hparams
+from t2t_lite.models import t2t_checkpoint
+from t2t_lite.models.transformer import Transformer
+from t2t_lite.training import adafactor, trainer_lib
+
+FIXTURE = pathlib.Path(__file__).resolve().parent / "fixtures" / "t2t_adafactor_transformer"
+META = json.loads((FIXTURE / "adafactor_transformer.json").read_text())
+OVERRIDES = ",".join(f"{k}={v}" for k, v in META["overrides"].items())
+VOCAB = META["vocab_size"]
+STEPS = META["steps"]
+
+
+class FixtureProblem:
+    """The fixture's problem as the trainer sees it: vocab 20, target_space_id 1."""
+
+    name = "t2t_adafactor_fixture"
+    was_reversed = False
+
+    def get_hparams(self, model_hparams=None, data_dir=None):
+        return HParams(vocab_size={"inputs": VOCAB, "targets": VOCAB}, target_space_id=1,
+                       loss_multiplier=1.0)
+
+    def eval_metrics(self):
+        return ["accuracy"]
+
+
+def _resumed_trainer(output_dir) -> trainer_lib.Trainer:
+    """The Trainer `--mode=train --output_dir=<import>` builds (hparams: the set, then the
+    import's hparams.json), with the import restored as a resume restores it."""
+    hparams = create_hparams(META["hparams_set"],
+                             hparams_json_path=str(pathlib.Path(output_dir) / "hparams.json"))
+    trainer = trainer_lib.Trainer(lambda: Transformer(hparams, VOCAB, VOCAB), hparams,
+                                  FixtureProblem(), "",
+                                  trainer_lib.RunConfig(output_dir=str(output_dir)))
+    trainer.restore(trainer._checkpoint_manager())
+    return trainer
+
+
+def _t2t_checkpoint_values() -> dict[str, np.ndarray]:
+    reader = tf.train.load_checkpoint(str(FIXTURE / "ckpt"))
+    return {name: reader.get_tensor(name) for name in reader.get_variable_to_shape_map()}
+
+
+@pytest.fixture(scope="module")
+def imported(tmp_path_factory):
+    out = tmp_path_factory.mktemp("imported")
+    path = t2t_checkpoint.import_checkpoint(str(FIXTURE / "ckpt"),
+                                            create_hparams(META["hparams_set"], OVERRIDES),
+                                            str(out))
+    return out, path
+
+
+def _slot_names(trainer) -> dict[str, tf.Variable]:
+    """t2t name -> the trainer's Adafactor slot, by t2t's naming (`t2t_slot_names`, checked
+    against t2t in test_adafactor) under t2t's "training" scope."""
+    optimizer = trainer.optimizer.inner_optimizer
+    names = {}
+    for name, var in t2t_checkpoint.t2t_variable_map(trainer.model).items():
+        slots = optimizer.slots(var)
+        for slot, t2t_name in adafactor.t2t_slot_names(name, var.shape, optimizer.beta1,
+                                                       optimizer.factored).items():
+            names[f"training/{t2t_name}"] = slots[slot]
+    return names
+
+
+def test_import_writes_every_adafactor_slot_and_the_trainer_resumes_them(imported, caplog):
+    out, path = imported
+    assert path.endswith(f"ckpt-{STEPS}")
+    info = json.loads((out / "t2t_import.json").read_text())
+    assert (info["global_step"], info["optimizer_state"]) == (STEPS, "adafactor")
+    with caplog.at_level(logging.WARNING):
+        trainer = _resumed_trainer(out)
+    assert "holds no optimizer state" not in caplog.text
+    assert trainer.step == STEPS
+    assert int(trainer.optimizer.inner_optimizer.iterations.numpy()) == STEPS
+    t2t = _t2t_checkpoint_values()
+    slots = _slot_names(trainer)
+    # Every slot t2t saved (m, vr/vc or v of each weight) is one of the trainer's, and back.
+    assert set(slots) == {n for n in t2t if "/Adafactor" in n}
+    for name, var in slots.items():
+        np.testing.assert_array_equal(var.numpy(), t2t[name], err_msg=name)
+    assert any(np.abs(t2t[n]).max() > 0 for n in slots if n.endswith("/Adafactor"))  # m > 0
+    for name, var in t2t_checkpoint.t2t_variable_map(trainer.model).items():
+        np.testing.assert_array_equal(var.numpy(), t2t[name], err_msg=name)
+
+
+def test_one_more_step_gives_t2t_next_weights_and_slots(imported):
+    out, _ = imported
+    trainer = _resumed_trainer(out)
+    data = np.load(FIXTURE / "next_step.npz")
+    # The trainer's learning rate at the resumed step is t2t's (0.1 / sqrt(3)).
+    np.testing.assert_allclose(float(trainer.optimizer.learning_rate(STEPS)),
+                               data["learning_rate"], rtol=1e-6)
+    out_step = trainer._replica_train_step(
+        {"inputs": tf.constant(data["inputs"]), "targets": tf.constant(data["targets"])},
+        update=True, with_grads=False)
+    np.testing.assert_allclose(float(out_step["num"] / out_step["den"]), data["loss"],
+                               rtol=1e-5)
+    assert int(trainer.optimizer.inner_optimizer.iterations.numpy()) == STEPS + 1
+    before = _t2t_checkpoint_values()
+    moved = 0
+    for name, var in t2t_checkpoint.t2t_variable_map(trainer.model).items():
+        np.testing.assert_allclose(var.numpy(), data[name], rtol=0, atol=1e-5, err_msg=name)
+        moved += not np.allclose(data[name], before[name], rtol=0, atol=1e-4)
+    assert moved > len(before) // 10  # the step is not a no-op
+    for name, var in _slot_names(trainer).items():
+        np.testing.assert_allclose(var.numpy(), data[name], rtol=1e-5, atol=1e-7,
+                                   err_msg=name)
+
+
+def _write_t2t_style(prefix: pathlib.Path, tensors: dict[str, np.ndarray]) -> str:
+    """A name-based (TF1-style) checkpoint with exactly these variables."""
+    names = sorted(tensors)
+    tf.raw_ops.SaveV2(prefix=str(prefix), tensor_names=names,
+                      shape_and_slices=[""] * len(names),
+                      tensors=[tf.constant(tensors[n]) for n in names])
+    return str(prefix)
+
+
+def test_checkpoint_without_optimizer_state_imports_as_before(tmp_path, caplog):
+    weights = {n: v for n, v in _t2t_checkpoint_values().items() if "Adafactor" not in n}
+    prefix = _write_t2t_style(tmp_path / "model.ckpt-3", weights)
+    out = tmp_path / "imported"
+    path = t2t_checkpoint.import_checkpoint(prefix, create_hparams(META["hparams_set"],
+                                                                   OVERRIDES), str(out))
+    assert not [n for n, _ in tf.train.list_variables(path) if n.startswith("optimizer/")]
+    assert json.loads((out / "t2t_import.json").read_text())["optimizer_state"] is None
+    with caplog.at_level(logging.WARNING):
+        trainer = _resumed_trainer(out)
+    assert "holds no optimizer state" in caplog.text and trainer.step == STEPS
+    for name, var in t2t_checkpoint.t2t_variable_map(trainer.model).items():
+        np.testing.assert_array_equal(var.numpy(), weights[name], err_msg=name)
+
+
+def test_state_of_another_optimizer_is_left_out(tmp_path, caplog):
+    """hparams.optimizer=adam on a checkpoint trained with Adafactor: the weights import, the
+    Adafactor slots are not read (logged), and training starts Adam afresh."""
+    hparams = create_hparams(META["hparams_set"], OVERRIDES.replace("optimizer=adafactor", "optimizer=adam"))
+    with caplog.at_level(logging.WARNING):
+        path = t2t_checkpoint.import_checkpoint(str(FIXTURE / "ckpt"), hparams,
+                                                str(tmp_path / "out"))
+    assert "does not read" in caplog.text and "Adafactor" in caplog.text
+    assert not [n for n, _ in tf.train.list_variables(path) if n.startswith("optimizer/")]
+
+
+def test_partial_or_mismatched_optimizer_state_writes_nothing(tmp_path):
+    values = _t2t_checkpoint_values()
+    dropped = "training/transformer/body/encoder/layer_0/ffn/conv1/kernel/Adafactor_2"
+    del values[dropped]
+    prefix = _write_t2t_style(tmp_path / "model.ckpt-3", values)
+    hparams = create_hparams(META["hparams_set"], OVERRIDES)
+    with pytest.raises(t2t_checkpoint.T2TCheckpointError,
+                       match=f"Missing from the checkpoint \\(1\\):\n  {dropped}"):
+        t2t_checkpoint.import_checkpoint(prefix, hparams, str(tmp_path / "partial"))
+    assert not (tmp_path / "partial").exists()
+    # beta1 0: t2t would have no `m`, so `<w>/Adafactor` would be `vr` (another shape).
+    no_momentum = create_hparams(META["hparams_set"],
+                                 OVERRIDES.replace("beta1=0.9", "beta1=0.0"))
+    with pytest.raises(t2t_checkpoint.T2TCheckpointError,
+                       match=r"conv1/kernel/Adafactor: checkpoint \[16, 32\] vs optimizer "
+                             r"\[16\]"):
+        t2t_checkpoint.import_checkpoint(str(FIXTURE / "ckpt"), no_momentum,
+                                         str(tmp_path / "mismatch"))
+    assert not (tmp_path / "mismatch").exists()
