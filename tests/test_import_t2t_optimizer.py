@@ -1,10 +1,11 @@
-"""import_t2t with the optimizer state: a t2t Transformer checkpoint trained with Adafactor by
-the ORIGINAL tensor2tensor (tests/fixtures/t2t_adafactor_transformer, made by its
-make_fixture.py with tensor2tensor 1.15.7) imports with its slots, the trainer resumes it, and
-one more t2t_lite step gives t2t's next weights and slots."""
+"""import_t2t with the optimizer state: t2t Transformer checkpoints trained with Adafactor and
+with Adam (true_adam) by the ORIGINAL tensor2tensor (tests/fixtures/t2t_adafactor_transformer,
+made by its make_fixture.py with tensor2tensor 1.15.7) import with their slots, the trainer
+resumes them, and one more t2t_lite step gives t2t's next weights and slots."""
 import json
 import logging
 import pathlib
+import re
 
 import numpy as np
 import pytest
@@ -17,9 +18,17 @@ from t2t_lite.training import adafactor, trainer_lib
 
 FIXTURE = pathlib.Path(__file__).resolve().parent / "fixtures" / "t2t_adafactor_transformer"
 META = json.loads((FIXTURE / "adafactor_transformer.json").read_text())
-OVERRIDES = ",".join(f"{k}={v}" for k, v in META["overrides"].items())
+RUNS = META["runs"]  # "adafactor", "true_adam"
 VOCAB = META["vocab_size"]
 STEPS = META["steps"]
+OPTIMIZER_SLOT_RE = re.compile(r".*/(Adafactor|Adam)(_\d+)?")
+
+
+def _overrides(run: str) -> str:
+    return ",".join(f"{k}={v}" for k, v in RUNS[run]["overrides"].items())
+
+
+OVERRIDES = _overrides("adafactor")
 
 
 class FixtureProblem:
@@ -48,59 +57,76 @@ def _resumed_trainer(output_dir) -> trainer_lib.Trainer:
     return trainer
 
 
-def _t2t_checkpoint_values() -> dict[str, np.ndarray]:
-    reader = tf.train.load_checkpoint(str(FIXTURE / "ckpt"))
+def _t2t_checkpoint_values(run: str = "adafactor") -> dict[str, np.ndarray]:
+    reader = tf.train.load_checkpoint(str(FIXTURE / RUNS[run]["checkpoint"]))
     return {name: reader.get_tensor(name) for name in reader.get_variable_to_shape_map()}
 
 
-@pytest.fixture(scope="module")
-def imported(tmp_path_factory):
-    out = tmp_path_factory.mktemp("imported")
-    path = t2t_checkpoint.import_checkpoint(str(FIXTURE / "ckpt"),
-                                            create_hparams(META["hparams_set"], OVERRIDES),
+@pytest.fixture(scope="module", params=list(RUNS))
+def imported(request, tmp_path_factory):
+    """(run name, the import's output_dir, its checkpoint path)."""
+    run = request.param
+    out = tmp_path_factory.mktemp(f"imported_{run}")
+    path = t2t_checkpoint.import_checkpoint(str(FIXTURE / RUNS[run]["checkpoint"]),
+                                            create_hparams(META["hparams_set"], _overrides(run)),
                                             str(out))
-    return out, path
+    return run, out, path
 
 
 def _slot_names(trainer) -> dict[str, tf.Variable]:
-    """t2t name -> the trainer's Adafactor slot, by t2t's naming (`t2t_slot_names`, checked
-    against t2t in test_adafactor) under t2t's "training" scope."""
+    """t2t name -> the trainer's optimizer slot, under t2t's "training" scope. Adafactor: by
+    `t2t_slot_names` (checked against t2t in test_adafactor); Adam: TF1's `<w>/Adam` (first
+    moment) and `<w>/Adam_1` (second)."""
     optimizer = trainer.optimizer.inner_optimizer
     names = {}
     for name, var in t2t_checkpoint.t2t_variable_map(trainer.model).items():
-        slots = optimizer.slots(var)
-        for slot, t2t_name in adafactor.t2t_slot_names(name, var.shape, optimizer.beta1,
-                                                       optimizer.factored).items():
-            names[f"training/{t2t_name}"] = slots[slot]
+        if isinstance(optimizer, adafactor.Adafactor):
+            slots = optimizer.slots(var)
+            for slot, t2t_name in adafactor.t2t_slot_names(name, var.shape, optimizer.beta1,
+                                                           optimizer.factored).items():
+                names[f"training/{t2t_name}"] = slots[slot]
+        else:
+            index = optimizer._get_variable_index(var)
+            names[f"training/{name}/Adam"] = optimizer._momentums[index]
+            names[f"training/{name}/Adam_1"] = optimizer._velocities[index]
     return names
 
 
-def test_import_writes_every_adafactor_slot_and_the_trainer_resumes_them(imported, caplog):
-    out, path = imported
+def test_import_writes_every_slot_and_the_trainer_resumes_them(imported, caplog):
+    run, out, path = imported
     assert path.endswith(f"ckpt-{STEPS}")
     info = json.loads((out / "t2t_import.json").read_text())
-    assert (info["global_step"], info["optimizer_state"]) == (STEPS, "adafactor")
+    assert (info["global_step"], info["optimizer_state"]) == (STEPS, run)
     with caplog.at_level(logging.WARNING):
         trainer = _resumed_trainer(out)
     assert "holds no optimizer state" not in caplog.text
     assert trainer.step == STEPS
-    assert int(trainer.optimizer.inner_optimizer.iterations.numpy()) == STEPS
-    t2t = _t2t_checkpoint_values()
+    optimizer = trainer.optimizer.inner_optimizer
+    assert int(optimizer.iterations.numpy()) == STEPS
+    t2t = _t2t_checkpoint_values(run)
     slots = _slot_names(trainer)
-    # Every slot t2t saved (m, vr/vc or v of each weight) is one of the trainer's, and back.
-    assert set(slots) == {n for n in t2t if "/Adafactor" in n}
+    # Every slot t2t saved (Adafactor: m, vr/vc or v; Adam: m, v) is one of the trainer's,
+    # and back.
+    assert set(slots) == {n for n in t2t if OPTIMIZER_SLOT_RE.fullmatch(n)}
     for name, var in slots.items():
         np.testing.assert_array_equal(var.numpy(), t2t[name], err_msg=name)
-    assert any(np.abs(t2t[n]).max() > 0 for n in slots if n.endswith("/Adafactor"))  # m > 0
+    assert any(np.abs(t2t[n]).max() > 0 for n in slots if n.endswith(("/Adafactor", "/Adam")))
     for name, var in t2t_checkpoint.t2t_variable_map(trainer.model).items():
         np.testing.assert_array_equal(var.numpy(), t2t[name], err_msg=name)
+    if run == "true_adam":
+        # TF1's beta powers after STEPS updates are Keras' bias corrections at iterations =
+        # global_step: beta ** (STEPS + 1).
+        for power, beta in (("beta1_power", optimizer.beta_1), ("beta2_power",
+                                                                  optimizer.beta_2)):
+            np.testing.assert_allclose(t2t[f"training/{power}"], beta ** (STEPS + 1),
+                                       rtol=1e-6)
 
 
 def test_one_more_step_gives_t2t_next_weights_and_slots(imported):
-    out, _ = imported
+    run, out, _ = imported
     trainer = _resumed_trainer(out)
-    data = np.load(FIXTURE / "next_step.npz")
-    # The trainer's learning rate at the resumed step is t2t's (0.1 / sqrt(3)).
+    data = np.load(FIXTURE / RUNS[run]["next_step"])
+    # The trainer's learning rate at the resumed step is t2t's (constant / sqrt(3)).
     np.testing.assert_allclose(float(trainer.optimizer.learning_rate(STEPS)),
                                data["learning_rate"], rtol=1e-6)
     out_step = trainer._replica_train_step(
@@ -109,7 +135,7 @@ def test_one_more_step_gives_t2t_next_weights_and_slots(imported):
     np.testing.assert_allclose(float(out_step["num"] / out_step["den"]), data["loss"],
                                rtol=1e-5)
     assert int(trainer.optimizer.inner_optimizer.iterations.numpy()) == STEPS + 1
-    before = _t2t_checkpoint_values()
+    before = _t2t_checkpoint_values(run)
     moved = 0
     for name, var in t2t_checkpoint.t2t_variable_map(trainer.model).items():
         np.testing.assert_allclose(var.numpy(), data[name], rtol=0, atol=1e-5, err_msg=name)
