@@ -13,8 +13,7 @@ import tensorflow as tf
 
 from t2t_lite.hparams import HParams, create_hparams
 from t2t_lite.models import t2t_checkpoint
-from t2t_lite.models.transformer import Transformer
-from t2t_lite.training import adafactor, trainer_lib
+from t2t_lite.training import adafactor, t2t_import, trainer_lib
 
 FIXTURE = pathlib.Path(__file__).resolve().parent / "fixtures" / "t2t_adafactor_transformer"
 META = json.loads((FIXTURE / "adafactor_transformer.json").read_text())
@@ -46,14 +45,14 @@ class FixtureProblem:
 
 
 def _resumed_trainer(output_dir) -> trainer_lib.Trainer:
-    """The Trainer `--mode=train --output_dir=<import>` builds (hparams: the set, then the
-    import's hparams.json), with the import restored as a resume restores it."""
-    hparams = create_hparams(META["hparams_set"],
-                             hparams_json_path=str(pathlib.Path(output_dir) / "hparams.json"))
-    trainer = trainer_lib.Trainer(lambda: Transformer(hparams, VOCAB, VOCAB), hparams,
-                                  FixtureProblem(), "",
-                                  trainer_lib.RunConfig(output_dir=str(output_dir)))
+    """What `--mode=train --output_dir=<import>` builds and restores: `create_trainer` as a
+    training run (hparams: the set, then the import's hparams.json; the resume checks; the run
+    lock) and the restore `train` starts with."""
+    trainer = trainer_lib.create_trainer(
+        FixtureProblem(), META["hparams_set"], "", "transformer", "",
+        trainer_lib.RunConfig(output_dir=str(output_dir)), lock=True)
     trainer.restore(trainer._checkpoint_manager())
+    trainer.run_lock.release()
     return trainer
 
 
@@ -67,9 +66,9 @@ def imported(request, tmp_path_factory):
     """(run name, the import's output_dir, its checkpoint path)."""
     run = request.param
     out = tmp_path_factory.mktemp(f"imported_{run}")
-    path = t2t_checkpoint.import_checkpoint(str(FIXTURE / RUNS[run]["checkpoint"]),
-                                            create_hparams(META["hparams_set"], _overrides(run)),
-                                            str(out))
+    path = t2t_import.import_checkpoint(str(FIXTURE / RUNS[run]["checkpoint"]),
+                                        create_hparams(META["hparams_set"], _overrides(run)),
+                                        str(out))
     return run, out, path
 
 
@@ -159,8 +158,8 @@ def test_checkpoint_without_optimizer_state_imports_as_before(tmp_path, caplog):
     weights = {n: v for n, v in _t2t_checkpoint_values().items() if "Adafactor" not in n}
     prefix = _write_t2t_style(tmp_path / "model.ckpt-3", weights)
     out = tmp_path / "imported"
-    path = t2t_checkpoint.import_checkpoint(prefix, create_hparams(META["hparams_set"],
-                                                                   OVERRIDES), str(out))
+    path = t2t_import.import_checkpoint(prefix, create_hparams(META["hparams_set"], OVERRIDES),
+                                        str(out))
     assert not [n for n, _ in tf.train.list_variables(path) if n.startswith("optimizer/")]
     assert json.loads((out / "t2t_import.json").read_text())["optimizer_state"] is None
     with caplog.at_level(logging.WARNING):
@@ -175,8 +174,8 @@ def test_state_of_another_optimizer_is_left_out(tmp_path, caplog):
     Adafactor slots are not read (logged), and training starts Adam afresh."""
     hparams = create_hparams(META["hparams_set"], OVERRIDES.replace("optimizer=adafactor", "optimizer=adam"))
     with caplog.at_level(logging.WARNING):
-        path = t2t_checkpoint.import_checkpoint(str(FIXTURE / "ckpt"), hparams,
-                                                str(tmp_path / "out"))
+        path = t2t_import.import_checkpoint(str(FIXTURE / "ckpt"), hparams,
+                                            str(tmp_path / "out"))
     assert "does not read" in caplog.text and "Adafactor" in caplog.text
     assert not [n for n, _ in tf.train.list_variables(path) if n.startswith("optimizer/")]
 
@@ -189,7 +188,7 @@ def test_partial_or_mismatched_optimizer_state_writes_nothing(tmp_path):
     hparams = create_hparams(META["hparams_set"], OVERRIDES)
     with pytest.raises(t2t_checkpoint.T2TCheckpointError,
                        match=f"Missing from the checkpoint \\(1\\):\n  {dropped}"):
-        t2t_checkpoint.import_checkpoint(prefix, hparams, str(tmp_path / "partial"))
+        t2t_import.import_checkpoint(prefix, hparams, str(tmp_path / "partial"))
     assert not (tmp_path / "partial").exists()
     # beta1 0: t2t would have no `m`, so `<w>/Adafactor` would be `vr` (another shape).
     no_momentum = create_hparams(META["hparams_set"],
@@ -197,6 +196,6 @@ def test_partial_or_mismatched_optimizer_state_writes_nothing(tmp_path):
     with pytest.raises(t2t_checkpoint.T2TCheckpointError,
                        match=r"conv1/kernel/Adafactor: checkpoint \[16, 32\] vs optimizer "
                              r"\[16\]"):
-        t2t_checkpoint.import_checkpoint(str(FIXTURE / "ckpt"), no_momentum,
-                                         str(tmp_path / "mismatch"))
+        t2t_import.import_checkpoint(str(FIXTURE / "ckpt"), no_momentum,
+                                     str(tmp_path / "mismatch"))
     assert not (tmp_path / "mismatch").exists()

@@ -1,12 +1,13 @@
 """`run.py --mode=import_t2t`: an original tensor2tensor checkpoint -> a t2t_lite checkpoint.
 
-Reads the flags and runs `t2t_lite.models.t2t_checkpoint`.
+Reads the flags and runs `t2t_lite.training.t2t_import` (weights through
+`t2t_lite.models.t2t_checkpoint`; Adafactor or Adam slots when the checkpoint has them).
 """
 from __future__ import annotations
 
 from t2t_lite.errors import UserError
 from t2t_lite.hparams import create_hparams
-from t2t_lite.models.t2t_checkpoint import import_checkpoint
+from t2t_lite.training.t2t_import import import_checkpoint
 from t2t_lite.utils import checkpoint_guard
 
 
@@ -16,9 +17,11 @@ def main(flags) -> str:
     Reads the t2t checkpoint `--checkpoint_path` (prefix or directory) with `--hparams_set` /
     `--hparams` (the hparams it was trained with), and
     writes `tf.train.Checkpoint(step=global_step, model=model)` under `--output_dir` (prefix
-    "ckpt", managed by tf.train.CheckpointManager) plus `hparams.json`. Nothing is written if
-    the checkpoint does not match the hparams. Refuses an output_dir that already holds a
-    checkpoint.
+    "ckpt", managed by tf.train.CheckpointManager) plus `hparams.json`, with `optimizer=` too
+    when the checkpoint holds the slots of hparams.optimizer adafactor, adam or true_adam, so
+    that `--mode=train --output_dir=...` resumes at t2t's step with t2t's optimizer state.
+    Nothing is written if the checkpoint does not match the hparams. Refuses an output_dir
+    that already holds a checkpoint.
 
     Args:
       flags: parsed absl flags with checkpoint_path, hparams_set, hparams, output_dir.
