@@ -6,14 +6,18 @@ import json
 import logging
 import pathlib
 import re
+import types
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
+from t2t_lite.bin import import_t2t
+from t2t_lite.errors import UserError
 from t2t_lite.hparams import HParams, create_hparams
 from t2t_lite.models import t2t_checkpoint
 from t2t_lite.training import adafactor, t2t_import, trainer_lib
+from t2t_lite.utils import run_metadata
 
 FIXTURE = pathlib.Path(__file__).resolve().parent / "fixtures" / "t2t_adafactor_transformer"
 META = json.loads((FIXTURE / "adafactor_transformer.json").read_text())
@@ -199,3 +203,20 @@ def test_partial_or_mismatched_optimizer_state_writes_nothing(tmp_path):
         t2t_import.import_checkpoint(str(FIXTURE / "ckpt"), no_momentum,
                                      str(tmp_path / "mismatch"))
     assert not (tmp_path / "mismatch").exists()
+
+
+def test_import_t2t_mode_records_the_hparams_set_a_resume_keeps(tmp_path):
+    """run.py --mode=import_t2t: flags.json names the hparams set and model, so that resuming
+    with another set is refused in one line, and the same set resumes the optimizer state."""
+    out = tmp_path / "run"
+    import_t2t.main(types.SimpleNamespace(
+        checkpoint_path=str(FIXTURE / "ckpt"), hparams_set=META["hparams_set"],
+        hparams=OVERRIDES, output_dir=str(out)))
+    assert json.loads((out / "flags.json").read_text()) == {
+        "hparams_set": META["hparams_set"], "model": "transformer"}
+    with pytest.raises(UserError, match="hparams_set 'transformer_tiny' -> 'transformer_base'"):
+        run_metadata.check_identity(str(out), {"problem": FixtureProblem.name,
+                                               "model": "transformer",
+                                               "hparams_set": "transformer_base"})
+    trainer = _resumed_trainer(out)
+    assert int(trainer.optimizer.inner_optimizer.iterations.numpy()) == STEPS

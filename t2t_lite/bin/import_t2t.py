@@ -8,7 +8,7 @@ from __future__ import annotations
 from t2t_lite.errors import UserError
 from t2t_lite.hparams import create_hparams
 from t2t_lite.training.t2t_import import import_checkpoint
-from t2t_lite.utils import checkpoint_guard
+from t2t_lite.utils import checkpoint_guard, run_metadata
 
 
 def main(flags) -> str:
@@ -20,8 +20,11 @@ def main(flags) -> str:
     "ckpt", managed by tf.train.CheckpointManager) plus `hparams.json`, with `optimizer=` too
     when the checkpoint holds the slots of hparams.optimizer adafactor, adam or true_adam, so
     that `--mode=train --output_dir=...` resumes at t2t's step with t2t's optimizer state.
-    Nothing is written if the checkpoint does not match the hparams. Refuses an output_dir
-    that already holds a checkpoint.
+    Nothing is written if the checkpoint does not match the hparams. Also writes `flags.json`
+    with the run's `hparams_set` and `model` (the Transformer), so that a resume with another
+    hparams set is refused and decode / export take them from the run; the problem is not
+    known here and comes from the training run's --problem. Refuses an output_dir that
+    already holds a checkpoint.
 
     Args:
       flags: parsed absl flags with checkpoint_path, hparams_set, hparams, output_dir.
@@ -42,4 +45,7 @@ def main(flags) -> str:
             "directory"
         )
     hparams = create_hparams(flags.hparams_set, flags.hparams or "")
-    return import_checkpoint(flags.checkpoint_path, hparams, flags.output_dir)
+    path = import_checkpoint(flags.checkpoint_path, hparams, flags.output_dir)
+    run_metadata.save_flags(flags.output_dir, {"hparams_set": flags.hparams_set,
+                                               "model": "transformer"})
+    return path
