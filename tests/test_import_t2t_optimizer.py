@@ -12,12 +12,15 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from t2t_lite import registry
 from t2t_lite.bin import import_t2t
 from t2t_lite.errors import UserError
 from t2t_lite.hparams import HParams, create_hparams
 from t2t_lite.models import t2t_checkpoint
+from t2t_lite.models.transformer import Transformer
 from t2t_lite.training import adafactor, t2t_import, trainer_lib
 from t2t_lite.utils import run_metadata
+from tests import run_py
 
 FIXTURE = pathlib.Path(__file__).resolve().parent / "fixtures" / "t2t_adafactor_transformer"
 META = json.loads((FIXTURE / "adafactor_transformer.json").read_text())
@@ -220,3 +223,37 @@ def test_import_t2t_mode_records_the_hparams_set_a_resume_keeps(tmp_path):
                                                "hparams_set": "transformer_base"})
     trainer = _resumed_trainer(out)
     assert int(trainer.optimizer.inner_optimizer.iterations.numpy()) == STEPS
+
+
+@pytest.mark.slow
+def test_run_py_trains_on_from_an_import_with_adafactor_state(tiny_run_data_dir, tmp_path):
+    """run.py end to end: --mode=import_t2t of a t2t-named checkpoint with Adafactor slots
+    (written here for run_py.PROBLEM's vocab), then --mode=train on the import resumes at its
+    global step with the slots (no "starts afresh" warning) and saves the optimizer on."""
+    hparams = create_hparams("transformer_tiny", f"{run_py.TINY},optimizer=adafactor")
+    vocab = registry.problem(run_py.PROBLEM).get_hparams(hparams, str(tiny_run_data_dir))
+    model = Transformer(hparams, vocab.vocab_size.get("inputs", vocab.vocab_size["targets"]),
+                        vocab.vocab_size["targets"])
+    rng = np.random.default_rng(0)
+    tensors = {"global_step": np.int64(5)}
+    for name, var in t2t_checkpoint.t2t_variable_map(model).items():
+        tensors[name] = var.numpy()
+        for slot, t2t_name in adafactor.t2t_slot_names(name, var.shape, 0.0, True).items():
+            shape = {"vr": var.shape[:-1], "vc": var.shape[:-2] + var.shape[-1:]}.get(
+                slot, var.shape)
+            tensors[f"training/{t2t_name}"] = rng.uniform(0.01, 1.0, shape).astype(np.float32)
+    prefix = _write_t2t_style(tmp_path / "model.ckpt-5", tensors)
+    out = tmp_path / "imported"
+    result = run_py.run("--mode=import_t2t", f"--checkpoint_path={prefix}",
+                        "--hparams_set=transformer_tiny",
+                        f"--hparams={run_py.TINY},optimizer=adafactor", f"--output_dir={out}",
+                        cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    result = run_py.run(*run_py.train_flags(tiny_run_data_dir, out, "--train_steps=7"),
+                        cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "Resuming training at global step 5" in result.stderr
+    assert "holds no optimizer state" not in result.stderr
+    assert run_py.steps(out) == [5, 6, 7]
+    reader = tf.train.load_checkpoint(str(out / "ckpt-7"))
+    assert int(reader.get_tensor("optimizer/_iterations/.ATTRIBUTES/VARIABLE_VALUE")) == 7
