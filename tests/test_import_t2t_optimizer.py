@@ -223,6 +223,14 @@ def test_import_t2t_mode_records_the_hparams_set_a_resume_keeps(tmp_path):
                                                "hparams_set": "transformer_base"})
     trainer = _resumed_trainer(out)
     assert int(trainer.optimizer.inner_optimizer.iterations.numpy()) == STEPS
+    # Slots that do not fit the hparams: one line (run.py prints it as `error: ...`).
+    with pytest.raises(UserError, match=r"^t2t checkpoint .* Shape mismatches \(\d+\): "
+                                        r"[^\n]*$"):
+        import_t2t.main(types.SimpleNamespace(
+            checkpoint_path=str(FIXTURE / "ckpt"), hparams_set=META["hparams_set"],
+            hparams=OVERRIDES.replace("beta1=0.9", "beta1=0.0"),
+            output_dir=str(tmp_path / "other")))
+    assert not (tmp_path / "other").exists()
 
 
 @pytest.mark.slow

@@ -5,8 +5,10 @@ Reads the flags and runs `t2t_lite.training.t2t_import` (weights through
 """
 from __future__ import annotations
 
-from t2t_lite.errors import UserError
+from t2t_lite.errors import UserError, one_line
 from t2t_lite.hparams import create_hparams
+from t2t_lite.models.t2t_checkpoint import T2TCheckpointError
+from t2t_lite.training.learning_rate import LearningRateError
 from t2t_lite.training.t2t_import import import_checkpoint
 from t2t_lite.utils import checkpoint_guard, run_metadata
 
@@ -31,6 +33,10 @@ def main(flags) -> str:
 
     Returns:
       The path of the written checkpoint.
+
+    Raises:
+      UserError: a missing flag, an output_dir with a checkpoint, a checkpoint that does not
+        match the hparams (weights or optimizer slots), on one line.
     """
     for name in ("checkpoint_path", "hparams_set", "output_dir"):
         if not getattr(flags, name):
@@ -45,7 +51,12 @@ def main(flags) -> str:
             "directory"
         )
     hparams = create_hparams(flags.hparams_set, flags.hparams or "")
-    path = import_checkpoint(flags.checkpoint_path, hparams, flags.output_dir)
+    try:
+        path = import_checkpoint(flags.checkpoint_path, hparams, flags.output_dir)
+    except (T2TCheckpointError, LearningRateError) as e:
+        # A checkpoint that does not match the hparams (names listed), or a learning-rate
+        # schedule the optimizer cannot be built with: one line, nothing written.
+        raise UserError(one_line(e)) from e
     run_metadata.save_flags(flags.output_dir, {"hparams_set": flags.hparams_set,
                                                "model": "transformer"})
     return path

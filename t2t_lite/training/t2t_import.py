@@ -107,10 +107,11 @@ def load_t2t_optimizer_state(model: Transformer, optimizer: keras.optimizers.Opt
     if missing or mismatched:
         parts = [t2t_checkpoint.format_names("Missing from the checkpoint", missing),
                  t2t_checkpoint.format_names("Shape mismatches", mismatched)]
+        hint = (" (optimizer_adafactor_beta1 and optimizer_adafactor_factored set which slots "
+                "there are)" if isinstance(inner, adafactor.Adafactor) else "")
         raise t2t_checkpoint.T2TCheckpointError(
             f"t2t checkpoint {prefix} holds {model.hparams.optimizer} state that does not "
-            "match the optimizer (optimizer_adafactor_beta1 and optimizer_adafactor_factored "
-            "set which slots there are):\n" + "\n".join(p for p in parts if p))
+            f"match the optimizer{hint}:\n" + "\n".join(p for p in parts if p))
     values = {name: reader.get_tensor(scope + name) for name in wanted}
     for name, var in wanted.items():
         var.assign(values[name].astype(np.dtype(var.dtype)))
