@@ -32,6 +32,16 @@ _OPTIMIZER_SCOPES = ("training/", "")
 # Optimizer state of any t2t optimizer (TF1 slots, TF2 LazyAdam), to say it is not imported.
 _SLOT_RE = re.compile(r".*/(Adam|Adam_1|Momentum|Adafactor\w*|LazyAdam\w*)(/.*)?|"
                       r"training/LazyAdam/.*")
+# hparams.optimizer values whose t2t state maps exactly onto t2t_lite's optimizer.
+IMPORTED_OPTIMIZERS = ("adafactor", "adam", "true_adam")
+
+
+def _log_unread_state(prefix: str, shapes: dict, optimizer: str) -> None:
+    """Says that the checkpoint's optimizer state, if it has any, is not imported."""
+    others = sorted(n for n in shapes if _SLOT_RE.fullmatch(n))
+    if others:
+        logging.warning("%s holds optimizer state that hparams.optimizer=%s does not read (e.g. "
+                        "%s): the optimizer starts afresh", prefix, optimizer, others[0])
 
 
 def _t2t_optimizer_names(model: Transformer, optimizer) -> dict[str, keras.Variable] | None:
@@ -93,11 +103,7 @@ def load_t2t_optimizer_state(model: Transformer, optimizer: keras.optimizers.Opt
     scope = next((s for s in _OPTIMIZER_SCOPES
                   if wanted and any(s + name in shapes for name in wanted)), None)
     if scope is None:
-        others = sorted(n for n in shapes if _SLOT_RE.fullmatch(n))
-        if others:
-            logging.warning(
-                "%s holds optimizer state that hparams.optimizer=%s does not read (e.g. %s): "
-                "the optimizer starts afresh", prefix, model.hparams.optimizer, others[0])
+        _log_unread_state(prefix, shapes, model.hparams.optimizer)
         return False
     missing = sorted(scope + n for n in wanted if scope + n not in shapes)
     mismatched = sorted(
@@ -146,15 +152,22 @@ def import_checkpoint(checkpoint_path: str, hparams: HParams, output_dir: str) -
     step = 0
     if reader.has_tensor("global_step"):
         step = int(reader.get_tensor("global_step"))
-    # The optimizer the trainer builds, on the same variables in the same order; its
-    # learning-rate schedule is not saved, so train_steps (which the trainer adds) is moot.
-    opt_hparams = hparams.copy()
-    if "train_steps" not in opt_hparams:
-        opt_hparams.add_hparam("train_steps", max(step, 1))
-    state = optimize.OptimizerState(opt_hparams)
-    state.build(model.trainable_variables)
-    with_optimizer = load_t2t_optimizer_state(model, state.optimizer, source)
-    objects = state.checkpoint_objects() if with_optimizer else {}
+    with_optimizer, objects = False, {}
+    if hparams.optimizer in IMPORTED_OPTIMIZERS:
+        # The optimizer the trainer builds, on the same variables in the same order; its
+        # learning-rate schedule is not saved, so train_steps (which the trainer adds) is moot.
+        opt_hparams = hparams.copy()
+        if "train_steps" not in opt_hparams:
+            opt_hparams.add_hparam("train_steps", max(step, 1))
+        state = optimize.OptimizerState(opt_hparams)
+        state.build(model.trainable_variables)
+        with_optimizer = load_t2t_optimizer_state(model, state.optimizer, source)
+        if with_optimizer:
+            objects = state.checkpoint_objects()
+    else:
+        # Other optimizers (t2t's yellow_fin, adam_w, ... included): the weights only, as a
+        # run that only decodes needs no optimizer t2t_lite can build.
+        _log_unread_state(source, reader.get_variable_to_shape_map(), hparams.optimizer)
     tf.io.gfile.makedirs(output_dir)
     checkpoint = tf.train.Checkpoint(step=tf.Variable(step, dtype=tf.int64), model=model,
                                      **objects)
