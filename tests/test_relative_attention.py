@@ -19,6 +19,7 @@ from t2t_lite.layers import common_attention
 from t2t_lite.models import t2t_checkpoint
 from t2t_lite.models.transformer import Transformer
 from t2t_lite.serving import export
+from t2t_lite.training import t2t_import
 
 FIXTURE = pathlib.Path(__file__).resolve().parent / "fixtures" / "t2t_relative"
 TINY = "hidden_size=16,filter_size=32,num_heads=2,max_relative_position=2"
@@ -133,8 +134,8 @@ def test_import_t2t_run_directory_keeps_the_relative_hparams(t2t_relative, tmp_p
     """import_t2t's run directory: hparams.json records pos=None and the relative settings,
     and a model rebuilt from it restores the checkpoint and gives t2t's logits."""
     model, data, meta = t2t_relative
-    path = t2t_checkpoint.import_checkpoint(str(FIXTURE / "ckpt"), model.hparams,
-                                            str(tmp_path / "run"))
+    path = t2t_import.import_checkpoint(str(FIXTURE / "ckpt"), model.hparams,
+                                        str(tmp_path / "run"))
     stored = json.loads((tmp_path / "run" / "hparams.json").read_text())
     assert (stored["pos"], stored["self_attention_type"], stored["max_relative_position"]) == (
         None, "dot_product_relative", 3)

@@ -6,19 +6,17 @@
 `layer_postprocess/layer_norm`, no final norms) layouts, shared or separate vocabularies.
 `load_t2t_weights` checks the whole name set and every shape before assigning anything, so a
 model is never partly loaded. `load_model` builds the model with the vocab sizes read from the
-checkpoint. `import_checkpoint` is run.py's `import_t2t` mode (`t2t_lite.bin.import_t2t`).
+checkpoint. run.py's `import_t2t` mode writes a t2t_lite run directory from a t2t checkpoint
+with `t2t_lite.training.t2t_import` (which also reads t2t's optimizer slots).
 """
 from __future__ import annotations
 
-import json
-import os
 import re
 
 import keras
 import numpy as np
 import tensorflow as tf
 
-from t2t_lite import file_io
 from t2t_lite.hparams import HParams
 from t2t_lite.models.transformer import Transformer
 
@@ -120,8 +118,12 @@ def t2t_variable_map(model: Transformer) -> dict[str, keras.Variable]:
     return names
 
 
-def _resolve_checkpoint(checkpoint_path: str) -> str:
-    """A checkpoint prefix from a prefix or a directory with a `checkpoint` file."""
+def resolve_checkpoint(checkpoint_path: str) -> str:
+    """A checkpoint prefix from a prefix or a directory with a `checkpoint` file.
+
+    Raises:
+      T2TCheckpointError: neither exists.
+    """
     if tf.io.gfile.isdir(checkpoint_path):
         latest = tf.train.latest_checkpoint(checkpoint_path)
         if latest is None:
@@ -152,7 +154,8 @@ def _layout_hint(unexpected: list[str], missing: list[str]) -> str:
     return ("\nHint: " + "; ".join(hints)) if hints else ""
 
 
-def _format_names(title: str, names: list[str]) -> str:
+def format_names(title: str, names: list[str]) -> str:
+    """The names under a "title (count):" line, one an indented line; "" for none."""
     return f"{title} ({len(names)}):\n  " + "\n  ".join(names) if names else ""
 
 
@@ -174,7 +177,7 @@ def load_t2t_weights(model: Transformer, checkpoint_path: str) -> dict[str, str]
       T2TCheckpointError: listing missing / unexpected variables and shape mismatches; the
         model is left unchanged.
     """
-    prefix = _resolve_checkpoint(checkpoint_path)
+    prefix = resolve_checkpoint(checkpoint_path)
     reader = tf.train.load_checkpoint(prefix)
     shapes = reader.get_variable_to_shape_map()
     wanted = t2t_variable_map(model)
@@ -188,9 +191,9 @@ def load_t2t_weights(model: Transformer, checkpoint_path: str) -> dict[str, str]
     )
     if missing or unexpected or mismatched:
         parts = [
-            _format_names("Missing from the checkpoint", missing),
-            _format_names("Unexpected in the checkpoint", unexpected),
-            _format_names("Shape mismatches", mismatched),
+            format_names("Missing from the checkpoint", missing),
+            format_names("Unexpected in the checkpoint", unexpected),
+            format_names("Shape mismatches", mismatched),
         ]
         raise T2TCheckpointError(
             f"t2t checkpoint {prefix} does not match the model (hparams "
@@ -216,7 +219,7 @@ def checkpoint_vocab_sizes(checkpoint_path: str) -> tuple[int, int]:
       (input_vocab_size, target_vocab_size): the row counts of the input embedding and of the
       target embedding (or softmax) matrices.
     """
-    shapes = tf.train.load_checkpoint(_resolve_checkpoint(checkpoint_path)).get_variable_to_shape_map()
+    shapes = tf.train.load_checkpoint(resolve_checkpoint(checkpoint_path)).get_variable_to_shape_map()
     rows: dict[tuple[str, str], int] = {}
     for name, shape in shapes.items():
         match = _MODALITY_RE.match(name)
@@ -262,42 +265,3 @@ def load_model(checkpoint_path: str, hparams: HParams) -> Transformer:
     model = Transformer(hparams, input_size, target_size)
     load_t2t_weights(model, checkpoint_path)
     return model
-
-
-def import_checkpoint(checkpoint_path: str, hparams: HParams, output_dir: str) -> str:
-    """Converts an original t2t checkpoint into a t2t_lite checkpoint.
-
-    Writes `tf.train.Checkpoint(step=global_step, model=model)` under `output_dir` (prefix
-    "ckpt", managed by tf.train.CheckpointManager) plus `hparams.json` and `t2t_import.json`.
-    Nothing is written if the checkpoint does not match the hparams.
-
-    Args:
-      checkpoint_path: the t2t checkpoint (prefix or directory).
-      hparams: the hparams it was trained with.
-      output_dir: the new t2t_lite run directory.
-
-    Returns:
-      The path of the written checkpoint.
-    """
-    source = _resolve_checkpoint(checkpoint_path)
-    model = load_model(source, hparams)
-    reader = tf.train.load_checkpoint(source)
-    step = 0
-    if reader.has_tensor("global_step"):
-        step = int(reader.get_tensor("global_step"))
-    tf.io.gfile.makedirs(output_dir)
-    checkpoint = tf.train.Checkpoint(step=tf.Variable(step, dtype=tf.int64), model=model)
-    manager = tf.train.CheckpointManager(checkpoint, output_dir, max_to_keep=None,
-                                         checkpoint_name="ckpt")
-    path = manager.save(checkpoint_number=step)
-    file_io.atomic_write(os.path.join(output_dir, "hparams.json"), model.hparams.to_json(indent=1))
-    file_io.atomic_write(
-        os.path.join(output_dir, "t2t_import.json"),
-        json.dumps({
-            "t2t_checkpoint": source,
-            "global_step": step,
-            "input_vocab_size": model.input_vocab_size,
-            "target_vocab_size": model.target_vocab_size,
-        }, indent=1, sort_keys=True),
-    )
-    return path
