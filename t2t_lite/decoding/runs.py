@@ -312,17 +312,19 @@ def restore_ensemble(run: Run, paths: list[str]) -> tuple[str, Any]:
         with one_line_errors():
             if (os.path.abspath(member_dir) != own
                     and tf.io.gfile.exists(os.path.join(member_dir, "hparams.json"))):
-                hparams = load_hparams(member_dir, None, "")
-                validation.check_hparams(hparams)
                 member_flags = read_run_flags(member_dir)
                 member_spec = RunSpec(
                     output_dir=member_dir,
                     problem_name=member_flags.get("problem") or run.spec.problem_name,
                     hparams_set=None,
                     data_dir=member_flags.get("data_dir") or run.spec.data_dir)
-                if (member_spec.problem_name, member_spec.data_dir) != (
+                if (member_spec.problem_name, member_spec.data_dir) == (
                         run.spec.problem_name, run.spec.data_dir):
+                    hparams = load_hparams(member_dir, None, "")
+                    validation.check_hparams(hparams)
+                else:  # open_run loads and checks the hparams with the member's problem
                     member = open_run(member_spec)
+                    hparams = member.hparams
                     if _vocabulary(member) != vocabulary:
                         raise UserError(
                             f"--checkpoint_path: {path} was trained with another vocabulary "
