@@ -136,8 +136,9 @@ OWN: dict[str, tuple[Any, str]] = {
     "use_fused_kernels": (
         True,
         ("the hand-written forward/backward kernels of t2t_lite.layers.fused_ops (layer norm, "
-         "relu + dropout, attention softmax + dropout + matmul, chunked softmax loss); false: "
-         "plain TensorFlow ops differentiated by autodiff, with the same dropout masks")),
+         "relu + dropout, attention softmax + dropout + matmul, chunked softmax loss) and Adam's "
+         "one-kernel update (ResourceApplyAdam, t2t's TF1 kernel); false: plain TensorFlow "
+         "ops differentiated by autodiff, with the same dropout masks, and Keras' Adam")),
 }
 
 _FFN_ONLY = "read only by feed-forward layer types other than dense_relu_dense"

@@ -1,6 +1,8 @@
 """Fast cached decoding (K/V caches, one position per step; growing, or preallocated under
 XLA) gives the ids of full-recompute decoding, for greedy and beam search, on random models
 and the t2t fixture."""
+import contextlib
+
 import keras
 import numpy as np
 import pytest
@@ -174,3 +176,41 @@ def test_xla_bucket_shapes():
     assert [xla_length_bucket(n) for n in (1, 8, 9, 13, 17, 25, 33, 49, 65, 97, 129)] == [
         8, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192]
     assert [xla_batch_bucket(n) for n in (1, 2, 3, 20, 32, 33)] == [1, 2, 4, 32, 32, 64]
+
+
+def _loop_body_ops(concrete_function) -> list[str]:
+    """Op types of the while-loop bodies in a traced decode (nested bodies included)."""
+    library = {f.signature.name: f for f in concrete_function.graph.as_graph_def().library.function}
+    return [node.op for name, function in library.items() if "body" in name
+            for node in function.node_def]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("beam_size", [1, 3])
+def test_the_decoding_loop_reads_no_weight_and_decodes_as_reading_them(dtype, beam_size,
+                                                                         monkeypatch):
+    from t2t_lite.utils import precision
+
+    policy = keras.config.dtype_policy()
+    keras.config.set_dtype_policy({"float32": "float32", "bfloat16": "mixed_bfloat16"}[dtype])
+    try:
+        model = random_model(seed=3)
+    finally:
+        keras.config.set_dtype_policy(policy)
+    config = {"decode_length": 5, "beam_size": beam_size}
+    once = model.infer({"inputs": INPUTS}, **config)
+    trace = model._infer_functions[(beam_size, 1, 0.6, True, 1, False)]
+    body_ops = _loop_body_ops(trace.get_concrete_function())
+    assert "MatMul" in body_ops or "BatchMatMulV2" in body_ops  # the decoder is in the loop
+    # Every weight is read (and cast to bfloat16) once, before the loop: no read, and under
+    # bfloat16 only the casts of activations, in the loop.
+    assert "ReadVariableOp" not in body_ops
+    # The same ids and scores as a decoder that reads its weights at every step.
+    monkeypatch.setattr(precision, "weights_read_once",
+                        lambda layer: contextlib.nullcontext)
+    model._infer_functions.clear()
+    every_step = model.infer({"inputs": INPUTS}, **config)
+    assert "ReadVariableOp" in _loop_body_ops(
+        model._infer_functions[(beam_size, 1, 0.6, True, 1, False)].get_concrete_function())
+    np.testing.assert_array_equal(once["outputs"], every_step["outputs"])
+    np.testing.assert_array_equal(once["scores"], every_step["scores"])

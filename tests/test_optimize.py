@@ -74,6 +74,29 @@ def test_adam_matches_tf1_adam_with_t2t_schedule(eps):
         assert np.max(np.abs(history[-1] - paper)) > 1e-5
 
 
+@pytest.mark.parametrize("fused", [True, False])
+def test_use_fused_kernels_selects_tf1s_adam_kernel_or_keras_ops_with_the_same_updates(fused):
+    hp = _hparams(learning_rate_warmup_steps=4, use_fused_kernels=fused)
+    rng = np.random.default_rng(3)
+    w0 = rng.normal(size=(40, 30)).astype(np.float32)
+    grads = [rng.normal(scale=1e-2, size=w0.shape).astype(np.float32) for _ in range(6)]
+    history, state = _run(hp, w0, grads)
+    assert state.inner_optimizer.fused is fused
+    lrs = [float(learning_rate_schedule(hp)(t)) for t in range(6)]
+    expected = _numpy_tf1_adam(w0.astype(np.float64), grads, lrs, hp.optimizer_adam_beta1,
+                               hp.optimizer_adam_beta2, hp.optimizer_adam_epsilon)
+    np.testing.assert_allclose(history[-1], expected, rtol=1e-5, atol=1e-7)
+    # The fused path is one ResourceApplyAdam per weight; the plain one has none.
+    var = tf.Variable(w0)
+    optimizer = optimize.optimizer_from_hparams(hp)
+    optimizer.build([var])
+    graph = tf.function(lambda g: optimizer.apply([g], [var])).get_concrete_function(
+        tf.TensorSpec(w0.shape, tf.float32)).graph.as_graph_def()
+    ops = [node.op for node in graph.node]
+    ops += [node.op for function in graph.library.function for node in function.node_def]
+    assert ops.count("ResourceApplyAdam") == (1 if fused else 0)
+
+
 def test_multistep_updates_on_call_n_with_applied_update_bias_correction():
     n = 4
     hp = _hparams("transformer_base", optimizer="multistep_adam",

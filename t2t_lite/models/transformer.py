@@ -37,7 +37,7 @@ from t2t_lite import hparams_support, registry
 from t2t_lite.hparams import HParams
 from t2t_lite.layers import common_attention, common_layers, fused_ops, modalities
 from t2t_lite.models.transformer_layers import TransformerBody, layer_args
-from t2t_lite.utils import beam_search
+from t2t_lite.utils import beam_search, precision
 
 # The features of packed examples (t2t's generator_utils.pack_examples / pack_dataset).
 PACKED_FEATURES = ("inputs_segmentation", "inputs_position", "targets_segmentation",
@@ -436,6 +436,11 @@ class Transformer(keras.Model):
         without copying the caches to their new beams every step)."""
         timing = common_attention.get_timing_signal_1d(max_length + 1, self.hidden_size)
         slots = tf.range(max_length)
+        # Weights read (and cast to the compute dtype) once, outside the decoding loop; the
+        # softmax matrix too (the embedding gathers its few rows in float32, as training).
+        decoder_weights = precision.weights_read_once(self.body.decoder)
+        matrices = dict(matrices, softmax=tf.cast(matrices["softmax"],
+                                                  self.body.decoder.compute_dtype))
 
         def symbols_to_logits_fn(ids, i, cache):
             x = self.modality.bottom(ids[:, -1:], "targets", matrices)
@@ -458,10 +463,11 @@ class Transformer(keras.Model):
                 slot_mask = common_attention.beam_slot_mask(slot_ids, beam_slots, x.dtype)
                 cache = {name: dict(layer_storage, slot_mask=slot_mask)
                          for name, layer_storage in storage.items()}
-            x, cache = self.body.decoder(
-                x, None, bias, encdec_bias, memory_kv=memory_kv, cache=cache,
-                decode_step=i if fixed_cache else None, training=False,
-            )
+            with decoder_weights():
+                x, cache = self.body.decoder(
+                    x, None, bias, encdec_bias, memory_kv=memory_kv, cache=cache,
+                    decode_step=i if fixed_cache else None, training=False,
+                )
             if beam_slots:
                 storage = {name: {part: c[part] for part in ("k", "v", "k_recent", "v_recent")}
                            for name, c in cache.items()}

@@ -54,7 +54,47 @@ class _ModelOwnsItsWeights:
 
 
 class Adam(_ModelOwnsItsWeights, _PreReducedGradients, keras.optimizers.Adam):
-    """Keras Adam (TF1's epsilon-hat form, bias correction by applied updates) for summed grads."""
+    """Keras Adam (TF1's epsilon-hat form, bias correction by applied updates) for summed grads.
+
+    With `fused` (hparams.use_fused_kernels, the default) each weight's update is one
+    `ResourceApplyAdam`, the kernel t2t's TF1 `AdamOptimizer` runs: the same formula as Keras'
+    `update_step` (m += (g - m)(1 - b1), v += (g^2 - v)(1 - b2), w -= alpha m / (sqrt(v) + eps),
+    alpha = lr sqrt(1 - b2^t) / (1 - b1^t)) in one pass over the weight instead of ~12
+    TensorFlow ops (bench/README.md, "bfloat16 on this CPU"); results differ from Keras' by
+    float rounding (Eigen's fused multiply-adds). `fused=False` runs Keras' own ops.
+    """
+
+    def __init__(self, *args, fused: bool = False, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fused = fused
+
+    def update_step(self, gradient, variable, learning_rate):
+        if not self.fused or self.amsgrad:
+            return super().update_step(gradient, variable, learning_rate)
+        dtype = variable.dtype
+        # The bias corrections as Keras computes them (powers of the applied-update count),
+        # not TF1's running products beta1_power / beta2_power: one float rounding apart.
+        step = tf.cast(self.iterations + 1, dtype)
+        beta_1 = tf.cast(self.beta_1, dtype)
+        beta_2 = tf.cast(self.beta_2, dtype)
+        index = self._get_variable_index(variable)
+        # Under a tf.distribute update() each replica's component handle is taken.
+        tf.raw_ops.ResourceApplyAdam(
+            var=_resource(variable).handle,
+            m=_resource(self._momentums[index]).handle,
+            v=_resource(self._velocities[index]).handle,
+            beta1_power=tf.pow(beta_1, step), beta2_power=tf.pow(beta_2, step),
+            lr=tf.cast(learning_rate, dtype), beta1=beta_1, beta2=beta_2,
+            epsilon=tf.cast(self.epsilon, dtype), grad=tf.cast(gradient, dtype),
+            use_locking=False)
+
+    def get_config(self) -> dict:
+        return {**super().get_config(), "fused": self.fused}
+
+
+def _resource(variable):
+    """The TensorFlow resource variable behind a Keras variable (or the variable itself)."""
+    return variable.value if isinstance(variable, keras.Variable) else variable
 
 
 class SGD(_ModelOwnsItsWeights, _PreReducedGradients, keras.optimizers.SGD):
@@ -129,6 +169,7 @@ def optimizer_from_hparams(hparams: HParams) -> keras.optimizers.Optimizer:
             beta_1=hparams.optimizer_adam_beta1,
             beta_2=hparams.optimizer_adam_beta2,
             epsilon=hparams.optimizer_adam_epsilon,
+            fused=bool(hparams_support.hparam(hparams, "use_fused_kernels")),
         )
     elif name == "adafactor":
         opt = _adafactor_from_hparams(hparams, lr)
