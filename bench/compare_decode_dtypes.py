@@ -10,7 +10,7 @@ a bfloat16 run decodes, with float32 logits into the search). Printed per run: t
 time the decoder logs ("Decoded N records in S s": the decode loop, without start-up and
 checkpoint loading) and the whole process's wall time; then, per dtype, the best of the
 rounds, the speed against the first dtype, how many output lines equal the first dtype's, and
-sacreBLEU (13a, as `run.py --mode=bleu`) against `--reference`.
+sacreBLEU against `--reference` (`bleu_hook.sacrebleu_corpus_bleu`, as `run.py --mode=bleu`).
 """
 import argparse
 import os
@@ -21,6 +21,9 @@ import tempfile
 import time
 
 PROJECT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, PROJECT)
+from t2t_lite.evaluation.bleu_hook import read_lines, sacrebleu_corpus_bleu
+
 DECODED = re.compile(r"Decoded (\d+) records in ([0-9.]+) s")
 
 
@@ -42,18 +45,6 @@ def decode(run_flags: list[str], dtype: str, source: str, out: str,
     if not match:
         sys.exit(f"decode in {dtype}: no 'Decoded N records in S s' line in its log")
     return float(match.group(2)), wall
-
-
-def sacrebleu_score(hypotheses: list[str], references: list[str]) -> float:
-    """Corpus sacreBLEU with its defaults (13a tokenisation), as `run.py --mode=bleu`."""
-    import sacrebleu
-
-    return sacrebleu.corpus_bleu(hypotheses, [references]).score
-
-
-def read_lines(path: str) -> list[str]:
-    with open(path, encoding="utf-8") as f:
-        return f.read().splitlines()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -96,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
         same = sum(a == b for a, b in zip(outputs[dtype], outputs[first]))
         print(f"{dtype:9s} | {min(times[dtype]):7.2f} s | "
               f"{min(times[first]) / min(times[dtype]):.2f}x | {same} of {n_lines} | "
-              f"{sacrebleu_score(outputs[dtype], references):.2f}")
+              f"{sacrebleu_corpus_bleu(references, outputs[dtype])[0].score:.2f}")
     return 0
 
 

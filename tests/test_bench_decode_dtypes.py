@@ -9,6 +9,8 @@ from tests.conftest import REPO_ROOT
 sys.path.insert(0, str(REPO_ROOT / "bench"))
 import compare_decode_dtypes
 
+from t2t_lite.evaluation import bleu_hook
+
 LINES = ["0 1 0 1 1", "1 1 0", "0 0 0 1 0 1 0", "1 0 1 1 0 0 1 0"]
 
 
@@ -33,5 +35,5 @@ def test_prints_each_dtype_with_equal_lines_and_bleu_of_its_own_decodes(
     refs = reference.read_text().splitlines()
     for dtype, row in rows.items():
         assert float(row[3]) == pytest.approx(
-            compare_decode_dtypes.sacrebleu_score(decodes[dtype], refs), abs=0.005)
+            bleu_hook.sacrebleu_corpus_bleu(refs, decodes[dtype])[0].score, abs=0.005)
     assert "round 0 bfloat16  decode loop" in out

@@ -198,9 +198,10 @@ def test_the_decoding_loop_reads_no_weight_and_decodes_as_reading_them(dtype, be
     finally:
         keras.config.set_dtype_policy(policy)
     config = {"decode_length": 5, "beam_size": beam_size}
+    # Transformer.infer's key of the traced decoder: (beam, top beams, alpha, cache, EOS, force).
+    key = (beam_size, 1, 0.6, True, 1, False)
     once = model.infer({"inputs": INPUTS}, **config)
-    trace = model._infer_functions[(beam_size, 1, 0.6, True, 1, False)]
-    body_ops = _loop_body_ops(trace.get_concrete_function())
+    body_ops = _loop_body_ops(model._infer_functions[key].get_concrete_function())
     assert "MatMul" in body_ops or "BatchMatMulV2" in body_ops  # the decoder is in the loop
     # Every weight is read (and cast to bfloat16) once, before the loop: no read, and under
     # bfloat16 only the casts of activations, in the loop.
@@ -210,7 +211,6 @@ def test_the_decoding_loop_reads_no_weight_and_decodes_as_reading_them(dtype, be
                         lambda layer: contextlib.nullcontext)
     model._infer_functions.clear()
     every_step = model.infer({"inputs": INPUTS}, **config)
-    assert "ReadVariableOp" in _loop_body_ops(
-        model._infer_functions[(beam_size, 1, 0.6, True, 1, False)].get_concrete_function())
+    assert "ReadVariableOp" in _loop_body_ops(model._infer_functions[key].get_concrete_function())
     np.testing.assert_array_equal(once["outputs"], every_step["outputs"])
     np.testing.assert_array_equal(once["scores"], every_step["scores"])
