@@ -416,6 +416,24 @@ def test_best_extensions_equal_top_k_of_all_scores(vocab, beams):
         np.testing.assert_array_equal(got[0], expected.values)
 
 
+@pytest.mark.parametrize("dtype", [tf.bfloat16, tf.float16])
+@pytest.mark.parametrize("vocab", [8192, 1000])
+def test_best_extensions_of_half_precision_logits_equal_casting_first(dtype, vocab):
+    """Half-precision logits (what a bfloat16 model hands beam search) are scored as their
+    float32 casts, bit for bit: chunk maxima, gathered candidates and the direct path."""
+    rng = np.random.RandomState(vocab)
+    beams, count = 4, 8
+    fn = tf.function(lambda x, a, p: beam_search.best_extensions(x, a, p, count))
+    logits = tf.cast(rng.normal(scale=3.0, size=(3, beams, vocab)), dtype)
+    alive = tf.constant(rng.normal(size=(3, beams)).astype(np.float32) * 4)
+    penalty = tf.constant(1.37, tf.float32)
+    got = fn(logits, alive, penalty)
+    expected = fn(tf.cast(logits, tf.float32), alive, penalty)
+    np.testing.assert_array_equal(got[1], expected[1])
+    np.testing.assert_array_equal(got[0], expected[0])
+    assert got[0].dtype == tf.float32
+
+
 def test_top_k_exact_chunks():
     # A divisor near sqrt(length / k) leaving at least 2k chunks; none for short or prime rows.
     assert beam_search._chunk_length(32768, 8) == 64

@@ -423,7 +423,8 @@ class Transformer(keras.Model):
                 for name, layer in zeros.items()}
 
     def _fast_symbols_to_logits_fn(self, memory_kv, encdec_bias, max_length, matrices,
-                                   fixed_cache: bool = False, beam_slots: int | None = None):
+                                   fixed_cache: bool = False, beam_slots: int | None = None,
+                                   float32_logits: bool = True):
         """`fn(ids [N, *], i, cache) -> (logits [N, V], cache)`: one decoder position from the
         last id, reusing the caches (t2t's `symbols_to_logits_fn` of `_fast_decode`).
 
@@ -433,7 +434,9 @@ class Transformer(keras.Model):
         ({"slots": int32 [N, i, 1]}, `init_beam_slot_storage` grown by i positions): the keys
         and values stay in the slot of the hypothesis that computed them and `slots`, which
         beam search reorders, records where each hypothesis' history is (the same attention
-        without copying the caches to their new beams every step)."""
+        without copying the caches to their new beams every step). The logits are float32,
+        or with `float32_logits=False` in the decoder's compute dtype (beam search casts
+        what it reads of them: `beam_search.best_extensions`)."""
         timing = common_attention.get_timing_signal_1d(max_length + 1, self.hidden_size)
         slots = tf.range(max_length)
         # Weights read (and cast to the compute dtype) once, outside the decoding loop; the
@@ -473,7 +476,8 @@ class Transformer(keras.Model):
                            for name, c in cache.items()}
                 cache = ({"slots": slot_ids},
                          common_attention.settle_beam_slots(storage, BEAM_SLOT_BLOCK))
-            return tf.cast(self.modality.top(x, matrices)[:, 0, :], tf.float32), cache
+            logits = self.modality.top(x, matrices)[:, 0, :]
+            return (tf.cast(logits, tf.float32) if float32_logits else logits), cache
 
         return symbols_to_logits_fn
 
@@ -596,8 +600,10 @@ class Transformer(keras.Model):
             # models reorders growing caches (t2t's way).
             relative = hparams_support.hparam(self.hparams, "self_attention_type") != "dot_product"
             slots = beam_size if beam_size > 1 and not fixed and not relative else None
+            # Beam search reads bfloat16 logits as they are and casts what it scores.
             fn = self._fast_symbols_to_logits_fn(memory_kv, encdec_bias, buffers, matrices,
-                                                 fixed_cache=fixed, beam_slots=slots)
+                                                 fixed_cache=fixed, beam_slots=slots,
+                                                 float32_logits=beam_size == 1)
             if slots:
                 # [B, T, 1]: states may grow along every axis but the last (t2t's invariant).
                 states = {"slots": tf.zeros([batch_size, 0, 1], tf.int32)}

@@ -257,7 +257,8 @@ def beam_search_buffers(
                 flat_ids, i, (flat_states, unordered))
         else:
             flat_logits, new_states = symbols_to_logits_fn(flat_ids, i, flat_states)
-        logits = tf.reshape(tf.cast(flat_logits, tf.float32), [batch_size, k, vocab_size])
+        # Half-precision logits stay so: `best_extensions` casts what it scores.
+        logits = tf.reshape(flat_logits, [batch_size, k, vocab_size])
         length_penalty = tf.pow((5.0 + tf.cast(i + 1, tf.float32)) / 6.0, alpha)
         topk_scores, topk_flat_ids = best_extensions(logits, alive_log_probs,
                                                      length_penalty, 2 * k)
@@ -399,8 +400,14 @@ def best_extensions(logits: tf.Tensor, alive_log_probs: tf.Tensor, length_penalt
     of the chunk maxima, so the logits are read four times (chunk maxima, subtract, exp,
     sum) where scoring every logit reads them about eight times.
 
+    Half-precision logits are scored in float32 with the same result as casting them first
+    (the cast is exact and commutes with gather): one cast of the chunked logits feeds the
+    maxima and the logsumexp, and the candidates are gathered in the logits' own dtype and
+    cast after. (A cast of [B, K, V] followed by reshapes lets Grappler's arithmetic
+    optimizer copy it ahead of each consumer: three full-size casts per step.)
+
     Args:
-      logits: float32 [B, K, V], V static.
+      logits: float [B, K, V] (float32, bfloat16 or float16), V static.
       alive_log_probs: float32 [B, K].
       length_penalty: float32 scalar, > 0.
       count: int, the number of extensions to return (2K in beam search).
@@ -413,18 +420,21 @@ def best_extensions(logits: tf.Tensor, alive_log_probs: tf.Tensor, length_penalt
     vocab = logits.shape[-1]
     chunk = _chunk_length(vocab, count) if isinstance(vocab, int) else None
     if chunk is None:
+        logits = tf.cast(logits, tf.float32)
         log_probs = log_prob_from_logits(logits) + tf.expand_dims(alive_log_probs, axis=2)
         flat_scores = tf.reshape(log_probs / length_penalty, [batch, beams * vocab])
         return top_k_exact(flat_scores, count)
     chunks_per_row = vocab // chunk
     chunks = tf.reshape(logits, [batch, beams, chunks_per_row, chunk])
-    chunk_max = tf.reduce_max(chunks, axis=3)  # [B, K, V / c]
+    chunks_32 = tf.cast(chunks, tf.float32)  # the only full-size cast (see above)
+    chunk_max = tf.reduce_max(chunks_32, axis=3)  # [B, K, V / c]
     # tf.reduce_logsumexp(logits, axis=-1, keepdims=True), op for op, with its row maximum
-    # taken from the chunk maxima (the same value).
+    # taken from the chunk maxima (the same value); the sum over the chunk layout's two last
+    # axes is the sum over V (TensorFlow merges adjacent reduced axes into one).
     raw_max = tf.reduce_max(chunk_max, axis=2, keepdims=True)
     row_max = tf.stop_gradient(tf.where(tf.math.is_finite(raw_max), raw_max, 0.0))
-    logsumexp = tf.math.log(tf.reduce_sum(tf.exp(logits - row_max), axis=2, keepdims=True))
-    logsumexp = logsumexp + row_max  # [B, K, 1]
+    sum_exp = tf.reduce_sum(tf.exp(chunks_32 - row_max[:, :, :, tf.newaxis]), axis=[2, 3])
+    logsumexp = tf.math.log(sum_exp)[:, :, tf.newaxis] + row_max  # [B, K, 1]
     offset = tf.expand_dims(alive_log_probs, axis=2)
 
     def score(x, logsumexp, offset):
@@ -434,8 +444,8 @@ def best_extensions(logits: tf.Tensor, alive_log_probs: tf.Tensor, length_penalt
                               [batch, beams * chunks_per_row])
     _, best_chunks = tf.math.top_k(chunk_scores, k=count)
     best_chunks = tf.sort(best_chunks, axis=1)  # index order keeps ties to the lower index
-    candidates = tf.gather(tf.reshape(chunks, [batch, beams * chunks_per_row, chunk]),
-                           best_chunks, batch_dims=1)  # [B, count, c]
+    candidates = tf.cast(tf.gather(tf.reshape(chunks, [batch, beams * chunks_per_row, chunk]),
+                                   best_chunks, batch_dims=1), tf.float32)  # [B, count, c]
     beam_of_chunk = best_chunks // chunks_per_row
     candidate_scores = score(
         candidates,
