@@ -3,6 +3,7 @@
     python bench/bench_training.py [--hparams_sets transformer_tiny,transformer_base]
         [--batch_tokens 4096,1024] [--length 32] [--vocab_size 8192] [--steps 10,2]
         [--rounds 3] [--dtypes float32[,bfloat16]] [--no_baseline] [--profile_steps N]
+        [--hparams "layer_prepostprocess_dropout=0.0,..."]
 
 For each hparams set (with its own dropout and label smoothing), both implementations train
 on the same synthetic batch (`batch_tokens / length` sequences of `length` source and target
@@ -29,7 +30,9 @@ how many the step runs) and prints the step's FLOP rate as a fraction of that ra
 the step comes to its own matmuls run back to back. `--no_baseline` skips the plain Keras
 model (slow on 2 cores at transformer_base); `--profile_steps N` traces N more steps of each
 dtype with `tf.profiler` and prints their op time by category (matmuls, dropout masks, casts,
-layer norms, optimizer, ...), by op type and by op name.
+layer norms, optimizer, ...), by op type and by op name. `--hparams` overrides every set's
+hparams (both implementations), e.g. all dropout rates 0 to see what dropout costs. The first
+line names the CPU and its bfloat16 matmul units (`machine.describe_cpu`).
 """
 import argparse
 import collections
@@ -46,6 +49,9 @@ import numpy as np
 import tensorflow as tf
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from machine import describe_cpu
+
 from t2t_lite.hparams import HParams, create_hparams
 from t2t_lite.models.transformer import Transformer
 from t2t_lite.training import trainer_lib
@@ -341,6 +347,8 @@ def main():
                         help="comma-separated activation_dtypes of the t2t_lite step")
     parser.add_argument("--no_baseline", action="store_true",
                         help="skip the plain Keras model")
+    parser.add_argument("--hparams", default="",
+                        help='overrides of every set, t2t style: "a=1,b=2"')
     parser.add_argument("--profile_steps", type=int, default=0,
                         help="trace this many steps per dtype and print their op times")
     args = parser.parse_args()
@@ -350,11 +358,12 @@ def main():
     dtypes = args.dtypes.split(",")
 
     peak = matmul_peak()
+    print(f"machine: {describe_cpu()}; load average {os.getloadavg()[0]:.2f}")
     print(f"device: {tf.config.list_logical_devices()[-1].name}; fp32 matmul peak "
           f"{peak / 1e9:.1f} GFLOP/s (best of 5 chains of 10 [2048x2048] products)")
     rng = np.random.default_rng(0)
     for name, tokens, n in zip(names, batch_tokens, steps):
-        hp = create_hparams(name)
+        hp = create_hparams(name, args.hparams)
         batch_size = max(1, tokens // args.length)
         ids = rng.integers(2, args.vocab_size, size=(2, batch_size, args.length))
         ids[:, :, -1] = 1

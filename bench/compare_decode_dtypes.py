@@ -22,6 +22,9 @@ import time
 
 PROJECT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, PROJECT)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from machine import describe_cpu
+
 from t2t_lite.evaluation.bleu_hook import read_lines, sacrebleu_corpus_bleu
 
 DECODED = re.compile(r"Decoded (\d+) records in ([0-9.]+) s")
@@ -67,6 +70,7 @@ def main(argv: list[str] | None = None) -> int:
         run_flags.append(f"--checkpoint_path={os.path.abspath(args.checkpoint_path)}")
     source = os.path.abspath(args.source)
     n_lines = len(read_lines(source))
+    print(f"machine: {describe_cpu()}", flush=True)
     print(f"{n_lines} lines of {source}, {args.decode_hparams}, {args.rounds} rounds; "
           f"load average {os.getloadavg()[0]:.2f}", flush=True)
     times: dict[str, list[float]] = {d: [] for d in dtypes}

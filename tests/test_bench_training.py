@@ -1,5 +1,6 @@
 """bench/bench_training.py: the matmul shapes behind its "% of the matmul rate" are the FLOPs
-it counts, and one small run prints float32 and bfloat16 side by side with a profile."""
+it counts, and one small run prints the machine, float32 and bfloat16 side by side with a
+profile, under hparams overrides; bench/machine.py names the CPU's bfloat16 units."""
 import re
 import subprocess
 import sys
@@ -10,6 +11,7 @@ from tests.conftest import REPO_ROOT
 
 sys.path.insert(0, str(REPO_ROOT / "bench"))
 import bench_training
+import machine
 
 from t2t_lite.hparams import create_hparams
 
@@ -46,10 +48,13 @@ def test_small_run_prints_both_dtypes_their_matmul_rates_and_a_profile():
         [sys.executable, str(REPO_ROOT / "bench" / "bench_training.py"),
          "--hparams_sets", "transformer_tiny", "--batch_tokens", "64", "--length", "8",
          "--vocab_size", "64", "--steps", "1", "--rounds", "1",
-         "--dtypes", "float32,bfloat16", "--no_baseline", "--profile_steps", "1"],
+         "--dtypes", "float32,bfloat16", "--no_baseline", "--profile_steps", "1",
+         "--hparams", "layer_prepostprocess_dropout=0.0,attention_dropout=0.0,relu_dropout=0.0"],
         capture_output=True, text=True, timeout=600, check=False)
     assert result.returncode == 0, result.stderr[-3000:]
     out = result.stdout
+    assert re.search(r"^machine: .+, \d+ cores, bfloat16 matmuls on .+; load average",
+                     out, re.MULTILINE), out
     for dtype in ("float32", "bfloat16"):
         rate = re.search(rf"{dtype} tf.matmul on the model's shapes: ([\d.]+) GFLOP/s", out)
         assert rate and float(rate.group(1)) > 0, out
@@ -65,3 +70,34 @@ def test_small_run_prints_both_dtypes_their_matmul_rates_and_a_profile():
     profile = out.split("transformer_tiny t2t_lite bfloat16, by category")[1]
     assert "matmuls (counted FLOPs)" in profile.split("by op type")[0]
     assert "casts" in profile.split("by op type")[0]
+    # --hparams reached the model: without dropout no step draws a mask.
+    for impl in ("t2t_lite", "t2t_lite bfloat16"):
+        categories = out.split(f"transformer_tiny {impl}, by category")[1].split("by op type")[0]
+        assert "dropout masks" not in categories, categories
+
+
+CPUINFO = """processor\t: 0
+model name\t: {model}
+flags\t\t: fpu sse avx512f {extra}
+
+processor\t: 1
+model name\t: {model}
+flags\t\t: fpu sse avx512f {extra}
+"""
+
+
+@pytest.mark.parametrize("extra,units", [
+    ("avx512_bf16 amx_bf16 amx_tile", "AMX-BF16"),
+    ("avx512_bf16 avx512_vnni", "AVX512-BF16 (no AMX)"),
+    ("avx2", "none (bfloat16 converted to float32)"),
+])
+def test_machine_names_the_bfloat16_units(tmp_path, extra, units):
+    path = tmp_path / "cpuinfo"
+    path.write_text(CPUINFO.format(model="Some CPU 9000", extra=extra))
+    line = machine.describe_cpu(str(path))
+    assert line.startswith("Some CPU 9000, ") and line.endswith(f"bfloat16 matmuls on {units}")
+    assert machine.cpu_flags(path.read_text()) >= {"fpu", "avx512f"}
+
+
+def test_machine_without_cpuinfo(tmp_path):
+    assert machine.describe_cpu(str(tmp_path / "missing")).startswith("unknown CPU, ")
