@@ -60,7 +60,7 @@ class Adam(_ModelOwnsItsWeights, _PreReducedGradients, keras.optimizers.Adam):
     `ResourceApplyAdam`, the kernel t2t's TF1 `AdamOptimizer` runs: the same formula as Keras'
     `update_step` (m += (g - m)(1 - b1), v += (g^2 - v)(1 - b2), w -= alpha m / (sqrt(v) + eps),
     alpha = lr sqrt(1 - b2^t) / (1 - b1^t)) in one pass over the weight instead of ~12
-    TensorFlow ops (bench/README.md, "bfloat16 on this CPU"); results differ from Keras' by
+    TensorFlow ops (bench/README.md, "Adam's one kernel"); results differ from Keras' by
     float rounding (Eigen's fused multiply-adds). `fused=False` runs Keras' own ops.
     """
 
