@@ -10,20 +10,22 @@ one run; this line says which machine that run had.
 import os
 
 
+def _first_field(cpuinfo: str, name: str) -> str | None:
+    """The value of the first "name : value" line of a /proc/cpuinfo text, or None."""
+    for line in cpuinfo.splitlines():
+        if line.startswith(name):
+            return line.split(":", 1)[1].strip()
+    return None
+
+
 def cpu_flags(cpuinfo: str) -> set[str]:
     """The feature flags of the first processor in a /proc/cpuinfo text (empty if none)."""
-    for line in cpuinfo.splitlines():
-        if line.startswith("flags"):
-            return set(line.split(":", 1)[1].split())
-    return set()
+    return set((_first_field(cpuinfo, "flags") or "").split())
 
 
 def cpu_model(cpuinfo: str) -> str:
     """The "model name" of the first processor in a /proc/cpuinfo text ("unknown CPU")."""
-    for line in cpuinfo.splitlines():
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return "unknown CPU"
+    return _first_field(cpuinfo, "model name") or "unknown CPU"
 
 
 def bfloat16_units(flags: set[str]) -> str:
@@ -44,6 +46,8 @@ def describe_cpu(cpuinfo_path: str = "/proc/cpuinfo") -> str:
             cpuinfo = f.read()
     except OSError:
         cpuinfo = ""
+    # `decoding.usable_cores` counts the same, but importing it loads TensorFlow, which
+    # compare_decode_dtypes' parent process (it runs run.py in subprocesses) does not need.
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     return (f"{cpu_model(cpuinfo)}, {cores} cores, bfloat16 matmuls on "
             f"{bfloat16_units(cpu_flags(cpuinfo))}")
