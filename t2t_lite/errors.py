@@ -4,11 +4,14 @@ Every mistake in the flags, the hparams, the inputs or the files a run reads is 
 `UserError` (or one of the library's ValueError subclasses that already carry one clear
 sentence: `HParamsError`, `RegistryError`, `VocabFileError`, ...). Entry points catch them in
 `report_user_errors` and print one line, `error: <message>`, on stderr with exit status 1;
-`--debug` shows the traceback instead.
+`--debug` shows the traceback instead. A full disk, a read-only or unwritable path met while
+writing (`storage_problem`) is reported the same way, naming the path.
 """
 from __future__ import annotations
 
 import contextlib
+import errno
+import re
 import sys
 import traceback
 from collections.abc import Iterator
@@ -54,6 +57,56 @@ def user_error_types() -> tuple[type[BaseException], ...]:
     return (UserError, DataError, HParamsError, RegistryError)
 
 
+# errno -> what the user reads; TensorFlow's file errors carry only the strerror text.
+STORAGE_ERRNOS = {
+    errno.ENOSPC: "no space left on device",
+    errno.EDQUOT: "disk quota exceeded",
+    errno.EROFS: "read-only file system",
+    errno.EACCES: "permission denied",
+    errno.EPERM: "permission denied",
+    errno.ENOTDIR: "a path component is a file, not a directory",
+}
+_STORAGE_TEXTS = {"No space left on device": errno.ENOSPC, "Disk quota exceeded": errno.EDQUOT,
+                  "Read-only file system": errno.EROFS, "Permission denied": errno.EACCES,
+                  "is not a directory": errno.ENOTDIR, "Not a directory": errno.ENOTDIR}
+# The path in a TensorFlow file error: "<path>; No space left on device", "<path> is not a
+# directory", "...: <path>; Read-only file system".
+_TF_PATH = re.compile(r"(?:^|[\s:{}])(/[^\s;]*|[a-z][a-z0-9+.-]*://[^\s;]*)[;\s]")
+
+
+def storage_problem(error: BaseException) -> tuple[str, str | None] | None:
+    """What went wrong writing a file, when `error` is a full disk or an unwritable path.
+
+    Args:
+      error: an OSError (errno ENOSPC, EDQUOT, EROFS, EACCES, EPERM, ENOTDIR) or a TensorFlow
+        file error (ResourceExhaustedError, PermissionDeniedError, FailedPreconditionError,
+        ...) whose message says so.
+
+    Returns:
+      (reason, path or None), e.g. ("no space left on device", "/run/ckpt-6_temp/..."), or
+      None for any other error.
+    """
+    if isinstance(error, OSError):
+        if error.errno in STORAGE_ERRNOS:
+            return STORAGE_ERRNOS[error.errno], error.filename
+        return None
+    message = getattr(error, "message", None)  # tf.errors.OpError, without importing TF
+    if not isinstance(message, str) or type(error).__module__.split(".")[0] != "tensorflow":
+        return None
+    for text, number in _STORAGE_TEXTS.items():
+        if text in message:
+            match = _TF_PATH.search(message)
+            path = match.group(1).split(".tempstate")[0] if match else None
+            return STORAGE_ERRNOS[number], path
+    return None
+
+
+def describe_storage_problem(problem: tuple[str, str | None], advice: str) -> str:
+    """`reason: path; advice` for a `storage_problem`."""
+    reason, path = problem
+    return f"{reason}: {path}; {advice}" if path else f"{reason}; {advice}"
+
+
 def one_line(error: BaseException) -> str:
     """The error's message on one line (KeyError's quotes removed)."""
     message = error.args[0] if isinstance(error, KeyError) and error.args else error
@@ -79,4 +132,17 @@ def report_user_errors(debug: bool = False) -> Iterator[None]:
         if debug:
             traceback.print_exc()
         print(f"error: {one_line(e)}", file=sys.stderr)
+        sys.exit(1)
+    except Exception as e:
+        problem = storage_problem(e)
+        if problem is None:
+            raise
+        if debug:
+            traceback.print_exc()
+        # Every file t2t_lite writes goes through a temporary name: the one cut short is
+        # not in place, the others are whole.
+        message = describe_storage_problem(
+            problem, "that file was not written, the files written before it are whole; make "
+                     "room (or choose a writable directory) and run the same command again")
+        print(f"error: {one_line(UserError(message))}", file=sys.stderr)
         sys.exit(1)

@@ -19,6 +19,7 @@ from t2t_lite.data_generators.datagen import (
     summarize,
 )
 from t2t_lite.errors import UserError
+from t2t_lite.utils import validation
 
 
 def main(flags: Any) -> None:
@@ -54,6 +55,8 @@ def main(flags: Any) -> None:
         logging.warning("--data_dir not set; writing to %s", data_dir)
     tmp_dir = os.path.expanduser(_flag(flags, "tmp_dir", "/tmp/t2t_datagen"))
     problems = [configure_problem_from_flags(name, flags) for name in names]
+    validation.check_writable_dir("data_dir", data_dir)
+    validation.check_writable_dir("tmp_dir", tmp_dir)
     os.makedirs(tmp_dir, exist_ok=True)
     seed = _flag(flags, "random_seed", DEFAULT_RANDOM_SEED)
     max_cases = _flag(flags, "max_cases", 0) or None

@@ -161,8 +161,10 @@ def main(flags_obj: Any, mode: str) -> dict[str, float]:
         flags_obj = with_run_names(flags_obj)
     check_flags(flags_obj)
     if mode != "eval" and is_chief():
-        # Before TensorFlow builds anything: a second run refuses within seconds.
+        # Before TensorFlow builds anything: a second run refuses within seconds, a
+        # read-only output_dir in one line.
         run_lock.refuse_if_held(os.path.expanduser(flags_obj.output_dir))
+        validation.check_writable_dir("output_dir", os.path.expanduser(flags_obj.output_dir))
     strategy = create_strategy(flags_obj.worker_gpu, flags_obj.worker_replicas,
                                getattr(flags_obj, "worker_startup_timeout_secs", 300))
     setup_determinism(flags_obj.random_seed, flags_obj.deterministic)

@@ -33,6 +33,7 @@ from absl import logging
 
 from t2t_lite import file_io
 from t2t_lite.data_generators import tokenizer, vocab_builder
+from t2t_lite.errors import UserError
 
 # Reserved tokens for padding and end of sequence; every encoder keeps these ids.
 PAD = "<pad>"
@@ -52,7 +53,7 @@ _SPECIAL_CHARS = frozenset("\\_\n")
 _CACHE_MAX_ENTRIES = 2**20
 
 
-class VocabFileError(ValueError):
+class VocabFileError(UserError):
     """A vocabulary file that cannot be used; the message names the file and line."""
 
 

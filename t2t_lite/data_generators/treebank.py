@@ -31,6 +31,7 @@ import re
 from collections.abc import Iterable, Iterator, Sequence
 
 from t2t_lite import file_io
+from t2t_lite.errors import UserError
 
 TRAIN_SECTIONS = "02-21"
 DEV_SECTIONS = "22"
@@ -42,7 +43,7 @@ NONE_TAG = "-NONE-"
 _TOKEN_RE = re.compile(r"\(|\)|[^\s()]+")
 
 
-class TreeError(ValueError):
+class TreeError(UserError):
     """A bracketed tree that cannot be read; the message names the file and line."""
 
 

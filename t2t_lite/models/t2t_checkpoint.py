@@ -17,6 +17,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from t2t_lite.errors import UserError
 from t2t_lite.hparams import HParams
 from t2t_lite.models.transformer import Transformer
 
@@ -38,7 +39,7 @@ _MODALITY_RE = re.compile(
 )
 
 
-class T2TCheckpointError(ValueError):
+class T2TCheckpointError(UserError):
     """A t2t checkpoint that does not match the model (names or shapes)."""
 
 

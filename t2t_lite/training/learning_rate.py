@@ -21,6 +21,7 @@ import keras
 import tensorflow as tf
 
 from t2t_lite import hparams_support
+from t2t_lite.errors import UserError
 from t2t_lite.hparams import HParams
 
 FACTORS = (
@@ -39,7 +40,7 @@ FACTORS = (
 LEGACY_DECAY_SCHEMES = ("noam", "none", "", "exp", "piecewise", "cosine", "cyclelinear10x", "sqrt")
 
 
-class LearningRateError(ValueError):
+class LearningRateError(UserError):
     """A learning-rate setting that t2t would reject (unknown factor, missing hparam)."""
 
 

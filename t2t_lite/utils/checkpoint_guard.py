@@ -492,6 +492,35 @@ def remove_temp_folders(directory: str, prefix: str = "ckpt") -> list[str]:
     return removed
 
 
+def discard_failed_save(directory: str, step: int, prefix: str = "ckpt") -> str | None:
+    """Removes what a save of `<prefix>-<step>` that raised left behind (its `_temp` folder of
+    partial shards, and its files when they are not a whole, readable checkpoint), so that
+    nothing half-written stays; call it only while holding the directory's run lock.
+
+    Args:
+      directory: the run's directory.
+      step: the step whose save failed.
+      prefix: the checkpoints' name.
+
+    Returns:
+      The newest readable checkpoint left in `directory` (the failed one itself when the
+      save failed after writing it whole, e.g. on the `checkpoint` state file), or None.
+    """
+    path = os.path.join(directory, f"{prefix}-{step}")
+    for folder in tf.io.gfile.glob(f"{path}_temp*"):
+        if tf.io.gfile.isdir(folder):
+            tf.io.gfile.rmtree(folder)
+    if tf.io.gfile.glob(path + ".*") and (not is_complete(path) or damage(path)):
+        for name in tf.io.gfile.glob(path + ".*"):
+            tf.io.gfile.remove(name)
+    for name in tf.io.gfile.glob(os.path.join(directory, "checkpoint.tmp*")):
+        tf.io.gfile.remove(name)  # TensorFlow's temporary state file
+    try:
+        return newest_good_checkpoint(directory, warn_state_file=False)
+    except UserError:
+        return None
+
+
 def temp_dir_name(stem: str) -> str:
     """A hidden, unique folder name `.<stem>.tmp-<host>-<pid>-<random>` that tells
     `remove_stale_temp_dirs` who writes it."""

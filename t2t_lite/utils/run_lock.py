@@ -45,9 +45,11 @@ def _describe(holder: dict) -> str:
 def _read(path: str) -> dict:
     try:
         with tf.io.gfile.GFile(path) as f:
-            return json.loads(f.read() or "{}")
-    except (json.JSONDecodeError, tf.errors.NotFoundError):
+            holder = json.loads(f.read() or "{}")
+    except (json.JSONDecodeError, UnicodeDecodeError, tf.errors.NotFoundError):
         return {}
+    # A lock holding `null`, a list or a number names no run: read as empty (taken over).
+    return holder if isinstance(holder, dict) else {}
 
 
 def _create_exclusive(path: str, content: str) -> bool:
@@ -110,6 +112,9 @@ class RunLock:
             if stale:
                 logging.warning("Taking over the stale lock %s of a %s that no longer runs "
                                 "(%s)", self.path, self.holder_kind, _describe(holder))
+            elif not holder:
+                logging.warning("Taking over the lock %s: it names no %s (empty or not a "
+                                "JSON object)", self.path, self.holder_kind)
             try:
                 tf.io.gfile.remove(self.path)
             except tf.errors.NotFoundError:

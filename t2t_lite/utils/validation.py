@@ -89,16 +89,22 @@ def check_non_negative(flags: Mapping[str, Any]) -> None:
 
 
 def check_output_dir(flag: str, path: str | None) -> None:
-    """Refuses an output directory that exists as a file.
+    """Refuses an output directory that exists as a file, or below a file.
 
     Raises:
-      UserError: "--output_dir=/x is a file, not a directory".
+      UserError: "--output_dir=/x is a file, not a directory", "--output_dir=/f/run: /f is
+        a file, not a directory".
     """
     if not path:
         return
     if "://" not in path:
         if os.path.exists(path) and not os.path.isdir(path):
             raise UserError(f"--{flag}={path} is a file, not a directory")
+        existing = os.path.dirname(os.path.abspath(path))
+        while not os.path.exists(existing):
+            existing = os.path.dirname(existing)
+        if not os.path.isdir(existing):
+            raise UserError(f"--{flag}={path}: {existing} is a file, not a directory")
         return
     import tensorflow as tf
 
