@@ -39,6 +39,10 @@ class RunStopped(Exception):
         self.label = label
 
 
+# The exit status of a run stopped by Ctrl-C (the shell's 128 + SIGINT), as training's.
+SIGINT_EXIT_CODE = 130
+
+
 class DataError(FileNotFoundError):
     """Generated data (shards of a split) missing, incomplete or damaged; the message names
     the files and the datagen command that repairs them. A FileNotFoundError, as t2t raised."""
@@ -128,6 +132,14 @@ def report_user_errors(debug: bool = False) -> Iterator[None]:
             traceback.print_exc()
         print(f"{e.label}: {one_line(e)}", file=sys.stderr)
         sys.exit(e.exit_code)
+    except KeyboardInterrupt:
+        # Ctrl-C where no tool stops on its own (loading, building): every output is
+        # written under a temporary name, so nothing is half-written.
+        if debug:
+            traceback.print_exc()
+        print("stopped: SIGINT received: stopped before the work finished; run the same "
+              "command again", file=sys.stderr)
+        sys.exit(SIGINT_EXIT_CODE)
     except user_error_types() as e:
         if debug:
             traceback.print_exc()

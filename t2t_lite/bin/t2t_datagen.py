@@ -18,7 +18,7 @@ from t2t_lite.data_generators.datagen import (
     select_problems,
     summarize,
 )
-from t2t_lite.errors import UserError
+from t2t_lite.errors import SIGINT_EXIT_CODE, RunStopped, UserError
 from t2t_lite.utils import validation
 
 
@@ -66,8 +66,13 @@ def main(flags: Any) -> None:
     for name, problem in zip(names, problems):
         start = time.time()
         print(f"[datagen] {name}: data_dir={data_dir} tmp_dir={tmp_dir}", flush=True)
-        markers = generate_locked(problem, data_dir, tmp_dir, random_seed=seed,
-                                  max_cases=max_cases, overwrite=overwrite)
+        try:
+            markers = generate_locked(problem, data_dir, tmp_dir, random_seed=seed,
+                                      max_cases=max_cases, overwrite=overwrite)
+        except KeyboardInterrupt:  # before any shard was written (while reading inputs)
+            raise RunStopped(f"SIGINT received: datagen of {name} stopped before writing "
+                             "data; run the same command again", SIGINT_EXIT_CODE,
+                             label="stopped") from None
         if markers is None:
             print(f"[datagen] {name}: already complete in {data_dir} (completion markers); "
                   "nothing to do", flush=True)

@@ -334,19 +334,71 @@ def generate_problem_data(problem, data_dir: str, tmp_dir: str, max_cases: int |
                             problem.name, tag, len(files))
             data_marker.remove_split(data_dir, base, tag)
     os.makedirs(data_dir, exist_ok=True)
-    problem.generate_data(data_dir, tmp_dir, max_cases=max_cases)
     markers = {}
-    for tag in data_marker.SPLIT_TAGS:
-        if complete[tag] or not data_marker.final_shards(data_dir, base, tag):
-            continue
-        vocab = _own_vocab(problem)
-        vocab = vocab if vocab and os.path.exists(os.path.join(data_dir, vocab)) else None
-        markers[tag] = data_marker.write_marker(data_dir, base, tag, max_cases=max_cases,
-                                                made_from=made_from, vocab_file=vocab)
-        generator_utils.kill_point("marker")
+    try:
+        problem.generate_data(data_dir, tmp_dir, max_cases=max_cases)
+        for tag in data_marker.SPLIT_TAGS:
+            if complete[tag] or not data_marker.final_shards(data_dir, base, tag):
+                continue
+            vocab = _own_vocab(problem)
+            vocab = vocab if vocab and os.path.exists(os.path.join(data_dir, vocab)) else None
+            markers[tag] = data_marker.write_marker(data_dir, base, tag, max_cases=max_cases,
+                                                    made_from=made_from, vocab_file=vocab)
+            generator_utils.kill_point("marker")
+    except BaseException as e:
+        stopped = _stopped_cleanly(problem, data_dir, {**complete, **dict.fromkeys(markers, True)},
+                                   e)
+        if stopped is None:
+            raise
+        raise stopped from e
     if "train" not in markers and not complete["train"]:
         raise ValueError(f"datagen for {problem.name} wrote no train shard in {data_dir}")
     return markers
+
+
+def _stopped_cleanly(problem, data_dir: str, complete: dict[str, bool],
+                     error: BaseException) -> Exception | None:
+    """After Ctrl-C or a full (or unwritable) disk in the middle of datagen: removes every
+    file of the splits not marked complete (nothing half-written stays) and returns the one
+    line to stop with, saying what was kept; None for any other error.
+
+    Args:
+      problem: the Problem being generated.
+      data_dir: its data directory.
+      complete: {split tag: whether its marker is written}.
+      error: what stopped datagen.
+
+    Returns:
+      `errors.RunStopped` ("stopped:", exit 130) for KeyboardInterrupt, `UserError` for a
+      storage problem (`errors.storage_problem`), else None.
+    """
+
+    from t2t_lite.data_generators import data_marker
+    from t2t_lite.errors import (
+        SIGINT_EXIT_CODE,
+        RunStopped,
+        UserError,
+        describe_storage_problem,
+        storage_problem,
+    )
+
+    problem_ = None if isinstance(error, KeyboardInterrupt) else storage_problem(error)
+    if problem_ is None and not isinstance(error, KeyboardInterrupt):
+        return None
+    base = problem.dataset_filename()
+    removed = [tag for tag in data_marker.SPLIT_TAGS if not complete[tag]
+               and data_marker.remove_split(data_dir, base, tag)]
+    kept = [tag for tag in data_marker.SPLIT_TAGS if complete[tag]]
+    what = (f"{problem.name} in --data_dir={data_dir}: "
+            + (f"the complete {' and '.join(kept)} split(s) kept" if kept else
+               "no split complete")
+            + (f", the partial {' and '.join(removed)} split(s) removed" if removed else ""))
+    if problem_ is None:
+        return RunStopped(f"SIGINT received: datagen stopped; {what}; run the same command to "
+                          "finish", SIGINT_EXIT_CODE, label="stopped")
+    return UserError(describe_storage_problem(
+        problem_, f"{what}; make room (or choose a writable --data_dir) and run the same "
+                  "command to finish"))
 
 
 def generate_locked(problem, data_dir: str, tmp_dir: str,
