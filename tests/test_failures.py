@@ -326,7 +326,7 @@ def test_decode_outputs_never_inputs_and_bounds_are_one_line_before_any_work(tra
     line = _error_line(_run(*common, f"--decode_from_file={inputs}",
                             "--decode_hparams=beam_size=10000", cwd=tmp_path, timeout=120))
     assert re.fullmatch(r"error: --decode_hparams: decoding beam_size=10000 x 2 lines per batch "
-                        r"x vocab 4 x at least 101 steps needs about [\d.]+ GiB, more than the "
+                        r"x vocab 4 x 104 steps needs about [\d.]+ GiB, more than the "
                         r"[\d.]+ GiB of memory available; lower beam_size \(or batch_size, "
                         r"extra_length\)", line)
     line = _error_line(_run(*common, f"--decode_from_file={inputs}",

@@ -16,6 +16,8 @@ from t2t_lite import file_io
 from t2t_lite.decoding import runs
 from t2t_lite.decoding.decoding import (
     add_shard_to_filename,
+    check_id_inputs,
+    check_reference,
     check_sampling,
     decode_filename,
     decode_from_dataset,
@@ -23,6 +25,7 @@ from t2t_lite.decoding.decoding import (
     decode_hparams,
     decode_interactively,
     default_parallel_batches,
+    longest_input,
     make_infer_fn,
     read_inputs,
     read_score_file,
@@ -73,12 +76,15 @@ def main(flags) -> None:
                 raise UserError(f"--{name} works with one model, not an ensemble "
                                 f"(--checkpoint_path={flags.checkpoint_path})")
     _check_outputs_writable(flags, decode_hp, score_file)
+    if not score_file and not flags.decode_interactive:
+        _check_reference(flags, decode_hp)
     run = runs.open_run(spec, flags.hparams)
     hparams, problem, problem_hparams = run.hparams, run.problem, run.problem_hparams
     with runs.one_line_errors():
         check_sampling(hparams, decode_hp)
         if not score_file:
-            _check_decode_memory(flags, hparams, problem_hparams, decode_hp)
+            _check_decode_memory(flags, hparams, problem_hparams, decode_hp,
+                                 run.encoders)
     checkpoint, model = runs.restore_model(run, flags.checkpoint_path)
     encoders = run.encoders
     if score_file:
@@ -181,6 +187,7 @@ def decode_ctranslate2(flags) -> str:
         "decode_to_file", output,
         {"decode_from_file": filename,
          "decode_reference": flags.decode_reference or decode_hp.decode_reference})
+    _check_reference(flags, decode_hp)
     translator = ct2.Translator(ct2.default_model_dir(flags.export_dir, flags.output_dir),
                                 device=flags.ct2_device, compute_type=flags.ct2_compute_type,
                                 inter_threads=flags.ct2_inter_threads,
@@ -202,35 +209,84 @@ def decode_ctranslate2(flags) -> str:
     return output
 
 
-def _batch_rows(flags, decode_hp) -> int:
+def _decode_inputs(flags, decode_hp) -> tuple[str, list[str]] | None:
+    """(path, records) of --decode_from_file (with its shard suffix) when it is a file."""
+    if flags.decode_interactive or not flags.decode_from_file:
+        return None
+    filename = add_shard_to_filename(os.path.expanduser(flags.decode_from_file), decode_hp)
+    if not os.path.isfile(filename):
+        return None
+    return filename, read_inputs(filename, decode_hp.delimiter)
+
+
+def _batch_rows(flags, decode_hp, records: list[str] | None) -> int:
     """The most records one decoded batch holds: batch_size (32 when 0), or fewer when the
     input file has fewer records; 1 when decoding interactively."""
     if flags.decode_interactive:
         return 1
     rows = decode_hp.batch_size or 32
-    if flags.decode_from_file:
-        filename = add_shard_to_filename(os.path.expanduser(flags.decode_from_file), decode_hp)
-        if os.path.isfile(filename):
-            rows = min(rows, max(1, len(read_inputs(filename, decode_hp.delimiter))))
+    if records is not None:
+        rows = min(rows, max(1, len(records)))
     elif decode_hp.num_samples > 0:
         rows = min(rows, decode_hp.num_samples)
     return rows
 
 
-def _check_decode_memory(flags, hparams, problem_hparams, decode_hp) -> None:
+def _check_decode_memory(flags, hparams, problem_hparams, decode_hp, encoders) -> None:
     """Refuses settings whose decode cannot fit in memory (`validation.check_decode_memory`)
-    before the model is loaded. The decode length counted is extra_length + 1 (the shortest
-    input), so the estimate is a lower bound."""
-    rows = _batch_rows(flags, decode_hp)
+    before the model is loaded. For --decode_from_file the longest input counts (cut by
+    `max_input_size` as decoding cuts it); a line that alone does not fit is named with its
+    number, its length and the `max_input_size` that would fit."""
+    inputs = _decode_inputs(flags, decode_hp)
+    rows = _batch_rows(flags, decode_hp, inputs and inputs[1])
+    number, input_length = 0, 1  # the dev set or a typed line: at least EOS
+    if inputs is not None:
+        filename, records = inputs
+        encoder = encoders.get("inputs", encoders["targets"])
+        check_id_inputs(records, encoder, f"--decode_from_file={filename}", decode_hp.delimiter)
+        number, input_length = longest_input(records, encoder, decode_hp.max_input_size)
+        input_length = max(input_length, 1)
     vocab = problem_hparams.vocab_size["targets"]
-    length = decode_hp.extra_length + 1
-    estimate = validation.decode_memory_estimate(
-        decode_hp.beam_size, rows, vocab, length, hparams.hidden_size, hparams.num_heads,
-        hparams.get("num_decoder_layers") or hparams.num_hidden_layers,
-        slot_storage=not getattr(flags, "xla_compile", False))
-    validation.check_decode_memory(
-        estimate, f"beam_size={decode_hp.beam_size} x {rows} lines per batch x vocab {vocab} "
-                  f"x at least {length} steps")
+    layers = hparams.get("num_decoder_layers") or hparams.num_hidden_layers
+
+    def estimate(length: int) -> int:
+        return validation.decode_memory_estimate(
+            decode_hp.beam_size, rows, vocab, length + decode_hp.extra_length,
+            hparams.hidden_size, hparams.num_heads, layers,
+            slot_storage=not getattr(flags, "xla_compile", False), input_length=length)
+
+    steps = input_length + decode_hp.extra_length
+    what = (f"beam_size={decode_hp.beam_size} x {rows} lines per batch x vocab {vocab} "
+            f"x {'at least ' if inputs is None else ''}{steps} steps")
+    available = validation.available_memory()
+    if inputs is None or available is None or estimate(input_length) <= available:
+        validation.check_decode_memory(estimate(input_length), what, available)
+        return
+    fits = max((n for n in (2 ** k for k in range(40)) if n < input_length
+                and estimate(n) <= available), default=0)
+    if not fits:
+        validation.check_decode_memory(estimate(input_length), what, available)
+    raise UserError(
+        f"--decode_from_file={inputs[0]}:{number}: this input is {input_length} ids long "
+        f"(with EOS); decoding it ({what}) needs about {estimate(input_length) / 2**30:.1f} "
+        f"GiB, more than the {available / 2**30:.1f} GiB of memory available; cut inputs with "
+        f"--decode_hparams=max_input_size={fits} (t2t's: keeps the first {fits - 1} ids), or "
+        "split the line")
+
+
+def _check_reference(flags, decode_hp) -> None:
+    """`decoding.check_reference` of --decode_reference (or the decode hparam) before the
+    model is loaded: it must exist and, for --decode_from_file, have its record count."""
+    reference = flags.decode_reference or decode_hp.decode_reference
+    if not reference:
+        return
+    records, source = None, "the dev set"
+    if flags.decode_from_file and decode_hp.delimiter == "\n":
+        source = add_shard_to_filename(os.path.expanduser(flags.decode_from_file), decode_hp)
+        if os.path.isfile(source):
+            records = len(read_inputs(source, decode_hp.delimiter))
+        source = f"--decode_from_file={source}"
+    check_reference(os.path.expanduser(reference), records, source)
 
 
 def _check_outputs_writable(flags, decode_hp, score_file) -> None:

@@ -160,6 +160,8 @@ def main(flags_obj: Any, mode: str) -> dict[str, float]:
     if mode == "eval":
         flags_obj = with_run_names(flags_obj)
     check_flags(flags_obj)
+    if flags_obj.schedule == "train_eval_and_decode":
+        _check_dev_decode_flags(flags_obj)  # not after training has run
     if mode != "eval" and is_chief():
         # Before TensorFlow builds anything: a second run refuses within seconds, a
         # read-only output_dir in one line.
@@ -215,6 +217,21 @@ def _run_schedule(trainer: Trainer, flags_obj: Any, mode: str) -> dict[str, floa
     if trainer.chief:  # PNGs of the curves (needs the [viz] extra)
         plots.plot_run_if_possible(trainer.config.output_dir)
     return trainer.last_eval_results
+
+
+def _check_dev_decode_flags(flags_obj: Any) -> None:
+    """Refuses train_eval_and_decode's --decode_hparams and reference before training starts.
+
+    Raises:
+      UserError: one line naming the decode hparam or the reference file.
+    """
+    from t2t_lite.decoding import decoding
+
+    with runs.one_line_errors():
+        decode_hp = decoding.decode_hparams(flags_obj.decode_hparams or "")
+    reference = flags_obj.decode_reference or decode_hp.decode_reference
+    if reference and not os.path.isfile(os.path.expanduser(reference)):
+        raise UserError(f"--decode_reference={reference}: no such file")
 
 
 def _dev_decoder(trainer: Trainer, flags_obj: Any) -> Callable[[int], Any]:

@@ -56,7 +56,7 @@ from absl import logging
 
 from t2t_lite import file_io, hparams_support
 from t2t_lite.data_generators.text_encoder import EOS_ID
-from t2t_lite.errors import UserError
+from t2t_lite.errors import UserError, one_line
 from t2t_lite.hparams import HParams
 from t2t_lite.utils import progress
 
@@ -293,6 +293,32 @@ def input_length_limit(decode_hp: HParams) -> int | None:
       `max_input_size - 1` ids plus EOS; else None: inputs are never cut (t2t's default).
     """
     return int(decode_hp.max_input_size) if decode_hp.max_input_size > 0 else None
+
+
+def longest_input(records: Sequence[str], encoder: Any, max_input_size: int = -1,
+                  candidates: int = 64) -> tuple[int, int]:
+    """The record that encodes longest and its length in ids with EOS, as decoded (cut by
+    `max_input_size` when > 0), for the memory estimate before the model loads.
+
+    Only the `candidates` records longest in characters are encoded (a subword or id never
+    spans less than one character), so a large file is not encoded twice.
+
+    Args:
+      records: the records of `read_inputs`.
+      encoder: the problem's input encoder.
+      max_input_size: see `encode_input`.
+      candidates: how many records to encode.
+
+    Returns:
+      (record number from 1, length); (0, 0) for no records.
+    """
+    longest = sorted(range(len(records)), key=lambda i: -len(records[i]))[:candidates]
+    best = (0, 0)
+    for index in longest:
+        length = len(encode_input(records[index], encoder, max_input_size))
+        if length > best[1]:
+            best = (index + 1, length)
+    return best
 
 
 def encode_input(text: str, encoder: Any, max_input_size: int = -1) -> list[int]:
@@ -836,16 +862,45 @@ def score_pairs(model: Any, pairs: Sequence[tuple[str, str]], encoders: dict,
     return scores
 
 
+def check_reference(reference: str, records: int | None, source: str) -> None:
+    """Refuses `--decode_reference` before anything is decoded: a missing file, or one whose
+    line count differs from the number of records to decode (t2t's `bleu_wrapper` asserts
+    equal counts after the decode; here it is known before).
+
+    Args:
+      reference: the reference file.
+      records: how many records will be decoded (one output line each); None: unknown.
+      source: what holds the records, for the message ("--decode_from_file=F").
+
+    Raises:
+      UserError: naming the reference, its line count and the input's.
+    """
+    from t2t_lite.evaluation import bleu_hook
+
+    if not os.path.isfile(reference):
+        raise UserError(f"--decode_reference={reference}: no such file")
+    if records is None:
+        return
+    lines = len(bleu_hook.read_lines(reference))
+    if lines != records:
+        raise UserError(f"--decode_reference={reference} has {lines} lines but {source} has "
+                        f"{records} records to decode: give the reference of that input, one "
+                        "line per record")
+
+
 def report_bleu(reference: str, decodes_file: str, output_dir: str | None,
                  checkpoint: str, summaries_log_dir: str = "decode") -> None:
-    """Prints BLEU of the decodes and writes t2t's decode-hook `BLEU` summary."""
+    """Prints BLEU of the decodes and writes t2t's decode-hook `BLEU` summary.
+
+    Raises:
+      UserError: the reference and the decodes differ in line count (t2t asserts).
+    """
     from t2t_lite.evaluation import bleu_hook
 
     try:
         lines = bleu_hook.bleu_report(reference, decodes_file)
     except ValueError as e:
-        logging.warning("No BLEU for %s: %s", decodes_file, e)
-        return
+        raise UserError(f"{one_line(e)} (the decodes are kept in {decodes_file})") from e
     for line in lines:
         print(line)
     if output_dir:

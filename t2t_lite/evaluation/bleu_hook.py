@@ -229,6 +229,9 @@ def bleu_report(ref_filename: str, hyp_filename: str, variant: str = "both") -> 
             f"BLEU: {ref_filename} has {len(references)} lines but {hyp_filename} has "
             f"{len(hypotheses)}; give files with one translation per reference line"
         )
+    if not references:
+        raise ValueError(f"BLEU: {ref_filename} and {hyp_filename} hold no lines: nothing to "
+                         "score")
     score, signature = sacrebleu_corpus_bleu(references, hypotheses)
     lines = [score.format(signature=str(signature), width=2)]
     if variant in ("uncased", "both"):

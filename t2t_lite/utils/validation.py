@@ -213,7 +213,8 @@ def available_memory() -> int | None:
 
 def decode_memory_estimate(beam_size: int, batch_rows: int, vocab_size: int,
                            decode_length: int, hidden_size: int, num_heads: int,
-                           num_layers: int, slot_storage: bool = True) -> int:
+                           num_layers: int, slot_storage: bool = True,
+                           input_length: int = 0) -> int:
     """A lower estimate of the bytes one decoded batch holds at its last step (float32).
 
     Terms, for B = batch_rows, K = beam_size, V = vocab_size, T = decode_length, D =
@@ -226,12 +227,17 @@ def decode_memory_estimate(beam_size: int, batch_rows: int, vocab_size: int,
         writes a new copy);
       * beam search's slot storage (`slot_storage`, the decoder without XLA, K > 1): each
         of the K hypotheses of a sentence attends over the K x T stored positions, and its
-        slot mask is as large: B x K x K x T x (3 H + 1).
+        slot mask is as large: B x K x K x T x (3 H + 1);
+      * for the input, L = input_length (padded, with EOS): the encoder's self-attention
+        logits and weights, B x H x L x L twice; its activations, B x L x D about 4 times;
+        the encoder-decoder keys and values, 2 x N x B x L x D; and a step's
+        encoder-decoder attention, B x K x H x L twice.
 
     Args:
       beam_size, batch_rows, vocab_size, decode_length, hidden_size, num_heads, num_layers:
         as above (decode_length: input length + extra_length).
       slot_storage: whether the K x K attention term applies.
+      input_length: L above (0: the input terms are left out).
 
     Returns:
       Bytes.
@@ -241,6 +247,9 @@ def decode_memory_estimate(beam_size: int, batch_rows: int, vocab_size: int,
     total += 2 * 2 * num_layers * rows * decode_length * hidden_size
     if slot_storage and beam_size > 1:
         total += rows * beam_size * decode_length * (3 * num_heads + 1)
+    total += batch_rows * input_length * (2 * num_heads * input_length + 4 * hidden_size
+                                          + 2 * num_layers * hidden_size)
+    total += rows * num_heads * input_length * 2
     return total * 4
 
 
