@@ -210,12 +210,32 @@ def write_marker(data_dir: str, dataset_filename: str, tag: str,
         "max_cases": max_cases,
         "made_from": made_from,
         "vocab_file": vocab_file,
-        "shards": [{"name": os.path.basename(f), "bytes": tf.io.gfile.stat(f).length,
-                    "records": count_records(f)} for f in files],
+        "shards": [_shard_entry(f) for f in files],
     }
     file_io.atomic_write(marker_path(data_dir, dataset_filename, tag),
                          json.dumps(content, indent=1) + "\n")
     return content
+
+
+def _shard_entry(path: str) -> dict[str, Any]:
+    """A shard's line in its marker: name, bytes, records, sha256, and its modification time
+    (`mtime_ns`: a shard touched since is hashed again before it is read)."""
+    return {"name": os.path.basename(path), "bytes": tf.io.gfile.stat(path).length,
+            "records": count_records(path), "sha256": _sha256(path),
+            "mtime_ns": _mtime_ns(path)}
+
+
+def _mtime_ns(path: str) -> int:
+    # tf.io.gfile's stat has whole seconds on local disks: os.stat there.
+    return os.stat(path).st_mtime_ns if "://" not in path else tf.io.gfile.stat(path).mtime_nsec
+
+
+def _sha256(path: str) -> str:
+    digest = hashlib.sha256()
+    with tf.io.gfile.GFile(path, "rb") as f:
+        while chunk := f.read(1 << 22):
+            digest.update(chunk)
+    return digest.hexdigest()
 
 
 def read_marker(data_dir: str, dataset_filename: str, tag: str) -> dict[str, Any] | None:
@@ -233,17 +253,28 @@ def read_marker(data_dir: str, dataset_filename: str, tag: str) -> dict[str, Any
 
 
 def marker_mismatches(data_dir: str, marker: dict[str, Any]) -> list[str]:
-    """What differs between the marker and the files on disk (missing shards, sizes): one
-    phrase per damaged shard, naming it; empty when the split is as datagen left it."""
+    """What differs between the marker and the files on disk (missing shards, sizes, and the
+    content of a shard modified since the marker was written, by its sha256): one phrase per
+    damaged shard, naming it; empty when the split is as datagen left it.
+
+    A shard whose modification time is the marker's is not read (a stat per shard); one
+    touched since (edited, or copied without its times) is hashed, so a same-size damage is
+    found before training writes anything. Markers of an older t2t_lite (no sha256): sizes
+    only."""
     problems = []
     for shard in marker["shards"]:
         path = os.path.join(data_dir, shard["name"])
         if not tf.io.gfile.exists(path):
             problems.append(f"{path} is missing")
             continue
-        size = tf.io.gfile.stat(path).length
-        if size != shard["bytes"]:
-            problems.append(f"{path} has {size} bytes where datagen wrote {shard['bytes']}")
+        stat = tf.io.gfile.stat(path)
+        if stat.length != shard["bytes"]:
+            problems.append(f"{path} has {stat.length} bytes where datagen wrote "
+                            f"{shard['bytes']}")
+        elif (shard.get("sha256") and _mtime_ns(path) != shard.get("mtime_ns")
+              and _sha256(path) != shard["sha256"]):
+            problems.append(f"{path} was changed since datagen wrote it (same size, other "
+                            "content: its sha256 differs from the marker's)")
     return problems
 
 
@@ -262,13 +293,20 @@ def remove_split(data_dir: str, dataset_filename: str, tag: str) -> list[str]:
 
 
 def find_damaged_shard(files: list[str]) -> str | None:
-    """The first file whose TFRecord framing is broken, with the reason; None if all are
-    whole (used to name the file behind a DataLossError)."""
+    """The first file whose TFRecord framing or checksums are broken, with the reason; None
+    if all are whole (used to name the file behind a DataLossError: reads every record)."""
     for path in files:
         try:
             count_records(path)
         except ValueError as e:
             return str(e)
+    for path in files:
+        try:
+            for _ in tf.data.TFRecordDataset(path, buffer_size=1 << 22).batch(1 << 14):
+                pass
+        except tf.errors.DataLossError as e:
+            reason = re.search(r"corrupted record at \d+", e.message)
+            return f"{path}: {reason.group(0) if reason else ' '.join(e.message.split())}"
     return None
 
 
