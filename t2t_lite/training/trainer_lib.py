@@ -41,12 +41,7 @@ from tensorflow.python.util import deprecation
 
 from t2t_lite import hparams_support, registry
 from t2t_lite.data_generators.text_encoder import EOS_ID, PAD_ID
-from t2t_lite.errors import (
-    RunStopped,
-    UserError,
-    describe_storage_problem,
-    storage_problem,
-)
+from t2t_lite.errors import RunStopped, UserError, storage_problem
 from t2t_lite.evaluation import metrics as metrics_lib
 from t2t_lite.hparams import HParams, create_hparams
 from t2t_lite.layers import common_layers
@@ -321,8 +316,8 @@ class Trainer:
             problem = storage_problem(e)
             if problem is None or not self.chief:
                 raise
-            raise UserError(_failed_save_message(self.config.output_dir, self.step,
-                                                 problem)) from e
+            raise UserError(checkpoint_guard.failed_save_message(
+                self.config.output_dir, self.step, problem, CHECKPOINT_PREFIX)) from e
         if not self.chief:
             # A non-chief worker's copy is written only because saving is a collective.
             shutil.rmtree(os.path.dirname(path), ignore_errors=True)
@@ -978,24 +973,6 @@ def create_trainer(
     if flag_values is not None:
         run_metadata.save_flags(config.output_dir, flag_values)
     return trainer
-
-
-def _failed_save_message(output_dir: str, step: int, problem: tuple[str, str | None]) -> str:
-    """The one line of a checkpoint save that failed on a full disk or an unwritable
-    output_dir, after removing what it left half-written; says which checkpoint is kept."""
-    kept = checkpoint_guard.discard_failed_save(output_dir, step, CHECKPOINT_PREFIX)
-    name = f"{CHECKPOINT_PREFIX}-{step}"
-    if kept is None:
-        what = f"no checkpoint kept, {name} not written (a rerun starts at step 0)"
-    elif checkpoint_guard.step_of(kept) == step:
-        what = f"checkpoint {name} written whole, the `checkpoint` state file not updated"
-    else:
-        what = (f"checkpoint {os.path.basename(kept)} kept; {name} not written (its partial "
-                "files removed)")
-    resume = checkpoint_guard.step_of(kept) if kept else 0
-    return describe_storage_problem(
-        problem, f"{what}; make room in --output_dir={output_dir} and run the same command "
-                 f"to resume at step {resume}")
 
 
 def _newest_name(path: str) -> str:

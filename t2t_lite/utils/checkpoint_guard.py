@@ -44,7 +44,7 @@ from tensorflow.core.protobuf import trackable_object_graph_pb2
 from tensorflow.python.training.checkpoint_state_pb2 import CheckpointState
 
 from t2t_lite import file_io
-from t2t_lite.errors import UserError, one_line
+from t2t_lite.errors import UserError, describe_storage_problem, one_line
 from t2t_lite.utils import run_lock
 
 STATE_FILE = "checkpoint"
@@ -519,6 +519,25 @@ def discard_failed_save(directory: str, step: int, prefix: str = "ckpt") -> str 
         return newest_good_checkpoint(directory, warn_state_file=False)
     except UserError:
         return None
+
+
+def failed_save_message(directory: str, step: int, problem: tuple[str, str | None],
+                        prefix: str = "ckpt") -> str:
+    """The one line of a checkpoint save that failed on a full disk or an unwritable
+    directory (`errors.storage_problem`), after `discard_failed_save`: which checkpoint is
+    kept and where a rerun resumes."""
+    kept = discard_failed_save(directory, step, prefix)
+    name = f"{prefix}-{step}"
+    if kept is None:
+        what = f"no checkpoint kept, {name} not written (a rerun starts at step 0)"
+    elif step_of(kept) == step:
+        what = f"checkpoint {name} written whole, the `checkpoint` state file not updated"
+    else:
+        what = (f"checkpoint {os.path.basename(kept)} kept; {name} not written (its partial "
+                "files removed)")
+    return describe_storage_problem(
+        problem, f"{what}; make room in --output_dir={directory} and run the same command "
+                 f"to resume at step {step_of(kept) if kept else 0}")
 
 
 def temp_dir_name(stem: str) -> str:
