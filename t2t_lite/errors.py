@@ -92,7 +92,7 @@ def storage_problem(error: BaseException) -> tuple[str, str | None] | None:
     """
     if isinstance(error, OSError):
         if error.errno in STORAGE_ERRNOS:
-            return STORAGE_ERRNOS[error.errno], error.filename
+            return STORAGE_ERRNOS[error.errno], _target(error.filename)
         return None
     message = getattr(error, "message", None)  # tf.errors.OpError, without importing TF
     if not isinstance(message, str) or type(error).__module__.split(".")[0] != "tensorflow":
@@ -101,8 +101,16 @@ def storage_problem(error: BaseException) -> tuple[str, str | None] | None:
         if text in message:
             match = _TF_PATH.search(message)
             path = match.group(1).split(".tempstate")[0] if match else None
-            return STORAGE_ERRNOS[number], path
+            return STORAGE_ERRNOS[number], _target(path)
     return None
+
+
+def _target(path) -> str | None:
+    """The file meant by a path written under file_io's temporary name
+    (`<path>.<pid>.<random>.incomplete`)."""
+    if not isinstance(path, str):
+        return None
+    return re.sub(r"\.\d+\.[0-9a-f]{8}\.incomplete$", "", path)
 
 
 def describe_storage_problem(problem: tuple[str, str | None], advice: str) -> str:
