@@ -182,7 +182,7 @@ def test_run_lock_holding_null_or_malformed_json_is_taken_over(tmp_path):
     from t2t_lite.utils import run_lock
 
     lock_file = tmp_path / run_lock.LOCK_NAME
-    for content in ("null", "[1, 2]"):  # JSON, but no object (garbage: test_failures.py)
+    for content in ("null", "[1, 2]", "{not json"):
         lock_file.write_text(content)
         run_lock.refuse_if_held(str(tmp_path))  # no holder named: nothing to refuse
         lock = run_lock.acquire(str(tmp_path))
