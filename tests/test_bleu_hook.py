@@ -6,6 +6,7 @@ import shutil
 import subprocess
 import sys
 import types
+import unicodedata
 
 import numpy as np
 import pytest
@@ -80,6 +81,14 @@ def test_bleu_tokenize_reference_example():
 ])
 def test_bleu_tokenize_cases(text, tokens):
     assert bleu_hook.bleu_tokenize(text) == tokens
+
+
+@pytest.mark.parametrize("prefix", ["P", "S"])
+def test_character_classes_equal_t2t_full_scan(prefix):
+    # t2t's own construction: every code point below sys.maxunicode tested with unicodedata.
+    full = "".join(chr(x) for x in range(sys.maxunicode)
+                   if unicodedata.category(chr(x)).startswith(prefix))
+    assert bleu_hook._property_chars(prefix) == full
 
 
 def test_bleu_wrapper_cased_uncased_and_line_counts(tmp_path):
