@@ -161,6 +161,18 @@ flags.DEFINE_string("translation", None, "File of translations (one per line).")
 flags.DEFINE_string("reference", None, "File of references (one per line).")
 flags.DEFINE_enum("bleu_variant", "both", ["both", "cased", "uncased"], "Which BLEU to report.")
 
+# --- Model selection and MT metrics (not in t2t-bleu; sacreBLEU's metrics) -------------------
+flags.DEFINE_string(
+    "metrics", "bleu",
+    "--mode=bleu, decode with --decode_reference and train_eval_and_decode: sacreBLEU metrics "
+    "to report, comma-separated, of bleu,chrf,chrf++,ter (chrF2, chrF2++ and TER with their "
+    "signatures; t2t's BLEU lines come with bleu).")
+flags.DEFINE_integer(
+    "paired_bootstrap", 0,
+    "--mode=bleu with --translation=BASELINE,OTHER,...: sacreBLEU's paired bootstrap "
+    "resampling with this many resamples (e.g. 1000): each system's score, mean, 95%% CI and "
+    "p-value against the first (seed: SACREBLEU_SEED, default 12345).")
+
 # --- t2t-avg-all / avg_checkpoints ----------------------------------------------------------
 flags.DEFINE_integer("n", 8, "Number of last checkpoints to average.")
 flags.DEFINE_string("avg_output_dir", None, "Where to write the averaged checkpoint.")

@@ -222,18 +222,23 @@ def sacrebleu_corpus_bleu(
     return score, metric.get_signature()
 
 
-def bleu_report(ref_filename: str, hyp_filename: str, variant: str = "both") -> list[str]:
+def bleu_report(ref_filename: str, hyp_filename: str, variant: str = "both",
+                metrics: Sequence[str] = ("bleu",)) -> list[str]:
     """The lines `--mode=bleu` prints: sacrebleu's score with its signature, then t2t's
-    tokenized BLEU (x100) as `t2t-bleu` prints it.
+    tokenized BLEU (x100) as `t2t-bleu` prints it, then sacreBLEU's other `metrics` (chrF2,
+    chrF2++, TER; `mt_metrics`), each with its signature.
 
     Args:
       ref_filename: reference file.
       hyp_filename: hypothesis file.
       variant: "both", "cased" or "uncased": which t2t BLEU lines to include.
+      metrics: `mt_metrics.METRICS` names; without "bleu" no BLEU line is printed.
 
     Returns:
       Lines without newlines.
     """
+    from t2t_lite.evaluation import mt_metrics
+
     references = read_lines(ref_filename)
     hypotheses = read_lines(hyp_filename)
     if len(references) != len(hypotheses):
@@ -241,12 +246,16 @@ def bleu_report(ref_filename: str, hyp_filename: str, variant: str = "both") -> 
             f"BLEU: {ref_filename} has {len(references)} lines but {hyp_filename} has "
             f"{len(hypotheses)}; give files with one translation per reference line"
         )
-    score, signature = sacrebleu_corpus_bleu(references, hypotheses)
-    lines = [score.format(signature=str(signature), width=2)]
-    if variant in ("uncased", "both"):
-        bleu = 100 * bleu_wrapper(ref_filename, hyp_filename, case_sensitive=False)
-        lines.append(f"BLEU_uncased = {bleu:6.2f}")
-    if variant in ("cased", "both"):
-        bleu = 100 * bleu_wrapper(ref_filename, hyp_filename, case_sensitive=True)
-        lines.append(f"BLEU_cased = {bleu:6.2f}")
+    lines = []
+    if "bleu" in metrics:
+        score, signature = sacrebleu_corpus_bleu(references, hypotheses)
+        lines.append(score.format(signature=str(signature), width=2))
+        if variant in ("uncased", "both"):
+            bleu = 100 * bleu_wrapper(ref_filename, hyp_filename, case_sensitive=False)
+            lines.append(f"BLEU_uncased = {bleu:6.2f}")
+        if variant in ("cased", "both"):
+            bleu = 100 * bleu_wrapper(ref_filename, hyp_filename, case_sensitive=True)
+            lines.append(f"BLEU_cased = {bleu:6.2f}")
+    others = [name for name in metrics if name != "bleu"]
+    lines += mt_metrics.score_lines(mt_metrics.corpus_scores(references, hypotheses, others))
     return lines
