@@ -123,7 +123,8 @@ def main(flags) -> None:
                                      decode_hp, base, name_parts)
     print(f"Decodes written to {output}")
     if reference:
-        report_bleu(reference, output, flags.output_dir, checkpoint, decode_hp.summaries_log_dir)
+        report_bleu(reference, output, flags.output_dir, checkpoint, decode_hp.summaries_log_dir,
+                    _metrics(flags))
 
 
 def parallel_batches(flags, hparams, decode_hp) -> int:
@@ -197,7 +198,7 @@ def decode_ctranslate2(flags) -> str:
     print(f"Decodes written to {output}")
     reference = flags.decode_reference or decode_hp.decode_reference
     if reference:
-        for line in bleu_hook.bleu_report(reference, output):
+        for line in bleu_hook.bleu_report(reference, output, metrics=_metrics(flags)):
             print(line)
     return output
 
@@ -254,3 +255,13 @@ def _check_outputs_writable(flags, decode_hp, score_file) -> None:
             "decode_from_file", os.path.dirname(os.path.abspath(flags.decode_from_file)))
     elif flags.output_dir:
         validation.check_writable_dir("output_dir", flags.output_dir)
+
+
+def _metrics(flags) -> tuple[str, ...]:
+    """--metrics, checked (UserError naming it)."""
+    from t2t_lite.evaluation import mt_metrics
+
+    try:
+        return mt_metrics.parse_metrics(getattr(flags, "metrics", "bleu") or "bleu")
+    except ValueError as e:
+        raise UserError(str(e)) from e

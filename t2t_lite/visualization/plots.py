@@ -126,6 +126,12 @@ def plot_run(output_dir: str) -> list[str]:
     plot("dev_bleu.png", "Dev BLEU (decodes)", "BLEU",
          {"dev set (train_eval_and_decode)": dev_decode.get("BLEU", []),
           "--mode=decode with a reference": decode.get("BLEU", [])})
+    # sacreBLEU's other metrics (--metrics=chrf,chrf++,ter), one picture each.
+    for tag, filename in (("chrF2", "dev_chrf.png"), ("chrF2++", "dev_chrfpp.png"),
+                          ("TER", "dev_ter.png")):
+        plot(filename, f"Dev {tag} (decodes)", tag,
+             {"dev set (train_eval_and_decode)": dev_decode.get(tag, []),
+              "--mode=decode with a reference": decode.get(tag, [])})
     return written
 
 
