@@ -31,6 +31,7 @@ from t2t_lite.decoding.decoding import (
     unpacked_problem,
 )
 from t2t_lite.errors import UserError, one_line
+from t2t_lite.evaluation import mt_metrics
 from t2t_lite.utils import validation
 
 
@@ -124,7 +125,7 @@ def main(flags) -> None:
     print(f"Decodes written to {output}")
     if reference:
         report_bleu(reference, output, flags.output_dir, checkpoint, decode_hp.summaries_log_dir,
-                    _metrics(flags))
+                    mt_metrics.parse_metrics(getattr(flags, "metrics", "bleu")))
 
 
 def parallel_batches(flags, hparams, decode_hp) -> int:
@@ -198,7 +199,8 @@ def decode_ctranslate2(flags) -> str:
     print(f"Decodes written to {output}")
     reference = flags.decode_reference or decode_hp.decode_reference
     if reference:
-        for line in bleu_hook.bleu_report(reference, output, metrics=_metrics(flags)):
+        metrics = mt_metrics.parse_metrics(getattr(flags, "metrics", "bleu"))
+        for line in bleu_hook.bleu_report(reference, output, metrics=metrics):
             print(line)
     return output
 
@@ -255,13 +257,3 @@ def _check_outputs_writable(flags, decode_hp, score_file) -> None:
             "decode_from_file", os.path.dirname(os.path.abspath(flags.decode_from_file)))
     elif flags.output_dir:
         validation.check_writable_dir("output_dir", flags.output_dir)
-
-
-def _metrics(flags) -> tuple[str, ...]:
-    """--metrics, checked (UserError naming it)."""
-    from t2t_lite.evaluation import mt_metrics
-
-    try:
-        return mt_metrics.parse_metrics(getattr(flags, "metrics", "bleu") or "bleu")
-    except ValueError as e:
-        raise UserError(str(e)) from e

@@ -16,6 +16,7 @@ from t2t_lite import registry
 from t2t_lite.data_generators import datagen
 from t2t_lite.decoding import runs
 from t2t_lite.errors import UserError
+from t2t_lite.evaluation import mt_metrics
 from t2t_lite.training.trainer_lib import (
     EVAL,
     TRAIN,
@@ -230,7 +231,7 @@ def _dev_decoder(trainer: Trainer, flags_obj: Any,
     reference = flags_obj.decode_reference or decode_hp.decode_reference or None
     name_parts = (flags_obj.model, flags_obj.hparams_set, trainer.problem.name)
 
-    metrics = _metrics(flags_obj)
+    metrics = mt_metrics.parse_metrics(getattr(flags_obj, "metrics", "bleu"))
 
     def decode(step: int) -> None:
         if trainer.chief:
@@ -241,27 +242,16 @@ def _dev_decoder(trainer: Trainer, flags_obj: Any,
     return decode
 
 
-def _metrics(flags_obj: Any) -> tuple[str, ...]:
-    """--metrics, checked (UserError naming it)."""
-    from t2t_lite.evaluation import mt_metrics
-
-    try:
-        return mt_metrics.parse_metrics(getattr(flags_obj, "metrics", "bleu") or "bleu")
-    except ValueError as e:
-        raise UserError(str(e)) from e
-
-
 def _metric_names(trainer: Trainer, flags_obj: Any) -> list[str]:
     """The metrics a train_and_eval run reports after each evaluation: the eval loss and
     metrics, and with train_eval_and_decode its dev decodes' BLEU and --metrics."""
     from t2t_lite.evaluation import metrics as metrics_lib
-    from t2t_lite.evaluation import mt_metrics
 
     eval_metrics = trainer.eval_metrics
     names = ["loss"] + [metrics_lib.metric_name(eval_metrics.problem_name, m)
                         for m in eval_metrics.graph_metrics + eval_metrics.host_metrics]
     if flags_obj.schedule == "train_eval_and_decode":
-        names += ["BLEU"] + [mt_metrics.SCALAR_NAMES[m] for m in _metrics(flags_obj)]
+        names += ["BLEU"] + [mt_metrics.SCALAR_NAMES[m] for m in mt_metrics.parse_metrics(getattr(flags_obj, "metrics", "bleu"))]
     return names
 
 
@@ -273,7 +263,6 @@ def _check_selection_flags(flags_obj: Any, mode: str) -> None:
     Raises:
       UserError: naming the flag.
     """
-    from t2t_lite.evaluation import mt_metrics
     from t2t_lite.training import early_stopping
 
     asked = {"eval_early_stopping_metric": getattr(flags_obj, "eval_early_stopping_steps", None),
@@ -287,7 +276,7 @@ def _check_selection_flags(flags_obj: Any, mode: str) -> None:
     known = {"loss", *registry.problem(flags_obj.problem).eval_metrics()}
     if flags_obj.schedule == "train_eval_and_decode":
         known |= {"BLEU", *early_stopping.DECODE_METRIC_NAMES,
-                  *(mt_metrics.SCALAR_NAMES[m] for m in _metrics(flags_obj))}
+                  *(mt_metrics.SCALAR_NAMES[m] for m in mt_metrics.parse_metrics(getattr(flags_obj, "metrics", "bleu")))}
     for flag, wanted in asked.items():
         name = getattr(flags_obj, flag)
         if wanted and name not in known and name.rsplit("/", 1)[-1] not in known:

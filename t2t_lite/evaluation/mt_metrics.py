@@ -32,12 +32,14 @@ def parse_metrics(text: str) -> tuple[str, ...]:
     """The metric names of a `--metrics` value ("bleu,chrf,chrf++,ter"), in the given order.
 
     Raises:
-      ValueError: an unknown name (naming it and the known ones) or none at all.
+      UserError: an unknown name (naming it and the known ones) or none at all.
     """
+    from t2t_lite.errors import UserError
+
     names = tuple(dict.fromkeys(n.strip().lower() for n in (text or "").split(",") if n.strip()))
     unknown = [n for n in names if n not in METRICS]
     if unknown or not names:
-        raise ValueError(f"--metrics={text}: {'unknown ' + ', '.join(unknown) if unknown else 'empty'}"
+        raise UserError(f"--metrics={text}: {'unknown ' + ', '.join(unknown) if unknown else 'empty'}"
                          f"; choose from {','.join(METRICS)}")
     return names
 
