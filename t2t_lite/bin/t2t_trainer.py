@@ -251,7 +251,8 @@ def _metric_names(trainer: Trainer, flags_obj: Any) -> list[str]:
     names = ["loss"] + [metrics_lib.metric_name(eval_metrics.problem_name, m)
                         for m in eval_metrics.graph_metrics + eval_metrics.host_metrics]
     if flags_obj.schedule == "train_eval_and_decode":
-        names += ["BLEU"] + [mt_metrics.SCALAR_NAMES[m] for m in mt_metrics.parse_metrics(getattr(flags_obj, "metrics", "bleu"))]
+        metrics = mt_metrics.parse_metrics(getattr(flags_obj, "metrics", "bleu"))
+        names += ["BLEU"] + [mt_metrics.SCALAR_NAMES[m] for m in metrics]
     return names
 
 
@@ -275,8 +276,9 @@ def _check_selection_flags(flags_obj: Any, mode: str) -> None:
                         "--schedule=train_and_evaluate)")
     known = {"loss", *registry.problem(flags_obj.problem).eval_metrics()}
     if flags_obj.schedule == "train_eval_and_decode":
+        metrics = mt_metrics.parse_metrics(getattr(flags_obj, "metrics", "bleu"))
         known |= {"BLEU", *early_stopping.DECODE_METRIC_NAMES,
-                  *(mt_metrics.SCALAR_NAMES[m] for m in mt_metrics.parse_metrics(getattr(flags_obj, "metrics", "bleu")))}
+                  *(mt_metrics.SCALAR_NAMES[m] for m in metrics)}
     for flag, wanted in asked.items():
         name = getattr(flags_obj, flag)
         if wanted and name not in known and name.rsplit("/", 1)[-1] not in known:
