@@ -39,8 +39,8 @@ def parse_metrics(text: str) -> tuple[str, ...]:
     names = tuple(dict.fromkeys(n.strip().lower() for n in (text or "").split(",") if n.strip()))
     unknown = [n for n in names if n not in METRICS]
     if unknown or not names:
-        raise UserError(f"--metrics={text}: {'unknown ' + ', '.join(unknown) if unknown else 'empty'}"
-                         f"; choose from {','.join(METRICS)}")
+        what = f"unknown {', '.join(unknown)}" if unknown else "empty"
+        raise UserError(f"--metrics={text}: {what}; choose from {','.join(METRICS)}")
     return names
 
 
