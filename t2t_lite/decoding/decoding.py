@@ -709,7 +709,8 @@ def decode_dev_and_score(model: Any, problem: Any, hparams: HParams, data_dir: s
     `reference` when given (t2t's decode_reference), else with the `.targets` file (the dev
     targets as text); it is logged and written as the `BLEU` scalar at `step` to
     `<output_dir>/decode_eval` (t2t's `<summaries_log_dir>_eval`), with sacreBLEU's other
-    `metrics` (chrF2, chrF2++, TER; `mt_metrics.SCALAR_NAMES`) beside it.
+    `metrics` (chrF2, chrF2++, TER; `mt_metrics.SCALAR_NAMES`) beside it, and to the run
+    card's "bleu" section.
 
     Args:
       model: a model with `infer` (the Transformer).
@@ -748,13 +749,18 @@ def decode_dev_and_score(model: Any, problem: Any, hparams: HParams, data_dir: s
     reference = reference or output[: -len("decodes")] + "targets"
     try:
         scores = {"BLEU": 100 * float(bleu_hook.bleu_wrapper(reference, output))}
-        others = [m for m in metrics if m != "bleu"]
-        if others:
-            scores.update(mt_metrics.scalars(mt_metrics.corpus_scores(
-                bleu_hook.read_lines(reference), bleu_hook.read_lines(output), others)))
+        others = mt_metrics.corpus_scores(bleu_hook.read_lines(reference),
+                                          bleu_hook.read_lines(output),
+                                          [m for m in metrics if m != "bleu"])
     except ValueError as e:
         logging.warning("No BLEU at step %d: %s", step, e)
         return {}
+    scores.update(mt_metrics.scalars(others))
+    from t2t_lite.training import run_card
+
+    run_card.record_bleu(output_dir, step, reference, output,
+                         [f"BLEU_uncased = {scores['BLEU']:6.2f}",
+                          *mt_metrics.score_lines(others)])
     logging.info("Decode at step %d: %s (%s against %s)", step,
                  ", ".join(f"{k} = {v:.2f}" for k, v in scores.items()), output, reference)
     writer = tf.summary.create_file_writer(directory)
