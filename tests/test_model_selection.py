@@ -35,22 +35,25 @@ def test_has_metric_plateaued_is_t2ts_rule(steps_, values, num_steps, delta, dec
 def test_early_stopping_state_is_the_runs_and_survives_a_new_process(tmp_path):
     first = EarlyStopping(str(tmp_path), "loss", 200, 0.1, True)
     assert not first.update(100, {"loss": 1.0})
-    assert not first.update(200, {"loss": 0.8, "other": 5.0})
+    assert not first.update(200, {"loss": 0.75, "other": 5.0})
     assert not first.update(250, {"other": 1.0})  # no loss: nothing changes
-    # A new process (a resumed run) reads the history and stops on its first evaluation.
+    # A new process (a resumed run) reads the history and stops on its second evaluation.
     second = EarlyStopping(str(tmp_path), "loss", 200, 0.1, True)
-    assert second.history == [(100, 1.0), (200, 0.8)]
-    assert not second.update(300, {"loss": 0.75})  # reference 1.0 (step 100): improved 0.25
-    assert second.update(400, {"loss": 0.79})  # reference 0.8 (step 200): best change 0.05
+    assert second.history == [(100, 1.0), (200, 0.75)]
+    assert not second.update(300, {"loss": 0.6875})  # reference 1.0 (step 100): 0.3125 better
+    assert second.update(400, {"loss": 0.71875})  # reference 0.75 (step 200): at most 0.0625
     assert second.stop_message == ("Early stopping at step 400: loss improved by less than "
-                                   "0.1 over 200 steps; best 0.75 at step 300")
+                                   "0.1 over 200 steps; best 0.6875 at step 300")
     state = json.loads((tmp_path / early_stopping.STATE_FILE).read_text())
-    assert state["stopped"] == {"step": 400, "metric": "loss", "best_value": 0.75,
+    assert state["stopped"] == {"step": 400, "metric": "loss", "best_value": 0.6875,
                                 "best_step": 300}
     # A resume from an older checkpoint evaluates step 300 again: the later history goes.
     third = EarlyStopping(str(tmp_path), "loss", 200, 0.1, True)
     assert not third.update(300, {"loss": 0.5})
-    assert third.history == [(100, 1.0), (200, 0.8), (300, 0.5)]
+    assert third.history == [(100, 1.0), (200, 0.75), (300, 0.5)]
+    # Values are kept as float32, as in the event files t2t's hook reads.
+    assert not third.update(400, {"loss": 0.1})
+    assert third.history[-1] == (400, 0.10000000149011612)
 
 
 def test_resolve_metric_names():

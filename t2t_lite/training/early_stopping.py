@@ -19,14 +19,15 @@ passed the flags to tf.contrib.learn's ValidationMonitor (best value, delta igno
 does not exist on TensorFlow 2, and `continuous_train_and_eval` ignores them. t2t_lite
 applies the hook's rule to every train_and_eval schedule.
 
-The metric's history (step, value) is the run's state, `output_dir/early_stopping.json`
-(written atomically), so a resumed run goes on with the evaluations before it, as t2t's
-hook reads them from the event files.
+The metric's history (step, value as float32, as in the event files t2t's hook reads) is the
+run's state, `output_dir/early_stopping.json` (written atomically), so a resumed run goes on
+with the evaluations before it, as t2t's hook reads them from the event files.
 """
 from __future__ import annotations
 
 import json
 import os
+import struct
 from collections.abc import Sequence
 from typing import Any
 
@@ -64,6 +65,12 @@ def has_metric_plateaued(steps: Sequence[int], values: Sequence[float], num_step
     improvements = [(values[start] - v) if decrease else (v - values[start])
                     for v in values[start:]]
     return all(improvement < delta for improvement in improvements)
+
+
+def as_float32(value: float) -> float:
+    """`value` rounded to float32, as TensorBoard's event files hold scalars and t2t's hook
+    reads them back (so that a comparison with delta decides as t2t's does)."""
+    return struct.unpack("f", struct.pack("f", float(value)))[0]
 
 
 def resolve_metric(name: str, available: Sequence[str]) -> str:
@@ -150,7 +157,7 @@ class EarlyStopping:
         if self.metric not in results:
             return False
         history = [(s, v) for s, v in self.history if s < step]
-        history.append((int(step), float(results[self.metric])))
+        history.append((int(step), as_float32(results[self.metric])))
         self.state["history"][self.metric] = [[s, v] for s, v in history]
         steps, values = zip(*history)
         stop = has_metric_plateaued(steps, values, self.num_steps, self.delta, self.minimize)
