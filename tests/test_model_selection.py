@@ -114,6 +114,9 @@ def test_selection_flags_are_checked_against_the_runs_metrics():
         t2t_trainer._check_selection_flags(flags, "train_and_eval")
     flags.schedule = "train_eval_and_decode"
     t2t_trainer._check_selection_flags(flags, "train_and_eval")
+    flags.keep_best_checkpoints = -1
+    with pytest.raises(UserError, match="--keep_best_checkpoints=-1"):
+        t2t_trainer._check_selection_flags(flags, "train_and_eval")
 
 
 @pytest.mark.slow

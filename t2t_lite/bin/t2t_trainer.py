@@ -270,6 +270,8 @@ def _check_selection_flags(flags_obj: Any, mode: str) -> None:
              "best_checkpoint_metric": getattr(flags_obj, "keep_best_checkpoints", 0)}
     if not any(asked.values()) or mode == "eval":
         return
+    validation.check_positive({"eval_early_stopping_steps": asked["eval_early_stopping_metric"],
+                               "keep_best_checkpoints": asked["best_checkpoint_metric"] or None})
     if mode != "train_and_eval":
         raise UserError("--eval_early_stopping_steps / --keep_best_checkpoints need "
                         "evaluations: use --mode=train_and_eval (or t2t's "
@@ -301,8 +303,6 @@ def _model_selection(trainer: Trainer, flags_obj: Any,
     keep = getattr(flags_obj, "keep_best_checkpoints", 0) or 0
     if not steps and not keep:
         return None
-    validation.check_positive({"eval_early_stopping_steps": steps,
-                               "keep_best_checkpoints": keep or None})
     if trainer.multi_worker:
         raise UserError("--eval_early_stopping_steps / --keep_best_checkpoints: not supported "
                         "with several workers yet; train on one host")
