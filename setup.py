@@ -33,6 +33,8 @@ setup(
         "keras>=3",
         "tensorflow-datasets",
         "sacrebleu>=2",
+        # t2t BLEU tokenization's Unicode classes found fast (evaluation/bleu_hook.py).
+        "regex",
         "absl-py",
         "numpy",
         # `tensorboard --logdir` is what every run prints; the HParams dashboard's summaries.

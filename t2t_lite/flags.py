@@ -161,6 +161,51 @@ flags.DEFINE_string("translation", None, "File of translations (one per line).")
 flags.DEFINE_string("reference", None, "File of references (one per line).")
 flags.DEFINE_enum("bleu_variant", "both", ["both", "cased", "uncased"], "Which BLEU to report.")
 
+# --- Model selection and MT metrics (not in t2t-bleu; sacreBLEU's metrics) -------------------
+flags.DEFINE_string(
+    "metrics", "bleu",
+    "--mode=bleu, decode with --decode_reference and train_eval_and_decode: sacreBLEU metrics "
+    "to report, comma-separated, of bleu,chrf,chrf++,ter (chrF2, chrF2++ and TER with their "
+    "signatures; t2t's BLEU lines come with bleu).")
+flags.DEFINE_integer(
+    "paired_bootstrap", 0,
+    "--mode=bleu with --translation=BASELINE,OTHER,...: sacreBLEU's paired bootstrap "
+    "resampling with this many resamples (e.g. 1000): each system's score, mean, 95%% CI and "
+    "p-value against the first (seed: SACREBLEU_SEED, default 12345).")
+flags.DEFINE_integer(
+    "eval_early_stopping_steps", None,
+    "t2t-trainer's: train_and_eval stops when --eval_early_stopping_metric has not improved "
+    "by --eval_early_stopping_metric_delta over this many steps (t2t's EarlyStoppingHook "
+    "rule: against the last evaluation at least this many steps before the newest). The "
+    "history is kept in output_dir/early_stopping.json.")
+flags.DEFINE_string(
+    "eval_early_stopping_metric", "loss",
+    "t2t-trainer's: the metric early stopping watches: an eval metric (loss, "
+    "metrics-<problem>/targets/accuracy or its last part) or, with "
+    "--schedule=train_eval_and_decode, bleu / chrf / chrf++ / ter of the dev decodes.")
+flags.DEFINE_float(
+    "eval_early_stopping_metric_delta", 0.1,
+    "t2t-trainer's: the least improvement that counts (t2t: improvements strictly below it "
+    "are a plateau, so 0 never stops).")
+flags.DEFINE_bool(
+    "eval_early_stopping_metric_minimize", True,
+    "t2t-trainer's: whether the early-stopping metric improves by going down (loss, ter) "
+    "or up (--noeval_early_stopping_metric_minimize: accuracy, bleu, chrf).")
+flags.DEFINE_integer(
+    "keep_best_checkpoints", 0,
+    "train_and_eval: keep the N best checkpoints by --best_checkpoint_metric in "
+    "output_dir/best/ (with best_checkpoints.json: step -> value), never rotated by "
+    "--keep_checkpoint_max. Decode, export and average read them with "
+    "--checkpoint_path=$RUN/best. Not t2t's.")
+flags.DEFINE_string(
+    "best_checkpoint_metric", "loss",
+    "--keep_best_checkpoints: the metric to rank by, named as for "
+    "--eval_early_stopping_metric; lower is better for losses and ter, higher otherwise.")
+flags.DEFINE_integer(
+    "average_best", 0,
+    "--mode=average: average the N best checkpoints of <output_dir>/best (written by "
+    "--keep_best_checkpoints) instead of the last --n of output_dir.")
+
 # --- t2t-avg-all / avg_checkpoints ----------------------------------------------------------
 flags.DEFINE_integer("n", 8, "Number of last checkpoints to average.")
 flags.DEFINE_string("avg_output_dir", None, "Where to write the averaged checkpoint.")

@@ -1,11 +1,14 @@
 """BLEU: t2t's compute_bleu / bleu_tokenize / bleu_wrapper on hand-computed cases, and
 sacrebleu through its Python API against its own command line."""
+import json
 import math
 import os
+import pathlib
 import shutil
 import subprocess
 import sys
 import types
+import unicodedata
 
 import numpy as np
 import pytest
@@ -80,6 +83,14 @@ def test_bleu_tokenize_reference_example():
 ])
 def test_bleu_tokenize_cases(text, tokens):
     assert bleu_hook.bleu_tokenize(text) == tokens
+
+
+@pytest.mark.parametrize("prefix", ["P", "S"])
+def test_character_classes_equal_t2t_full_scan(prefix):
+    # t2t's own construction: every code point below sys.maxunicode tested with unicodedata.
+    full = "".join(chr(x) for x in range(sys.maxunicode)
+                   if unicodedata.category(chr(x)).startswith(prefix))
+    assert bleu_hook._property_chars(prefix) == full
 
 
 def test_bleu_wrapper_cased_uncased_and_line_counts(tmp_path):
@@ -171,3 +182,56 @@ def test_run_py_bleu_mode(wmt_toy_dir, tmp_path):
         check=True, capture_output=True, text=True, cwd=REPO_ROOT).stdout.splitlines()
     assert out[0].startswith("BLEU|nrefs:1")
     assert out[1].startswith("BLEU_uncased = ") and out[2].startswith("BLEU_cased = ")
+
+
+@pytest.mark.slow  # sacreBLEU's command line: a few seconds a call
+def test_chrf_chrfpp_ter_equal_sacrebleu_command_line(wmt_toy_dir, tmp_path):
+    ref, hyp = _perturbed_pair(wmt_toy_dir, tmp_path, n=30)
+    lines = bleu_hook.bleu_report(str(ref), str(hyp), metrics=("chrf", "ter", "chrf++"))
+    assert len(lines) == 3  # no BLEU lines without "bleu"
+    cli = json.loads(_sacrebleu_cli(str(ref), "-i", str(hyp), "-m", "chrf", "ter", "-w", "2"))
+    cli.append(json.loads(_sacrebleu_cli(str(ref), "-i", str(hyp), "-m", "chrf",
+                                         "--chrf-word-order", "2", "-w", "2")))
+    for line, expected, name in zip(lines, cli, ("chrF2", "TER", "chrF2++")):
+        assert expected["name"] == name
+        assert line == f"{name}|{expected['signature']} = {expected['score']:.2f}"
+    assert 10 < float(lines[1].rsplit("= ", 1)[1]) < 90  # a TER that tells the files apart
+
+
+@pytest.mark.slow  # sacreBLEU's command line: a few seconds a call
+def test_paired_bootstrap_equals_sacrebleu_command_line(wmt_toy_dir, tmp_path, capsys,
+                                                        monkeypatch):
+    ref, hyp = _perturbed_pair(wmt_toy_dir, tmp_path, n=30)
+    monkeypatch.chdir(tmp_path)  # system names without LaTeX escapes in sacreBLEU's table
+    ref, hyp, other = pathlib.Path("ref.de"), pathlib.Path("hyp.de"), pathlib.Path("other.de")
+    # The reference itself with every third line emptied: a second system, far better.
+    other.write_text("\n".join("" if i % 3 == 0 else line for i, line in
+                               enumerate(bleu_hook.read_lines(str(ref)))) + "\n",
+                     encoding="utf-8")
+    flags = types.SimpleNamespace(translation=f"{hyp},{other}", reference=str(ref),
+                                  bleu_variant="both", metrics="bleu,chrf,ter",
+                                  paired_bootstrap=300)
+    t2t_bleu.main(flags)
+    ours = capsys.readouterr().out.splitlines()
+    table = _sacrebleu_cli(str(ref), "-i", str(hyp), str(other), "-m", "bleu", "chrf", "ter",
+                           "--paired-bs", "--paired-bs-n", "300", "-f", "latex", "--no-color",
+                           "-q", "-w", "2")
+    rows = [[cell.strip() for cell in line.rstrip("\\ ").split("&")]
+            for line in table.splitlines() if "&" in line and "System" not in line][:2]
+    assert rows[0][0] == f"Baseline: {hyp}" and rows[1][0] == str(other)
+    for metric_index, metric in enumerate(("BLEU", "chrF2", "TER")):
+        for row in rows:
+            assert f"{metric} {row[0]} = {row[1 + metric_index]}" in ours
+    signatures = [line for line in table.splitlines() if line.startswith(" - ") and "nrefs:" in line]
+    for line in signatures:
+        name, signature = line[3:].split()
+        assert f"{name} signature: {signature}" in ours
+    assert len(signatures) == 3 and "bs:300|seed:12345" in signatures[0]
+    with pytest.raises(UserError, match="--paired_bootstrap"):
+        t2t_bleu.main(types.SimpleNamespace(translation=str(hyp), reference=str(ref),
+                                            bleu_variant="both", metrics="bleu",
+                                            paired_bootstrap=10))
+    with pytest.raises(UserError, match="--metrics=bleu,cher: unknown cher"):
+        t2t_bleu.main(types.SimpleNamespace(translation=str(hyp), reference=str(ref),
+                                            bleu_variant="both", metrics="bleu,cher",
+                                            paired_bootstrap=0))

@@ -70,3 +70,17 @@ def test_empty_run_dir_and_missing_matplotlib_are_user_errors(tmp_path, monkeypa
     with pytest.raises(UserError, match=r"pip install t2t_lite\[viz\]"):
         plots.plot_run(str(tmp_path))
     assert plots.plot_run_if_possible(str(tmp_path)) == []  # a finished run does not fail
+
+
+def test_chrf_and_ter_pictures_when_decodes_logged_them(tmp_path):
+    _fake_run(tmp_path, with_bleu=False)
+    dev_decode = tf.summary.create_file_writer(str(tmp_path / "decode_eval"))
+    with dev_decode.as_default():
+        for step, (chrf, ter) in {50: (40.0, 70.0), 100: (45.0, 62.0)}.items():
+            tf.summary.scalar("chrF2", chrf, step=step)
+            tf.summary.scalar("TER", ter, step=step)
+    dev_decode.close()
+    names = sorted(os.path.basename(p) for p in plots.plot_run(str(tmp_path)))
+    assert "dev_chrf.png" in names and "dev_ter.png" in names
+    assert "dev_chrfpp.png" not in names and "dev_bleu.png" not in names
+    assert plots.pixel_spread(str(tmp_path / "plots" / "dev_ter.png")) > 0.05

@@ -109,6 +109,20 @@ def test_bleu_mode_runs_without_tensorflow(tmp_path):
     assert "BLEU_cased = 100.00" in result.stdout
 
 
+def test_bleu_mode_metrics_run_without_tensorflow(tmp_path):
+    hyp, ref = tmp_path / "hyp.txt", tmp_path / "ref.txt"
+    hyp.write_text("the cat sat on the mat\n")
+    ref.write_text("the cat sat on a mat\n")
+    result = _run_without_tensorflow(tmp_path, "--mode=bleu", f"--translation={hyp}",
+                                     f"--reference={ref}", "--metrics=bleu,chrf,chrf++,ter")
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    # t2t's lines where they were, sacreBLEU's other metrics after them.
+    assert lines[1].startswith("BLEU_uncased = ") and lines[2].startswith("BLEU_cased = ")
+    assert [line.split("|")[0] for line in lines[3:]] == ["chrF2", "chrF2++", "TER"]
+    assert lines[5].endswith("= 16.67")  # one substitution in six words
+
+
 def test_misspelled_hparams_set_is_refused_before_tensorflow(tmp_path):
     result = _run_without_tensorflow(
         tmp_path, "--mode=train", "--hparams_set=transformer_tinyy", "--problem=x",

@@ -538,6 +538,17 @@ def test_dev_decode_bleu_is_t2ts_bleu_of_the_decodes(tmp_path):
     assert 0 < worse < 100
     events = dict(read_events(str(tmp_path / "decode_eval"))["BLEU"])
     assert float(events[5]) == pytest.approx(100.0) and float(events[6]) == pytest.approx(worse)
+    # --metrics: sacreBLEU's chrF2 and TER of the same decodes, to TensorBoard and the card.
+    model.wrong = False
+    scores = decoding.decode_dev_and_score(model, problem, hparams, data_dir, decode_hp,
+                                           str(tmp_path), 7, names, metrics=("bleu", "chrf", "ter"))
+    assert scores == pytest.approx({"BLEU": 100.0, "chrF2": 100.0, "TER": 0.0})
+    assert float(dict(read_events(str(tmp_path / "decode_eval"))["TER"])[7]) == 0.0
+    from t2t_lite.training import run_card
+
+    card = run_card.read(str(tmp_path))["bleu"]
+    assert card["checkpoint step"] == 7 and card["t2t BLEU_uncased"] == "100.00"
+    assert card["chrF2"].startswith("chrF2|nrefs:1|") and card["chrF2"].endswith("= 100.00")
 
 
 def test_worker_replicas_must_match_tf_config(monkeypatch):

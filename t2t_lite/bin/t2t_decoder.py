@@ -34,6 +34,7 @@ from t2t_lite.decoding.decoding import (
     unpacked_problem,
 )
 from t2t_lite.errors import UserError, one_line
+from t2t_lite.evaluation import mt_metrics
 from t2t_lite.utils import validation
 
 
@@ -129,7 +130,8 @@ def main(flags) -> None:
                                      decode_hp, base, name_parts)
     print(f"Decodes written to {output}")
     if reference:
-        report_bleu(reference, output, flags.output_dir, checkpoint, decode_hp.summaries_log_dir)
+        report_bleu(reference, output, flags.output_dir, checkpoint, decode_hp.summaries_log_dir,
+                    mt_metrics.parse_metrics(getattr(flags, "metrics", "bleu")))
 
 
 def parallel_batches(flags, hparams, decode_hp) -> int:
@@ -204,7 +206,8 @@ def decode_ctranslate2(flags) -> str:
     print(f"Decodes written to {output}")
     reference = flags.decode_reference or decode_hp.decode_reference
     if reference:
-        for line in bleu_hook.bleu_report(reference, output):
+        metrics = mt_metrics.parse_metrics(getattr(flags, "metrics", "bleu"))
+        for line in bleu_hook.bleu_report(reference, output, metrics=metrics):
             print(line)
     return output
 

@@ -16,6 +16,7 @@ from t2t_lite import registry
 from t2t_lite.data_generators import datagen
 from t2t_lite.decoding import runs
 from t2t_lite.errors import UserError
+from t2t_lite.evaluation import mt_metrics
 from t2t_lite.training.trainer_lib import (
     EVAL,
     TRAIN,
@@ -162,6 +163,7 @@ def main(flags_obj: Any, mode: str) -> dict[str, float]:
     check_flags(flags_obj)
     if flags_obj.schedule == "train_eval_and_decode":
         _check_dev_decode_flags(flags_obj)  # not after training has run
+    _check_selection_flags(flags_obj, mode)
     if mode != "eval" and is_chief():
         # Before TensorFlow builds anything: a second run refuses within seconds, a
         # read-only output_dir in one line.
@@ -211,9 +213,11 @@ def _run_schedule(trainer: Trainer, flags_obj: Any, mode: str) -> dict[str, floa
                             trainer.config.output_dir)
         return trainer.evaluate()
     after_eval = None
+    decoded: dict[str, float] = {}  # the dev decodes' metrics of the current evaluation
     if flags_obj.schedule == "train_eval_and_decode":
-        after_eval = _dev_decoder(trainer, flags_obj)
-    trainer.train(eval_every=trainer.config.local_eval_frequency, after_eval=after_eval)
+        after_eval = _dev_decoder(trainer, flags_obj, decoded)
+    trainer.train(eval_every=trainer.config.local_eval_frequency, after_eval=after_eval,
+                  stop_when=_model_selection(trainer, flags_obj, decoded))
     if trainer.chief:  # PNGs of the curves (needs the [viz] extra)
         plots.plot_run_if_possible(trainer.config.output_dir)
     return trainer.last_eval_results
@@ -234,9 +238,11 @@ def _check_dev_decode_flags(flags_obj: Any) -> None:
         raise UserError(f"--decode_reference={reference}: no such file")
 
 
-def _dev_decoder(trainer: Trainer, flags_obj: Any) -> Callable[[int], Any]:
+def _dev_decoder(trainer: Trainer, flags_obj: Any,
+                 decoded: dict[str, float]) -> Callable[[int], Any]:
     """t2t's train_eval_and_decode: after each eval the chief decodes the dev set with
-    --decode_hparams and logs its BLEU (`decoding.decode_dev_and_bleu`)."""
+    --decode_hparams and logs its BLEU and --metrics (`decoding.decode_dev_and_score`);
+    they are put in `decoded` for early stopping and keep-best."""
     from t2t_lite.decoding import decoding
 
     decode_hp = decoding.decode_hparams(flags_obj.decode_hparams or "")
@@ -244,11 +250,112 @@ def _dev_decoder(trainer: Trainer, flags_obj: Any) -> Callable[[int], Any]:
     reference = flags_obj.decode_reference or decode_hp.decode_reference or None
     name_parts = (flags_obj.model, flags_obj.hparams_set, trainer.problem.name)
 
-    def decode(step: int):
+    metrics = mt_metrics.parse_metrics(getattr(flags_obj, "metrics", "bleu"))
+
+    def decode(step: int) -> None:
         if trainer.chief:
-            return decoding.decode_dev_and_bleu(
+            decoded.update(decoding.decode_dev_and_score(
                 trainer.model, trainer.problem, trainer.hparams, trainer.data_dir, decode_hp,
-                trainer.config.output_dir, step, name_parts, reference)
-        return None
+                trainer.config.output_dir, step, name_parts, reference, metrics))
 
     return decode
+
+
+def _metric_names(trainer: Trainer, flags_obj: Any) -> list[str]:
+    """The metrics a train_and_eval run reports after each evaluation: the eval loss and
+    metrics, and with train_eval_and_decode its dev decodes' BLEU and --metrics."""
+    from t2t_lite.evaluation import metrics as metrics_lib
+
+    eval_metrics = trainer.eval_metrics
+    names = ["loss"] + [metrics_lib.metric_name(eval_metrics.problem_name, m)
+                        for m in eval_metrics.graph_metrics + eval_metrics.host_metrics]
+    if flags_obj.schedule == "train_eval_and_decode":
+        metrics = mt_metrics.parse_metrics(getattr(flags_obj, "metrics", "bleu"))
+        names += ["BLEU"] + [mt_metrics.SCALAR_NAMES[m] for m in metrics]
+    return names
+
+
+def _check_selection_flags(flags_obj: Any, mode: str) -> None:
+    """Refuses early-stopping / keep-best flags that cannot work, before anything is written:
+    outside train_and_eval, or naming a metric that is neither the loss, one of the problem's
+    eval metrics, nor (train_eval_and_decode) a decoding metric.
+
+    Raises:
+      UserError: naming the flag.
+    """
+    from t2t_lite.training import early_stopping
+
+    asked = {"eval_early_stopping_metric": getattr(flags_obj, "eval_early_stopping_steps", None),
+             "best_checkpoint_metric": getattr(flags_obj, "keep_best_checkpoints", 0)}
+    if not any(asked.values()) or mode == "eval":
+        return
+    validation.check_positive({"eval_early_stopping_steps": asked["eval_early_stopping_metric"],
+                               "keep_best_checkpoints": asked["best_checkpoint_metric"] or None})
+    if mode != "train_and_eval":
+        raise UserError("--eval_early_stopping_steps / --keep_best_checkpoints need "
+                        "evaluations: use --mode=train_and_eval (or t2t's "
+                        "--schedule=train_and_evaluate)")
+    known = {"loss", *registry.problem(flags_obj.problem).eval_metrics()}
+    if flags_obj.schedule == "train_eval_and_decode":
+        metrics = mt_metrics.parse_metrics(getattr(flags_obj, "metrics", "bleu"))
+        known |= {"BLEU", *early_stopping.DECODE_METRIC_NAMES,
+                  *(mt_metrics.SCALAR_NAMES[m] for m in metrics)}
+    for flag, wanted in asked.items():
+        name = getattr(flags_obj, flag)
+        if wanted and name not in known and name.rsplit("/", 1)[-1] not in known:
+            raise UserError(f"--{flag}={name}: not a metric of this run; use one of "
+                            f"{', '.join(sorted(known))} (bleu, chrf, chrf++, ter need "
+                            "--schedule=train_eval_and_decode)")
+
+
+def _model_selection(trainer: Trainer, flags_obj: Any,
+                     decoded: dict[str, float]) -> Callable[[dict[str, float]], bool] | None:
+    """Early stopping (t2t's flags) and keep-best as `Trainer.train`'s `stop_when`: after each
+    evaluation (and dev decode) of the chief. None when neither is asked for.
+
+    Raises:
+      UserError: a metric the run does not report, or several workers (not supported).
+    """
+    from t2t_lite.training import early_stopping, keep_best, run_card
+
+    steps = getattr(flags_obj, "eval_early_stopping_steps", None)
+    keep = getattr(flags_obj, "keep_best_checkpoints", 0) or 0
+    if not steps and not keep:
+        return None
+    if trainer.multi_worker:
+        raise UserError("--eval_early_stopping_steps / --keep_best_checkpoints: not supported "
+                        "with several workers yet; train on one host")
+    available = _metric_names(trainer, flags_obj)
+    output_dir = trainer.config.output_dir
+    early = best = None
+    try:
+        flag = "eval_early_stopping_metric"
+        if steps:
+            metric = early_stopping.resolve_metric(flags_obj.eval_early_stopping_metric, available)
+            early = early_stopping.EarlyStopping(
+                output_dir, metric, steps, flags_obj.eval_early_stopping_metric_delta,
+                flags_obj.eval_early_stopping_metric_minimize)
+        flag = "best_checkpoint_metric"
+        if keep:
+            metric = early_stopping.resolve_metric(flags_obj.best_checkpoint_metric, available)
+            best = keep_best.BestCheckpoints(output_dir, keep, metric,
+                                             early_stopping.lower_is_better(metric))
+    except ValueError as e:
+        raise UserError(f"--{flag}={getattr(flags_obj, flag)}: {e}") from e
+
+    def stop_when(results: dict[str, float]) -> bool:
+        step, merged = trainer.step, {**results, **decoded}
+        decoded.clear()
+        card: dict[str, Any] = {}
+        if best is not None:
+            best.consider(step, merged, trainer.write_checkpoint)
+            card.update(best.run_card_values())
+        stop = early.update(step, merged) if early is not None else False
+        if early is not None:
+            card = {**early.run_card_values(), **card}
+        run_card.record_selection(output_dir, card)
+        if stop:
+            print(early.stop_message, flush=True)
+        return stop
+
+    return stop_when

@@ -716,6 +716,15 @@ def decode_dev_and_bleu(model: Any, problem: Any, hparams: HParams, data_dir: st
                         decode_hp: HParams, output_dir: str, step: int,
                         name_parts: tuple[str, str, str],
                         reference: str | None = None) -> float | None:
+    """`decode_dev_and_score` with t2t's BLEU alone; returns BLEU x 100 or None."""
+    return decode_dev_and_score(model, problem, hparams, data_dir, decode_hp, output_dir, step,
+                                name_parts, reference).get("BLEU")
+
+
+def decode_dev_and_score(model: Any, problem: Any, hparams: HParams, data_dir: str,
+                         decode_hp: HParams, output_dir: str, step: int,
+                         name_parts: tuple[str, str, str], reference: str | None = None,
+                         metrics: Sequence[str] = ("bleu",)) -> dict[str, float]:
     """Decodes the dev set with the current weights and logs its BLEU: what t2t's
     `train_eval_and_decode` schedule does after each evaluation.
 
@@ -725,7 +734,9 @@ def decode_dev_and_bleu(model: Any, problem: Any, hparams: HParams, data_dir: st
     `.inputs`). BLEU (t2t's uncased `bleu_wrapper`, x 100) compares the decodes with
     `reference` when given (t2t's decode_reference), else with the `.targets` file (the dev
     targets as text); it is logged and written as the `BLEU` scalar at `step` to
-    `<output_dir>/decode_eval` (t2t's `<summaries_log_dir>_eval`).
+    `<output_dir>/decode_eval` (t2t's `<summaries_log_dir>_eval`), with sacreBLEU's other
+    `metrics` (chrF2, chrF2++, TER; `mt_metrics.SCALAR_NAMES`) beside it, and to the run
+    card's "bleu" section.
 
     Args:
       model: a model with `infer` (the Transformer).
@@ -737,20 +748,21 @@ def decode_dev_and_bleu(model: Any, problem: Any, hparams: HParams, data_dir: st
       step: global step of the weights.
       name_parts: (model name, hparams_set, problem name) for the file names.
       reference: optional reference file, one line per dev example.
+      metrics: `mt_metrics.METRICS` names besides t2t's BLEU (logged always).
 
     Returns:
-      BLEU x 100, or None when the problem has no inputs to decode or BLEU cannot be
-      computed (logged).
+      {"BLEU": BLEU x 100, "chrF2": ..., ...}; {} when the problem has no inputs to decode or
+      the scores cannot be computed (logged).
     """
     import tensorflow as tf
 
     from t2t_lite.data_generators.problem import ModeKeys
-    from t2t_lite.evaluation import bleu_hook
+    from t2t_lite.evaluation import bleu_hook, mt_metrics
 
     problem = unpacked_problem(problem)
     if not getattr(problem, "has_inputs", True):
         logging.info("train_eval_and_decode: %s has no inputs to decode", problem.name)
-        return None
+        return {}
     problem_hparams = problem.get_hparams(hparams, data_dir=data_dir)
     examples = problem.dataset(ModeKeys.PREDICT, data_dir, hparams, batch=False,
                                max_records=decode_hp.num_samples)
@@ -762,16 +774,27 @@ def decode_dev_and_bleu(model: Any, problem: Any, hparams: HParams, data_dir: st
                                   os.path.join(directory, f"dev-{step}"), name_parts)
     reference = reference or output[: -len("decodes")] + "targets"
     try:
-        bleu = 100 * float(bleu_hook.bleu_wrapper(reference, output))
+        scores = {"BLEU": 100 * float(bleu_hook.bleu_wrapper(reference, output))}
+        others = mt_metrics.corpus_scores(bleu_hook.read_lines(reference),
+                                          bleu_hook.read_lines(output),
+                                          [m for m in metrics if m != "bleu"])
     except ValueError as e:
         logging.warning("No BLEU at step %d: %s", step, e)
-        return None
-    logging.info("Decode at step %d: BLEU = %.2f (%s against %s)", step, bleu, output, reference)
+        return {}
+    scores.update(mt_metrics.scalars(others))
+    from t2t_lite.training import run_card
+
+    run_card.record_bleu(output_dir, step, reference, output,
+                         [f"BLEU_uncased = {scores['BLEU']:6.2f}",
+                          *mt_metrics.score_lines(others)])
+    logging.info("Decode at step %d: %s (%s against %s)", step,
+                 ", ".join(f"{k} = {v:.2f}" for k, v in scores.items()), output, reference)
     writer = tf.summary.create_file_writer(directory)
     with writer.as_default():
-        tf.summary.scalar("BLEU", bleu, step=step)
+        for name, value in scores.items():
+            tf.summary.scalar(name, value, step=step)
     writer.close()
-    return bleu
+    return scores
 
 
 # ------------------------------------------------------------------------------ the model
@@ -889,16 +912,18 @@ def check_reference(reference: str, records: int | None, source: str) -> None:
 
 
 def report_bleu(reference: str, decodes_file: str, output_dir: str | None,
-                 checkpoint: str, summaries_log_dir: str = "decode") -> None:
-    """Prints BLEU of the decodes and writes t2t's decode-hook `BLEU` summary.
+                checkpoint: str, summaries_log_dir: str = "decode",
+                metrics: Sequence[str] = ("bleu",)) -> None:
+    """Prints BLEU of the decodes (and sacreBLEU's other `metrics`), writes t2t's decode-hook
+    `BLEU` summary (and chrF2 / chrF2++ / TER) and the run card's "bleu" section.
 
     Raises:
       UserError: the reference and the decodes differ in line count (t2t asserts).
     """
-    from t2t_lite.evaluation import bleu_hook
+    from t2t_lite.evaluation import bleu_hook, mt_metrics
 
     try:
-        lines = bleu_hook.bleu_report(reference, decodes_file)
+        lines = bleu_hook.bleu_report(reference, decodes_file, metrics=metrics)
     except ValueError as e:
         raise UserError(f"{one_line(e)} (the decodes are kept in {decodes_file})") from e
     for line in lines:
@@ -909,8 +934,15 @@ def report_bleu(reference: str, decodes_file: str, output_dir: str | None,
                              lines)
         import tensorflow as tf
 
-        bleu = 100 * float(bleu_hook.bleu_wrapper(reference, decodes_file))
+        scores = {}
+        if "bleu" in metrics:
+            scores["BLEU"] = 100 * float(bleu_hook.bleu_wrapper(reference, decodes_file))
+        others = [m for m in metrics if m != "bleu"]
+        if others:
+            scores.update(mt_metrics.scalars(mt_metrics.corpus_scores(
+                bleu_hook.read_lines(reference), bleu_hook.read_lines(decodes_file), others)))
         writer = tf.summary.create_file_writer(os.path.join(output_dir, summaries_log_dir))
         with writer.as_default():
-            tf.summary.scalar("BLEU", bleu, step=_checkpoint_step(checkpoint))
+            for name, value in scores.items():
+                tf.summary.scalar(name, value, step=_checkpoint_step(checkpoint))
         writer.close()

@@ -160,7 +160,8 @@ def open_run(spec: RunSpec, hparams_overrides: str = "") -> Run:
 
 
 def checkpoint_to_restore(checkpoint_path: str | None, output_dir: str | None) -> str:
-    """`--checkpoint_path` (a prefix, or a directory's newest readable checkpoint), else
+    """`--checkpoint_path` (a prefix, a keep-best folder's best checkpoint, or a directory's
+    newest readable checkpoint), else
     output_dir's newest readable checkpoint (damaged newer ones are skipped with a warning).
 
     Raises:
@@ -172,6 +173,12 @@ def checkpoint_to_restore(checkpoint_path: str | None, output_dir: str | None) -
 
     if checkpoint_path:
         if tf.io.gfile.isdir(checkpoint_path):
+            from t2t_lite.training import keep_best
+
+            # A keep-best folder (output_dir/best): its best checkpoint, not its newest.
+            best = keep_best.ranked(checkpoint_path)
+            if best:
+                return checkpoint_guard.check_readable(best[0])
             path = checkpoint_guard.newest_good_checkpoint(checkpoint_path)
             if path is None:
                 raise ValueError(f"--checkpoint_path={checkpoint_path} is a directory without a "

@@ -13,7 +13,11 @@
   resume, the checkpoint step and the settings it changed (`run_metadata.check_resume`);
 * "eval" (each `Trainer.evaluate`): the step and every dev metric;
 * "bleu" (`decoding.report_bleu`): the decodes and reference files, the checkpoint step,
-  sacreBLEU's score with its signature and t2t's tokenized BLEU lines.
+  sacreBLEU's score with its signature and t2t's tokenized BLEU lines (and chrF2 / chrF2++ /
+  TER with --metrics);
+* "selection" (train_and_eval with `--eval_early_stopping_steps` or
+  `--keep_best_checkpoints`): the metric, its best value and step, where training stopped
+  early, the kept best checkpoints.
 
 Sections merge: eval and decode update the card of the training run without touching the
 other sections; a resumed training run replaces "setup" and "training" with its own and adds
@@ -35,9 +39,10 @@ from typing import Any
 
 JSON_NAME = "run_card.json"
 MARKDOWN_NAME = "run_card.md"
-SECTIONS = ("setup", "history", "training", "eval", "bleu")
+SECTIONS = ("setup", "history", "training", "eval", "bleu", "selection")
 _TITLES = {"setup": "Setup", "history": "History (resumes)", "training": "Training",
-           "eval": "Dev metrics (last evaluation)", "bleu": "BLEU (last decode with a reference)"}
+           "eval": "Dev metrics (last evaluation)", "bleu": "BLEU (last decode with a reference)",
+           "selection": "Model selection (early stopping, best checkpoints)"}
 
 
 def read(output_dir: str) -> dict[str, dict[str, Any]]:
@@ -263,11 +268,24 @@ def record_eval(output_dir: str, step: int, results: dict[str, float]) -> None:
 def record_bleu(output_dir: str, step: int | None, reference: str, decodes_file: str,
                 report_lines: list[str]) -> None:
     """Writes the "bleu" section from `bleu_hook.bleu_report`'s lines (sacreBLEU's score with
-    its signature, then t2t's `BLEU_uncased` / `BLEU_cased`)."""
+    its signature, then t2t's `BLEU_uncased` / `BLEU_cased`, then sacreBLEU's other metrics
+    with their signatures)."""
     values: dict[str, Any] = {"checkpoint step": step, "decodes": os.path.abspath(decodes_file),
                               "reference": os.path.abspath(reference)}
-    values["sacreBLEU"] = report_lines[0] if report_lines else ""
-    for line in report_lines[1:]:
+    if not report_lines:
+        values["sacreBLEU"] = ""
+    for line in report_lines:
         name, _, score = line.partition("=")
-        values[f"t2t {name.strip()}"] = score.strip()
+        if line.startswith("BLEU|"):
+            values["sacreBLEU"] = line
+        elif "|" in name:  # sacreBLEU's chrF2 / chrF2++ / TER line with its signature
+            values[name.split("|", 1)[0]] = line
+        else:
+            values[f"t2t {name.strip()}"] = score.strip()
     update(output_dir, "bleu", values)
+
+
+def record_selection(output_dir: str, values: dict[str, Any]) -> None:
+    """Writes the "selection" section: early stopping's metric, best value and step, the step
+    it stopped at, and the kept best checkpoints."""
+    update(output_dir, "selection", values)

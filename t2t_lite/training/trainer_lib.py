@@ -326,6 +326,11 @@ class Trainer:
         else:
             logging.info("Saved checkpoint %s", path)
 
+    def write_checkpoint(self, prefix: str) -> str:
+        """Writes the weights, optimizer state and step at `prefix` (e.g. "run/best/ckpt-600"),
+        outside the manager: no state file, never rotated (keep-best's copies)."""
+        return self._checkpoint().write(prefix)
+
     def _save_unless_saved(self, manager: tf.train.CheckpointManager) -> str:
         """Saves the current step unless its checkpoint exists; returns the chief's path."""
         path = os.path.join(self.config.output_dir, f"{CHECKPOINT_PREFIX}-{self.step}")

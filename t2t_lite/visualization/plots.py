@@ -2,7 +2,9 @@
 
 Writes into `output_dir/plots/`: `loss.png` (training loss and dev loss), `learning_rate.png`,
 `dev_accuracy.png` (the problem's accuracy metrics) and `dev_bleu.png` (the `BLEU` of
-decode_eval/ and decode/, when a decode with a reference wrote one), each against the global step. Needs
+decode_eval/ and decode/, when a decode with a reference wrote one), `dev_chrf.png`,
+`dev_chrfpp.png`, `dev_ter.png` (sacreBLEU's chrF2, chrF2++, TER there, with --metrics), each
+against the global step. Needs
 matplotlib (`pip install t2t_lite[viz]`).
 """
 from __future__ import annotations
@@ -126,6 +128,12 @@ def plot_run(output_dir: str) -> list[str]:
     plot("dev_bleu.png", "Dev BLEU (decodes)", "BLEU",
          {"dev set (train_eval_and_decode)": dev_decode.get("BLEU", []),
           "--mode=decode with a reference": decode.get("BLEU", [])})
+    # sacreBLEU's other metrics (--metrics=chrf,chrf++,ter), one picture each.
+    for tag, filename in (("chrF2", "dev_chrf.png"), ("chrF2++", "dev_chrfpp.png"),
+                          ("TER", "dev_ter.png")):
+        plot(filename, f"Dev {tag} (decodes)", tag,
+             {"dev set (train_eval_and_decode)": dev_decode.get(tag, []),
+              "--mode=decode with a reference": decode.get(tag, [])})
     return written
 
 
