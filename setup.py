@@ -27,6 +27,8 @@ setup(
         "t2t_lite.problems": "problems",
         "t2t_lite.hparams_sets": "hparams",
     },
+    # The Insights page of the translation server (t2t_lite/serving/static).
+    package_data={"t2t_lite.serving": ["static/*"]},
     py_modules=["run"],
     install_requires=[
         "tensorflow>=2.16,<2.22",
