@@ -8,7 +8,8 @@
 For each server (`--max_batch_size=32`, then `=1`, one at a time so that they do not share the
 CPU) and each client count C, the first `--lines` lines of `--source` are sent as
 single-sentence requests by C threads; printed: sentences/s, p50 / p95 / p99 latency and
-errors. Offline: `run.py --mode=decode` of the same file with the same decode hparams (its
+errors, and how many translations equal those of the first load (the batching server at the
+first client count: a sentence's translation must not depend on its batch). Offline: `run.py --mode=decode` of the same file with the same decode hparams (its
 own "Decoded N records in T s" line: decoding only, not loading). `--soak_secs`: C=16
 clients for that long on the batching server, errors and the server's RSS growth (VmRSS
 after warm-up vs at the end). `--quick`: 24 lines, 1 and 4 clients, a 5 s soak (a smoke
@@ -63,33 +64,46 @@ def load(url: str, lines: list[str], clients: int, until: float | None = None) -
     lock = threading.Lock()
     position = [0]
 
-    def next_line() -> str | None:
+    answers: dict[int, tuple[str, float]] = {}
+
+    def next_line() -> int | None:
         with lock:
             if until is None and position[0] >= len(lines):
                 return None
             if until is not None and time.monotonic() >= until:
                 return None
-            line = lines[position[0] % len(lines)]
             position[0] += 1
-            return line
+            return (position[0] - 1) % len(lines)
 
     def worker() -> None:
-        while (line := next_line()) is not None:
+        while (index := next_line()) is not None:
             start = time.monotonic()
             try:
-                translator.translate_request([line])
+                answer = translator.translate_request([lines[index]])
             except ServerError:
                 with lock:
                     errors[0] += 1
                 continue
             with lock:
                 latencies.append(time.monotonic() - start)
+                answers[index] = (answer["outputs"][0], answer["scores"][0])
 
     start = time.monotonic()
     with ThreadPoolExecutor(clients) as pool:
         for future in [pool.submit(worker) for _ in range(clients)]:
             future.result()
-    return summarize(latencies, time.monotonic() - start, errors[0])
+    summary = summarize(latencies, time.monotonic() - start, errors[0])
+    summary["answers"] = answers
+    return summary
+
+
+def agreement(answers: dict, reference: dict) -> dict:
+    """How many translations equal the reference's, and the largest relative score gap."""
+    common = [i for i in answers if i in reference]
+    same = sum(answers[i][0] == reference[i][0] for i in common)
+    gap = max((abs(answers[i][1] - reference[i][1]) / max(abs(reference[i][1]), 1e-9)
+               for i in common), default=0.0)
+    return {"identical": same, "compared": len(common), "max_score_rel_diff": gap}
 
 
 def rss_kb(pid: int) -> int:
@@ -139,11 +153,13 @@ def offline_decode(model_flags: list[str], source: str, decode_hparams: str) -> 
 
 def table(rows: list[tuple[str, int, dict]]) -> str:
     """The markdown table of the results."""
-    out = ["| server | clients | sentences/s | p50 ms | p95 ms | p99 ms | errors |",
-           "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    out = [("| server | clients | sentences/s | p50 ms | p95 ms | p99 ms | errors | identical "
+           "| max score rel. diff |"),
+           "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for name, clients, r in rows:
         out.append(f"| {name} | {clients} | {r['sentences_per_sec']:.1f} | {r['p50_ms']:.0f} | "
-                   f"{r['p95_ms']:.0f} | {r['p99_ms']:.0f} | {r['errors']} |")
+                   f"{r['p95_ms']:.0f} | {r['p99_ms']:.0f} | {r['errors']} | "
+                   f"{r['identical']}/{r['compared']} | {r['max_score_rel_diff']:.1e} |")
     return "\n".join(out)
 
 
@@ -197,6 +213,10 @@ def main(argv=None) -> dict:
             if args.engine == "t2t_lite" else None
     finally:
         os.unlink(f.name)
+    reference = rows[0][2]["answers"]  # the batching server, first client count
+    for name, count, r in rows:
+        r.update(agreement(r.pop("answers"), reference))
+    results.get("soak", {}).pop("answers", None)
     print(table(rows))
     if seconds is not None:
         results["offline_sentences_per_sec"] = len(lines) / seconds

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from t2t_lite.data_generators.text_encoder import EOS_ID
+from t2t_lite.data_generators.text_encoder import EOS_ID, PAD_ID
 from t2t_lite.decoding import decoding
 from t2t_lite.errors import UserError
 from t2t_lite.serving.batching import Hypothesis, Options, Row
@@ -142,7 +142,11 @@ class T2tLiteEngine:
         if self.attention_fn is None:
             raise Unsupported("return_attention needs a single t2t_lite model (not an ensemble, "
                               "a SavedModel or CTranslate2)")
-        targets = [int(i) for i in output_ids if i != 0] + [EOS_ID]
+        # As --mode=attention: trailing padding (no EOS within the decode length) dropped.
+        targets = [int(i) for i in output_ids]
+        while targets and targets[-1] == PAD_ID:
+            targets.pop()
+        targets.append(EOS_ID)
         weights = self.attention_fn(self.model, list(input_ids), targets,
                                     self.target_space_id)["encoder_decoder"]
         return {"source_pieces": self.labels_fn(self.inputs_encoder, list(input_ids)),

@@ -154,7 +154,8 @@ function drawHeatmap() {
   ctx.fillRect(0, 0, canvas.width, canvas.height);
   matrix.forEach((row, t) => {
     row.forEach((w, s) => {
-      const shade = Math.round(255 * (1 - Math.min(Math.max(w, 0), 1)));
+      // Square root: weights spread over many pieces stay visible.
+      const shade = Math.round(255 * (1 - Math.sqrt(Math.min(Math.max(w, 0), 1))));
       ctx.fillStyle = `rgb(${shade}, ${shade}, 255)`;
       ctx.fillRect(left + s * cell, top + t * cell, cell - 1, cell - 1);
     });
