@@ -323,3 +323,16 @@ def test_batcher_decodes_again_rows_whose_batch_limit_was_longer():
     assert sorted(map(sorted, engine.batches[1:])) == [[2, 2], [3]]
     with pytest.raises(batching.Closed):
         batcher.submit(jobs)
+
+
+def test_bench_percentiles_are_numpys():
+    from tests.conftest import REPO_ROOT, load_script
+
+    bench = load_script(REPO_ROOT / "bench" / "bench_serving.py", "bench_serving")
+    values = [0.3, 0.1, 0.2, 0.9, 0.5]
+    for q in (50, 95, 99):
+        assert bench.percentile(values, q) == pytest.approx(np.percentile(values, q))
+    summary = bench.summarize([0.1, 0.2], 0.5, 1)
+    assert (summary["sentences_per_sec"], summary["errors"]) == (4.0, 1)
+    assert bench.agreement({0: ("a", -1.0), 1: ("b", -2.0)}, {0: ("a", -1.0), 1: ("c", -2.2)}) \
+        == {"identical": 1, "compared": 2, "max_score_rel_diff": pytest.approx(0.2 / 2.2)}
