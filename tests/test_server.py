@@ -12,6 +12,8 @@ from __future__ import annotations
 import json
 import signal
 import socket
+import subprocess
+import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -19,8 +21,8 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 
-from tests.conftest import require_extra
-from tests.run_py import PROBLEM, run
+from tests.conftest import REPO_ROOT, error_line, require_extra
+from tests.run_py import PROBLEM, env, run
 from tests.server_helpers import DECODE_HPARAMS, ServerProcess, request
 
 require_extra("fastapi", "serve")
@@ -164,6 +166,34 @@ def test_each_fault_is_one_json_message_and_the_server_keeps_serving(served):
     ok = ("t2t_lite_serving_requests_total", (("status", "200"),))
     assert after[ok] - before[ok] == 1
     assert after[("t2t_lite_serving_queue_depth", ())] == 0
+
+
+def test_query_mode_writes_each_translation_as_its_line_comes(served, tmp_path):
+    process, expected = served
+    query = subprocess.Popen(
+        [sys.executable, str(REPO_ROOT / "run.py"), "--mode=query",
+         f"--server_url={process.url}"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True, env=env(), cwd=tmp_path)
+    try:
+        query.stdin.write(LINES[0] + "\n")
+        query.stdin.flush()
+        # Answered before standard input ends: line in, line out.
+        assert query.stdout.readline() == expected[0] + "\n"
+        query.stdin.write("\n".join(LINES[1:]) + "\n")
+        query.stdin.close()
+        assert query.stdout.read().split("\n")[:-1] == expected[1:]
+        assert query.wait(60) == 0
+    finally:
+        query.kill()
+    result = run("--mode=query", f"--server_url={process.url}",
+                 f"--decode_from_file={tmp_path / 'missing.txt'}", cwd=tmp_path)
+    assert error_line(result) == (f"error: --decode_from_file={tmp_path / 'missing.txt'}: "
+                                  "no such file")
+    (tmp_path / "bad.txt").write_text("0 1\n0 7\n")
+    result = run("--mode=query", f"--server_url={process.url}",
+                 f"--decode_from_file={tmp_path / 'bad.txt'}", cwd=tmp_path)
+    assert error_line(result) == (f"error: --server_url={process.url}: line 2: 422: inputs[0]: "
+                                  "id 9 is outside the input vocabulary (0 to 3)")
 
 
 def test_sigterm_answers_the_request_in_flight_and_exits_0(served):
@@ -326,7 +356,7 @@ def test_batcher_decodes_again_rows_whose_batch_limit_was_longer():
 
 
 def test_bench_percentiles_are_numpys():
-    from tests.conftest import REPO_ROOT, load_script
+    from tests.conftest import load_script
 
     bench = load_script(REPO_ROOT / "bench" / "bench_serving.py", "bench_serving")
     values = [0.3, 0.1, 0.2, 0.9, 0.5]

@@ -34,6 +34,10 @@ class Unsupported(ValueError):
     """A request option the loaded engine does not offer (the message says which); 422."""
 
 
+NO_ATTENTION = ("return_attention needs a single t2t_lite model (not an ensemble, a SavedModel "
+                "or CTranslate2)")
+
+
 def _ended_within(ids: np.ndarray, limit: int) -> bool:
     """Whether a decoded id row has an EOS among its first `limit` positions."""
     eos = np.flatnonzero(np.asarray(ids).reshape(-1) == EOS_ID)
@@ -140,8 +144,7 @@ class T2tLiteEngine:
           both sides; N layers, H heads).
         """
         if self.attention_fn is None:
-            raise Unsupported("return_attention needs a single t2t_lite model (not an ensemble, "
-                              "a SavedModel or CTranslate2)")
+            raise Unsupported(NO_ATTENTION)
         # As --mode=attention: trailing padding (no EOS within the decode length) dropped.
         targets = [int(i) for i in output_ids]
         while targets and targets[-1] == PAD_ID:
@@ -154,7 +157,28 @@ class T2tLiteEngine:
                 "weights": np.round(np.asarray(weights, np.float64), 4).tolist()}
 
 
-class CTranslate2Engine:
+class _ExportEngine:
+    """What the engines of exported models share: no attention, the server's decode hparams.
+
+    Args:
+      decode_hp: the server's decode hparams (extra_length, max_input_size, defaults).
+      description: what /v1/models shows.
+    """
+
+    name = "export"
+    has_attention = False
+
+    def __init__(self, decode_hp: Any, description: dict):
+        self.decode_hp = decode_hp
+        self.extra_length = int(decode_hp.extra_length)
+        self.description = dict(description, engine=self.name)
+
+    def attention(self, input_ids, output_ids) -> dict:
+        """Not offered by exported models."""
+        raise Unsupported(NO_ATTENTION)
+
+
+class CTranslate2Engine(_ExportEngine):
     """`ct2.Translator` on an exported CTranslate2 directory.
 
     Args:
@@ -164,13 +188,10 @@ class CTranslate2Engine:
     """
 
     name = "ctranslate2"
-    has_attention = False
 
     def __init__(self, translator: Any, decode_hp: Any, description: dict):
+        super().__init__(decode_hp, description)
         self.translator = translator
-        self.decode_hp = decode_hp
-        self.extra_length = int(decode_hp.extra_length)
-        self.description = dict(description, engine=self.name)
 
     def encode(self, text: str) -> list[int]:
         """Subword ids of the sentence (cut to max_input_size - 1 when > 0) plus EOS.
@@ -200,13 +221,8 @@ class CTranslate2Engine:
                              for h in hypotheses], depends))
         return rows
 
-    def attention(self, input_ids, output_ids) -> dict:
-        """Not offered by CTranslate2's Python API here."""
-        raise Unsupported("return_attention needs a single t2t_lite model (not an ensemble, "
-                          "a SavedModel or CTranslate2)")
 
-
-class SavedModelEngine:
+class SavedModelEngine(_ExportEngine):
     """A `--mode=export` SavedModel, loaded with `tf.saved_model.load`.
 
     Beam size, alpha, extra length and return_beams were fixed at export time; the server's
@@ -219,14 +235,11 @@ class SavedModelEngine:
     """
 
     name = "saved_model"
-    has_attention = False
 
     def __init__(self, loaded: Any, decode_hp: Any, description: dict):
+        super().__init__(decode_hp, description)
         self.loaded = loaded
-        self.decode_hp = decode_hp
-        self.extra_length = int(decode_hp.extra_length)
         self.top_beams = int(decode_hp.beam_size) if decode_hp.return_beams else 1
-        self.description = dict(description, engine=self.name)
 
     def check_options(self, options: Options) -> None:
         """Refuses options other than the export's.
@@ -275,8 +288,3 @@ class SavedModelEngine:
                 _ended_within(outputs[r, k], limit) for k in range(options.n_best))
             rows.append(Row(hypotheses, depends))
         return rows
-
-    def attention(self, input_ids, output_ids) -> dict:
-        """Not in the SavedModel's signatures."""
-        raise Unsupported("return_attention needs a single t2t_lite model (not an ensemble, "
-                          "a SavedModel or CTranslate2)")
