@@ -8,6 +8,8 @@
 from __future__ import annotations
 
 import json
+import queue
+import threading
 import urllib.error
 import urllib.request
 from collections.abc import Iterable, Iterator, Sequence
@@ -79,16 +81,30 @@ class Translator:
         return outputs
 
     def translate_stream(self, lines: Iterable[str], parallel: int = 4) -> Iterator[str]:
-        """Yields the translation of each line as soon as it and those before it are back,
-        with up to `parallel` single-line requests in flight (line in, line out)."""
+        """Yields the translation of each line as soon as it and those before it are back
+        (line in, line out: a line read is not held back waiting for the next one), with up
+        to `parallel` single-line requests in flight.
+
+        Raises:
+          ServerError: a request failed; and whatever reading `lines` raised.
+        """
+        in_order: queue.Queue = queue.Queue(maxsize=parallel)
         with ThreadPoolExecutor(max_workers=parallel) as pool:
-            window = []
-            for line in lines:
-                window.append(pool.submit(self.translate_request, [line]))
-                while window and (len(window) > parallel or window[0].done()):
-                    yield window.pop(0).result()["outputs"][0]
-            for future in window:
-                yield future.result()["outputs"][0]
+
+            def feed() -> None:
+                # Reads on its own thread, so that a slow source never delays an answer.
+                try:
+                    for line in lines:
+                        in_order.put(pool.submit(self.translate_request, [line]))
+                except BaseException as error:  # noqa: BLE001 - re-raised by the consumer
+                    in_order.put(error)
+                in_order.put(None)
+
+            threading.Thread(target=feed, name="query-reader", daemon=True).start()
+            while (item := in_order.get()) is not None:
+                if isinstance(item, BaseException):
+                    raise item
+                yield item.result()["outputs"][0]
 
     def models(self) -> dict:
         """GET /v1/models."""
