@@ -68,6 +68,7 @@ def metric_values(url: str) -> dict:
     return values
 
 
+@pytest.mark.slow
 def test_api_contract(served):
     process, _ = served
     url = process.url
@@ -106,6 +107,7 @@ def test_api_contract(served):
     assert "drawHeatmap" in request(url + "/static/app.js")[1]
 
 
+@pytest.mark.slow
 def test_outputs_equal_decode_mode_one_by_one_and_by_8_concurrent_clients(served):
     process, expected = served
     translator = client.Translator(process.url)
@@ -148,6 +150,7 @@ FAULTS = [
 ]
 
 
+@pytest.mark.slow
 def test_each_fault_is_one_json_message_and_the_server_keeps_serving(served):
     process, expected = served
     before = metric_values(process.url)
@@ -168,6 +171,7 @@ def test_each_fault_is_one_json_message_and_the_server_keeps_serving(served):
     assert after[("t2t_lite_serving_queue_depth", ())] == 0
 
 
+@pytest.mark.slow
 def test_query_mode_writes_each_translation_as_its_line_comes(served, tmp_path):
     process, expected = served
     query = subprocess.Popen(
@@ -196,6 +200,7 @@ def test_query_mode_writes_each_translation_as_its_line_comes(served, tmp_path):
                                   "id 9 is outside the input vocabulary (0 to 3)")
 
 
+@pytest.mark.slow
 def test_sigterm_answers_the_request_in_flight_and_exits_0(served):
     process, _ = served
     answers = []

@@ -25,6 +25,7 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 
 SENTENCE = "0 1 1 0 1"
+pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
