@@ -8,7 +8,7 @@ t2t-avg-all, t2t-exporter and checkpoint import, as modes of one command.
     python run.py --helpfull            # every flag, absl's and TensorFlow's included
 
 Modes (--mode): default, datagen, train, eval, train_and_eval, decode, bleu, average, export,
-import_t2t, plot, attention.
+import_t2t, plot, attention, serve, query.
 Each mode's work lives in a tool module of t2t_lite/bin/; this file only wires
 flags to it.
 """
@@ -40,6 +40,8 @@ MODE_FUNCTIONS = {
     "import_t2t": "t2t_lite.bin.import_t2t:main",
     "plot": "t2t_lite.bin.t2t_plot:main",
     "attention": "t2t_lite.bin.t2t_attention:main",
+    "serve": "t2t_lite.bin.t2t_server:serve",
+    "query": "t2t_lite.bin.t2t_server:query",
 }
 
 
@@ -55,7 +57,7 @@ def resolve_mode(flags_obj) -> str:
 def needs_tensorflow(mode: str, flags_obj) -> bool:
     """Whether `mode`'s tool imports TensorFlow: BLEU scoring and decoding on CTranslate2 do
     not, and skip its import (2.6 s on a quiet machine, 10 s and more on a busy one)."""
-    if mode == "bleu":
+    if mode in ("bleu", "serve", "query"):  # the server imports it once its port is open
         return False
     return not (mode == "decode" and flags_obj.decode_engine == "ctranslate2")
 

@@ -27,6 +27,8 @@ setup(
         "t2t_lite.problems": "problems",
         "t2t_lite.hparams_sets": "hparams",
     },
+    # The Insights page of the translation server (t2t_lite/serving/static).
+    package_data={"t2t_lite.serving": ["static/*"]},
     py_modules=["run"],
     install_requires=[
         "tensorflow>=2.16,<2.22",
@@ -49,9 +51,12 @@ setup(
         "ctranslate2": ["ctranslate2>=4"],
         # Pictures: --mode=plot, --mode=attention and the curves at the end of train_and_eval.
         "viz": ["matplotlib"],
+        # The translation server (--mode=serve) and its Insights page.
+        "serve": ["fastapi>=0.100", "uvicorn>=0.29", "prometheus-client"],
         # CI tests the optional paths.
         "test": ["pytest", "hypothesis", "tensorboard", "tensorflow-text>=2.16,<2.22",
-                 "ctranslate2>=4", "matplotlib"],
+                 "ctranslate2>=4", "matplotlib",
+                 "fastapi>=0.100", "uvicorn>=0.29", "prometheus-client", "selenium"],
         "bench": [],
     },
     entry_points={"console_scripts": ["t2t-lite=run:main"]},

@@ -19,6 +19,8 @@ MODES = (
     "import_t2t",
     "plot",
     "attention",
+    "serve",
+    "query",
 )
 
 # t2t's --schedule values and the mode each maps to.
@@ -267,3 +269,37 @@ flags.DEFINE_string(
 flags.DEFINE_integer(
     "attention_max_lines", 5, "--mode=attention: pictures of the first N lines of "
     "--decode_from_file.")
+
+# --- Translation server and its client (--mode=serve / --mode=query; t2t's Insights server
+# and t2t-query-server; t2t_lite.serving.server) ----------------------------------------------
+flags.DEFINE_string("host", "127.0.0.1", "--mode=serve: the address to listen on.")
+flags.DEFINE_integer("port", 8080, "--mode=serve: the port (0: a free one, printed).")
+flags.DEFINE_string(
+    "saved_model_dir", None,
+    "--mode=serve: serve this SavedModel (a version folder written by --mode=export, or the "
+    "export dir: its newest version) instead of a run; --decode_hparams must state its "
+    "export's beam_size, alpha, extra_length and return_beams.")
+flags.DEFINE_integer("max_batch_size", 32, "--mode=serve: sentences decoded together at most.")
+flags.DEFINE_integer(
+    "max_batch_tokens", 4096,
+    "--mode=serve: sentences x padded input length (subwords) per batch at most (0: none).")
+flags.DEFINE_float(
+    "batch_timeout_ms", 5.0,
+    "--mode=serve: how long a sentence waits for its batch to fill (ms).")
+flags.DEFINE_float(
+    "request_timeout_secs", 60.0, "--mode=serve: a request not answered by then gets 504.")
+flags.DEFINE_integer(
+    "serve_max_queue", 1024,
+    "--mode=serve: sentences waiting at most; a request that does not fit gets 503.")
+flags.DEFINE_integer("serve_max_sentences", 64, "--mode=serve: sentences per request at most.")
+flags.DEFINE_integer(
+    "serve_max_input_tokens", 256,
+    "--mode=serve: subwords per sentence (EOS included) at most; longer ones get 413.")
+flags.DEFINE_integer("serve_max_beam_size", 16, "--mode=serve: the largest beam_size a "
+                     "request may ask for.")
+flags.DEFINE_integer("serve_max_n_best", 16, "--mode=serve: the most hypotheses a request "
+                     "may ask for.")
+flags.DEFINE_string(
+    "server_url", "http://127.0.0.1:8080",
+    "--mode=query: the translation server (--mode=serve) to send --decode_from_file (or "
+    "standard input) to, line by line; translations go to --decode_to_file or stdout.")

@@ -1,0 +1,269 @@
+"""Dynamic batching for the translation server: one worker thread owns the engine (the model)
+and decodes the sentences of concurrent requests together.
+
+Each sentence of a request is a `Job` (its input ids, its decode options, a Future). The
+worker takes the oldest waiting job, waits at most `batch_timeout_secs` after it arrived for
+more jobs with the same options, then decodes up to `max_batch_size` of them whose lengths
+are closest to the oldest's (t2t-decoder sorts by length for the same reason: little
+padding), as long as rows x padded length stays within `max_batch_tokens`.
+
+A sentence's translation must not depend on its neighbours. t2t's decode length is per
+batch (padded input length + extra_length), so a row shorter than the batch's longest may
+decode further than it would alone; the engine flags such rows (`Row.depends_on_batch`) and
+the worker decodes them again among rows of their own length, where the limit is their own.
+What remains is float rounding over padded positions (measured in docs/serving.md).
+
+Nothing here imports TensorFlow: the engine is any object with `decode(id_lists, options)`.
+"""
+from __future__ import annotations
+
+import dataclasses
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
+from typing import Any, Protocol
+
+
+@dataclasses.dataclass(frozen=True)
+class Options:
+    """Decode options shared by the sentences of one batch.
+
+    Attributes:
+      beam_size: 1 = greedy.
+      alpha: t2t's length-penalty exponent.
+      n_best: hypotheses returned per sentence (> 1 decodes as t2t's return_beams).
+    """
+    beam_size: int
+    alpha: float
+    n_best: int
+
+
+@dataclasses.dataclass
+class Hypothesis:
+    """One translation of a sentence: text, t2t's score and the target ids (no EOS)."""
+    text: str
+    score: float
+    ids: list[int]
+
+
+@dataclasses.dataclass
+class Row:
+    """A decoded sentence: its hypotheses (best first) and whether the result may differ
+    from decoding it alone (see the module docstring)."""
+    hypotheses: list[Hypothesis]
+    depends_on_batch: bool = False
+
+
+class Engine(Protocol):
+    """What the worker needs of an engine (`t2t_lite.serving.engines`)."""
+
+    def decode(self, id_lists: Sequence[Sequence[int]], options: Options) -> list[Row]:
+        """Decodes one batch: id_lists[i] are input ids ending in EOS; one Row per list."""
+
+    def attention(self, input_ids: Sequence[int], output_ids: Sequence[int]) -> dict:
+        """Encoder-decoder attention of one (input, output) pair."""
+
+
+@dataclasses.dataclass
+class Result:
+    """What a job's Future holds: the decoded row and, when asked, its attention."""
+    row: Row
+    attention: dict | None = None
+
+
+class QueueFull(Exception):
+    """The queue cannot take the sentences of a request now."""
+
+
+class Closed(Exception):
+    """The batcher is draining: it takes no new sentences."""
+
+
+@dataclasses.dataclass
+class Job:
+    """One sentence waiting to be decoded."""
+    ids: list[int]
+    options: Options
+    return_attention: bool = False
+    future: Future = dataclasses.field(default_factory=Future)
+    enqueued: float = dataclasses.field(default_factory=time.monotonic)
+
+
+class Batcher:
+    """The queue and its decode worker thread.
+
+    Args:
+      engine: decodes batches (owned by the worker thread once `start` is called).
+      max_batch_size: sentences per batch (1: no batching).
+      max_batch_tokens: rows x padded input length per batch (0: no limit); a sentence
+        longer than that is still decoded, alone.
+      batch_timeout_secs: how long the oldest waiting sentence may wait for a batch to fill.
+      max_queue: sentences waiting at most; `submit` raises QueueFull beyond.
+      on_batch: called with each decoded batch's size (metrics).
+    """
+
+    def __init__(self, engine: Engine, max_batch_size: int = 32, max_batch_tokens: int = 0,
+                 batch_timeout_secs: float = 0.005, max_queue: int = 1024,
+                 on_batch: Callable[[int], None] | None = None,
+                 on_redecode: Callable[[int], None] | None = None):
+        if max_batch_size < 1:
+            raise ValueError(f"max_batch_size={max_batch_size} must be >= 1")
+        if max_queue < 1:
+            raise ValueError(f"max_queue={max_queue} must be >= 1")
+        self.engine = engine
+        self.max_batch_size = max_batch_size
+        self.max_batch_tokens = max_batch_tokens
+        self.batch_timeout_secs = batch_timeout_secs
+        self.max_queue = max_queue
+        self._on_batch = on_batch or (lambda size: None)
+        self._on_redecode = on_redecode or (lambda size: None)
+        self._pending: list[Job] = []
+        self._in_flight = 0
+        self._cond = threading.Condition()
+        self._closing = False
+        self._thread = threading.Thread(target=self._work, name="decode-worker", daemon=True)
+
+    # ------------------------------------------------------------------------- clients
+    def start(self) -> None:
+        """Starts the worker thread."""
+        self._thread.start()
+
+    def depth(self) -> int:
+        """Sentences waiting or being decoded."""
+        with self._cond:
+            return len(self._pending) + self._in_flight
+
+    def submit(self, jobs: Sequence[Job]) -> None:
+        """Queues the jobs of one request, all or none.
+
+        Raises:
+          Closed: the batcher is draining.
+          QueueFull: fewer than len(jobs) places are free.
+        """
+        with self._cond:
+            if self._closing:
+                raise Closed("the server is shutting down")
+            if len(self._pending) + len(jobs) > self.max_queue:
+                raise QueueFull(f"the queue is full ({len(self._pending)} of {self.max_queue} "
+                                "sentences waiting)")
+            self._pending.extend(jobs)
+            self._cond.notify_all()
+
+    def close(self, timeout: float | None = None) -> None:
+        """Takes no new jobs, lets the worker finish every queued one, then joins it."""
+        with self._cond:
+            self._closing = True
+            self._cond.notify_all()
+        if self._thread.is_alive():
+            self._thread.join(timeout)
+
+    # -------------------------------------------------------------------------- worker
+    def _ready(self, now: float) -> bool:
+        """Whether the oldest job's batch should go now (full, waited enough, or draining)."""
+        oldest = self._pending[0]
+        if self._closing or now >= oldest.enqueued + self.batch_timeout_secs:
+            return True
+        same = sum(1 for job in self._pending if job.options == oldest.options)
+        return same >= self.max_batch_size
+
+    def _take_batch(self) -> list[Job]:
+        """Removes and returns the next batch: the oldest job and the jobs of the same options
+        closest to it in length, within max_batch_size and max_batch_tokens."""
+        oldest = self._pending[0]
+        length = len(oldest.ids)
+        candidates = sorted((job for job in self._pending if job.options == oldest.options),
+                            key=lambda job: (abs(len(job.ids) - length), job.enqueued))
+        batch, longest = [], 0
+        for job in candidates:
+            if len(batch) == self.max_batch_size:
+                break
+            padded = max(longest, len(job.ids))
+            if batch and self.max_batch_tokens and padded * (len(batch) + 1) > self.max_batch_tokens:
+                continue
+            batch.append(job)
+            longest = padded
+        taken = {id(job) for job in batch}
+        self._pending = [job for job in self._pending if id(job) not in taken]
+        return batch
+
+    def _work(self) -> None:
+        while True:
+            with self._cond:
+                while True:
+                    if self._pending and self._ready(time.monotonic()):
+                        break
+                    if not self._pending and self._closing:
+                        return
+                    wait = None
+                    if self._pending:
+                        wait = max(0.0, self._pending[0].enqueued + self.batch_timeout_secs
+                                   - time.monotonic())
+                    self._cond.wait(wait)
+                batch = self._take_batch()
+                self._in_flight = len(batch)
+            try:
+                # A job whose request gave up (timeout, client gone) is dropped here.
+                batch = [job for job in batch if job.future.set_running_or_notify_cancel()]
+                if batch:
+                    self._decode(batch)
+            finally:
+                with self._cond:
+                    self._in_flight = 0
+
+    def _decode(self, batch: list[Job]) -> None:
+        """Decodes a batch and resolves its futures; never raises."""
+        try:
+            rows = self.engine.decode([job.ids for job in batch], batch[0].options)
+        except Exception as error:  # noqa: BLE001 - one bad sentence must not fail the others
+            if len(batch) == 1:
+                batch[0].future.set_exception(error)
+                return
+            for job in batch:
+                self._decode([job])
+            return
+        self._on_batch(len(batch))
+        again = [job for job, row in zip(batch, rows) if row.depends_on_batch]
+        for job, row in zip(batch, rows):
+            if not row.depends_on_batch:
+                self._finish(job, row)
+        if again:
+            self._on_redecode(len(again))
+            by_length: dict[int, list[Job]] = {}
+            for job in again:
+                by_length.setdefault(len(job.ids), []).append(job)
+            for group in by_length.values():
+                # One length: the batch's decode limit is each row's own.
+                self._decode_exact(group)
+
+    def _decode_exact(self, group: list[Job]) -> None:
+        try:
+            rows = self.engine.decode([job.ids for job in group], group[0].options)
+        except Exception as error:  # noqa: BLE001
+            for job in group:
+                job.future.set_exception(error)
+            return
+        self._on_batch(len(group))
+        for job, row in zip(group, rows):
+            self._finish(job, row)
+
+    def _finish(self, job: Job, row: Row) -> None:
+        attention = None
+        if job.return_attention and row.hypotheses:
+            try:
+                attention = self.engine.attention(job.ids, row.hypotheses[0].ids)
+            except Exception as error:  # noqa: BLE001
+                job.future.set_exception(error)
+                return
+        job.future.set_result(Result(row, attention))
+
+
+def jobs_for(id_lists: Sequence[Sequence[int]], options: Options,
+             return_attention: bool = False) -> list[Job]:
+    """One Job per sentence of a request."""
+    return [Job(list(ids), options, return_attention) for ids in id_lists]
+
+
+def cancel(jobs: Sequence[Job]) -> Any:
+    """Cancels the jobs not yet started (a request that timed out or whose client left)."""
+    return [job.future.cancel() for job in jobs]

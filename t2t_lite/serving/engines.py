@@ -1,0 +1,290 @@
+"""The translation server's engines: what turns input ids into hypotheses.
+
+* `T2tLiteEngine`: a model loaded by `decoding.runs` (a run, a checkpoint, an ensemble),
+  decoded through the public decode API (`decoding.make_infer_fn`, `pad_batch`,
+  `format_decodes`), one infer function per (beam_size, alpha, return_beams).
+* `CTranslate2Engine`: `serving.ct2.Translator` on a `--export_format=ctranslate2` directory.
+* `SavedModelEngine`: a `--mode=export` SavedModel (`tf.saved_model.load`), through its
+  `encode`, `encode_decode_ids` and `decode` signatures; beam size and alpha are the export's.
+
+Each engine encodes a sentence (`encode`: ids ending in EOS, or a `SentenceError` naming what
+is wrong with it), decodes a batch (`decode`, see `batching.Engine`) and says for each row
+whether its result may depend on the batch (t2t's decode length is the batch's padded input
+length + extra_length: a shorter row that did not end within its own limit decoded further
+than it would alone).
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from t2t_lite.data_generators.text_encoder import EOS_ID, PAD_ID
+from t2t_lite.decoding import decoding
+from t2t_lite.errors import UserError
+from t2t_lite.serving.batching import Hypothesis, Options, Row
+
+
+class SentenceError(ValueError):
+    """A sentence the engine cannot decode (the message says why); its request gets 422."""
+
+
+class Unsupported(ValueError):
+    """A request option the loaded engine does not offer (the message says which); 422."""
+
+
+NO_ATTENTION = ("return_attention needs a single t2t_lite model (not an ensemble, a SavedModel "
+                "or CTranslate2)")
+
+
+def _ended_within(ids: np.ndarray, limit: int) -> bool:
+    """Whether a decoded id row has an EOS among its first `limit` positions."""
+    eos = np.flatnonzero(np.asarray(ids).reshape(-1) == EOS_ID)
+    return bool(eos.size) and int(eos[0]) < limit
+
+
+class T2tLiteEngine:
+    """A t2t_lite model (or ensemble) decoded with `decoding.make_infer_fn`.
+
+    Args:
+      model: from `runs.restore_model`.
+      encoders: the run's {"inputs", "targets"} text encoders.
+      target_space_id: the problem's.
+      decode_hp: the server's decode hparams (`decoding.decode_hparams`); requests may
+        change beam_size, alpha and the number of hypotheses.
+      input_vocab_size: ids at or above it are refused per sentence.
+      description: what /v1/models shows (hparams set, problem, checkpoint, step).
+      attention_fn: `fn(model, input_ids, output_ids, target_space_id) -> {"encoder_decoder":
+        [N, H, T, L]}` (`visualization.attention_viz.attention_weights`), None: no attention.
+      labels_fn: `fn(encoder, ids) -> [str]`, the subword pieces on the attention axes.
+    """
+
+    name = "t2t_lite"
+
+    def __init__(self, model: Any, encoders: dict, target_space_id: int, decode_hp: Any,
+                 input_vocab_size: int, description: dict,
+                 attention_fn: Callable | None = None, labels_fn: Callable | None = None):
+        self.model = model
+        self.inputs_encoder = encoders.get("inputs", encoders["targets"])
+        self.targets_encoder = encoders["targets"]
+        self.target_space_id = target_space_id
+        self.decode_hp = decode_hp
+        self.extra_length = int(decode_hp.extra_length)
+        self.input_vocab_size = input_vocab_size
+        self.description = dict(description, engine=self.name)
+        self.attention_fn = attention_fn
+        self.labels_fn = labels_fn or (lambda encoder, ids: [encoder.decode([i]) for i in ids])
+        self._infer_fns: dict[tuple, Callable] = {}
+
+    @property
+    def has_attention(self) -> bool:
+        """Whether `attention` works (a single model with an attention function)."""
+        return self.attention_fn is not None
+
+    def encode(self, text: str) -> list[int]:
+        """The input ids of a sentence, EOS last (`decoding.encode_input`).
+
+        Raises:
+          SentenceError: a token the input encoder cannot read, or an id outside the vocab.
+        """
+        try:
+            decoding.check_id_inputs([text], self.inputs_encoder, "input")
+        except UserError as e:
+            raise SentenceError(str(e).removeprefix("input:1: ")) from None
+        ids = decoding.encode_input(text, self.inputs_encoder, self.decode_hp.max_input_size)
+        bad = [i for i in ids if not 0 <= i < self.input_vocab_size]
+        if bad:
+            raise SentenceError(f"id {bad[0]} is outside the input vocabulary (0 to "
+                                f"{self.input_vocab_size - 1})")
+        return ids
+
+    def _infer_fn(self, options: Options) -> Callable:
+        key = (options.beam_size, options.alpha, options.n_best > 1)
+        if key not in self._infer_fns:
+            hp = self.decode_hp.copy()
+            hp.set_hparam("beam_size", options.beam_size)
+            hp.set_hparam("alpha", options.alpha)
+            hp.set_hparam("return_beams", options.n_best > 1)
+            self._infer_fns[key] = decoding.make_infer_fn(self.model, hp, self.target_space_id)
+        return self._infer_fns[key]
+
+    def decode(self, id_lists: Sequence[Sequence[int]], options: Options) -> list[Row]:
+        """Decodes one batch (see `batching.Engine`); outputs as `--mode=decode` formats them."""
+        batch = decoding.pad_batch(id_lists)
+        outputs, scores = self._infer_fn(options)(batch)
+        outputs = np.asarray(outputs)
+        if outputs.ndim == 2:
+            outputs = outputs[:, None, :]
+        scores = np.asarray(scores).reshape(len(id_lists), -1)
+        hp = self.decode_hp
+        exact_only = hp.force_decode_length or hp.skip_eos_postprocess or hp.identity_output
+        rows = []
+        for r, ids in enumerate(id_lists):
+            hypotheses = []
+            for k in range(min(options.n_best, outputs.shape[1])):
+                text = decoding.format_decodes(
+                    outputs[r: r + 1, k], None, self.targets_encoder,
+                    skip_eos_postprocess=hp.skip_eos_postprocess,
+                    identity_output=hp.identity_output)[0]
+                target = [int(i) for i in decoding.save_until_eos(outputs[r, k])]
+                hypotheses.append(Hypothesis(text, float(scores[r, k]), target))
+            limit = len(ids) + self.extra_length
+            depends = len(ids) < batch.shape[1] and (
+                exact_only or not all(_ended_within(outputs[r, k], limit)
+                                      for k in range(len(hypotheses))))
+            rows.append(Row(hypotheses, depends))
+        return rows
+
+    def attention(self, input_ids: Sequence[int], output_ids: Sequence[int]) -> dict:
+        """The encoder-decoder attention of the pair, teacher-forced as `--mode=attention`.
+
+        Returns:
+          {"source_pieces": [L], "target_pieces": [T], "weights": [N][H][T][L]} (EOS last on
+          both sides; N layers, H heads).
+        """
+        if self.attention_fn is None:
+            raise Unsupported(NO_ATTENTION)
+        # As --mode=attention: trailing padding (no EOS within the decode length) dropped.
+        targets = [int(i) for i in output_ids]
+        while targets and targets[-1] == PAD_ID:
+            targets.pop()
+        targets.append(EOS_ID)
+        weights = self.attention_fn(self.model, list(input_ids), targets,
+                                    self.target_space_id)["encoder_decoder"]
+        return {"source_pieces": self.labels_fn(self.inputs_encoder, list(input_ids)),
+                "target_pieces": self.labels_fn(self.targets_encoder, targets),
+                "weights": np.round(np.asarray(weights, np.float64), 4).tolist()}
+
+
+class _ExportEngine:
+    """What the engines of exported models share: no attention, the server's decode hparams.
+
+    Args:
+      decode_hp: the server's decode hparams (extra_length, max_input_size, defaults).
+      description: what /v1/models shows.
+    """
+
+    name = "export"
+    has_attention = False
+
+    def __init__(self, decode_hp: Any, description: dict):
+        self.decode_hp = decode_hp
+        self.extra_length = int(decode_hp.extra_length)
+        self.description = dict(description, engine=self.name)
+
+    def attention(self, input_ids, output_ids) -> dict:
+        """Not offered by exported models."""
+        raise Unsupported(NO_ATTENTION)
+
+
+class CTranslate2Engine(_ExportEngine):
+    """`ct2.Translator` on an exported CTranslate2 directory.
+
+    Args:
+      translator: a `t2t_lite.serving.ct2.Translator`.
+      decode_hp: the server's decode hparams (extra_length, max_input_size, defaults).
+      description: what /v1/models shows.
+    """
+
+    name = "ctranslate2"
+
+    def __init__(self, translator: Any, decode_hp: Any, description: dict):
+        super().__init__(decode_hp, description)
+        self.translator = translator
+
+    def encode(self, text: str) -> list[int]:
+        """Subword ids of the sentence (cut to max_input_size - 1 when > 0) plus EOS.
+
+        Raises:
+          SentenceError: longer than the positions the export serves.
+        """
+        ids = decoding.encode_input(text, self.translator.inputs_encoder,
+                                    self.decode_hp.max_input_size)
+        if len(ids) > self.translator.max_position:
+            raise SentenceError(f"{len(ids)} subwords (EOS included) is longer than the "
+                                f"{self.translator.max_position} positions this export serves")
+        return ids
+
+    def decode(self, id_lists: Sequence[Sequence[int]], options: Options) -> list[Row]:
+        """Decodes one batch with `Translator.translate_ids` (t2t's scores and decode length)."""
+        results = self.translator.translate_ids(
+            [list(ids[:-1]) for ids in id_lists], beam_size=options.beam_size,
+            alpha=options.alpha, extra_length=self.extra_length, num_hypotheses=options.n_best)
+        padded = max(len(ids) for ids in id_lists)
+        rows = []
+        for ids, hypotheses in zip(id_lists, results):
+            limit = len(ids) + self.extra_length
+            # A hypothesis of n ids ended with EOS at position n, or ran to the batch's limit.
+            depends = len(ids) < padded and any(len(h.ids) + 1 > limit for h in hypotheses)
+            rows.append(Row([Hypothesis(h.text, float(h.score), list(h.ids))
+                             for h in hypotheses], depends))
+        return rows
+
+
+class SavedModelEngine(_ExportEngine):
+    """A `--mode=export` SavedModel, loaded with `tf.saved_model.load`.
+
+    Beam size, alpha, extra length and return_beams were fixed at export time; the server's
+    --decode_hparams must state the same values (a request asking for others gets 422).
+
+    Args:
+      loaded: the loaded SavedModel (with `encode`, `encode_decode_ids`, `decode`).
+      decode_hp: the export's decode hparams.
+      description: what /v1/models shows.
+    """
+
+    name = "saved_model"
+
+    def __init__(self, loaded: Any, decode_hp: Any, description: dict):
+        super().__init__(decode_hp, description)
+        self.loaded = loaded
+        self.top_beams = int(decode_hp.beam_size) if decode_hp.return_beams else 1
+
+    def check_options(self, options: Options) -> None:
+        """Refuses options other than the export's.
+
+        Raises:
+          Unsupported: naming the option and the export's value.
+        """
+        fixed = {"beam_size": int(self.decode_hp.beam_size),
+                 "alpha": float(self.decode_hp.alpha)}
+        for name, value in fixed.items():
+            if getattr(options, name) != value:
+                raise Unsupported(f"{name}={getattr(options, name)}: this SavedModel decodes "
+                                  f"with {name}={value}, fixed at export")
+        if options.n_best > self.top_beams:
+            raise Unsupported(f"n_best={options.n_best}: this SavedModel returns "
+                              f"{self.top_beams} hypotheses (return_beams at export)")
+
+    def encode(self, text: str) -> list[int]:
+        """The SavedModel's own `encode` signature (ids then EOS)."""
+        import tensorflow as tf
+
+        ids = self.loaded.signatures["encode"](inputs=tf.constant([text]))["outputs"]
+        return [int(i) for i in np.asarray(ids).reshape(-1)]
+
+    def decode(self, id_lists: Sequence[Sequence[int]], options: Options) -> list[Row]:
+        """Decodes one batch with `encode_decode_ids`, texts with `decode`."""
+        import tensorflow as tf
+
+        self.check_options(options)
+        batch = decoding.pad_batch(id_lists)
+        result = self.loaded.signatures["encode_decode_ids"](inputs=tf.constant(batch))
+        outputs = np.asarray(result["outputs"])
+        if outputs.ndim == 2:
+            outputs = outputs[:, None, :]
+        scores = np.asarray(result["scores"]).reshape(len(id_lists), -1)
+        flat = outputs.reshape(-1, outputs.shape[-1])
+        texts = self.loaded.signatures["decode"](inputs=tf.constant(flat, tf.int32))["outputs"]
+        texts = [t.decode("utf-8") for t in np.asarray(texts).reshape(-1)]
+        rows = []
+        for r, ids in enumerate(id_lists):
+            hypotheses = [Hypothesis(texts[r * outputs.shape[1] + k], float(scores[r, k]),
+                                     [int(i) for i in decoding.save_until_eos(outputs[r, k])])
+                          for k in range(options.n_best)]
+            limit = len(ids) + self.extra_length
+            depends = len(ids) < batch.shape[1] and not all(
+                _ended_within(outputs[r, k], limit) for k in range(options.n_best))
+            rows.append(Row(hypotheses, depends))
+        return rows

@@ -1,0 +1,48 @@
+"""The translation server's Prometheus metrics (prometheus-client), on a registry of its own
+so that several servers in one process (tests) do not collide."""
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+PREFIX = "t2t_lite_serving"
+
+
+class Metrics:
+    """Requests by status, errors, sentences, latency, batch sizes, queue depth.
+
+    Args:
+      queue_depth: returns the sentences waiting or being decoded (read at each scrape).
+    """
+
+    def __init__(self, queue_depth: Callable[[], int]):
+        self.registry = CollectorRegistry()
+        self.requests = Counter(f"{PREFIX}_requests", "Translation requests answered, by "
+                                "HTTP status.", ["status"], registry=self.registry)
+        self.errors = Counter(f"{PREFIX}_errors", "Translation requests answered with an "
+                              "error (status >= 400), by status.", ["status"],
+                              registry=self.registry)
+        self.sentences = Counter(f"{PREFIX}_sentences", "Sentences translated.",
+                                 registry=self.registry)
+        self.latency = Histogram(
+            f"{PREFIX}_request_latency_seconds", "Time from a translation request's arrival "
+            "to its answer.", registry=self.registry,
+            buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60))
+        self.batch_size = Histogram(
+            f"{PREFIX}_batch_size", "Sentences per decoded batch.", registry=self.registry,
+            buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256))
+        self.redecoded = Counter(
+            f"{PREFIX}_redecoded_sentences", "Sentences decoded again among sentences of their "
+            "own length (their batch's decode limit was longer than their own).",
+            registry=self.registry)
+        self.queue_depth = Gauge(f"{PREFIX}_queue_depth", "Sentences waiting or being "
+                                 "decoded.", registry=self.registry)
+        self.queue_depth.set_function(queue_depth)
+
+    def answered(self, status: int, seconds: float) -> None:
+        """Counts one answered translation request."""
+        self.requests.labels(str(status)).inc()
+        if status >= 400:
+            self.errors.labels(str(status)).inc()
+        self.latency.observe(seconds)

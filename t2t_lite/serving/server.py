@@ -1,0 +1,441 @@
+"""The translation server (`run.py --mode=serve`): FastAPI on uvicorn, one decode worker.
+
+    POST /v1/translate   translations (see `api`), dynamically batched (`batching`)
+    GET  /healthz        200 while the process serves HTTP
+    GET  /readyz         200 once the model is loaded and warmed up, else 503
+    GET  /metrics        Prometheus metrics (`metrics`)
+    GET  /v1/models      what is loaded: engine, hparams set, problem, checkpoint, decode hparams
+    GET  /               the Insights page (static/index.html); /docs: the OpenAPI page
+
+The HTTP server starts first; the engine is built (`engine_factory`, the slow part: TensorFlow,
+the checkpoint) and warmed up with one decode on a background thread, so /healthz answers
+at once and /readyz says when translations will. Every error is `{"error": "<sentence>"}`
+with its status: 400 body not UTF-8 JSON, 422 wrong fields or types, an empty list, a bad
+sentence or option, 413 a limit passed (naming the flag), 503 loading, draining or a full
+queue (with Retry-After), 504 past --request_timeout_secs, 500 anything else (the server
+keeps serving). SIGTERM / SIGINT: uvicorn stops accepting, requests in flight finish, the
+worker drains its queue, the process exits 0.
+"""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import json
+import math
+import os
+import socket
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from absl import logging
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import FileResponse, JSONResponse, Response
+from fastapi.staticfiles import StaticFiles
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from pydantic import ValidationError
+from starlette.exceptions import HTTPException
+
+from t2t_lite.serving import api, batching
+from t2t_lite.serving.engines import SentenceError, Unsupported
+from t2t_lite.serving.metrics import Metrics
+
+STATIC_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "static")
+# How often a waiting request checks that its client is still connected.
+DISCONNECT_POLL_SECS = 0.25
+
+
+@dataclasses.dataclass(frozen=True)
+class ServerConfig:
+    """The server's limits and batching (each field is the flag of the same name).
+
+    Attributes:
+      max_batch_size: sentences decoded together at most.
+      max_batch_tokens: rows x padded input length per batch at most (0: no limit).
+      batch_timeout_ms: how long a sentence waits for its batch to fill.
+      request_timeout_secs: a request not answered by then gets 504.
+      max_queue_sentences: sentences waiting at most (beyond: 503).
+      max_sentences: sentences per request at most (413).
+      max_input_tokens: subwords per sentence, EOS included, at most (413).
+      max_beam_size: largest beam a request may ask for (422).
+      max_n_best: most hypotheses a request may ask for (422).
+      beam_size, alpha: the defaults (the server's --decode_hparams).
+    """
+    max_batch_size: int = 32
+    max_batch_tokens: int = 4096
+    batch_timeout_ms: float = 5.0
+    request_timeout_secs: float = 60.0
+    max_queue_sentences: int = 1024
+    max_sentences: int = 64
+    max_input_tokens: int = 256
+    max_beam_size: int = 16
+    max_n_best: int = 16
+    beam_size: int = 4
+    alpha: float = 0.6
+
+
+class RequestError(Exception):
+    """A request answered with an error status and one sentence."""
+
+    def __init__(self, status: int, message: str, headers: dict | None = None):
+        super().__init__(message)
+        self.status = status
+        self.headers = headers
+
+
+def error_response(status: int, message: str, headers: dict | None = None) -> JSONResponse:
+    """`{"error": message}` with `status`."""
+    return JSONResponse({"error": message}, status_code=status, headers=headers)
+
+
+class State:
+    """What the endpoints share: the engine once loaded, the batcher, readiness."""
+
+    def __init__(self, config: ServerConfig, metrics: Metrics):
+        self.config = config
+        self.metrics = metrics
+        self.engine: Any = None
+        self.batcher: batching.Batcher | None = None
+        self.ready = False
+        self.draining = False
+        self.load_error: BaseException | None = None
+
+    def depth(self) -> int:
+        """Sentences waiting or being decoded (0 before the engine is loaded)."""
+        return self.batcher.depth() if self.batcher else 0
+
+
+def _load(state: State, engine_factory: Callable[[], Any], on_failure: Callable[[], None]):
+    """Builds the engine, starts the worker and warms it up (one decode of an empty line with
+    the default options); then the server is ready. On failure, asks the server to stop."""
+    try:
+        engine = engine_factory()
+        config = state.config
+        batcher = batching.Batcher(
+            engine, max_batch_size=config.max_batch_size,
+            max_batch_tokens=config.max_batch_tokens,
+            batch_timeout_secs=config.batch_timeout_ms / 1000.0,
+            max_queue=config.max_queue_sentences,
+            on_batch=state.metrics.batch_size.observe,
+            on_redecode=state.metrics.redecoded.inc)
+        batcher.start()
+        state.engine, state.batcher = engine, batcher
+        options = batching.Options(config.beam_size, float(config.alpha), 1)
+        warm_up = batching.jobs_for([engine.encode("")], options)
+        batcher.submit(warm_up)
+        warm_up[0].future.result()
+        state.ready = True
+        print(f"ready: {engine.description.get('engine')} engine loaded and warmed up",
+              flush=True)
+    except BaseException as error:  # noqa: BLE001 - reported by the caller after shutdown
+        state.load_error = error
+        on_failure()
+
+
+def _options(body: api.TranslateRequest, config: ServerConfig) -> batching.Options:
+    """The decode options of a request within the server's limits.
+
+    Raises:
+      RequestError: 422 naming the option and the limit.
+    """
+    beam_size = config.beam_size if body.beam_size is None else body.beam_size
+    alpha = config.alpha if body.alpha is None else float(body.alpha)
+    n_best = 1 if body.n_best is None else body.n_best
+    if not 1 <= beam_size <= config.max_beam_size:
+        raise RequestError(422, f"beam_size={beam_size}: must be between 1 and "
+                                f"{config.max_beam_size} (--serve_max_beam_size)")
+    if not math.isfinite(alpha) or alpha < 0:
+        raise RequestError(422, f"alpha={alpha}: must be a finite number >= 0")
+    if not 1 <= n_best <= min(beam_size, config.max_n_best):
+        raise RequestError(422, f"n_best={n_best}: must be between 1 and beam_size="
+                                f"{beam_size} (and at most {config.max_n_best}, "
+                                "--serve_max_n_best)")
+    return batching.Options(beam_size, alpha, n_best)
+
+
+def _parse(raw: bytes) -> api.TranslateRequest:
+    """The request body as a TranslateRequest.
+
+    Raises:
+      RequestError: 400 (not UTF-8, not JSON) or 422 (fields, types, empty list).
+    """
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise RequestError(400, f"the request body is not UTF-8 (byte 0x{raw[e.start]:02x} at "
+                                f"offset {e.start})") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise RequestError(400, f"malformed JSON: {e.msg} at line {e.lineno} column "
+                                f"{e.colno}") from None
+    if not isinstance(data, dict):
+        raise RequestError(422, 'the body must be a JSON object like {"inputs": ["..."]}')
+    try:
+        body = api.TranslateRequest.model_validate(data)
+    except ValidationError as e:
+        raise RequestError(422, api.validation_message(e.errors())) from None
+    if not body.inputs:
+        raise RequestError(422, "inputs: the list is empty; give at least one sentence")
+    return body
+
+
+def _encode(state: State, body: api.TranslateRequest) -> list[list[int]]:
+    """The input ids of every sentence of a request.
+
+    Raises:
+      RequestError: 413 too many sentences or too long a sentence, 422 a sentence the engine
+        cannot read.
+    """
+    config = state.config
+    if len(body.inputs) > config.max_sentences:
+        raise RequestError(413, f"{len(body.inputs)} sentences in one request; the limit is "
+                                f"{config.max_sentences} (--serve_max_sentences)")
+    id_lists = []
+    for index, text in enumerate(body.inputs):
+        # A sentence far longer in characters than any limit in subwords is not encoded.
+        if len(text) > 64 * config.max_input_tokens:
+            raise RequestError(413, f"inputs[{index}]: {len(text)} characters; the limit is "
+                                    f"{config.max_input_tokens} subwords "
+                                    "(--serve_max_input_tokens)")
+        try:
+            ids = state.engine.encode(text)
+        except SentenceError as e:
+            raise RequestError(422, f"inputs[{index}]: {e}") from None
+        if len(ids) > config.max_input_tokens:
+            raise RequestError(413, f"inputs[{index}]: {len(ids)} subwords (EOS included); the "
+                                    f"limit is {config.max_input_tokens} "
+                                    "(--serve_max_input_tokens)")
+        id_lists.append(ids)
+    return id_lists
+
+
+async def _wait(request: Request, jobs: list[batching.Job], deadline: float) -> bool:
+    """Waits for the jobs' results until `deadline`; cancels the rest when the client leaves.
+
+    Returns:
+      False when the client disconnected (nothing to answer).
+
+    Raises:
+      RequestError: 504 past the deadline.
+    """
+    pending = {asyncio.wrap_future(job.future) for job in jobs}
+    while pending:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            batching.cancel(jobs)
+            raise RequestError(504, "the translation took longer than the server's "
+                                    "--request_timeout_secs; send fewer or shorter sentences "
+                                    "or retry later")
+        _, pending = await asyncio.wait(pending, timeout=min(remaining, DISCONNECT_POLL_SECS))
+        if pending and await request.is_disconnected():
+            batching.cancel(jobs)
+            return False
+    return True
+
+
+def _response(body: api.TranslateRequest, jobs: list[batching.Job]) -> dict:
+    """The JSON answer from the jobs' results, in input order.
+
+    Raises:
+      RequestError: 422 for an option the engine refused, 500 for a failed decode.
+    """
+    results = []
+    for index, job in enumerate(jobs):
+        error = job.future.exception()
+        if isinstance(error, (Unsupported, SentenceError)):
+            raise RequestError(422, str(error))
+        if error is not None:
+            logging.error("Decoding inputs[%d] failed: %r", index, error)
+            raise RequestError(500, f"decoding inputs[{index}] failed: "
+                                    f"{' '.join(str(error).split())[:300]}")
+        results.append(job.future.result())
+    answer: dict[str, Any] = {
+        "outputs": [r.row.hypotheses[0].text for r in results],
+        "scores": [r.row.hypotheses[0].score for r in results]}
+    if (body.n_best or 1) > 1:
+        answer["n_best"] = [[{"output": h.text, "score": h.score} for h in r.row.hypotheses]
+                            for r in results]
+    if body.return_attention:
+        answer["attention"] = [r.attention for r in results]
+    return answer
+
+
+def create_app(engine_factory: Callable[[], Any], config: ServerConfig,
+               on_load_failure: Callable[[], None] = lambda: None) -> FastAPI:
+    """The FastAPI application.
+
+    Args:
+      engine_factory: builds the engine (`engines`), called once on a background thread.
+      config: limits and batching.
+      on_load_failure: called when the engine cannot be built or warmed up (the caller stops
+        the server and reports `app.state.serving.load_error`).
+    """
+    metrics = Metrics(lambda: state.depth())
+    state = State(config, metrics)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI):
+        threading.Thread(target=_load, args=(state, engine_factory, on_load_failure),
+                         name="load-model", daemon=True).start()
+        yield
+        state.draining = True
+        if state.batcher is not None:
+            await asyncio.to_thread(state.batcher.close)
+
+    app = FastAPI(title="t2t_lite translation server", lifespan=lifespan,
+                  description="tensor2tensor Transformer translations; the Insights page is /.")
+    app.state.serving = state
+
+    @app.exception_handler(HTTPException)
+    async def http_error(request: Request, exc: HTTPException):
+        return error_response(exc.status_code, str(exc.detail))
+
+    @app.exception_handler(RequestValidationError)
+    async def validation_error(request: Request, exc: RequestValidationError):
+        return error_response(422, api.validation_message(exc.errors()))
+
+    @app.post("/v1/translate", response_model=api.TranslateResponse,
+              responses={code: {"model": api.ErrorResponse} for code in
+                         (400, 413, 422, 500, 503, 504)},
+              openapi_extra={"requestBody": {"required": True, "content": {
+                  "application/json": {"schema": api.TranslateRequest.model_json_schema()}}}})
+    async def translate(request: Request):
+        """Translates `inputs` (sentences batched with other requests' sentences)."""
+        start = time.monotonic()
+        status = 200
+        try:
+            body = _parse(await request.body())
+            if state.draining:
+                raise RequestError(503, "the server is shutting down", {"Retry-After": "1"})
+            if not state.ready:
+                raise RequestError(503, "the model is still loading; GET /readyz says when it "
+                                        "is ready", {"Retry-After": "5"})
+            options = _options(body, config)
+            check = getattr(state.engine, "check_options", None)
+            if check is not None:
+                try:
+                    check(options)
+                except Unsupported as e:
+                    raise RequestError(422, str(e)) from None
+            if body.return_attention and not state.engine.has_attention:
+                raise RequestError(422, "return_attention needs a single t2t_lite model (this "
+                                        f"server runs {state.engine.description.get('engine')})")
+            jobs = batching.jobs_for(_encode(state, body), options, body.return_attention)
+            try:
+                state.batcher.submit(jobs)
+            except batching.QueueFull as e:
+                raise RequestError(503, f"{e}; retry later", {"Retry-After": "1"}) from None
+            except batching.Closed as e:
+                raise RequestError(503, str(e), {"Retry-After": "1"}) from None
+            if not await _wait(request, jobs, start + config.request_timeout_secs):
+                status = 499  # nginx's "client closed request": counted, never sent
+                return Response(status_code=status)
+            answer = _response(body, jobs)
+            metrics.sentences.inc(len(jobs))
+            return JSONResponse(answer)
+        except RequestError as e:
+            status = e.status
+            return error_response(e.status, str(e), e.headers)
+        except Exception as e:  # noqa: BLE001 - the server never dies of a request
+            logging.exception("translate failed")
+            status = 500
+            return error_response(500, f"internal error: {type(e).__name__}: {e}")
+        finally:
+            metrics.answered(status, time.monotonic() - start)
+
+    @app.get("/healthz")
+    async def healthz():
+        """200 while the process serves HTTP."""
+        return {"status": "ok"}
+
+    @app.get("/readyz", responses={503: {"model": api.ErrorResponse}})
+    async def readyz():
+        """200 once the model is loaded and warmed up; 503 before and while draining."""
+        if state.draining:
+            return error_response(503, "the server is shutting down")
+        if not state.ready:
+            return error_response(503, "the model is still loading")
+        return {"status": "ready"}
+
+    @app.get("/metrics")
+    async def prometheus_metrics():
+        """Prometheus' text format."""
+        return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    @app.get("/v1/models", responses={503: {"model": api.ErrorResponse}})
+    async def models():
+        """What is loaded, its decode defaults and the request limits."""
+        if state.engine is None:
+            return error_response(503, "the model is still loading")
+        limits = dataclasses.asdict(config)
+        return {"models": [dict(state.engine.description,
+                                attention=bool(state.engine.has_attention),
+                                limits=limits)]}
+
+    @app.get("/", include_in_schema=False)
+    async def index():
+        return FileResponse(os.path.join(STATIC_DIR, "index.html"))
+
+    app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
+    return app
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """A listening socket on host:port (port 0: a free port the system picks).
+
+    Raises:
+      OSError: the address is taken or not local.
+    """
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen(2048)
+    sock.set_inheritable(True)
+    return sock
+
+
+def serve(engine_factory: Callable[[], Any], config: ServerConfig, sock: socket.socket,
+          log_level: str = "warning") -> State:
+    """Serves on `sock` until SIGTERM / SIGINT, then drains and returns (the signal is not
+    re-raised: the process exits 0).
+
+    Returns:
+      The server's State (`load_error` set when the engine could not be loaded).
+    """
+    import signal
+
+    import uvicorn
+
+    server: uvicorn.Server | None = None
+
+    def stop() -> None:
+        if server is not None:
+            server.should_exit = True
+
+    app = create_app(engine_factory, config, on_load_failure=stop)
+    state: State = app.state.serving
+
+    class DrainingServer(uvicorn.Server):
+        def handle_exit(self, sig, frame) -> None:
+            state.draining = True  # /readyz says 503 at once, before the listener closes
+            super().handle_exit(sig, frame)
+
+    uvicorn_config = uvicorn.Config(
+        app, log_level=log_level, access_log=False, lifespan="on",
+        timeout_graceful_shutdown=int(config.request_timeout_secs) + 5)
+    server = DrainingServer(uvicorn_config)
+    # uvicorn re-raises the stop signal after its graceful shutdown; these handlers take it,
+    # so that a drained server exits 0.
+    previous = {sig: signal.signal(sig, lambda signum, frame: None)
+                for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        server.run(sockets=[sock])
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    return state
