@@ -32,6 +32,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from absl import logging
 
 from t2t_lite import file_io
+from t2t_lite.errors import UserError
 from t2t_lite.data_generators import tokenizer, vocab_builder
 
 # Reserved tokens for padding and end of sequence; every encoder keeps these ids.
@@ -52,8 +53,9 @@ _SPECIAL_CHARS = frozenset("\\_\n")
 _CACHE_MAX_ENTRIES = 2**20
 
 
-class VocabFileError(ValueError):
-    """A vocabulary file that cannot be used; the message names the file and line."""
+class VocabFileError(UserError):
+    """A vocabulary file that cannot be used; the message names the file and line. A
+    `UserError` (so a ValueError, as in t2t): entry points print it as one line."""
 
 
 def native_to_unicode(s: str | bytes) -> str:
@@ -257,6 +259,7 @@ class TokenTextEncoder(TextEncoder):
         super().__init__(num_reserved_ids=num_reserved_ids)
         self._reverse = reverse
         self._replace_oov = replace_oov
+        self.filename = vocab_filename or None  # the file a run records the hash of
         if vocab_filename:
             self._init_vocab_from_file(vocab_filename)
         elif vocab_list is not None:

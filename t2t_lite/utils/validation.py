@@ -65,9 +65,35 @@ def check_hparams(hparams: Any) -> None:
         number = _number(value)
         if number is not None and not math.isfinite(number):
             refuse(name, "must be finite")
-    hidden, heads = _number(values.get("hidden_size")), _number(values.get("num_heads"))
-    if hidden and heads and not values.get("attention_key_channels") and hidden % heads:
-        refuse("hidden_size", f"must be a multiple of num_heads={values['num_heads']}")
+    if _number(values.get("hidden_size")) and _number(values.get("num_heads")):
+        check_attention_depths(int(values["hidden_size"]), int(values["num_heads"]),
+                               int(values.get("attention_key_channels") or 0),
+                               int(values.get("attention_value_channels") or 0))
+
+
+def check_attention_depths(hidden_size: int, num_heads: int, key_channels: int = 0,
+                           value_channels: int = 0) -> None:
+    """Refuses attention depths that the heads cannot share equally: the one check of
+    `check_hparams` and of the attention layers (`common_attention.MultiheadAttention`).
+
+    Args:
+      hidden_size: D, the depth of the keys and values when their channels are 0.
+      num_heads: H (> 0).
+      key_channels: hparams.attention_key_channels (0: D).
+      value_channels: hparams.attention_value_channels (0: D).
+
+    Raises:
+      UserError: "hparams.attention_key_channels=63 is not divisible by hparams.num_heads=3;
+        ..." (a ValueError, as the layers raised before).
+    """
+    for what, channels in (("key", key_channels), ("value", value_channels)):
+        name, depth = (f"attention_{what}_channels", channels) if channels \
+            else ("hidden_size", hidden_size)
+        if num_heads > 0 and depth % num_heads:
+            raise UserError(
+                f"hparams.{name}={depth} is not divisible by hparams.num_heads={num_heads}: "
+                f"each head takes an equal share of the attention {what} depth; change "
+                f"hidden_size, num_heads or attention_{what}_channels")
 
 
 def check_positive(flags: Mapping[str, Any]) -> None:
