@@ -40,6 +40,7 @@ from absl import logging
 from tensorflow.python.util import deprecation
 
 from t2t_lite import hparams_support, registry
+from t2t_lite.data_generators import data_marker
 from t2t_lite.data_generators.text_encoder import EOS_ID, PAD_ID
 from t2t_lite.errors import RunStopped, UserError
 from t2t_lite.evaluation import metrics as metrics_lib
@@ -934,7 +935,17 @@ def create_trainer(
             config.output_dir, {"problem": problem_name, "model": model_name,
                                 "hparams_set": hparams_set},
             hparams.values(), flag_values)
-    vocab = problem.get_hparams(hparams, data_dir=data_dir).vocab_size
+    problem_hparams = problem.get_hparams(hparams, data_dir=data_dir)
+    vocab = problem_hparams.vocab_size
+    # What gives the ids their meaning: a changed vocabulary is refused before anything is
+    # written (`run_metadata.check_inputs`), a training run records it.
+    inputs = data_marker.run_inputs(problem_hparams.vocabulary, data_dir,
+                                    problem.dataset_filename())
+    if resume_from:
+        changes += run_metadata.check_inputs(config.output_dir, inputs, "train")
+    elif not lock:
+        run_metadata.check_same_model(config.output_dir, hparams.values(), "eval")
+        run_metadata.check_inputs(config.output_dir, inputs, "eval")
     model_cls = registry.model(model_name)
     input_vocab = vocab.get("inputs", vocab["targets"])
 
@@ -958,6 +969,7 @@ def create_trainer(
     trainer.run_lock = run_lock.acquire(config.output_dir)
     checkpoint_guard.remove_temp_folders(config.output_dir, CHECKPOINT_PREFIX)
     run_metadata.save_hparams(config.output_dir, hparams)
+    run_metadata.save_inputs(config.output_dir, inputs)
     run_card.record_setup(config.output_dir, problem, model_name, hparams_set,
                           hparams_overrides, hparams, trainer.strategy.num_replicas_in_sync,
                           training=True)
