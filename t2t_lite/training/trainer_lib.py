@@ -171,6 +171,7 @@ class Trainer:
         self._writers: dict[str, Any] = {}
         self._eval_step_fn = None
         self.run_lock = None  # set by create_trainer(lock=True)
+        self.data_dir_lock = None  # likewise: data_dir's readers lock (run_lock)
         # The checkpoint of output_dir that this process has read whole (damage check):
         # restoring it later does not read it again.
         self._read_whole: str | None = None
@@ -967,6 +968,8 @@ def create_trainer(
         # as they were (train restores it, with the input pipeline).
         trainer.check_resume()
     trainer.run_lock = run_lock.acquire(config.output_dir)
+    # Held until exit: datagen --overwrite_data refuses to replace the data meanwhile.
+    trainer.data_dir_lock = run_lock.hold_data_dir(data_dir)
     checkpoint_guard.remove_temp_folders(config.output_dir, CHECKPOINT_PREFIX)
     run_metadata.save_hparams(config.output_dir, hparams)
     run_metadata.save_inputs(config.output_dir, inputs)
