@@ -32,8 +32,8 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from absl import logging
 
 from t2t_lite import file_io
-from t2t_lite.errors import UserError
 from t2t_lite.data_generators import tokenizer, vocab_builder
+from t2t_lite.errors import UserError
 
 # Reserved tokens for padding and end of sequence; every encoder keeps these ids.
 PAD = "<pad>"
