@@ -99,8 +99,9 @@ def test_changed_vocabulary_is_refused_naming_the_file_and_data_changes_are_list
     marker.write_text('{"shards": [1]}')  # the data made again
     changes = run_metadata.check_inputs(
         str(run_dir), data_marker.run_inputs(encoders, str(data_dir), "x"), "train")
+    now = data_marker.run_inputs({}, str(data_dir), "x")["data"][marker.name]
     assert changes == [f"data {marker.name} sha256 {recorded['data'][marker.name][:12]} -> "
-                       f"{data_marker.run_inputs({}, str(data_dir), 'x')['data'][marker.name][:12]}"]
+                       + now[:12]]
 
     vocab.write_text("'<pad>'\n'<EOS>'\n'b_'\n'a_'\n")  # same size, other order
     old = recorded["vocab"]["vocab.x.subwords"]["sha256"][:12]
@@ -128,8 +129,8 @@ def test_duplicated_vocab_line_is_one_error_line_naming_file_and_line(tmp_path, 
     ("num_heads=3,attention_key_channels=64",
      "hparams.attention_key_channels=64 is not divisible by hparams.num_heads=3: "),
     ("num_heads=3,attention_key_channels=63",
-     "hparams.hidden_size=128 is not divisible by hparams.num_heads=3: each head takes an "
-     "equal share of the attention value depth; "),
+     ("hparams.hidden_size=128 is not divisible by hparams.num_heads=3: each head takes an "
+      "equal share of the attention value depth; ")),
     ("num_heads=5", "hparams.hidden_size=128 is not divisible by hparams.num_heads=5: "),
 ])
 def test_attention_depth_check_is_the_same_in_validation_and_the_layers(overrides, message):

@@ -31,7 +31,7 @@ from typing import Any
 
 from absl import logging
 
-from t2t_lite import file_io
+from t2t_lite import file_io, hparams_support
 from t2t_lite.errors import UserError
 
 # Hparams that change the names or shapes of the checkpoint's variables (the model's weights,
@@ -39,35 +39,11 @@ from t2t_lite.errors import UserError
 # `training/optimize.py` build them from these. tests/test_run_metadata.py builds a tiny model
 # with each changed and checks the variables change (shared_embedding: when the softmax is not
 # shared). ffn_layer has a single supported value today; it would replace weights.
-CHANGES_VARIABLES = (
-    "attention_key_channels",
-    "attention_value_channels",
-    "ffn_layer",
-    "filter_size",
-    "hidden_size",
-    "layer_postprocess_sequence",
-    "layer_preprocess_sequence",
-    "max_relative_position",
-    "norm_type",
-    "num_decoder_layers",
-    "num_encoder_layers",
-    "num_hidden_layers",
-    "optimizer",
-    "self_attention_type",
-    "shared_embedding",
-    "shared_embedding_and_softmax_weights",
-    "symbol_modality_num_shards",
-    "use_target_space_embedding",
-    "vocab_divisor",
-)
+# Each hparam's declaration says which (`hparams_support.HPARAMS`, `resume=`).
+CHANGES_VARIABLES = hparams_support.names_with(resume=hparams_support.VARIABLES)
 # Hparams that keep the variables but change what the trained weights compute: resuming with
 # them would silently train (and decode) another model from these weights.
-CHANGES_COMPUTATION = (
-    "multiply_embedding_mode",
-    "norm_epsilon",
-    "num_heads",
-    "pos",
-)
+CHANGES_COMPUTATION = hparams_support.names_with(resume=hparams_support.COMPUTATION)
 # Flags that name what was trained.
 RUN_IDENTITY = ("problem", "model", "hparams_set")
 # hparams.json's checksum entry: no hparam can have this name (HParams reserves names
