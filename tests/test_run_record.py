@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 
 import pytest
@@ -122,6 +123,58 @@ def test_duplicated_vocab_line_is_one_error_line_naming_file_and_line(tmp_path, 
     assert exit_info.value.code == 1
     assert capsys.readouterr().err == (f"error: {path}:4: duplicate subtoken 'a_' (first on "
                                        "line 3); every subtoken must appear once\n")
+
+
+# --- One declaration per hparam ------------------------------------------------------------------
+def test_every_hparam_of_every_set_is_declared_once():
+    from t2t_lite import hparams_support, registry
+
+    declared = hparams_support.HPARAMS
+    for name in registry.list_hparams():
+        missing = set(create_hparams(name).values()) - set(declared)
+        assert not missing, (name, missing)
+    for name, h in declared.items():
+        assert h.doc and h.support in (hparams_support.USED_KIND, hparams_support.NO_EFFECT_KIND,
+                                       hparams_support.NOT_SUPPORTED_KIND,
+                                       hparams_support.OWN_KIND), name
+        assert h.resume in (hparams_support.SAFE, hparams_support.VARIABLES,
+                            hparams_support.COMPUTATION), name
+    # The resume check reads the same declarations.
+    assert set(run_metadata.CHANGES_VARIABLES) == {
+        n for n, h in declared.items() if h.resume == hparams_support.VARIABLES}
+    assert set(run_metadata.CHANGES_COMPUTATION) == {"multiply_embedding_mode", "norm_epsilon",
+                                                     "num_heads", "pos"}
+
+
+_OUTSIDE = {"must be > 0": (0, 1), "must be >= 0": (-1, 0), "must be in [0, 1)": (1.0, 0.0)}
+
+
+def test_every_declared_range_is_enforced_by_validation():
+    from t2t_lite import hparams_support
+
+    checked = {n: h.check for n, h in hparams_support.HPARAMS.items() if h.check}
+    assert {"hidden_size", "num_heads", "batch_size", "attention_key_channels",
+            "relu_dropout", "label_smoothing"} <= set(checked)
+    for name, rule in checked.items():
+        bad, good = _OUTSIDE[rule]
+        with pytest.raises(UserError, match=rf"^hparams {name}={bad!r}: {re.escape(rule)} "):
+            validation.check_hparams({name: bad})
+        validation.check_hparams({name: good})
+
+
+def test_resume_rule_of_each_declaration_decides_what_a_reader_may_change(tmp_path):
+    from t2t_lite import hparams_support
+
+    stored = create_hparams("transformer_tiny").values()
+    for name, h in hparams_support.HPARAMS.items():
+        if name not in stored or not isinstance(stored[name], (int, float, str)):
+            continue
+        other = dict(stored, **{name: not stored[name] if isinstance(stored[name], bool)
+                                else stored[name] + 1 if isinstance(stored[name], (int, float))
+                                else stored[name] + "x"})
+        refused, safe = run_metadata.model_changes(stored, other)
+        assert (refused, safe)[h.resume == hparams_support.SAFE] != [], name
+        assert (safe, refused)[h.resume == hparams_support.SAFE] == [], name
 
 
 # --- One attention-depth check -------------------------------------------------------------------

@@ -35,7 +35,7 @@ def check_hparams(hparams: Any) -> None:
     Raises:
       UserError: "hparams hidden_size=-32: must be > 0 (--hparams or the hparams set)".
     """
-    values = hparams.values() if hasattr(hparams, "values") else dict(hparams)
+    values = dict(hparams) if isinstance(hparams, Mapping) else hparams.values()
 
     def refuse(name: str, rule: str) -> None:
         raise UserError(f"hparams {name}={values[name]!r}: {rule} (set by --hparams, the "
