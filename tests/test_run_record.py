@@ -111,6 +111,9 @@ def test_changed_vocabulary_is_refused_naming_the_file_and_data_changes_are_list
                                         rf"was trained \(sha256 {old}\.\. now {new[:12]}\.\.\)"):
         run_metadata.check_inputs(
             str(run_dir), data_marker.run_inputs(encoders, None, None), "decode")
+    # --mode=average loads no problem: it hashes the files at the recorded paths.
+    with pytest.raises(UserError, match=rf"^the vocabulary {vocab} changed since run "):
+        run_metadata.check_recorded_vocab(str(run_dir), "average")
 
 
 def test_duplicated_vocab_line_is_one_error_line_naming_file_and_line(tmp_path, capsys):

@@ -8,7 +8,7 @@ import os
 
 from t2t_lite.errors import UserError, one_line
 from t2t_lite.training.avg_checkpoints import average_checkpoints, average_newest
-from t2t_lite.utils import validation
+from t2t_lite.utils import run_metadata, validation
 
 
 def main(flags) -> None:
@@ -23,6 +23,10 @@ def main(flags) -> None:
     validation.check_output_not_input("avg_output_dir", avg_dir, {"output_dir": flags.output_dir})
     validation.check_output_dir("avg_output_dir", avg_dir)
     validation.check_writable_dir("avg_output_dir", avg_dir)
+    # The run's record is checked as decode checks it: no hand-edited hparams.json, no
+    # changed vocabulary (the average carries the record on).
+    run_metadata.read_hparams_json(os.path.join(flags.output_dir, "hparams.json"))
+    run_metadata.check_recorded_vocab(flags.output_dir, "average")
     try:
         paths, values = average_newest(flags.output_dir, flags.n)
         prefix = average_checkpoints(paths, avg_dir, values)

@@ -147,14 +147,6 @@ def fingerprint(paths: list[str]) -> dict[str, Any]:
             "sha256": digest.hexdigest(), "lines": lines}
 
 
-def _file_sha256(path: str) -> str:
-    digest = hashlib.sha256()
-    with tf.io.gfile.GFile(path, "rb") as f:
-        while chunk := f.read(1 << 20):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def run_inputs(encoders: dict[str, Any], data_dir: str | None,
                dataset_filename: str | None) -> dict[str, Any]:
     """What a run reads that gives its ids their meaning: the record a training run keeps
@@ -175,12 +167,13 @@ def run_inputs(encoders: dict[str, Any], data_dir: str | None,
     for encoder in encoders.values():
         path = getattr(encoder, "filename", None)
         if path:
-            vocab[os.path.basename(path)] = {"path": path, "sha256": _file_sha256(path)}
+            path = path if "://" in path else os.path.abspath(path)
+            vocab[os.path.basename(path)] = {"path": path, "sha256": file_io.sha256_of(path)}
     data = {}
     for tag in SPLIT_TAGS if data_dir and dataset_filename else ():
         path = marker_path(data_dir, dataset_filename, tag)
         if tf.io.gfile.exists(path):
-            data[os.path.basename(path)] = _file_sha256(path)
+            data[os.path.basename(path)] = file_io.sha256_of(path)
     return {"vocab": vocab, "data": data}
 
 

@@ -294,6 +294,21 @@ def check_inputs(output_dir: str, inputs: dict[str, Any], mode: str) -> list[str
     return changes
 
 
+def check_recorded_vocab(output_dir: str, mode: str) -> None:
+    """`check_inputs` for a tool that loads no problem (`--mode=average`): the vocabulary
+    files at the paths the run recorded, where they still exist.
+
+    Raises:
+      UserError: one changed, naming it.
+    """
+    recorded = read_json_object(os.path.join(output_dir, INPUTS_NAME),
+                                "the run's vocabulary and data record") or {}
+    now = {name: {"path": was["path"], "sha256": file_io.sha256_of(was["path"])}
+           for name, was in recorded.get("vocab", {}).items() if os.path.exists(was["path"])}
+    if now:
+        check_inputs(output_dir, {"vocab": now}, mode)
+
+
 def save_inputs(output_dir: str, inputs: dict[str, Any]) -> None:
     """Writes `output_dir/run_inputs.json` (`data_marker.run_inputs`), as the chief of a
     training run does with hparams.json."""
