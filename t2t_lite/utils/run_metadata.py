@@ -274,8 +274,8 @@ def check_inputs(output_dir: str, inputs: dict[str, Any], mode: str) -> list[str
         if not os.path.exists(os.path.join(output_dir, "hparams.json")):
             return []  # not a training run's folder (yet)
         _warn_once(path, "%s records no vocabulary hash (a run made before t2t_lite recorded "
-                         "one): the vocabulary is not checked%s", output_dir,
-                   "" if mode == "train" else "; its next training run records it")
+                         "one): the vocabulary is not checked; %s", output_dir,
+                   "recording it now" if mode == "train" else "its next training run records it")
         return []
     for name, was in sorted(recorded.get("vocab", {}).items()):
         now = inputs.get("vocab", {}).get(name)
