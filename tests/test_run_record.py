@@ -17,17 +17,7 @@ from t2t_lite.hparams import create_hparams
 from t2t_lite.utils import run_lock, run_metadata, validation
 from tests.conftest import error_line
 from tests.run_py import PROBLEM, TINY, run, steps, train_flags
-
-
-def _snapshot(directory) -> dict[str, bytes]:
-    """Every file under `directory` (relative path -> bytes)."""
-    files = {}
-    for root, _, names in os.walk(directory):
-        for name in names:
-            path = os.path.join(root, name)
-            with open(path, "rb") as f:
-                files[os.path.relpath(path, directory)] = f.read()
-    return files
+from tests.run_py import snapshot as _snapshot
 
 
 # --- hparams.json's checksum ---------------------------------------------------------------------
@@ -264,3 +254,32 @@ def test_datagen_overwrite_refuses_while_a_training_run_reads_the_data(tiny_run_
     assert line.startswith(f"error: --overwrite_data: a live training run reads "
                            f"--data_dir={data_dir} ")
     assert _snapshot(data_dir) == before
+
+
+@pytest.mark.slow
+def test_decode_refuses_a_vocabulary_edited_after_training(tmp_path):
+    from t2t_lite.data_generators import data_marker, text_encoder
+
+    data_dir, run_dir = tmp_path / "data", tmp_path / "run"
+    data_dir.mkdir()
+    vocab = data_dir / "vocab.translate_files.100.subwords"
+    vocab.write_text("'<pad>'\n'<EOS>'\n'a_'\n'b_'\n'a'\n'b'\n'_'\n")
+    # The record a training run on this vocabulary writes (its checkpoint is never reached).
+    run_metadata.save_hparams(str(run_dir), create_hparams("transformer_tiny", TINY))
+    run_metadata.save_flags(str(run_dir), {"problem": "translate_files", "model": "transformer",
+                                           "hparams_set": "transformer_tiny",
+                                           "data_dir": str(data_dir)})
+    encoder = text_encoder.SubwordTextEncoder(str(vocab))
+    recorded = data_marker.run_inputs({"inputs": encoder, "targets": encoder}, None, None)
+    run_metadata.save_inputs(str(run_dir), recorded)
+    vocab.write_text("'<pad>'\n'<EOS>'\n'b_'\n'a_'\n'a'\n'b'\n'_'\n")  # same size, reordered
+    (tmp_path / "in.txt").write_text("a b\n")
+    before = {**_snapshot(run_dir), "vocab": vocab.read_bytes()}
+    line = error_line(run("--mode=decode", f"--output_dir={run_dir}",
+                          f"--decode_from_file={tmp_path / 'in.txt'}",
+                          f"--decode_to_file={tmp_path / 'out.txt'}", cwd=tmp_path))
+    old = recorded["vocab"][vocab.name]["sha256"][:12]
+    assert line.startswith(f"error: the vocabulary {vocab} changed since run {run_dir} was "
+                           f"trained (sha256 {old}.. now ")
+    assert {**_snapshot(run_dir), "vocab": vocab.read_bytes()} == before
+    assert not (tmp_path / "out.txt").exists()

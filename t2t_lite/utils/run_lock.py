@@ -168,16 +168,30 @@ def acquire(output_dir: str) -> RunLock:
     return RunLock(output_dir).acquire()
 
 
-def _open_readers_lock(data_dir: str, create: bool) -> int | None:
-    """A descriptor of `data_dir/readers.lock`, or None where there is none (not `create`:
-    no training run ever read data_dir) or it cannot be created (read-only, remote)."""
+def _lock_readers_file(data_dir: str, exclusive: bool) -> int | None:
+    """Locks `data_dir/readers.lock` (flock, not waiting): shared for a reader, which creates
+    the file, exclusive for a writer, which does not (no file: no run ever read data_dir).
+
+    Returns:
+      The descriptor holding the lock, or None where there is no file to lock (see above,
+      or data_dir is read-only or remote).
+
+    Raises:
+      BlockingIOError: the other kind of holder has it.
+    """
     if "://" in data_dir:
         return None
     try:
-        return os.open(os.path.join(data_dir, READERS_LOCK_NAME),
-                       os.O_RDWR | (os.O_CREAT if create else 0), 0o666)
+        fd = os.open(os.path.join(data_dir, READERS_LOCK_NAME),
+                     os.O_RDWR | (0 if exclusive else os.O_CREAT), 0o666)
     except OSError:
         return None
+    try:
+        fcntl.flock(fd, (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        raise BlockingIOError(errno.EWOULDBLOCK, "held") from None
+    return fd
 
 
 def hold_data_dir(data_dir: str) -> int | None:
@@ -189,15 +203,10 @@ def hold_data_dir(data_dir: str) -> int | None:
       a datagen holds it exclusively at this moment (its data is being made: not ours to wait
       for).
     """
-    fd = _open_readers_lock(data_dir, create=True)
-    if fd is None:
-        return None
     try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except OSError:
-        os.close(fd)
+        return _lock_readers_file(data_dir, exclusive=False)
+    except BlockingIOError:
         return None
-    return fd
 
 
 def refuse_if_read(data_dir: str) -> int | None:
@@ -211,16 +220,11 @@ def refuse_if_read(data_dir: str) -> int | None:
     Raises:
       UserError: one line naming data_dir.
     """
-    fd = _open_readers_lock(data_dir, create=False)
-    if fd is None:
-        return None
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        os.close(fd)
+        return _lock_readers_file(data_dir, exclusive=True)
+    except BlockingIOError:
         raise UserError(
             f"--overwrite_data: a live training run reads --data_dir={data_dir} (it holds "
             f"{os.path.join(data_dir, READERS_LOCK_NAME)}); replacing its data would change "
             "what the run trains on: stop the run first, or generate into another --data_dir"
         ) from None
-    return fd
