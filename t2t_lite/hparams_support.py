@@ -43,8 +43,10 @@ from t2t_lite.hparams import HParams, HParamsError
 from t2t_lite.hparams_sets import transformer as transformer_sets
 
 # `Hparam.support`
-USED_KIND, NO_EFFECT_KIND, NOT_SUPPORTED_KIND, OWN_KIND = "used", "no effect", "not supported", \
-    "own"
+USED_KIND = "used"
+NO_EFFECT_KIND = "no effect"
+NOT_SUPPORTED_KIND = "not supported"
+OWN_KIND = "own"
 # `Hparam.check`: the range a number must be in (None: no range).
 POSITIVE, NON_NEGATIVE, UNIT_INTERVAL = "must be > 0", "must be >= 0", "must be in [0, 1)"
 # `Hparam.resume`: whether a resumed run (or a tool reading a run) may change it.
@@ -392,8 +394,8 @@ HPARAMS: dict[str, Hparam] = {
     # t2t_lite's own (t2t has no such hparam): default and meaning.
     "use_fused_kernels": own(
         True,
-        "the hand-written forward/backward kernels of t2t_lite.layers.fused_ops (layer norm, relu"
-        " + dropout, attention softmax + dropout + matmul, chunked softmax loss) and Adam's "
+        "the hand-written forward/backward kernels of t2t_lite.layers.fused_ops (layer norm, "
+        "relu + dropout, attention softmax + dropout + matmul, chunked softmax loss) and Adam's "
         "one-kernel update (ResourceApplyAdam, t2t's TF1 kernel); false: plain TensorFlow ops "
         "differentiated by autodiff, with the same dropout masks, and Keras' Adam",
     ),
