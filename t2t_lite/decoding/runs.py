@@ -313,8 +313,9 @@ def restore_ensemble(run: Run, paths: list[str]) -> tuple[str, Any]:
     """
     import tensorflow as tf
 
+    from t2t_lite.data_generators import data_marker
     from t2t_lite.models.ensemble import TransformerEnsemble
-    from t2t_lite.utils import validation
+    from t2t_lite.utils import run_metadata, validation
 
     own = os.path.abspath(run.spec.output_dir) if run.spec.output_dir else None
     vocabulary = _vocabulary(run)
@@ -335,6 +336,8 @@ def restore_ensemble(run: Run, paths: list[str]) -> tuple[str, Any]:
                         run.spec.problem_name, run.spec.data_dir):
                     hparams = load_hparams(member_dir, None, "")
                     validation.check_hparams(hparams)
+                    run_metadata.check_inputs(member_dir, data_marker.run_inputs(
+                        run.encoders, None, None), run.spec.mode)
                 else:  # open_run loads and checks the hparams with the member's problem
                     member = open_run(member_spec)
                     hparams = member.hparams
