@@ -940,8 +940,9 @@ def create_trainer(
     vocab = problem_hparams.vocab_size
     # What gives the ids their meaning: a changed vocabulary is refused before anything is
     # written (`run_metadata.check_inputs`), a training run records it.
-    inputs = data_marker.run_inputs(problem_hparams.vocabulary, data_dir,
-                                    problem.dataset_filename())
+    dataset_filename = getattr(problem, "dataset_filename", None)
+    inputs = data_marker.run_inputs(getattr(problem_hparams, "vocabulary", None) or {}, data_dir,
+                                    dataset_filename() if dataset_filename else None)
     if resume_from:
         changes += run_metadata.check_inputs(config.output_dir, inputs, "train")
     elif not lock:
