@@ -201,6 +201,7 @@ def test_attention_depth_check_is_the_same_in_validation_and_the_layers(override
 # --- datagen --overwrite_data under a live run ---------------------------------------------------
 def test_readers_lock_refuses_overwrite_while_held(tmp_path):
     assert run_lock.refuse_if_read(str(tmp_path)) is None  # never read: nothing created
+    assert run_lock.hold_data_dir("") is None  # no data_dir: no file in the current directory
     assert not os.listdir(tmp_path)
     reader = run_lock.hold_data_dir(str(tmp_path))
     assert reader is not None

@@ -179,7 +179,7 @@ def _lock_readers_file(data_dir: str, exclusive: bool) -> int | None:
     Raises:
       BlockingIOError: the other kind of holder has it.
     """
-    if "://" in data_dir:
+    if not data_dir or "://" in data_dir:  # "": no data_dir (not the current directory)
         return None
     try:
         fd = os.open(os.path.join(data_dir, READERS_LOCK_NAME),
