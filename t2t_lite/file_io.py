@@ -9,6 +9,7 @@ the new one, never a prefix.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import uuid
 from collections.abc import Iterable, Iterator
@@ -107,3 +108,12 @@ def atomic_write(path: str, content: Content) -> None:
 def atomic_write_lines(path: str, lines: Iterable[str], delimiter: str = "\n") -> None:
     """Writes each line followed by `delimiter`, atomically (see `atomic_write`)."""
     atomic_write(path, (line + delimiter for line in lines))
+
+
+def sha256_of(path: str) -> str:
+    """The hex sha256 of a file's bytes (local or gs://...), read in 1 MiB chunks."""
+    digest = hashlib.sha256()
+    with _gfile(path).GFile(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()

@@ -284,17 +284,16 @@ def create_hparams(name: str, overrides: str = "", hparams_json_path: str | None
       HParams.
 
     Raises:
-      UserError: hparams.json is damaged or names an hparam the set lacks (one line
-        naming the file).
+      UserError: hparams.json is damaged, edited by hand (`run_metadata.read_hparams_json`)
+        or names an hparam the set lacks (one line naming the file).
     """
     from t2t_lite import hparams_support, registry
     from t2t_lite.errors import UserError
-    from t2t_lite.utils.run_metadata import read_json_object
+    from t2t_lite.utils.run_metadata import read_hparams_json
 
     hparams = registry.hparams(name)
     hparams_support.add_own_hparams(hparams)
-    stored = read_json_object(hparams_json_path, "the run's hparams") \
-        if hparams_json_path else None
+    stored = read_hparams_json(hparams_json_path) if hparams_json_path else None
     if stored is not None:
         try:
             hparams.override_from_dict(stored)

@@ -1,7 +1,22 @@
-"""Which of t2t's hparams t2t_lite implements, and a one-line refusal of the others.
+"""Every hparam's one declaration: its meaning, the values t2t_lite accepts, and whether a
+resumed run may change it.
 
-Every hparam of every registered set is in exactly one of three tables (the test
-`tests/test_hparams_support.py` walks all sets x all hparams):
+`HPARAMS` holds one `Hparam` per name of every registered set (and t2t_lite's own), the
+habit of fairseq's and flax's configs (meaning and constraints beside the name). Adding an
+hparam is one entry here (plus its value in the sets of `hparams/transformer.py`, t2t's
+defaults, kept as t2t wrote them); `tests/test_hparams_support.py` walks all sets x all
+hparams. What reads it:
+
+* `check_supported` (the model calls it first) and `utils/validation.check_hparams` (before
+  a run writes anything): `choices` and the `NOT_SUPPORTED` values, and `check` (> 0, >= 0,
+  in [0, 1)), each refused in one line naming the hparam;
+* `utils/run_metadata`: `resume` says whether a resume (and eval, decode, export, attention
+  of a run) may change it: `VARIABLES` shape the checkpoint's variables, `COMPUTATION` keep
+  them but change what the weights compute, `SAFE` ones may change (the run card's History
+  lists them);
+* the run card lists the values of the hparams a resume may not change.
+
+Kinds (`support`), as before in four tables, now views of `HPARAMS`:
 
 * `USED`: read with t2t's meaning; name -> what it does in t2t_lite, in one line. At least
   two values are accepted (values outside t2t's own range, e.g. an unknown optimizer name, are
@@ -12,134 +27,86 @@ Every hparam of every registered set is in exactly one of three tables (the test
 * `NOT_SUPPORTED`: name -> (the one value accepted, what t2t does with the others). The
   accepted value is that of every registered set: it turns the feature off, or t2t's
   Transformer ignores the hparam at that value too. Any other value stops the run with one
-  line naming the hparam (`check_supported`, which the model calls before anything else), so
-  that a t2t recipe never trains silently without a setting it asked for.
-
-t2t_lite's own hparams, which t2t does not have, are in `OWN` with their default and
-meaning; `create_hparams` adds them to every set (so `--hparams` can set them and
-hparams.json records them).
+  line naming the hparam (`check_supported`), so that a t2t recipe never trains silently
+  without a setting it asked for.
+* `OWN`: t2t_lite's own hparams, which t2t does not have, with their default and meaning;
+  `create_hparams` adds them to every set (so `--hparams` can set them and hparams.json
+  records them).
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 from typing import Any
 
 from t2t_lite.hparams import HParams, HParamsError
 from t2t_lite.hparams_sets import transformer as transformer_sets
 
-USED: dict[str, str] = {
-    "activation_dtype": "compute dtype of training (float32, or float16 / bfloat16 mixed "
-                        "precision with float32 weights; float16 adds loss scaling)",
-    "attention_dropout": "dropout rate on the attention weights (training only)",
-    "attention_dropout_broadcast_dims": "dimensions of [B, H, Lq, Lk] sharing one attention "
-                                        "dropout mask",
-    "attention_key_channels": "total depth of the attention queries and keys (0: hidden_size)",
-    "attention_value_channels": "total depth of the attention values (0: hidden_size)",
-    "batch_shuffle_size": "buffer (in batches) of the training batch shuffle (0: none)",
-    "batch_size": "tokens per batch and replica (examples with use_fixed_batch_size)",
-    "clip_grad_norm": "clips the gradients to this global norm (0: no clipping)",
-    "eval_drop_long_sequences": "eval also drops examples longer than max_length",
-    "eval_run_autoregressive": "eval logits come from greedy decoding instead of the reference "
-                               "targets",
-    "filter_size": "width of the feed-forward layers' hidden layer",
-    "hidden_size": "model depth D (embeddings, attention, layer outputs)",
-    "initializer": "distribution of the initial kernel and embedding weights",
-    "initializer_gain": "scale of the initializer",
-    "label_smoothing": "label smoothing of the training cross-entropy",
-    "layer_postprocess_sequence": "steps after each sub-layer: a (residual), n (norm), "
-                                  "d (dropout)",
-    "layer_prepostprocess_dropout": "rate of the d steps of the pre/post-process sequences "
-                                    "(training only)",
-    "layer_prepostprocess_dropout_broadcast_dims": "dimensions sharing one mask in those d "
-                                                   "steps",
-    "layer_preprocess_sequence": "steps before each sub-layer (and after each stack): "
-                                 "n (norm), d (dropout)",
-    "learning_rate": "scale of the legacy learning-rate schedule",
-    "learning_rate_constant": "the constant factor of the learning-rate schedule",
-    "learning_rate_cosine_cycle_steps": "cycle length of the legacy cosine decay",
-    "learning_rate_decay_rate": "base of the exponential decays",
-    "learning_rate_decay_scheme": "decay of the legacy schedule (noam, exp, cosine, ...)",
-    "learning_rate_decay_staircase": "exponential decays in whole steps of decay_steps",
-    "learning_rate_decay_steps": "period of the decays (exp, cosdecay, linear_decay, ...)",
-    "learning_rate_minimum": "floor of the learning rate (None or 0: none)",
-    "learning_rate_schedule": "the learning rate as a product of named factors",
-    "learning_rate_warmup_steps": "steps of the learning-rate warmup",
-    "length_bucket_step": "growth factor between the length buckets' boundaries",
-    "max_input_seq_length": "inputs are truncated to this length (0: not truncated)",
-    "max_length": "longest example kept in training (0: batch_size)",
-    "max_relative_position": "relative positions beyond +-this share one embedding "
-                             "(dot_product_relative: 2m+1 key and value embeddings per layer)",
-    "max_target_seq_length": "targets are truncated to this length (0: not truncated)",
-    "min_length": "shortest example kept",
-    "min_length_bucket": "first length bucket boundary",
-    "mixed_precision_optimizer_init_loss_scale": "initial loss scale of float16 training",
-    "multiply_embedding_mode": "embeddings multiplied by sqrt(hidden_size) (sqrt_depth) or "
-                               "not (none)",
-    "norm_epsilon": "epsilon of the layer norms",
-    "norm_type": "the n step: layer norm (layer) or nothing (none)",
-    "num_decoder_layers": "decoder layers (0: num_hidden_layers)",
-    "num_encoder_layers": "encoder layers (0: num_hidden_layers)",
-    "num_heads": "attention heads",
-    "num_hidden_layers": "encoder and decoder layers",
-    "optimizer": "the optimizer (adam, multistep_adam, adafactor, momentum, sgd)",
-    "optimizer_adafactor_beta1": "Adafactor's momentum (0: none)",
-    "optimizer_adafactor_beta2": "Adafactor's second-moment decay (decay_type adam)",
-    "optimizer_adafactor_clipping_threshold": "Adafactor's update clipping (RMS)",
-    "optimizer_adafactor_decay_type": "Adafactor's second-moment decay: pow or adam",
-    "optimizer_adafactor_factored": "Adafactor factors the second moments of matrices",
-    "optimizer_adafactor_memory_exponent": "exponent of Adafactor's pow decay",
-    "optimizer_adafactor_multiply_by_parameter_scale": "Adafactor scales updates by the "
-                                                       "weights' RMS",
-    "optimizer_adam_beta1": "Adam's first-moment decay",
-    "optimizer_adam_beta2": "Adam's second-moment decay",
-    "optimizer_adam_epsilon": "Adam's epsilon",
-    "optimizer_momentum_momentum": "momentum of optimizer=momentum",
-    "optimizer_momentum_nesterov": "Nesterov momentum for optimizer=momentum",
-    "optimizer_multistep_accumulate_steps": "micro-batches per update of multistep_adam",
-    "overload_eval_metric_name": "name of the eval metrics instead of the problem's",
-    "pack_dataset": "packs examples into rows of max_length on the fly",
-    "pos": "sinusoidal position signal added to the embeddings (timing) or none",
-    "relu_dropout": "dropout rate inside the feed-forward layers (training only)",
-    "relu_dropout_broadcast_dims": "dimensions sharing one mask in that dropout",
-    "sampling_keep_top_k": "sampling draws among the k most likely ids (-1: all)",
-    "sampling_method": "greedy decoding takes the argmax or samples (random)",
-    "sampling_temp": "temperature of sampling (0: argmax)",
-    "self_attention_type": "encoder/decoder self-attention: dot_product, or dot_product_relative "
-                           "(Shaw et al. relative positions, max_relative_position)",
-    "shared_embedding": "inputs and targets share one embedding matrix",
-    "shared_embedding_and_softmax_weights": "the target embedding is also the softmax "
-                                            "matrix (equal vocab sizes)",
-    "summarize_grads": "writes each applied gradient's histogram and norm (gradients/*, "
-                       "gradient_norm/*, global_norm/clipped_gradient_norm) at progress steps",
-    "summarize_vars": "writes each trainable variable's histogram (training_variables/*) at "
-                      "progress steps",
-    "symbol_dropout": "rate at which input and target ids are replaced by padding (training)",
-    "symbol_modality_num_shards": "row shards of the embedding matrices",
-    "use_fixed_batch_size": "batch_size counts examples instead of tokens",
-    "use_target_space_embedding": "adds the target space's embedding to the encoder input",
-    "vocab_divisor": "vocab sizes rounded up to a multiple of this",
-    "weight_decay": "L2 penalty on the weights added to the training loss",
-}
+# `Hparam.support`
+USED_KIND = "used"
+NO_EFFECT_KIND = "no effect"
+NOT_SUPPORTED_KIND = "not supported"
+OWN_KIND = "own"
+# `Hparam.check`: the range a number must be in (None: no range).
+POSITIVE, NON_NEGATIVE, UNIT_INTERVAL = "must be > 0", "must be >= 0", "must be in [0, 1)"
+# `Hparam.resume`: whether a resumed run (or a tool reading a run) may change it.
+SAFE = "may change on resume"
+VARIABLES = "changes the checkpoint's variables"
+COMPUTATION = "changes what the trained weights compute"
+_NO_DEFAULT = object()
 
-NO_EFFECT: dict[str, str] = {
-    "add_relative_to_values": "read only by relative attention types other than "
-                              "dot_product_relative (which always adds the value embeddings)",
-    "heads_share_relative_embedding": "read only by relative attention types other than "
-                                      "dot_product_relative (whose tables all heads share)",
-    "daisy_chain_variables": "places variables across GPUs",
-    "use_custom_ops": "packs pack_dataset's examples with a custom op",
-    "use_pad_remover": "removes padding before the feed-forward layers (same numbers)",
-    "tpu_enable_host_call": "writes TPU summaries through a host call",
-}
 
-OWN: dict[str, tuple[Any, str]] = {
-    "use_fused_kernels": (
-        True,
-        ("the hand-written forward/backward kernels of t2t_lite.layers.fused_ops (layer norm, "
-         "relu + dropout, attention softmax + dropout + matmul, chunked softmax loss) and Adam's "
-         "one-kernel update (ResourceApplyAdam, t2t's TF1 kernel); false: plain TensorFlow "
-         "ops differentiated by autodiff, with the same dropout masks, and Keras' Adam")),
-}
+@dataclasses.dataclass(frozen=True)
+class Hparam:
+    """One hparam's declaration.
+
+    Attributes:
+      doc: what it does in t2t_lite, in one line (NOT_SUPPORTED: what t2t does with the
+        values t2t_lite refuses).
+      support: USED_KIND, NO_EFFECT_KIND, NOT_SUPPORTED_KIND or OWN_KIND.
+      check: the range of a number (POSITIVE, NON_NEGATIVE, UNIT_INTERVAL) or None.
+      choices: the values accepted (None: any of the type); a NOT_SUPPORTED hparam has one.
+      others: what t2t does with the values outside `choices` (USED hparams with choices).
+      resume: SAFE, VARIABLES or COMPUTATION.
+      default: the value of an OWN hparam (t2t's hparams take theirs from the sets).
+    """
+    doc: str
+    support: str = USED_KIND
+    check: str | None = None
+    choices: tuple[Any, ...] | None = None
+    others: str = ""
+    resume: str = SAFE
+    default: Any = _NO_DEFAULT
+
+    def range_error(self, value: Any) -> str | None:
+        """`check`'s rule when the number `value` breaks it (None: it does not, or it is
+        not a number)."""
+        if self.check is None or isinstance(value, bool) or not isinstance(value, (int, float)):
+            return None
+        ok = {POSITIVE: value > 0, NON_NEGATIVE: value >= 0,
+              UNIT_INTERVAL: 0 <= value < 1}[self.check]
+        return None if ok else self.check
+
+
+def used(doc: str, **kwargs: Any) -> Hparam:
+    """A USED hparam's declaration (see `Hparam`)."""
+    return Hparam(doc, USED_KIND, **kwargs)
+
+
+def no_effect(doc: str, **kwargs: Any) -> Hparam:
+    """A NO_EFFECT hparam's declaration."""
+    return Hparam(doc, NO_EFFECT_KIND, **kwargs)
+
+
+def not_supported(accepted: Any, t2t_use: str, **kwargs: Any) -> Hparam:
+    """A NOT_SUPPORTED hparam: the one value accepted, what t2t does with the others."""
+    return Hparam(t2t_use, NOT_SUPPORTED_KIND, choices=(accepted,), **kwargs)
+
+
+def own(default: Any, doc: str, **kwargs: Any) -> Hparam:
+    """One of t2t_lite's own hparams: its default and meaning."""
+    return Hparam(doc, OWN_KIND, default=default, **kwargs)
+
 
 _FFN_ONLY = "read only by feed-forward layer types other than dense_relu_dense"
 _AREA = "area attention"
@@ -148,82 +115,315 @@ _SCHEDULED_SAMPLING = "scheduled sampling"
 _SPLIT_TARGETS = "splitting long targets into chunks"
 _UNREAD = "t2t's Transformer does not read it"
 
-NOT_SUPPORTED: dict[str, tuple[Any, str]] = {
-    "area_key_mode": ("none", _AREA),
-    "area_value_mode": ("none", _AREA),
-    "attention_variables_3d": (False, "3-d attention variables"),
-    "causal_decoder_self_attention": (True, "a decoder attending to later positions too"),
-    "compress_steps": (0, _UNREAD),
-    "conv_first_kernel": (3, _FFN_ONLY),
-    "dropout": (0.2, _UNREAD),
-    "factored_logits": (False, "factored softmax logits"),
-    "ffn_layer": ("dense_relu_dense", "other feed-forward layers (conv, sru, moe, ...)"),
-    "force_full_predict": (False, "decoding without the fast cached path"),
-    "gpu_automatic_mixed_precision": (False, "TF1 mixed precision; use activation_dtype"),
-    "grad_noise_scale": (0.0, "gradient noise"),
-    "gumbel_noise_weight": (0.0, "Gumbel noise in hard attention"),
-    "hard_attention_k": (0, "hard attention"),
-    "kernel_height": (3, _UNREAD),
-    "kernel_width": (1, _UNREAD),
-    "max_area_height": (1, _AREA),
-    "max_area_width": (1, _AREA),
-    "memory_height": (1, _AREA),
-    "mixed_precision_optimizer_loss_scaler": ("exponential", "float16 without loss scaling"),
-    "mlperf_mode": (False, "MLPerf logging and stopping"),
-    "moe_hidden_sizes": ("2048", _FFN_ONLY),
-    "moe_k": (2, _FFN_ONLY),
-    "moe_loss_coef": (1e-3, _FFN_ONLY),
-    "moe_num_experts": (16, _FFN_ONLY),
-    "moe_overhead_eval": (2.0, _FFN_ONLY),
-    "moe_overhead_train": (1.0, _FFN_ONLY),
-    "multiproblem_fixed_train_length": (-1, _MULTIPROBLEM),
-    "multiproblem_label_weight": (0.5, _MULTIPROBLEM),
-    "multiproblem_max_input_length": (-1, _MULTIPROBLEM),
-    "multiproblem_max_target_length": (-1, _MULTIPROBLEM),
-    "multiproblem_mixing_schedule": ("constant", _MULTIPROBLEM),
-    "multiproblem_per_task_threshold": ("", _MULTIPROBLEM),
-    "multiproblem_reweight_label_loss": (False, _MULTIPROBLEM),
-    "multiproblem_schedule_max_examples": (1e7, _MULTIPROBLEM),
-    "multiproblem_schedule_threshold": (0.5, _MULTIPROBLEM),
-    "multiproblem_target_eval_only": (False, _MULTIPROBLEM),
-    "multiproblem_vocab_size": (-1, _MULTIPROBLEM),
-    "nbr_decoder_problems": (1, "several decoder problems"),
-    "no_data_parallelism": (False, _UNREAD),
-    "num_area_layers": (0, _AREA),
-    "optimizer_zero_grads": (False, "zeroing gradients of unused variables"),
-    "pad_batch": (False, "padding the last batch to the full batch size"),
-    "parameter_attention_key_channels": (0, _FFN_ONLY),
-    "parameter_attention_value_channels": (0, _FFN_ONLY),
-    "position_features": ("", _UNREAD),
-    "prepend_mode": ("none", "inputs prepended to the targets (decoder-only models)"),
-    "pretrained_model_dir": ("", "a pretrained model directory; use --warm_start_from"),
-    "proximity_bias": (False, "a self-attention bias favouring nearby positions"),
-    "scheduled_sampling_gold_mixin_prob": (0.5, _SCHEDULED_SAMPLING),
-    "scheduled_sampling_method": ("parallel", _SCHEDULED_SAMPLING),
-    "scheduled_sampling_num_passes": (1, _SCHEDULED_SAMPLING),
-    "scheduled_sampling_prob": (0.0, _SCHEDULED_SAMPLING),
-    "scheduled_sampling_warmup_schedule": ("exp", _SCHEDULED_SAMPLING),
-    "scheduled_sampling_warmup_steps": (50000, _SCHEDULED_SAMPLING),
-    "split_targets_chunk_length": (0, _SPLIT_TARGETS),
-    "split_targets_max_chunks": (100, _SPLIT_TARGETS),
-    "split_targets_strided_training": (False, _SPLIT_TARGETS),
-    "split_to_length": (0, "splitting long examples at datagen"),
-    "unidirectional_encoder": (False, "an encoder with causal self-attention"),
-    "video_num_input_frames": (1, "video problems"),
-    "video_num_target_frames": (1, "video problems"),
-    "warm_start_from_second": ("", "a second warm-start checkpoint"),
-    "weight_dtype": ("float32", "bfloat16 weights (TPU)"),
-    "weight_noise": (0.0, "weight noise"),
+HPARAMS: dict[str, Hparam] = {
+    # Used with t2t's meaning.
+    "activation_dtype": used(
+        "compute dtype of training (float32, or float16 / bfloat16 mixed precision with float32 "
+        "weights; float16 adds loss scaling)",
+    ),
+    "attention_dropout": used(
+        "dropout rate on the attention weights (training only)",
+        check=UNIT_INTERVAL,
+    ),
+    "attention_dropout_broadcast_dims": used(
+        "dimensions of [B, H, Lq, Lk] sharing one attention dropout mask",
+    ),
+    "attention_key_channels": used(
+        "total depth of the attention queries and keys (0: hidden_size)",
+        check=NON_NEGATIVE,
+        resume=VARIABLES,
+    ),
+    "attention_value_channels": used(
+        "total depth of the attention values (0: hidden_size)",
+        check=NON_NEGATIVE,
+        resume=VARIABLES,
+    ),
+    "batch_shuffle_size": used("buffer (in batches) of the training batch shuffle (0: none)"),
+    "batch_size": used(
+        "tokens per batch and replica (examples with use_fixed_batch_size)",
+        check=POSITIVE,
+    ),
+    "clip_grad_norm": used(
+        "clips the gradients to this global norm (0: no clipping)",
+        check=NON_NEGATIVE,
+    ),
+    "eval_drop_long_sequences": used("eval also drops examples longer than max_length"),
+    "eval_run_autoregressive": used(
+        "eval logits come from greedy decoding instead of the reference targets",
+    ),
+    "filter_size": used(
+        "width of the feed-forward layers' hidden layer",
+        check=POSITIVE,
+        resume=VARIABLES,
+    ),
+    "hidden_size": used(
+        "model depth D (embeddings, attention, layer outputs)",
+        check=POSITIVE,
+        resume=VARIABLES,
+    ),
+    "initializer": used("distribution of the initial kernel and embedding weights"),
+    "initializer_gain": used("scale of the initializer"),
+    "label_smoothing": used("label smoothing of the training cross-entropy", check=UNIT_INTERVAL),
+    "layer_postprocess_sequence": used(
+        "steps after each sub-layer: a (residual), n (norm), d (dropout)",
+        resume=VARIABLES,
+    ),
+    "layer_prepostprocess_dropout": used(
+        "rate of the d steps of the pre/post-process sequences (training only)",
+        check=UNIT_INTERVAL,
+    ),
+    "layer_prepostprocess_dropout_broadcast_dims": used(
+        "dimensions sharing one mask in those d steps",
+    ),
+    "layer_preprocess_sequence": used(
+        "steps before each sub-layer (and after each stack): n (norm), d (dropout)",
+        resume=VARIABLES,
+    ),
+    "learning_rate": used("scale of the legacy learning-rate schedule", check=POSITIVE),
+    "learning_rate_constant": used(
+        "the constant factor of the learning-rate schedule",
+        check=POSITIVE,
+    ),
+    "learning_rate_cosine_cycle_steps": used("cycle length of the legacy cosine decay"),
+    "learning_rate_decay_rate": used("base of the exponential decays"),
+    "learning_rate_decay_scheme": used("decay of the legacy schedule (noam, exp, cosine, ...)"),
+    "learning_rate_decay_staircase": used("exponential decays in whole steps of decay_steps"),
+    "learning_rate_decay_steps": used("period of the decays (exp, cosdecay, linear_decay, ...)"),
+    "learning_rate_minimum": used("floor of the learning rate (None or 0: none)"),
+    "learning_rate_schedule": used("the learning rate as a product of named factors"),
+    "learning_rate_warmup_steps": used("steps of the learning-rate warmup", check=NON_NEGATIVE),
+    "length_bucket_step": used("growth factor between the length buckets' boundaries"),
+    "max_input_seq_length": used("inputs are truncated to this length (0: not truncated)"),
+    "max_length": used("longest example kept in training (0: batch_size)", check=NON_NEGATIVE),
+    "max_relative_position": used(
+        "relative positions beyond +-this share one embedding (dot_product_relative: 2m+1 key and"
+        " value embeddings per layer)",
+        resume=VARIABLES,
+    ),
+    "max_target_seq_length": used("targets are truncated to this length (0: not truncated)"),
+    "min_length": used("shortest example kept", check=NON_NEGATIVE),
+    "min_length_bucket": used("first length bucket boundary"),
+    "mixed_precision_optimizer_init_loss_scale": used("initial loss scale of float16 training"),
+    "multiply_embedding_mode": used(
+        "embeddings multiplied by sqrt(hidden_size) (sqrt_depth) or not (none)",
+        resume=COMPUTATION,
+    ),
+    "norm_epsilon": used("epsilon of the layer norms", resume=COMPUTATION),
+    "norm_type": used("the n step: layer norm (layer) or nothing (none)", resume=VARIABLES),
+    "num_decoder_layers": used(
+        "decoder layers (0: num_hidden_layers)",
+        check=NON_NEGATIVE,
+        resume=VARIABLES,
+    ),
+    "num_encoder_layers": used(
+        "encoder layers (0: num_hidden_layers)",
+        check=NON_NEGATIVE,
+        resume=VARIABLES,
+    ),
+    "num_heads": used("attention heads", check=POSITIVE, resume=COMPUTATION),
+    "num_hidden_layers": used("encoder and decoder layers", check=POSITIVE, resume=VARIABLES),
+    "optimizer": used(
+        "the optimizer (adam, multistep_adam, adafactor, momentum, sgd)",
+        resume=VARIABLES,
+    ),
+    "optimizer_adafactor_beta1": used("Adafactor's momentum (0: none)"),
+    "optimizer_adafactor_beta2": used("Adafactor's second-moment decay (decay_type adam)"),
+    "optimizer_adafactor_clipping_threshold": used("Adafactor's update clipping (RMS)"),
+    "optimizer_adafactor_decay_type": used("Adafactor's second-moment decay: pow or adam"),
+    "optimizer_adafactor_factored": used("Adafactor factors the second moments of matrices"),
+    "optimizer_adafactor_memory_exponent": used("exponent of Adafactor's pow decay"),
+    "optimizer_adafactor_multiply_by_parameter_scale": used(
+        "Adafactor scales updates by the weights' RMS",
+    ),
+    "optimizer_adam_beta1": used("Adam's first-moment decay"),
+    "optimizer_adam_beta2": used("Adam's second-moment decay"),
+    "optimizer_adam_epsilon": used("Adam's epsilon"),
+    "optimizer_momentum_momentum": used("momentum of optimizer=momentum"),
+    "optimizer_momentum_nesterov": used("Nesterov momentum for optimizer=momentum"),
+    "optimizer_multistep_accumulate_steps": used(
+        "micro-batches per update of multistep_adam",
+        check=NON_NEGATIVE,
+    ),
+    "overload_eval_metric_name": used("name of the eval metrics instead of the problem's"),
+    "pack_dataset": used("packs examples into rows of max_length on the fly"),
+    "pos": used(
+        "sinusoidal position signal added to the embeddings (timing) or none",
+        resume=COMPUTATION,
+    ),
+    "relu_dropout": used(
+        "dropout rate inside the feed-forward layers (training only)",
+        check=UNIT_INTERVAL,
+    ),
+    "relu_dropout_broadcast_dims": used("dimensions sharing one mask in that dropout"),
+    "sampling_keep_top_k": used("sampling draws among the k most likely ids (-1: all)"),
+    "sampling_method": used("greedy decoding takes the argmax or samples (random)"),
+    "sampling_temp": used("temperature of sampling (0: argmax)"),
+    "self_attention_type": used(
+        "encoder/decoder self-attention: dot_product, or dot_product_relative (Shaw et al. "
+        "relative positions, max_relative_position)",
+        choices=("dot_product", "dot_product_relative"),
+        others="dot_product_relative_v2, local and other self-attention types",
+        resume=VARIABLES,
+    ),
+    "shared_embedding": used("inputs and targets share one embedding matrix", resume=VARIABLES),
+    "shared_embedding_and_softmax_weights": used(
+        "the target embedding is also the softmax matrix (equal vocab sizes)",
+        resume=VARIABLES,
+    ),
+    "summarize_grads": used(
+        "writes each applied gradient's histogram and norm (gradients/*, gradient_norm/*, "
+        "global_norm/clipped_gradient_norm) at progress steps",
+    ),
+    "summarize_vars": used(
+        "writes each trainable variable's histogram (training_variables/*) at progress steps",
+    ),
+    "symbol_dropout": used(
+        "rate at which input and target ids are replaced by padding (training)",
+        check=UNIT_INTERVAL,
+    ),
+    "symbol_modality_num_shards": used(
+        "row shards of the embedding matrices",
+        check=POSITIVE,
+        resume=VARIABLES,
+    ),
+    "use_fixed_batch_size": used("batch_size counts examples instead of tokens"),
+    "use_target_space_embedding": used(
+        "adds the target space's embedding to the encoder input",
+        resume=VARIABLES,
+    ),
+    "vocab_divisor": used("vocab sizes rounded up to a multiple of this", resume=VARIABLES),
+    "weight_decay": used(
+        "L2 penalty on the weights added to the training loss",
+        check=NON_NEGATIVE,
+    ),
+    # t2t reads them only to choose how to compute: any value, the same numbers.
+    "add_relative_to_values": no_effect(
+        "read only by relative attention types other than dot_product_relative (which always adds"
+        " the value embeddings)",
+    ),
+    "heads_share_relative_embedding": no_effect(
+        "read only by relative attention types other than dot_product_relative (whose tables all "
+        "heads share)",
+    ),
+    "daisy_chain_variables": no_effect("places variables across GPUs"),
+    "use_custom_ops": no_effect("packs pack_dataset's examples with a custom op"),
+    "use_pad_remover": no_effect("removes padding before the feed-forward layers (same numbers)"),
+    "tpu_enable_host_call": no_effect("writes TPU summaries through a host call"),
+    # Not supported: the one value accepted, and what t2t does with the others.
+    "area_key_mode": not_supported("none", _AREA),
+    "area_value_mode": not_supported("none", _AREA),
+    "attention_variables_3d": not_supported(False, "3-d attention variables"),
+    "causal_decoder_self_attention": not_supported(
+        True,
+        "a decoder attending to later positions too",
+    ),
+    "compress_steps": not_supported(0, _UNREAD),
+    "conv_first_kernel": not_supported(3, _FFN_ONLY),
+    "dropout": not_supported(0.2, _UNREAD, check=UNIT_INTERVAL),
+    "factored_logits": not_supported(False, "factored softmax logits"),
+    "ffn_layer": not_supported(
+        "dense_relu_dense",
+        "other feed-forward layers (conv, sru, moe, ...)",
+        resume=VARIABLES,
+    ),
+    "force_full_predict": not_supported(False, "decoding without the fast cached path"),
+    "gpu_automatic_mixed_precision": not_supported(
+        False,
+        "TF1 mixed precision; use activation_dtype",
+    ),
+    "grad_noise_scale": not_supported(0.0, "gradient noise"),
+    "gumbel_noise_weight": not_supported(0.0, "Gumbel noise in hard attention"),
+    "hard_attention_k": not_supported(0, "hard attention"),
+    "kernel_height": not_supported(3, _UNREAD),
+    "kernel_width": not_supported(1, _UNREAD),
+    "max_area_height": not_supported(1, _AREA),
+    "max_area_width": not_supported(1, _AREA),
+    "memory_height": not_supported(1, _AREA),
+    "mixed_precision_optimizer_loss_scaler": not_supported(
+        "exponential",
+        "float16 without loss scaling",
+    ),
+    "mlperf_mode": not_supported(False, "MLPerf logging and stopping"),
+    "moe_hidden_sizes": not_supported("2048", _FFN_ONLY),
+    "moe_k": not_supported(2, _FFN_ONLY),
+    "moe_loss_coef": not_supported(0.001, _FFN_ONLY),
+    "moe_num_experts": not_supported(16, _FFN_ONLY),
+    "moe_overhead_eval": not_supported(2.0, _FFN_ONLY),
+    "moe_overhead_train": not_supported(1.0, _FFN_ONLY),
+    "multiproblem_fixed_train_length": not_supported(-1, _MULTIPROBLEM),
+    "multiproblem_label_weight": not_supported(0.5, _MULTIPROBLEM),
+    "multiproblem_max_input_length": not_supported(-1, _MULTIPROBLEM),
+    "multiproblem_max_target_length": not_supported(-1, _MULTIPROBLEM),
+    "multiproblem_mixing_schedule": not_supported("constant", _MULTIPROBLEM),
+    "multiproblem_per_task_threshold": not_supported("", _MULTIPROBLEM),
+    "multiproblem_reweight_label_loss": not_supported(False, _MULTIPROBLEM),
+    "multiproblem_schedule_max_examples": not_supported(10000000.0, _MULTIPROBLEM),
+    "multiproblem_schedule_threshold": not_supported(0.5, _MULTIPROBLEM),
+    "multiproblem_target_eval_only": not_supported(False, _MULTIPROBLEM),
+    "multiproblem_vocab_size": not_supported(-1, _MULTIPROBLEM),
+    "nbr_decoder_problems": not_supported(1, "several decoder problems"),
+    "no_data_parallelism": not_supported(False, _UNREAD),
+    "num_area_layers": not_supported(0, _AREA),
+    "optimizer_zero_grads": not_supported(False, "zeroing gradients of unused variables"),
+    "pad_batch": not_supported(False, "padding the last batch to the full batch size"),
+    "parameter_attention_key_channels": not_supported(0, _FFN_ONLY),
+    "parameter_attention_value_channels": not_supported(0, _FFN_ONLY),
+    "position_features": not_supported("", _UNREAD),
+    "prepend_mode": not_supported("none", "inputs prepended to the targets (decoder-only models)"),
+    "pretrained_model_dir": not_supported(
+        "",
+        "a pretrained model directory; use --warm_start_from",
+    ),
+    "proximity_bias": not_supported(False, "a self-attention bias favouring nearby positions"),
+    "scheduled_sampling_gold_mixin_prob": not_supported(0.5, _SCHEDULED_SAMPLING),
+    "scheduled_sampling_method": not_supported("parallel", _SCHEDULED_SAMPLING),
+    "scheduled_sampling_num_passes": not_supported(1, _SCHEDULED_SAMPLING),
+    "scheduled_sampling_prob": not_supported(0.0, _SCHEDULED_SAMPLING),
+    "scheduled_sampling_warmup_schedule": not_supported("exp", _SCHEDULED_SAMPLING),
+    "scheduled_sampling_warmup_steps": not_supported(50000, _SCHEDULED_SAMPLING),
+    "split_targets_chunk_length": not_supported(0, _SPLIT_TARGETS),
+    "split_targets_max_chunks": not_supported(100, _SPLIT_TARGETS),
+    "split_targets_strided_training": not_supported(False, _SPLIT_TARGETS),
+    "split_to_length": not_supported(0, "splitting long examples at datagen"),
+    "unidirectional_encoder": not_supported(False, "an encoder with causal self-attention"),
+    "video_num_input_frames": not_supported(1, "video problems"),
+    "video_num_target_frames": not_supported(1, "video problems"),
+    "warm_start_from_second": not_supported("", "a second warm-start checkpoint"),
+    "weight_dtype": not_supported("float32", "bfloat16 weights (TPU)"),
+    "weight_noise": not_supported(0.0, "weight noise"),
+    # t2t_lite's own (t2t has no such hparam): default and meaning.
+    "use_fused_kernels": own(
+        True,
+        "the hand-written forward/backward kernels of t2t_lite.layers.fused_ops (layer norm, "
+        "relu + dropout, attention softmax + dropout + matmul, chunked softmax loss) and Adam's "
+        "one-kernel update (ResourceApplyAdam, t2t's TF1 kernel); false: plain TensorFlow ops "
+        "differentiated by autodiff, with the same dropout masks, and Keras' Adam",
+    ),
 }
 
 
+def _kind(support: str) -> dict[str, Hparam]:
+    return {name: h for name, h in HPARAMS.items() if h.support == support}
+
+
+# The four kinds as tables (name -> meaning, or (value, meaning)), read by the tests and docs.
+USED: dict[str, str] = {name: h.doc for name, h in _kind(USED_KIND).items()}
+NO_EFFECT: dict[str, str] = {name: h.doc for name, h in _kind(NO_EFFECT_KIND).items()}
+NOT_SUPPORTED: dict[str, tuple[Any, str]] = {
+    name: (h.choices[0], h.doc) for name, h in _kind(NOT_SUPPORTED_KIND).items()}
+OWN: dict[str, tuple[Any, str]] = {name: (h.default, h.doc)
+                                   for name, h in _kind(OWN_KIND).items()}
 # USED hparams of which t2t_lite implements only some of t2t's values: name -> (the values
 # accepted, what t2t does with the others). `check_supported` refuses the others by name.
 SUPPORTED_VALUES: dict[str, tuple[tuple[Any, ...], str]] = {
-    "self_attention_type": (
-        ("dot_product", "dot_product_relative"),
-        "dot_product_relative_v2, local and other self-attention types"),
-}
+    name: (h.choices, h.others) for name, h in _kind(USED_KIND).items() if h.choices}
+
+
+def names_with(check: str | None = None, resume: str | None = None) -> tuple[str, ...]:
+    """The declared hparams with this `check` (range) or this `resume` rule, in table order."""
+    return tuple(name for name, h in HPARAMS.items()
+                 if (check is None or h.check == check)
+                 and (resume is None or h.resume == resume))
 
 
 def check_supported(hparams: HParams) -> None:

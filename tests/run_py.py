@@ -40,3 +40,14 @@ def steps(output_dir) -> list[int]:
     """The steps of the checkpoints on disk in `output_dir`, ascending."""
     return sorted(int(p.rsplit("-", 1)[1].split(".")[0])
                   for p in glob.glob(os.path.join(str(output_dir), "ckpt-*.index")))
+
+
+def snapshot(directory) -> dict[str, bytes]:
+    """Every file under `directory` (relative path -> bytes), to compare before and after."""
+    files = {}
+    for root, _, names in os.walk(directory):
+        for name in names:
+            path = os.path.join(root, name)
+            with open(path, "rb") as f:
+                files[os.path.relpath(path, directory)] = f.read()
+    return files

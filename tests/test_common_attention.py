@@ -210,7 +210,7 @@ def test_attention_dropout_broadcast_and_errors():
     x = tf.random.normal([3, 4, 8])
     np.testing.assert_allclose(layer(x), layer(x, training=False))
     assert not np.allclose(layer(x, training=True), layer(x))
-    with pytest.raises(ValueError, match="not divisible by num_heads 3"):
+    with pytest.raises(ValueError, match="hidden_size=8 is not divisible by hparams.num_heads=3"):
         common_attention.MultiheadAttention(3, 8)
 
 

@@ -47,6 +47,9 @@ def test_setup_records_versions_problem_and_overrides(tmp_path):
     assert setup["problem"] == "reverse_standin" and setup["hparams set"] == "transformer_tiny"
     assert setup["hparams overrides"] == "batch_size=256"
     assert setup["global batch per update"] == "256 tokens"
+    fixed = setup["model hparams (a resume may not change them)"]
+    assert f"hidden_size={hp.hidden_size}, " in fixed and f"num_heads={hp.num_heads}, " in fixed
+    assert "batch_size" not in fixed and "learning_rate" not in fixed
     # An eval run keeps the training run's setup.
     run_card.record_setup(str(tmp_path), problem, "transformer", "other", "", hp, 1,
                           training=False)

@@ -20,6 +20,7 @@ from t2t_lite.training import optimize, run_card
 from t2t_lite.utils import run_lock, run_metadata
 from tests.run_py import PROBLEM, TINY
 from tests.run_py import run as _run
+from tests.run_py import snapshot as _snapshot
 from tests.run_py import steps as _steps
 from tests.run_py import train_flags as _train_flags
 from tests.test_failures import _copy, _error_line
@@ -37,17 +38,6 @@ def data_dir(tiny_run_data_dir):
 def trained(tiny_run_trained):
     """A run with checkpoints at steps 2 and 4, made once per session (copied before use)."""
     return tiny_run_trained
-
-
-def _snapshot(directory) -> dict[str, bytes]:
-    """Every file under `directory` (relative path -> bytes)."""
-    files = {}
-    for root, _, names in os.walk(directory):
-        for name in names:
-            path = os.path.join(root, name)
-            with open(path, "rb") as f:
-                files[os.path.relpath(path, directory)] = f.read()
-    return files
 
 
 @pytest.mark.slow

@@ -265,7 +265,8 @@ def test_hparams_and_flags_files(tmp_path):
     hp = tiny_hparams()
     run_metadata.save_hparams(str(tmp_path), hp)
     text = (tmp_path / "hparams.json").read_text()
-    assert json.loads(text) == hp.values()
+    assert run_metadata.read_hparams_json(str(tmp_path / "hparams.json")) == hp.values()
+    assert set(json.loads(text)) == set(hp.values()) | {run_metadata.CHECKSUM_KEY}
     keys = [line.split('"')[1] for line in text.splitlines() if line.startswith('"')]
     assert keys == sorted(keys)
 

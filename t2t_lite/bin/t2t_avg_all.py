@@ -15,7 +15,7 @@ from t2t_lite.training.avg_checkpoints import (
     average_newest,
     average_tensors,
 )
-from t2t_lite.utils import checkpoint_guard, validation
+from t2t_lite.utils import checkpoint_guard, run_metadata, validation
 
 
 def main(flags) -> None:
@@ -44,6 +44,10 @@ def main(flags) -> None:
     validation.check_output_dir("avg_output_dir", avg_dir)
     validation.check_writable_dir("avg_output_dir", avg_dir)
     n = average_best or flags.n
+    # The run's record is checked as decode checks it: no hand-edited hparams.json, no
+    # changed vocabulary (the average carries the record on).
+    run_metadata.read_hparams_json(os.path.join(run_dir, "hparams.json"))
+    run_metadata.check_recorded_vocab(run_dir, "average")
     try:
         best = keep_best.ranked(source) if source else []
         if source and best:

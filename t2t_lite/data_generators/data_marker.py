@@ -147,6 +147,36 @@ def fingerprint(paths: list[str]) -> dict[str, Any]:
             "sha256": digest.hexdigest(), "lines": lines}
 
 
+def run_inputs(encoders: dict[str, Any], data_dir: str | None,
+               dataset_filename: str | None) -> dict[str, Any]:
+    """What a run reads that gives its ids their meaning: the record a training run keeps
+    (`run_metadata.save_inputs`) and every later use of the run compares
+    (`run_metadata.check_inputs`).
+
+    Args:
+      encoders: the problem's text encoders by feature (`problem_hparams.vocabulary`);
+        those read from a file (`.filename`) are recorded.
+      data_dir: the data directory (None: no data recorded).
+      dataset_filename: the problem's shard base name, whose split markers are recorded.
+
+    Returns:
+      {"vocab": {file name: {"path": path read, "sha256": content hash}},
+       "data": {marker file name: sha256 of the marker}}.
+    """
+    vocab = {}
+    for encoder in encoders.values():
+        path = getattr(encoder, "filename", None)
+        if path:
+            path = path if "://" in path else os.path.abspath(path)
+            vocab[os.path.basename(path)] = {"path": path, "sha256": file_io.sha256_of(path)}
+    data = {}
+    for tag in SPLIT_TAGS if data_dir and dataset_filename else ():
+        path = marker_path(data_dir, dataset_filename, tag)
+        if tf.io.gfile.exists(path):
+            data[os.path.basename(path)] = file_io.sha256_of(path)
+    return {"vocab": vocab, "data": data}
+
+
 def made_from_changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     """What differs between two `made_from` records, one phrase per change.
 

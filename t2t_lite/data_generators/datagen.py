@@ -424,10 +424,15 @@ def generate_locked(problem, data_dir: str, tmp_dir: str,
     # Locked first, so that a second datagen refuses at once (hashing inputs takes a while).
     lock = run_lock.RunLock(data_dir, run_lock.DATAGEN_LOCK_NAME, "datagen", "--data_dir")
     lock.acquire()
+    readers = None
     try:
+        if overwrite:  # never under a live training run
+            readers = run_lock.refuse_if_read(data_dir)
         inputs = made_from(problem, tmp_dir, datagen_settings(problem, max_cases, random_seed))
         set_random_seed(random_seed)
         return generate_problem_data(problem, data_dir, tmp_dir, max_cases=max_cases,
                                      made_from=inputs, overwrite=overwrite)
     finally:
+        if readers is not None:
+            os.close(readers)
         lock.release()

@@ -54,7 +54,8 @@ _CACHE_MAX_ENTRIES = 2**20
 
 
 class VocabFileError(UserError):
-    """A vocabulary file that cannot be used; the message names the file and line."""
+    """A vocabulary file that cannot be used; the message names the file and line. A
+    `UserError` (so a ValueError, as in t2t): entry points print it as one line."""
 
 
 def native_to_unicode(s: str | bytes) -> str:
@@ -258,6 +259,7 @@ class TokenTextEncoder(TextEncoder):
         super().__init__(num_reserved_ids=num_reserved_ids)
         self._reverse = reverse
         self._replace_oov = replace_oov
+        self.filename = vocab_filename or None  # the file a run records the hash of
         if vocab_filename:
             self._init_vocab_from_file(vocab_filename)
         elif vocab_list is not None:

@@ -35,12 +35,14 @@ class RunSpec:
       hparams_set: the registered hparams set (None: the run's hparams.json alone).
       data_dir: where the problem's vocabulary (and dev data) lives.
       model_name: the registered model.
+      mode: the tool's run.py mode ("decode", "export", ...), for error lines.
     """
     output_dir: str | None
     problem_name: str
     hparams_set: str | None
     data_dir: str | None
     model_name: str = DEFAULT_MODEL
+    mode: str = "decode"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -114,7 +116,7 @@ def resolve(mode: str, output_dir: str | None, problem: str | None = None,
     return RunSpec(output_dir=output_dir, problem_name=problem_name,
                    hparams_set=hparams_set or run_flags.get("hparams_set"),
                    data_dir=data_dir or run_flags.get("data_dir"),
-                   model_name=model or run_flags.get("model") or DEFAULT_MODEL)
+                   model_name=model or run_flags.get("model") or DEFAULT_MODEL, mode=mode)
 
 
 def load_hparams(output_dir: str | None, hparams_set: str | None, overrides: str) -> HParams:
@@ -125,12 +127,12 @@ def load_hparams(output_dir: str | None, hparams_set: str | None, overrides: str
       UserError: hparams.json is damaged (one line naming it).
     """
     from t2t_lite.hparams import create_hparams
-    from t2t_lite.utils.run_metadata import read_json_object
+    from t2t_lite.utils.run_metadata import read_hparams_json
 
     json_path = os.path.join(output_dir, "hparams.json") if output_dir else None
     if hparams_set:
         return create_hparams(hparams_set, overrides or "", json_path)
-    stored = read_json_object(json_path, "the run's hparams") if json_path else None
+    stored = read_hparams_json(json_path) if json_path else None
     if stored is not None:
         hparams = HParams(**stored)
         return hparams.parse(overrides) if overrides else hparams
@@ -141,21 +143,32 @@ def load_hparams(output_dir: str | None, hparams_set: str | None, overrides: str
 def open_run(spec: RunSpec, hparams_overrides: str = "") -> Run:
     """Builds and validates the hparams and the problem of `spec` (no model, nothing written).
 
+    A training run's record is checked (`run_metadata`): hparams.json unedited, no
+    `--hparams` that resuming would refuse (`check_same_model`), the vocabulary files those
+    it was trained with (`check_inputs`).
+
     Args:
       spec: from `resolve`.
       hparams_overrides: the tool's --hparams ("a=1,b=2").
 
     Raises:
-      UserError: one line (unknown set or problem, bad hparams, missing vocabulary, ...).
+      UserError: one line (unknown set or problem, bad hparams, missing or changed
+        vocabulary, an architecture change, ...).
     """
     from t2t_lite import registry
-    from t2t_lite.utils import validation
+    from t2t_lite.data_generators import data_marker
+    from t2t_lite.utils import run_metadata, validation
 
     with one_line_errors():
         hparams = load_hparams(spec.output_dir, spec.hparams_set, hparams_overrides)
         validation.check_hparams(hparams)
+        if spec.output_dir:
+            run_metadata.check_same_model(spec.output_dir, hparams.values(), spec.mode)
         problem = registry.problem(spec.problem_name)
         problem_hparams = problem.get_hparams(hparams, data_dir=spec.data_dir)
+        if spec.output_dir:
+            run_metadata.check_inputs(spec.output_dir, data_marker.run_inputs(
+                problem_hparams.vocabulary, None, None), spec.mode)
     return Run(spec=spec, hparams=hparams, problem=problem, problem_hparams=problem_hparams)
 
 
@@ -307,8 +320,9 @@ def restore_ensemble(run: Run, paths: list[str]) -> tuple[str, Any]:
     """
     import tensorflow as tf
 
+    from t2t_lite.data_generators import data_marker
     from t2t_lite.models.ensemble import TransformerEnsemble
-    from t2t_lite.utils import validation
+    from t2t_lite.utils import run_metadata, validation
 
     own = os.path.abspath(run.spec.output_dir) if run.spec.output_dir else None
     vocabulary = _vocabulary(run)
@@ -329,6 +343,8 @@ def restore_ensemble(run: Run, paths: list[str]) -> tuple[str, Any]:
                         run.spec.problem_name, run.spec.data_dir):
                     hparams = load_hparams(member_dir, None, "")
                     validation.check_hparams(hparams)
+                    run_metadata.check_inputs(member_dir, data_marker.run_inputs(
+                        run.encoders, None, None), run.spec.mode)
                 else:  # open_run loads and checks the hparams with the member's problem
                     member = open_run(member_spec)
                     hparams = member.hparams

@@ -14,6 +14,7 @@ import keras
 import tensorflow as tf
 
 from t2t_lite.layers import common_layers, fused_ops
+from t2t_lite.utils import validation
 
 # Additive bias for masked positions (t2t's -1e9; exp underflows to exactly 0 in float32).
 LARGE_NEGATIVE = -1e9
@@ -248,15 +249,10 @@ class MultiheadAttention(keras.layers.Layer):
         self.fused = bool(fused)
         self.num_heads = int(num_heads)
         self.hidden_size = int(hidden_size)
+        validation.check_attention_depths(self.hidden_size, self.num_heads, int(key_depth),
+                                          int(value_depth))
         self.key_depth = int(key_depth or hidden_size)
         self.value_depth = int(value_depth or hidden_size)
-        for what, depth in (("key", self.key_depth), ("value", self.value_depth)):
-            if depth % self.num_heads:
-                raise ValueError(
-                    f"attention {what} depth {depth} is not divisible by num_heads "
-                    f"{self.num_heads}; change hidden_size, num_heads or "
-                    f"attention_{what}_channels"
-                )
         self.dropout_rate = float(dropout)
         self.dropout_broadcast_dims = dropout_broadcast_dims
         self.kernel_initializer = keras.initializers.get(kernel_initializer)

@@ -37,7 +37,7 @@ from t2t_lite import hparams_support, registry
 from t2t_lite.hparams import HParams
 from t2t_lite.layers import common_attention, common_layers, fused_ops, modalities
 from t2t_lite.models.transformer_layers import TransformerBody, layer_args
-from t2t_lite.utils import beam_search, precision
+from t2t_lite.utils import beam_search, precision, validation
 
 # The features of packed examples (t2t's generator_utils.pack_examples / pack_dataset).
 PACKED_FEATURES = ("inputs_segmentation", "inputs_position", "targets_segmentation",
@@ -61,11 +61,10 @@ def get_variable_initializer(hparams) -> keras.initializers.Initializer:
 
 def _check_hparams(hparams) -> None:
     hparams_support.check_supported(hparams)
-    if hparams.hidden_size % hparams.num_heads:
-        raise ValueError(
-            f"hparams.hidden_size={hparams.hidden_size} is not divisible by "
-            f"hparams.num_heads={hparams.num_heads}"
-        )
+    validation.check_attention_depths(
+        hparams.hidden_size, hparams.num_heads,
+        hparams_support.hparam(hparams, "attention_key_channels"),
+        hparams_support.hparam(hparams, "attention_value_channels"))
     # None is t2t's `pos` of the relative sets: no position signal, as "none".
     if hparams.pos not in ("timing", "none", None):
         raise ValueError(

@@ -35,7 +35,7 @@ from t2t_lite.utils import checkpoint_guard, progress
 
 OBJECT_GRAPH_KEY = "_CHECKPOINTABLE_OBJECT_GRAPH"
 # Files of a run that describe its model; copied next to the averaged checkpoint.
-RUN_FILES = ("hparams.json", "flags.json")
+RUN_FILES = ("hparams.json", "flags.json", "run_inputs.json")
 
 
 def last_checkpoints(model_dir: str, n: int) -> list[str]:

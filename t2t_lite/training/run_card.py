@@ -5,8 +5,9 @@
 
 * "setup" (by `trainer_lib.create_trainer` in training modes): versions (t2t_lite,
   TensorFlow, Keras, Python, CUDA/cuDNN of the TF build, devices), the command line, problem,
-  model, hparams set and every override, replicas, per-replica and global batch (tokens for
-  token-batched problems, sequences otherwise), gradient accumulation;
+  model, hparams set and every override, the hparams a resume may not change, replicas,
+  per-replica and global batch (tokens for token-batched problems, sequences otherwise),
+  gradient accumulation;
 * "training" (end of `Trainer.train`): global step, steps and wall time of this session,
   tokens/s of the last progress interval, last training loss and learning rate;
 * "history" (by `trainer_lib.create_trainer` when a training run resumes): one entry per
@@ -215,7 +216,18 @@ def record_setup(output_dir: str, problem: Any, model_name: str, hparams_set: st
                                optimize.accumulate_steps(hparams),
                                bool(getattr(problem, "batch_size_means_tokens", True))))
     values["hparams (all, overrides applied)"] = "hparams.json"
+    values["model hparams (a resume may not change them)"] = fixed_hparams(hparams)
     update(output_dir, "setup", values)
+
+
+def fixed_hparams(hparams: Any) -> str:
+    """The hparams that shape the model (declared `resume=VARIABLES` or `COMPUTATION` in
+    `hparams_support.HPARAMS`) with their values, "name=value, ..." in name order."""
+    from t2t_lite import hparams_support
+
+    names = hparams_support.names_with(resume=hparams_support.VARIABLES) + \
+        hparams_support.names_with(resume=hparams_support.COMPUTATION)
+    return ", ".join(f"{name}={hparams.get(name)}" for name in sorted(names) if name in hparams)
 
 
 def record_resume(output_dir: str, step: int, changes: list[str]) -> None:

@@ -25,6 +25,7 @@ from t2t_lite.hparams import HParams
 from t2t_lite.models import t2t_checkpoint
 from t2t_lite.models.transformer import Transformer
 from t2t_lite.training import adafactor, optimize
+from t2t_lite.utils import run_metadata
 
 # t2t's `optimize_loss(name="training")` variable scope holds its optimizer's slots and beta
 # powers; a train op built outside it (a hand-made TF1 graph) leaves them unscoped.
@@ -174,7 +175,7 @@ def import_checkpoint(checkpoint_path: str, hparams: HParams, output_dir: str) -
     manager = tf.train.CheckpointManager(checkpoint, output_dir, max_to_keep=None,
                                          checkpoint_name="ckpt")
     path = manager.save(checkpoint_number=step)
-    file_io.atomic_write(os.path.join(output_dir, "hparams.json"), model.hparams.to_json(indent=1))
+    run_metadata.save_hparams(output_dir, model.hparams)
     file_io.atomic_write(
         os.path.join(output_dir, "t2t_import.json"),
         json.dumps({

@@ -40,6 +40,7 @@ from absl import logging
 from tensorflow.python.util import deprecation
 
 from t2t_lite import hparams_support, registry
+from t2t_lite.data_generators import data_marker
 from t2t_lite.data_generators.text_encoder import EOS_ID, PAD_ID
 from t2t_lite.errors import RunStopped, UserError, storage_problem
 from t2t_lite.evaluation import metrics as metrics_lib
@@ -170,6 +171,7 @@ class Trainer:
         self._writers: dict[str, Any] = {}
         self._eval_step_fn = None
         self.run_lock = None  # set by create_trainer(lock=True)
+        self.data_dir_lock = None  # likewise: data_dir's readers lock (run_lock)
         # The checkpoint of output_dir that this process has read whole (damage check):
         # restoring it later does not read it again.
         self._read_whole: str | None = None
@@ -946,7 +948,18 @@ def create_trainer(
             config.output_dir, {"problem": problem_name, "model": model_name,
                                 "hparams_set": hparams_set},
             hparams.values(), flag_values)
-    vocab = problem.get_hparams(hparams, data_dir=data_dir).vocab_size
+    problem_hparams = problem.get_hparams(hparams, data_dir=data_dir)
+    vocab = problem_hparams.vocab_size
+    # What gives the ids their meaning: a changed vocabulary is refused before anything is
+    # written (`run_metadata.check_inputs`), a training run records it.
+    dataset_filename = getattr(problem, "dataset_filename", None)
+    inputs = data_marker.run_inputs(getattr(problem_hparams, "vocabulary", None) or {}, data_dir,
+                                    dataset_filename() if dataset_filename else None)
+    if resume_from:
+        changes += run_metadata.check_inputs(config.output_dir, inputs, "train")
+    elif not lock:
+        run_metadata.check_same_model(config.output_dir, hparams.values(), "eval")
+        run_metadata.check_inputs(config.output_dir, inputs, "eval")
     model_cls = registry.model(model_name)
     input_vocab = vocab.get("inputs", vocab["targets"])
 
@@ -968,8 +981,11 @@ def create_trainer(
         # as they were (train restores it, with the input pipeline).
         trainer.check_resume()
     trainer.run_lock = run_lock.acquire(config.output_dir)
+    # Held until exit: datagen --overwrite_data refuses to replace the data meanwhile.
+    trainer.data_dir_lock = run_lock.hold_data_dir(data_dir)
     checkpoint_guard.remove_temp_folders(config.output_dir, CHECKPOINT_PREFIX)
     run_metadata.save_hparams(config.output_dir, hparams)
+    run_metadata.save_inputs(config.output_dir, inputs)
     run_card.record_setup(config.output_dir, problem, model_name, hparams_set,
                           hparams_overrides, hparams, trainer.strategy.num_replicas_in_sync,
                           training=True)

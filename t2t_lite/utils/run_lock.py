@@ -6,11 +6,18 @@ second run into the same directory refuses with one line naming the holder. A lo
 no longer runs on this host (the run was killed) is stale: it is taken over with a warning.
 A lock held by another host is never taken over (its process cannot be checked from here).
 Datagen holds its data_dir the same way, with `datagen.lock`.
+
+A training run also holds a shared `flock` on `data_dir/readers.lock` while it trains
+(`hold_data_dir`), and `datagen --overwrite_data` needs it exclusively (`refuse_if_read`), so
+that data is never replaced under a live run. The kernel releases a flock when its process
+dies, so a killed run leaves nothing stale; a data_dir where the file cannot be created
+(read-only, `gs://`) is not guarded.
 """
 from __future__ import annotations
 
 import atexit
 import errno
+import fcntl
 import json
 import os
 import socket
@@ -23,6 +30,7 @@ from t2t_lite.errors import UserError
 
 LOCK_NAME = "run.lock"
 DATAGEN_LOCK_NAME = "datagen.lock"
+READERS_LOCK_NAME = "readers.lock"
 
 
 def pid_alive(pid: int) -> bool:
@@ -163,3 +171,65 @@ def refuse_if_held(output_dir: str) -> None:
 def acquire(output_dir: str) -> RunLock:
     """Takes the lock of `output_dir` for this process (released at exit); see `RunLock`."""
     return RunLock(output_dir).acquire()
+
+
+def _lock_readers_file(data_dir: str, exclusive: bool) -> int | None:
+    """Locks `data_dir/readers.lock` (flock, not waiting): shared for a reader, which creates
+    the file, exclusive for a writer, which does not (no file: no run ever read data_dir).
+
+    Returns:
+      The descriptor holding the lock, or None where there is no file to lock (see above,
+      or data_dir is read-only or remote).
+
+    Raises:
+      BlockingIOError: the other kind of holder has it.
+    """
+    if not data_dir or "://" in data_dir:  # "": no data_dir (not the current directory)
+        return None
+    try:
+        fd = os.open(os.path.join(data_dir, READERS_LOCK_NAME),
+                     os.O_RDWR | (0 if exclusive else os.O_CREAT), 0o666)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        raise BlockingIOError(errno.EWOULDBLOCK, "held") from None
+    return fd
+
+
+def hold_data_dir(data_dir: str) -> int | None:
+    """Takes a shared lock on data_dir for this process (a training run reading it), until
+    the process exits.
+
+    Returns:
+      The lock's descriptor (keep it open), or None where data_dir cannot hold the lock or
+      a datagen holds it exclusively at this moment (its data is being made: not ours to wait
+      for).
+    """
+    try:
+        return _lock_readers_file(data_dir, exclusive=False)
+    except BlockingIOError:
+        return None
+
+
+def refuse_if_read(data_dir: str) -> int | None:
+    """Takes data_dir's readers lock exclusively for a datagen that replaces the data
+    (`--overwrite_data`), or refuses while a live training run reads it.
+
+    Returns:
+      The descriptor to keep open while the data is replaced (None: no training run has
+      read data_dir, or it cannot hold the lock).
+
+    Raises:
+      UserError: one line naming data_dir.
+    """
+    try:
+        return _lock_readers_file(data_dir, exclusive=True)
+    except BlockingIOError:
+        raise UserError(
+            f"--overwrite_data: a live training run reads --data_dir={data_dir} (it holds "
+            f"{os.path.join(data_dir, READERS_LOCK_NAME)}); replacing its data would change "
+            "what the run trains on: stop the run first, or generate into another --data_dir"
+        ) from None

@@ -14,18 +14,8 @@ import tempfile
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from t2t_lite import hparams_support
 from t2t_lite.errors import UserError
-
-# hparams that must be > 0, >= 0, or in [0, 1) when present.
-POSITIVE_HPARAMS = ("batch_size", "hidden_size", "filter_size", "num_heads",
-                    "num_hidden_layers", "symbol_modality_num_shards", "learning_rate",
-                    "learning_rate_constant")
-NON_NEGATIVE_HPARAMS = ("num_encoder_layers", "num_decoder_layers", "attention_key_channels",
-                        "attention_value_channels", "max_length", "min_length",
-                        "learning_rate_warmup_steps", "clip_grad_norm", "weight_decay",
-                        "optimizer_multistep_accumulate_steps")
-UNIT_INTERVAL_HPARAMS = ("layer_prepostprocess_dropout", "attention_dropout", "relu_dropout",
-                         "dropout", "symbol_dropout", "label_smoothing")
 
 
 def _number(value: Any) -> float | None:
@@ -35,39 +25,60 @@ def _number(value: Any) -> float | None:
 
 
 def check_hparams(hparams: Any) -> None:
-    """Refuses hparams out of range (sizes <= 0, dropouts outside [0, 1), ...).
+    """Refuses hparams out of range (sizes <= 0, dropouts outside [0, 1), ...): the `check`
+    of each one's declaration (`hparams_support.HPARAMS`), finite numbers, and attention
+    depths the heads can share (`check_attention_depths`).
 
     Args:
-      hparams: an HParams (only the names above that it has are checked).
+      hparams: an HParams or a dict (name -> value).
 
     Raises:
       UserError: "hparams hidden_size=-32: must be > 0 (--hparams or the hparams set)".
     """
-    values = hparams.values() if hasattr(hparams, "values") else dict(hparams)
+    values = dict(hparams) if isinstance(hparams, Mapping) else hparams.values()
 
     def refuse(name: str, rule: str) -> None:
         raise UserError(f"hparams {name}={values[name]!r}: {rule} (set by --hparams, the "
                         "hparams set, or the output_dir's hparams.json)")
 
-    for name in POSITIVE_HPARAMS:
-        number = _number(values.get(name))
-        if number is not None and not number > 0:
-            refuse(name, "must be > 0")
-    for name in NON_NEGATIVE_HPARAMS:
-        number = _number(values.get(name))
-        if number is not None and not number >= 0:
-            refuse(name, "must be >= 0")
-    for name in UNIT_INTERVAL_HPARAMS:
-        number = _number(values.get(name))
-        if number is not None and not 0 <= number < 1:
-            refuse(name, "must be in [0, 1)")
+    for name, value in values.items():  # the ranges of their declarations
+        declared = hparams_support.HPARAMS.get(name)
+        rule = declared.range_error(value) if declared is not None else None
+        if rule:
+            refuse(name, rule)
     for name, value in values.items():
         number = _number(value)
         if number is not None and not math.isfinite(number):
             refuse(name, "must be finite")
-    hidden, heads = _number(values.get("hidden_size")), _number(values.get("num_heads"))
-    if hidden and heads and not values.get("attention_key_channels") and hidden % heads:
-        refuse("hidden_size", f"must be a multiple of num_heads={values['num_heads']}")
+    if _number(values.get("hidden_size")) and _number(values.get("num_heads")):
+        check_attention_depths(int(values["hidden_size"]), int(values["num_heads"]),
+                               int(values.get("attention_key_channels") or 0),
+                               int(values.get("attention_value_channels") or 0))
+
+
+def check_attention_depths(hidden_size: int, num_heads: int, key_channels: int = 0,
+                           value_channels: int = 0) -> None:
+    """Refuses attention depths that the heads cannot share equally: the one check of
+    `check_hparams` and of the attention layers (`common_attention.MultiheadAttention`).
+
+    Args:
+      hidden_size: D, the depth of the keys and values when their channels are 0.
+      num_heads: H (> 0).
+      key_channels: hparams.attention_key_channels (0: D).
+      value_channels: hparams.attention_value_channels (0: D).
+
+    Raises:
+      UserError: "hparams.attention_key_channels=63 is not divisible by hparams.num_heads=3;
+        ..." (a ValueError, as the layers raised before).
+    """
+    for what, channels in (("key", key_channels), ("value", value_channels)):
+        name, depth = (f"attention_{what}_channels", channels) if channels \
+            else ("hidden_size", hidden_size)
+        if num_heads > 0 and depth % num_heads:
+            raise UserError(
+                f"hparams.{name}={depth} is not divisible by hparams.num_heads={num_heads}: "
+                f"each head takes an equal share of the attention {what} depth; change "
+                f"hidden_size, num_heads or attention_{what}_channels")
 
 
 def check_positive(flags: Mapping[str, Any]) -> None:
