@@ -17,7 +17,9 @@ multi-worker issue (each worker a `python -m tests.trainer_utils` process, tiny 
 * the wait for peers alone (no TensorFlow): it answers on the worker's own port meanwhile,
   gives up after its timeout and refuses a port in use;
 * the startup watchdog alone (no TensorFlow): it names the missing peer and, on SIGTERM to
-  the process group, ends the waiting worker with one line.
+  the process group, ends the waiting worker with one line; it dies within seconds with a
+  SIGKILLed worker and signals nothing; it signals only its parent with the start time
+  recorded at launch.
 """
 import json
 import os
@@ -263,30 +265,93 @@ def test_wait_for_peers_refuses_a_port_in_use_in_one_line():
     taken.close()
 
 
-def test_startup_watchdog_logs_the_missing_peer_and_ends_the_worker_on_sigterm():
+def _worker_with_watchdog(peers, timeout=60, interval=0.5):
+    """A stand-in worker (no TensorFlow) that launches its startup watchdog, prints the
+    watchdog's pid and sleeps; both write to the worker's stderr pipe."""
     import subprocess
     import sys
 
     from tests.test_distributed import REPO
 
-    worker = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    code = ("import json, sys, time; from t2t_lite.training import startup_watchdog as w; "
+            f"p = w.launch('worker 0', json.loads(sys.argv[1]), {timeout}, {interval}); "
+            "print(p.pid, flush=True); time.sleep(120)")
+    worker = subprocess.Popen([sys.executable, "-c", code, json.dumps(peers)], cwd=REPO,
+                              env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True)
+    return worker, int(worker.stdout.readline())
+
+
+def _gone_within(pid, seconds):
+    """Whether process `pid` (not a child of this one) has exited within `seconds`."""
+    from t2t_lite.training import startup_watchdog
+
+    deadline = time.time() + seconds
+    while time.time() < deadline:
+        if startup_watchdog.process_start_time(pid) is None:
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def test_startup_watchdog_logs_the_missing_peer_and_ends_the_worker_on_sigterm():
     port = _free_ports(1)[0]
-    args = {"pid": worker.pid, "me": "worker 0", "peers": {"worker 1": f"127.0.0.1:{port}"},
-            "timeout": 60, "interval": 0.5}
-    watchdog = subprocess.Popen(
-        [sys.executable, "-m", "t2t_lite.training.startup_watchdog", json.dumps(args)], cwd=REPO,
-        env=_env(), stderr=subprocess.PIPE, text=True)
+    worker, watchdog = _worker_with_watchdog({"worker 1": f"127.0.0.1:{port}"})
     try:
-        first = watchdog.stderr.readline()
+        first = worker.stderr.readline()
         assert first.startswith(f"worker 0 waits for worker 1 (127.0.0.1:{port}) (")
-        watchdog.send_signal(signal.SIGTERM)  # a scheduler signals the worker's process group
-        assert watchdog.wait(timeout=30) == 0
+        os.kill(watchdog, signal.SIGTERM)  # a scheduler signals the worker's process group
         assert worker.wait(timeout=30) == -signal.SIGKILL
-        assert watchdog.stderr.read().splitlines()[-1] == (
+        assert _gone_within(watchdog, 10)
+        assert worker.stderr.read().splitlines()[-1] == (
             "stopped: SIGTERM while worker 0 waited for the other workers to start; nothing "
             "was trained or saved")
     finally:
-        for process in (worker, watchdog):
-            if process.poll() is None:
-                process.kill()
+        worker.kill()
+        worker.wait()
+
+
+def test_startup_watchdog_dies_with_its_worker_and_signals_nothing():
+    port = _free_ports(1)[0]
+    worker, watchdog = _worker_with_watchdog({"worker 1": f"127.0.0.1:{port}"}, timeout=3)
+    try:
+        assert worker.stderr.readline().startswith("worker 0 waits for worker 1 ")
+        worker.kill()  # SIGKILL while TensorFlow would be connecting
+        killed = time.time()
+        worker.wait()
+        assert _gone_within(watchdog, 5), "the watchdog outlived its worker"
+        assert time.time() - killed < 5
+        # Nothing after the kill: no more waiting lines, no give-up line, no signal sent.
+        assert worker.stderr.read() == ""
+    finally:
+        worker.kill()
+        worker.wait()
+
+
+def test_the_watchdog_signals_only_its_own_worker_verified_by_start_time():
+    import subprocess
+
+    from t2t_lite.training import startup_watchdog
+
+    parent = os.getppid()
+    assert startup_watchdog.is_worker(parent, startup_watchdog.process_start_time(parent))
+    # The same pid with another start time: a later process that reuses the worker's pid.
+    assert not startup_watchdog.is_worker(
+        parent, startup_watchdog.process_start_time(parent) + 1)
+    first = subprocess.Popen(["sleep", "30"])
+    time.sleep(0.05)
+    second = subprocess.Popen(["sleep", "30"])
+    try:
+        start = startup_watchdog.process_start_time(first.pid)
+        assert start is not None and start != startup_watchdog.process_start_time(second.pid)
+        # Alive, with its start time, but not the watchdog's parent: never signalled, even at
+        # the timeout; watch returns at once.
+        began = time.time()
+        startup_watchdog.watch(first.pid, "worker 0", {}, 0.1, 0.05, start)
+        assert time.time() - began < 1
+        assert first.poll() is None
+    finally:
+        for process in (first, second):
+            process.kill()
             process.wait()
+    assert startup_watchdog.process_start_time(first.pid) is None

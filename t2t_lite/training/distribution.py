@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
 import sys
 import threading
 import time
@@ -168,10 +167,8 @@ def _start_multi_worker(timeout_secs: float) -> tf.distribute.Strategy:
     waited = startup_watchdog.wait_for_peers(
         me, spec.task_address(resolver.task_type, resolver.task_id), peers, timeout_secs,
         interval)
-    watchdog = subprocess.Popen([sys.executable, "-m", "t2t_lite.training.startup_watchdog",
-                                 json.dumps({"pid": os.getpid(), "me": me, "peers": peers,
-                                             "timeout": max(timeout_secs - waited, interval),
-                                             "interval": interval})])
+    watchdog = startup_watchdog.launch(me, peers, max(timeout_secs - waited, interval),
+                                       interval)
     try:
         strategy = tf.distribute.MultiWorkerMirroredStrategy(cluster_resolver=resolver)
     except tf.errors.DeadlineExceededError as e:
