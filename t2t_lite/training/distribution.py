@@ -10,8 +10,10 @@ exit together.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import re
 import signal
 import sys
 import threading
@@ -23,7 +25,8 @@ import tensorflow as tf
 from absl import logging
 
 from t2t_lite.errors import RunStopped, UserError
-from t2t_lite.training import startup_watchdog
+from t2t_lite.training import cluster_agreement, startup_watchdog
+from t2t_lite.utils import checkpoint_guard
 
 # Exit statuses of a run stopped by a signal after saving (the shell's 128 + signal number).
 SIGNAL_EXIT_CODES = {signal.SIGINT: 130, signal.SIGTERM: 143}
@@ -256,6 +259,82 @@ def leave_cluster(strategy: tf.distribute.Strategy, timeout_secs: float = 600) -
         deadline = time.time() + SHUTDOWN_BARRIER_TIMEOUT_SECONDS
         while len(startup_watchdog.unreachable(peers)) < len(peers) and time.time() < deadline:
             time.sleep(0.2)
+
+
+# The collective errors of a cluster that lost a worker.
+LOST_WORKER_ERRORS = (tf.errors.UnavailableError, tf.errors.AbortedError,
+                      tf.errors.CancelledError, tf.errors.DeadlineExceededError,
+                      tf.errors.InternalError)
+
+
+def is_multi_worker(strategy: tf.distribute.Strategy) -> bool:
+    """Whether `strategy` is a MultiWorkerMirroredStrategy over a cluster of TF_CONFIG."""
+    return (isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy)
+            and bool(strategy.cluster_resolver.cluster_spec().jobs))
+
+
+def lost_peers(resolver, error: Exception) -> str:
+    """The peers a collective error names ("worker 1 and worker 2"), else those whose server
+    no longer answers, else "another worker"."""
+    me = f"{resolver.task_type}:{resolver.task_id}"
+    named = sorted({f"{job} {task}" for job, task in re.findall(
+        r"/job:(\w+)/replica:\d+/task:(\d+)", str(error)) if f"{job}:{task}" != me})
+    if not named:
+        named = [missing.split(" (")[0]
+                 for missing in startup_watchdog.unreachable(_peers(resolver))]
+    return " and ".join(named) or "another worker"
+
+
+def last_checkpoint_text(output_dir: str) -> str:
+    """What a stopping worker leaves: "the last checkpoint is <path> (step n)"."""
+    latest = checkpoint_guard.newest_good_checkpoint(output_dir)
+    return (f"the last checkpoint is {latest} (step {latest.rsplit('-', 1)[1]})"
+            if latest else "no checkpoint was saved yet")
+
+
+def agree_across_workers(strategy: tf.distribute.Strategy, stage: str,
+                         fingerprint: dict[str, str], what_to_do: str) -> None:
+    """`cluster_agreement.agree` over the cluster of `strategy` (nothing with one worker);
+    on a difference every worker leaves together, then raises.
+
+    Raises:
+      UserError: the first difference, on every worker.
+      cluster_agreement.PeerLost: a peer stopped first (`peers_lost_before_training` says
+        so in one line).
+    """
+    if not is_multi_worker(strategy):
+        return
+    resolver = strategy.cluster_resolver
+    order = [task_name(job, index)
+             for job, addresses in resolver.cluster_spec().as_dict().items()
+             for index in range(len(addresses))]
+    try:
+        cluster_agreement.agree(stage, task_name(resolver.task_type, resolver.task_id),
+                                fingerprint, _peers(resolver), order, what_to_do)
+    except UserError:
+        leave_cluster(strategy)
+        raise
+
+
+@contextlib.contextmanager
+def peers_lost_before_training(strategy: tf.distribute.Strategy, output_dir: str):
+    """A peer that stops before training (its own error, a kill) gives this worker the
+    lost-worker line, instead of the traceback of the collective or key-value exchange that
+    noticed it (a worker's own errors pass unchanged)."""
+    try:
+        yield
+    except cluster_agreement.PeerLost as e:
+        resolver = strategy.cluster_resolver
+        raise cluster_agreement.lost_before_training(
+            task_name(resolver.task_type, resolver.task_id), e.peer, e.cause,
+            last_checkpoint_text(output_dir)) from None
+    except LOST_WORKER_ERRORS as e:
+        if not is_multi_worker(strategy):
+            raise
+        resolver = strategy.cluster_resolver
+        raise cluster_agreement.lost_before_training(
+            task_name(resolver.task_type, resolver.task_id), lost_peers(resolver, e),
+            type(e).__name__, last_checkpoint_text(output_dir)) from None
 
 
 def _peers(resolver) -> dict[str, str]:

@@ -26,7 +26,6 @@ import dataclasses
 import inspect
 import os
 import random
-import re
 import shutil
 import time
 import zlib
@@ -46,12 +45,18 @@ from t2t_lite.evaluation import metrics as metrics_lib
 from t2t_lite.hparams import HParams, create_hparams
 from t2t_lite.layers import common_layers
 from t2t_lite.training import divergence_guard, optimize, run_card, summaries, warm_start
+from t2t_lite.training.cluster_agreement import hparams_fingerprint
 from t2t_lite.training.distribution import (  # noqa: F401 (create_strategy: trainer_lib's API)
+    LOST_WORKER_ERRORS,
     StopSignals,
+    agree_across_workers,
     create_preemption_handler,
     create_strategy,
     is_chief,
+    is_multi_worker,
+    last_checkpoint_text,
     leave_cluster,
+    lost_peers,
     stop_preemption_watchers,
     task_name,
     tf_config,
@@ -330,8 +335,7 @@ class Trainer:
     @property
     def multi_worker(self) -> bool:
         """Whether this process is one of several MultiWorkerMirroredStrategy workers."""
-        return (isinstance(self.strategy, tf.distribute.MultiWorkerMirroredStrategy)
-                and bool(self.strategy.cluster_resolver.cluster_spec().jobs))
+        return is_multi_worker(self.strategy)
 
     def _task(self) -> str:
         resolver = self.strategy.cluster_resolver
@@ -401,20 +405,14 @@ class Trainer:
         last checkpoint and how to restart."""
         try:
             yield
-        except (tf.errors.UnavailableError, tf.errors.AbortedError, tf.errors.CancelledError,
-                tf.errors.DeadlineExceededError, tf.errors.InternalError) as e:
+        except LOST_WORKER_ERRORS as e:
             if not self.multi_worker:
                 raise
-            me = self._task().replace(" ", ":")
-            lost = sorted({f"{job} {task}" for job, task in re.findall(
-                r"/job:(\w+)/replica:\d+/task:(\d+)", str(e)) if f"{job}:{task}" != me})
-            latest = checkpoint_guard.newest_good_checkpoint(self.config.output_dir)
-            saved = (f"the last checkpoint is {latest} (step {latest.rsplit('-', 1)[1]})"
-                     if latest else "no checkpoint was saved yet")
             raise RunStopped(
-                f"lost contact with {' and '.join(lost) or 'another worker'} during step "
-                f"{self.step + 1} ({type(e).__name__}); {self._task()} stops: {saved}; start "
-                "every worker again with the same command to resume there", 1) from None
+                f"lost contact with {lost_peers(self.strategy.cluster_resolver, e)} during "
+                f"step {self.step + 1} ({type(e).__name__}); {self._task()} stops: "
+                f"{last_checkpoint_text(self.config.output_dir)}; start every worker again "
+                "with the same command to resume there", 1) from None
 
     # --- Data ---------------------------------------------------------------------------------
     def distributed_dataset(self, mode: str):
@@ -941,6 +939,12 @@ def create_trainer(
     def model_fn():
         return model_cls(hparams, input_vocab, vocab["targets"])
 
+    # Every worker builds the same model from the same hparams (hparams.json included), and
+    # all have passed their own checks, before the model's variables (collectives) exist.
+    agree_across_workers(
+        strategy or tf.distribute.get_strategy(), "hparams", hparams_fingerprint(hparams.values()),
+        "every worker must resolve the same hparams: start them all with the same --hparams_set "
+        "and --hparams, and one shared --output_dir (its hparams.json)")
     trainer = Trainer(model_fn, hparams, problem, data_dir, config, strategy)
     if warm_start_from and not checkpoint_guard.checkpoints_newest_first(config.output_dir):
         warm_start.warm_start(trainer.model, warm_start_from, allow_partial=warm_start_partial)
