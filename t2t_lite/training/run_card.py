@@ -196,8 +196,6 @@ def record_setup(output_dir: str, problem: Any, model_name: str, hparams_set: st
     """
     if not training and "setup" in read(output_dir):
         return
-    from t2t_lite.training import optimize
-
     values: dict[str, Any] = {"command": command_line()}
     values.update(versions())
     values.update({
@@ -206,11 +204,33 @@ def record_setup(output_dir: str, problem: Any, model_name: str, hparams_set: st
         "hparams set": hparams_set,
         "hparams overrides": hparams_overrides or "(none)",
     })
-    values.update(global_batch(int(hparams.batch_size), replicas,
-                               optimize.accumulate_steps(hparams),
-                               bool(getattr(problem, "batch_size_means_tokens", True))))
+    values.update(_run_batch(problem, hparams, replicas))
     values["hparams (all, overrides applied)"] = "hparams.json"
     update(output_dir, "setup", values)
+
+
+def _run_batch(problem: Any, hparams: Any, replicas: int) -> dict[str, Any]:
+    """`global_batch` of a run's hparams, problem and replicas."""
+    from t2t_lite.training import optimize
+
+    return global_batch(int(hparams.batch_size), replicas, optimize.accumulate_steps(hparams),
+                        bool(getattr(problem, "batch_size_means_tokens", True)))
+
+
+def replicas_change(output_dir: str, problem: Any, hparams: Any, replicas: int) -> str | None:
+    """How a resume changes the number of replicas (workers x devices) since the setup the
+    card records, and so the global batch: read before `record_setup` rewrites it.
+
+    Returns:
+      "replicas 2 -> 1 (global batch per update 1024 tokens -> 512 tokens)", or None when the
+      card records no setup or the same number of replicas.
+    """
+    old = read(output_dir).get("setup", {})
+    if "replicas" not in old or old["replicas"] == replicas:
+        return None
+    new = _run_batch(problem, hparams, replicas)["global batch per update"]
+    return (f"replicas {old['replicas']} -> {replicas} (global batch per update "
+            f"{old.get('global batch per update', 'unknown')} -> {new})")
 
 
 def record_resume(output_dir: str, step: int, changes: list[str]) -> None:

@@ -962,6 +962,13 @@ def create_trainer(
     trainer.run_lock = run_lock.acquire(config.output_dir)
     checkpoint_guard.remove_temp_folders(config.output_dir, CHECKPOINT_PREFIX)
     run_metadata.save_hparams(config.output_dir, hparams)
+    replicas = trainer.strategy.num_replicas_in_sync
+    moved = run_card.replicas_change(config.output_dir, problem, hparams, replicas)
+    if changes is not None and moved:
+        # Another number of workers (with or without --worker_replicas): another global
+        # batch, so another effective learning rate schedule; said once, and in the History.
+        logging.warning("This resume trains with %s", moved)
+        changes = [*changes, moved]
     run_card.record_setup(config.output_dir, problem, model_name, hparams_set,
                           hparams_overrides, hparams, trainer.strategy.num_replicas_in_sync,
                           training=True)
