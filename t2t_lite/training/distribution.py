@@ -11,7 +11,6 @@ exit together.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import re
 import signal
@@ -25,7 +24,7 @@ import tensorflow as tf
 from absl import logging
 
 from t2t_lite.errors import RunStopped, UserError
-from t2t_lite.training import cluster_agreement, startup_watchdog
+from t2t_lite.training import cluster_agreement, cluster_config, startup_watchdog
 from t2t_lite.utils import checkpoint_guard
 
 # Exit statuses of a run stopped by a signal after saving (the shell's 128 + signal number).
@@ -79,8 +78,9 @@ class StopSignals:
 
 
 def tf_config() -> dict:
-    """The TF_CONFIG environment variable's JSON ({} when unset)."""
-    return json.loads(os.environ.get("TF_CONFIG") or "{}")
+    """The TF_CONFIG environment variable's JSON ({} when unset), checked
+    (`cluster_config.parse`: its mistakes are one line)."""
+    return cluster_config.parse(os.environ.get("TF_CONFIG"))
 
 
 def _cluster_workers(config: dict) -> int:
