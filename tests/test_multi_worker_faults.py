@@ -260,7 +260,8 @@ def test_wait_for_peers_refuses_a_port_in_use_in_one_line():
     taken = _probe_listener()
     address = f"127.0.0.1:{taken.getsockname()[1]}"
     with pytest.raises(UserError, match=rf"^worker 0's address {address} of TF_CONFIG cannot "
-                                        r"be used: Address already in use \(is another "):
+                                        r"be used: Address already in use \(is another "
+                                        rf"process using port {taken.getsockname()[1]}\?\)$"):
         startup_watchdog.wait_for_peers("worker 0", address, {}, 60, 30)
     taken.close()
 

@@ -129,7 +129,7 @@ def _answering(me: str, address: str) -> Iterator[socket.socket]:
         # create_server's strerror repeats the address; the errno's text alone is clearer.
         reason = os.strerror(e.errno) if e.errno else str(e)
         raise UserError(f"{me}'s address {address} of TF_CONFIG cannot be used: {reason} "
-                        "(is another process using the port?)") from None
+                        f"(is another process using port {port}?)") from None
     listener.setblocking(False)
     try:
         yield listener
