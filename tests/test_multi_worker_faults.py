@@ -356,3 +356,40 @@ def test_the_watchdog_signals_only_its_own_worker_verified_by_start_time():
             process.kill()
             process.wait()
     assert startup_watchdog.process_start_time(first.pid) is None
+
+
+def test_a_non_chief_writes_its_throwaway_checkpoint_to_local_scratch_only(tmp_path):
+    import tempfile
+
+    from t2t_lite.training import trainer_lib
+    from tests.trainer_utils import ReverseProblem, model_fn, tiny_hparams
+
+    hparams = tiny_hparams()
+    out = tmp_path / "run"
+    trainer = trainer_lib.Trainer(model_fn(hparams), hparams, ReverseProblem(), "",
+                                  trainer_lib.RunConfig(output_dir=str(out)))
+    trainer.chief = False  # as worker 1 of a cluster
+    manager = trainer._checkpoint_manager()
+    assert manager.directory == trainer.scratch_dir()
+    assert os.path.dirname(manager.directory) == tempfile.gettempdir()
+    trainer._save(manager)
+    # Nothing in the shared output_dir (no tmp_worker/ copy), and the scratch copy is gone.
+    assert not out.exists() or list(out.iterdir()) == []
+    assert not os.path.exists(trainer.scratch_dir())
+
+
+def test_a_workers_own_full_disk_is_not_blamed_on_a_lost_worker():
+    import tensorflow as tf
+
+    from t2t_lite.training import distribution
+
+    own = tf.errors.ResourceExhaustedError(None, None, "/mnt/run/ckpt-4.data; No space left "
+                                                       "on device")
+    assert distribution.own_disk_error(own) == "No space left on device"
+    assert distribution.own_disk_error(OSError(30, "Read-only file system")) == (
+        "Read-only file system")
+    # Reported by another task: that worker's disk, not this one's.
+    peer = tf.errors.UnavailableError(None, None, "Error reported from /job:worker/replica:0/"
+                                                  "task:0: No space left on device")
+    assert distribution.own_disk_error(peer) is None
+    assert distribution.own_disk_error(tf.errors.UnavailableError(None, None, "gone")) is None

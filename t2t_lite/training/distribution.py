@@ -11,6 +11,7 @@ exit together.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import re
 import signal
@@ -265,6 +266,19 @@ def leave_cluster(strategy: tf.distribute.Strategy, timeout_secs: float = 600) -
 LOST_WORKER_ERRORS = (tf.errors.UnavailableError, tf.errors.AbortedError,
                       tf.errors.CancelledError, tf.errors.DeadlineExceededError,
                       tf.errors.InternalError)
+
+
+# How TensorFlow's file errors name the disk problems of the process that raises them.
+OWN_DISK_ERRORS = tuple(os.strerror(code) for code in (errno.ENOSPC, errno.EDQUOT, errno.EROFS))
+
+
+def own_disk_error(error: Exception) -> str | None:
+    """The disk problem ("No space left on device") an error reports about this process's
+    own writes, which no lost worker explains; None for other errors, and for errors another
+    task reported (they name it: "/job:worker/replica:0/task:1")."""
+    if "/job:" in str(error):
+        return None
+    return next((text for text in OWN_DISK_ERRORS if text in str(error)), None)
 
 
 def is_multi_worker(strategy: tf.distribute.Strategy) -> bool:

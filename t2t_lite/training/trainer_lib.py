@@ -27,6 +27,7 @@ import inspect
 import os
 import random
 import shutil
+import tempfile
 import time
 import zlib
 from collections.abc import Callable
@@ -57,6 +58,7 @@ from t2t_lite.training.distribution import (  # noqa: F401 (create_strategy: tra
     last_checkpoint_text,
     leave_cluster,
     lost_peers,
+    own_disk_error,
     stop_preemption_watchers,
     task_name,
     tf_config,
@@ -180,6 +182,7 @@ class Trainer:
         self._read_whole: str | None = None
         self.last_eval_results: dict[str, float] = {}
         self._stops_early = False
+        self._scratch: str | None = None  # scratch_dir
         # Dropout masks derive from this seed, the global step and the replica id.
         common_layers.number_dropout_layers(self.model)
         self.dropout_base_seed = (
@@ -233,11 +236,10 @@ class Trainer:
             # rotates them all and never saves over them from step 0.
             checkpoint_guard.repair_state_file(directory)
         if not self.chief:
-            # Every MultiWorkerMirrored worker must save; only the chief's copy is kept.
-            task = tf_config().get("task", {})
-            directory = os.path.join(
-                directory, "tmp_worker", f"{task.get('type')}_{task.get('index')}"
-            )
+            # Every MultiWorkerMirrored worker must save; only the chief's copy is kept. The
+            # others write theirs to local scratch, never to the shared output_dir (whose
+            # space, or a full disk, is the chief's).
+            directory = self.scratch_dir()
         return tf.train.CheckpointManager(
             self._checkpoint(iterator), directory, max_to_keep=self.config.keep_checkpoint_max,
             checkpoint_name=CHECKPOINT_PREFIX,
@@ -319,10 +321,19 @@ class Trainer:
         if not self.chief:
             # A non-chief worker's copy is written only because saving is a collective.
             shutil.rmtree(os.path.dirname(path), ignore_errors=True)
-            with contextlib.suppress(OSError):  # other workers' copies may still be there
-                os.rmdir(os.path.dirname(os.path.dirname(path)))
         else:
             logging.info("Saved checkpoint %s", path)
+
+    def scratch_dir(self) -> str:
+        """A non-chief worker's local folder for the throwaway checkpoint copies that
+        saving (a collective) makes it write: in the system's temporary directory, one per
+        process, emptied after every save."""
+        if self._scratch is None:
+            task = tf_config().get("task", {})
+            self._scratch = os.path.join(
+                tempfile.gettempdir(),
+                f"t2t_lite_{task.get('type')}_{task.get('index')}_{os.getpid()}")
+        return self._scratch
 
     def _save_unless_saved(self, manager: tf.train.CheckpointManager) -> str:
         """Saves the current step unless its checkpoint exists; returns the chief's path."""
@@ -397,16 +408,26 @@ class Trainer:
 
         return create_preemption_handler(
             self.strategy, signals, lambda: self._save_unless_saved(manager), stop,
-            os.path.join(self.config.output_dir, "tmp_worker", "none"))
+            os.path.join(self.scratch_dir(), "preemption_bookkeeping"))
 
     @contextlib.contextmanager
     def _lost_worker_is_one_line(self, manager: tf.train.CheckpointManager):
         """Turns the collective errors of a worker that died into one line naming it, the
-        last checkpoint and how to restart."""
+        last checkpoint and how to restart; this worker's own disk full (or read-only) is
+        one line saying so, blaming no worker."""
         try:
             yield
-        except LOST_WORKER_ERRORS as e:
+        except tf.errors.OpError as e:
             if not self.multi_worker:
+                raise
+            disk = own_disk_error(e)
+            if disk:  # this worker's own write failed: no peer is to blame
+                raise RunStopped(
+                    f"{self._task()} could not write a file ({disk}: {_first_line(e)}); "
+                    f"{self._task()} stops: {last_checkpoint_text(self.config.output_dir)}; "
+                    "free space (or make it writable), then start every worker again with "
+                    "the same command to resume there", 1) from None
+            if not isinstance(e, LOST_WORKER_ERRORS):
                 raise
             raise RunStopped(
                 f"lost contact with {lost_peers(self.strategy.cluster_resolver, e)} during "
@@ -977,6 +998,11 @@ def create_trainer(
     if flag_values is not None:
         run_metadata.save_flags(config.output_dir, flag_values)
     return trainer
+
+
+def _first_line(error: tf.errors.OpError) -> str:
+    """An OpError's message without TensorFlow's appended context lines."""
+    return (error.message or str(error)).strip().splitlines()[0]
 
 
 def _newest_name(path: str) -> str:
