@@ -8,7 +8,9 @@ sentence: `HParamsError`, `RegistryError`, `VocabFileError`, ...). Entry points 
 """
 from __future__ import annotations
 
+import atexit
 import contextlib
+import os
 import sys
 import traceback
 from collections.abc import Iterator
@@ -30,10 +32,14 @@ class RunStopped(Exception):
     labelled "stopped", a lost worker or a cluster that never formed "error".
     """
 
-    def __init__(self, message: str, exit_code: int, label: str = "error"):
+    def __init__(self, message: str, exit_code: int, label: str = "error",
+                 exit_now: bool = False):
         super().__init__(message)
         self.exit_code = exit_code
         self.label = label
+        # A worker of a broken cluster: TensorFlow's teardown would wait (up to a minute,
+        # silently) for peers that are gone or frozen; exit right after the line instead.
+        self.exit_now = exit_now
 
 
 class DataError(FileNotFoundError):
@@ -52,6 +58,15 @@ def user_error_types() -> tuple[type[BaseException], ...]:
     from t2t_lite.registry import RegistryError
 
     return (UserError, DataError, HParamsError, RegistryError)
+
+
+def _exit_now(code: int) -> None:
+    """Ends the process with `code` after Python's exit handlers (run locks released, logs
+    flushed) but without the interpreter's and TensorFlow's teardown."""
+    atexit._run_exitfuncs()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def one_line(error: BaseException) -> str:
@@ -74,6 +89,8 @@ def report_user_errors(debug: bool = False) -> Iterator[None]:
         if debug:
             traceback.print_exc()
         print(f"{e.label}: {one_line(e)}", file=sys.stderr)
+        if e.exit_now:
+            _exit_now(e.exit_code)
         sys.exit(e.exit_code)
     except user_error_types() as e:
         if debug:

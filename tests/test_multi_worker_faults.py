@@ -393,3 +393,53 @@ def test_a_workers_own_full_disk_is_not_blamed_on_a_lost_worker():
                                                   "task:0: No space left on device")
     assert distribution.own_disk_error(peer) is None
     assert distribution.own_disk_error(tf.errors.UnavailableError(None, None, "gone")) is None
+
+
+def test_a_lost_worker_exits_right_after_its_line_running_the_exit_handlers(tmp_path):
+    import subprocess
+    import sys
+
+    from tests.test_distributed import REPO
+
+    # A thread that never ends stands in for TensorFlow's teardown waiting for a lost peer.
+    code = f"""if True:
+        import atexit, threading, time
+        from t2t_lite.errors import RunStopped, report_user_errors
+        atexit.register(lambda: open({str(tmp_path / "released")!r}, "w").close())
+        threading.Thread(target=time.sleep, args=(600,)).start()
+        with report_user_errors():
+            raise RunStopped("lost contact with worker 0 during step 3", 1, exit_now=True)
+    """
+    started = time.time()
+    result = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=_env(),
+                            capture_output=True, text=True, timeout=60, check=False)
+    assert time.time() - started < 30
+    assert result.returncode == 1
+    assert result.stderr == "error: lost contact with worker 0 during step 3\n"
+    assert (tmp_path / "released").exists()  # e.g. the run lock's release
+
+
+def test_a_frozen_peer_that_breaks_the_cluster_is_named_as_the_coordination_leader():
+    import tensorflow as tf
+
+    from t2t_lite.training import distribution
+
+    chief = _probe_listener()  # a SIGSTOPped process's port still accepts connections
+    spec = tf.train.ClusterSpec({"worker": [f"127.0.0.1:{chief.getsockname()[1]}",
+                                            "127.0.0.1:1"]})
+
+    class Resolver:
+        task_type, task_id = "worker", 1
+
+        def cluster_spec(self):
+            return spec
+
+    try:
+        heartbeat = tf.errors.UnavailableError(None, None, "heartbeat timeout to the leader")
+        assert distribution.lost_peers(Resolver(), heartbeat) == "worker 0"
+        named = tf.errors.AbortedError(None, None, "from /job:worker/replica:0/task:0: gone")
+        assert distribution.lost_peers(Resolver(), named) == "worker 0"
+        Resolver.task_id = 0  # the leader itself: whoever's port no longer answers
+        assert distribution.lost_peers(Resolver(), heartbeat) == "worker 1"
+    finally:
+        chief.close()

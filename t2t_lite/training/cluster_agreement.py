@@ -172,4 +172,4 @@ def lost_before_training(me: str, peer: str, cause: str, saved: str) -> RunStopp
     """
     return RunStopped(f"lost contact with {peer} before training started ({cause}; its own log "
                       f"says why); {me} stops: {saved}; start every worker again with the same "
-                      "command to resume there", 1)
+                      "command to resume there", 1, exit_now=True)

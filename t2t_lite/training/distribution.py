@@ -296,6 +296,16 @@ def lost_peers(resolver, error: Exception) -> str:
     if not named:
         named = [missing.split(" (")[0]
                  for missing in startup_watchdog.unreachable(_peers(resolver))]
+    if not named:
+        # Every peer's port answers (a frozen process's kernel still accepts connections):
+        # an error naming no task is the coordination service's, whose leader stopped
+        # answering.
+        from tensorflow.python.distribute import multi_worker_util
+
+        job, task = re.findall(r"/job:(\w+)/replica:\d+/task:(\d+)",
+                               multi_worker_util.coordination_leader(resolver.cluster_spec()))[0]
+        if f"{job}:{task}" != me:
+            named = [f"{job} {task}"]
     return " and ".join(named) or "another worker"
 
 

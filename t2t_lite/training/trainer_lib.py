@@ -426,14 +426,14 @@ class Trainer:
                     f"{self._task()} could not write a file ({disk}: {_first_line(e)}); "
                     f"{self._task()} stops: {last_checkpoint_text(self.config.output_dir)}; "
                     "free space (or make it writable), then start every worker again with "
-                    "the same command to resume there", 1) from None
+                    "the same command to resume there", 1, exit_now=True) from None
             if not isinstance(e, LOST_WORKER_ERRORS):
                 raise
             raise RunStopped(
                 f"lost contact with {lost_peers(self.strategy.cluster_resolver, e)} during "
                 f"step {self.step + 1} ({type(e).__name__}); {self._task()} stops: "
                 f"{last_checkpoint_text(self.config.output_dir)}; start every worker again "
-                "with the same command to resume there", 1) from None
+                "with the same command to resume there", 1, exit_now=True) from None
 
     # --- Data ---------------------------------------------------------------------------------
     def distributed_dataset(self, mode: str):
