@@ -19,7 +19,10 @@ multi-worker issue (each worker a `python -m tests.trainer_utils` process, tiny 
 * the startup watchdog alone (no TensorFlow): it names the missing peer and, on SIGTERM to
   the process group, ends the waiting worker with one line; it dies within seconds with a
   SIGKILLed worker and signals nothing; it signals only its parent with the start time
-  recorded at launch.
+  recorded at launch;
+* library level: a non-chief's throwaway checkpoint goes to local scratch, not output_dir; a
+  worker's own full disk is not blamed on a peer; a frozen chief is named as worker 0; a
+  broken cluster's worker exits right after its line, its exit handlers run.
 """
 import json
 import os
