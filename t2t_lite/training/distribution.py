@@ -322,7 +322,8 @@ def agree_across_workers(strategy: tf.distribute.Strategy, stage: str,
     on a difference every worker leaves together, then raises.
 
     Raises:
-      UserError: the first difference, on every worker.
+      RunStopped: the first difference, on every worker (exit status 1, right after the
+        line).
       cluster_agreement.PeerLost: a peer stopped first (`peers_lost_before_training` says
         so in one line).
     """
@@ -335,9 +336,9 @@ def agree_across_workers(strategy: tf.distribute.Strategy, stage: str,
     try:
         cluster_agreement.agree(stage, task_name(resolver.task_type, resolver.task_id),
                                 fingerprint, _peers(resolver), order, what_to_do)
-    except UserError:
+    except UserError as e:
         leave_cluster(strategy)
-        raise
+        raise RunStopped(str(e), 1, exit_now=True) from None
 
 
 @contextlib.contextmanager

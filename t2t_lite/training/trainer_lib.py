@@ -203,6 +203,13 @@ class Trainer:
                                         self.config.output_dir)
         return self._writers[name]
 
+    def _flush_summaries(self) -> None:
+        """Writes out the events still buffered (before a multi-worker stop, whose process
+        exits without the interpreter's teardown); a failing disk is reported elsewhere."""
+        for writer in self._writers.values():
+            with contextlib.suppress(tf.errors.OpError):
+                writer.flush()
+
     @property
     def _train_writer(self):
         return self._writer(TRAIN)
@@ -400,11 +407,12 @@ class Trainer:
                 cause = f"{signals.name} received"
             else:
                 cause = "another worker received a stop signal (SIGTERM or SIGINT)"
+            self._flush_summaries()
             leave_cluster(self.strategy)
             raise RunStopped(
                 f"{cause}: all workers saved {path} at step {self.step}; start every worker "
                 f"again with the same command to resume at step {self.step}",
-                signals.exit_code, label="stopped")
+                signals.exit_code, label="stopped", exit_now=True)
 
         return create_preemption_handler(
             self.strategy, signals, lambda: self._save_unless_saved(manager), stop,
@@ -420,6 +428,7 @@ class Trainer:
         except tf.errors.OpError as e:
             if not self.multi_worker:
                 raise
+            self._flush_summaries()  # the process exits right after its line
             disk = own_disk_error(e)
             if disk:  # this worker's own write failed: no peer is to blame
                 raise RunStopped(
