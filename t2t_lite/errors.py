@@ -60,6 +60,18 @@ def user_error_types() -> tuple[type[BaseException], ...]:
     return (UserError, DataError, HParamsError, RegistryError)
 
 
+# Set once a process has joined a cluster of workers (`exit_right_after_the_line`).
+_in_cluster = False
+
+
+def exit_right_after_the_line() -> None:
+    """Makes `report_user_errors` end this process right after its one line: a worker of a
+    cluster would otherwise wait silently (seconds to a minute, under load) in TensorFlow's
+    teardown for peers that are gone, and log their loss after its line."""
+    global _in_cluster
+    _in_cluster = True
+
+
 def _exit_now(code: int) -> None:
     """Ends the process with `code` after Python's exit handlers (run locks released, logs
     flushed) but without the interpreter's and TensorFlow's teardown."""
@@ -89,11 +101,13 @@ def report_user_errors(debug: bool = False) -> Iterator[None]:
         if debug:
             traceback.print_exc()
         print(f"{e.label}: {one_line(e)}", file=sys.stderr)
-        if e.exit_now:
+        if e.exit_now or _in_cluster:
             _exit_now(e.exit_code)
         sys.exit(e.exit_code)
     except user_error_types() as e:
         if debug:
             traceback.print_exc()
         print(f"error: {one_line(e)}", file=sys.stderr)
+        if _in_cluster:
+            _exit_now(1)
         sys.exit(1)

@@ -398,7 +398,13 @@ def test_a_workers_own_full_disk_is_not_blamed_on_a_lost_worker():
     assert distribution.own_disk_error(tf.errors.UnavailableError(None, None, "gone")) is None
 
 
-def test_a_lost_worker_exits_right_after_its_line_running_the_exit_handlers(tmp_path):
+@pytest.mark.parametrize("raise_it", [
+    'raise RunStopped("lost contact with worker 0 during step 3", 1, exit_now=True)',
+    # Any user error of a worker that joined a cluster (create_strategy says so).
+    ('errors.exit_right_after_the_line(); raise errors.UserError("lost contact with worker 0 '
+    'during step 3")')])
+def test_a_lost_worker_exits_right_after_its_line_running_the_exit_handlers(tmp_path,
+                                                                            raise_it):
     import subprocess
     import sys
 
@@ -407,11 +413,12 @@ def test_a_lost_worker_exits_right_after_its_line_running_the_exit_handlers(tmp_
     # A thread that never ends stands in for TensorFlow's teardown waiting for a lost peer.
     code = f"""if True:
         import atexit, threading, time
+        from t2t_lite import errors
         from t2t_lite.errors import RunStopped, report_user_errors
         atexit.register(lambda: open({str(tmp_path / "released")!r}, "w").close())
         threading.Thread(target=time.sleep, args=(600,)).start()
         with report_user_errors():
-            raise RunStopped("lost contact with worker 0 during step 3", 1, exit_now=True)
+            {raise_it}
     """
     started = time.time()
     result = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=_env(),

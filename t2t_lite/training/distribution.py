@@ -24,6 +24,7 @@ from typing import Any
 import tensorflow as tf
 from absl import logging
 
+from t2t_lite import errors
 from t2t_lite.errors import RunStopped, UserError
 from t2t_lite.training import cluster_agreement, cluster_config, startup_watchdog
 from t2t_lite.utils import checkpoint_guard
@@ -183,6 +184,7 @@ def _start_multi_worker(timeout_secs: float) -> tf.distribute.Strategy:
         watchdog.kill()
         watchdog.wait()
     logging.info("%s joined the cluster of %d workers", me, sum(spec.num_tasks(j) for j in jobs))
+    errors.exit_right_after_the_line()
     return strategy
 
 
