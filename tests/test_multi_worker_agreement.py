@@ -17,20 +17,7 @@ import pytest
 from tests.conftest import REPO_ROOT
 from tests.run_py import env, steps, train_flags
 from tests.test_distributed import _free_ports, _log, _stop
-
-
-def _last_line(process, label):
-    """The process' only `<label>: ` line, after which it printed no other line of its own
-    (TensorFlow's C++ logger may still report the peer it outlived: the exit after the last
-    line is not covered here), and no traceback."""
-    log = _log(process.log, tail=10**6)
-    assert "Traceback" not in log, log[-3000:]
-    lines = [line for line in log.splitlines() if line.startswith(f"{label}: ")]
-    assert len(lines) == 1, log[-3000:]
-    after = log.split(lines[0], 1)[1]
-    assert not any(line.startswith(("error:", "stopped:", "I1", "W1", "E1"))
-                   for line in after.splitlines()), log[-3000:]
-    return lines[0]
+from tests.test_multi_worker_faults import _last_line
 
 
 def _start_workers(tmp_path, per_worker_flags, name="run"):
