@@ -364,7 +364,7 @@ def test_the_watchdog_signals_only_its_own_worker_verified_by_start_time():
 def test_a_non_chief_writes_its_throwaway_checkpoint_to_local_scratch_only(tmp_path):
     import tempfile
 
-    from t2t_lite.training import trainer_lib
+    from t2t_lite.training import distribution, trainer_lib
     from tests.trainer_utils import ReverseProblem, model_fn, tiny_hparams
 
     hparams = tiny_hparams()
@@ -373,12 +373,12 @@ def test_a_non_chief_writes_its_throwaway_checkpoint_to_local_scratch_only(tmp_p
                                   trainer_lib.RunConfig(output_dir=str(out)))
     trainer.chief = False  # as worker 1 of a cluster
     manager = trainer._checkpoint_manager()
-    assert manager.directory == trainer.scratch_dir()
+    assert manager.directory == distribution.worker_scratch_dir()
     assert os.path.dirname(manager.directory) == tempfile.gettempdir()
     trainer._save(manager)
     # Nothing in the shared output_dir (no tmp_worker/ copy), and the scratch copy is gone.
     assert not out.exists() or list(out.iterdir()) == []
-    assert not os.path.exists(trainer.scratch_dir())
+    assert not os.path.exists(distribution.worker_scratch_dir())
 
 
 def test_a_workers_own_full_disk_is_not_blamed_on_a_lost_worker():

@@ -16,6 +16,7 @@ import os
 import re
 import signal
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -341,6 +342,55 @@ def agree_across_workers(strategy: tf.distribute.Strategy, stage: str,
     except UserError as e:
         leave_cluster(strategy)
         raise RunStopped(str(e), 1, exit_now=True) from None
+
+
+@contextlib.contextmanager
+def lost_workers_are_one_line(strategy: tf.distribute.Strategy, output_dir: str,
+                              step: Callable[[], int], before_exit: Callable[[], None]):
+    """Turns the collective errors of a worker that died into one line naming it, the last
+    checkpoint and how to restart; this worker's own disk full (or read-only) is one line
+    saying so, blaming no worker. Errors pass unchanged with one worker.
+
+    Args:
+      strategy: the run's strategy.
+      output_dir: where the last checkpoint is looked for.
+      step: the current global step.
+      before_exit: called first (flushes the summaries: the process exits right after its
+        line).
+    """
+    try:
+        yield
+    except tf.errors.OpError as e:
+        if not is_multi_worker(strategy):
+            raise
+        before_exit()
+        resolver = strategy.cluster_resolver
+        me = task_name(resolver.task_type, resolver.task_id)
+        disk = own_disk_error(e)
+        if disk:  # this worker's own write failed: no peer is to blame
+            first_line = (e.message or str(e)).strip().splitlines()[0]
+            raise RunStopped(
+                f"{me} could not write a file ({disk}: {first_line}); {me} stops: "
+                f"{last_checkpoint_text(output_dir)}; free space (or make it writable), then "
+                "start every worker again with the same command to resume there", 1,
+                exit_now=True) from None
+        if not isinstance(e, LOST_WORKER_ERRORS):
+            raise
+        raise RunStopped(
+            f"lost contact with {lost_peers(resolver, e)} during step {step() + 1} "
+            f"({type(e).__name__}); {me} stops: {last_checkpoint_text(output_dir)}; start "
+            "every worker again with the same command to resume there", 1,
+            exit_now=True) from None
+
+
+def worker_scratch_dir() -> str:
+    """A non-chief worker's local folder for the throwaway checkpoint copies that saving (a
+    collective) makes it write, never the shared output_dir (whose space, or a full disk, is
+    the chief's): in the system's temporary directory, one per process; the caller empties
+    it after every save."""
+    task = tf_config().get("task", {})
+    return os.path.join(tempfile.gettempdir(),
+                        f"t2t_lite_{task.get('type')}_{task.get('index')}_{os.getpid()}")
 
 
 @contextlib.contextmanager

@@ -27,7 +27,6 @@ import inspect
 import os
 import random
 import shutil
-import tempfile
 import time
 import zlib
 from collections.abc import Callable
@@ -48,20 +47,17 @@ from t2t_lite.layers import common_layers
 from t2t_lite.training import divergence_guard, optimize, run_card, summaries, warm_start
 from t2t_lite.training.cluster_agreement import hparams_fingerprint
 from t2t_lite.training.distribution import (  # noqa: F401 (create_strategy: trainer_lib's API)
-    LOST_WORKER_ERRORS,
     StopSignals,
     agree_across_workers,
     create_preemption_handler,
     create_strategy,
     is_chief,
     is_multi_worker,
-    last_checkpoint_text,
     leave_cluster,
-    lost_peers,
-    own_disk_error,
+    lost_workers_are_one_line,
     stop_preemption_watchers,
     task_name,
-    tf_config,
+    worker_scratch_dir,
 )
 from t2t_lite.utils import checkpoint_guard, precision, progress, run_lock, run_metadata, validation
 
@@ -182,7 +178,6 @@ class Trainer:
         self._read_whole: str | None = None
         self.last_eval_results: dict[str, float] = {}
         self._stops_early = False
-        self._scratch: str | None = None  # scratch_dir
         # Dropout masks derive from this seed, the global step and the replica id.
         common_layers.number_dropout_layers(self.model)
         self.dropout_base_seed = (
@@ -246,7 +241,7 @@ class Trainer:
             # Every MultiWorkerMirrored worker must save; only the chief's copy is kept. The
             # others write theirs to local scratch, never to the shared output_dir (whose
             # space, or a full disk, is the chief's).
-            directory = self.scratch_dir()
+            directory = worker_scratch_dir()
         return tf.train.CheckpointManager(
             self._checkpoint(iterator), directory, max_to_keep=self.config.keep_checkpoint_max,
             checkpoint_name=CHECKPOINT_PREFIX,
@@ -331,17 +326,6 @@ class Trainer:
         else:
             logging.info("Saved checkpoint %s", path)
 
-    def scratch_dir(self) -> str:
-        """A non-chief worker's local folder for the throwaway checkpoint copies that
-        saving (a collective) makes it write: in the system's temporary directory, one per
-        process, emptied after every save."""
-        if self._scratch is None:
-            task = tf_config().get("task", {})
-            self._scratch = os.path.join(
-                tempfile.gettempdir(),
-                f"t2t_lite_{task.get('type')}_{task.get('index')}_{os.getpid()}")
-        return self._scratch
-
     def _save_unless_saved(self, manager: tf.train.CheckpointManager) -> str:
         """Saves the current step unless its checkpoint exists; returns the chief's path."""
         path = os.path.join(self.config.output_dir, f"{CHECKPOINT_PREFIX}-{self.step}")
@@ -416,33 +400,7 @@ class Trainer:
 
         return create_preemption_handler(
             self.strategy, signals, lambda: self._save_unless_saved(manager), stop,
-            os.path.join(self.scratch_dir(), "preemption_bookkeeping"))
-
-    @contextlib.contextmanager
-    def _lost_worker_is_one_line(self, manager: tf.train.CheckpointManager):
-        """Turns the collective errors of a worker that died into one line naming it, the
-        last checkpoint and how to restart; this worker's own disk full (or read-only) is
-        one line saying so, blaming no worker."""
-        try:
-            yield
-        except tf.errors.OpError as e:
-            if not self.multi_worker:
-                raise
-            self._flush_summaries()  # the process exits right after its line
-            disk = own_disk_error(e)
-            if disk:  # this worker's own write failed: no peer is to blame
-                raise RunStopped(
-                    f"{self._task()} could not write a file ({disk}: {_first_line(e)}); "
-                    f"{self._task()} stops: {last_checkpoint_text(self.config.output_dir)}; "
-                    "free space (or make it writable), then start every worker again with "
-                    "the same command to resume there", 1, exit_now=True) from None
-            if not isinstance(e, LOST_WORKER_ERRORS):
-                raise
-            raise RunStopped(
-                f"lost contact with {lost_peers(self.strategy.cluster_resolver, e)} during "
-                f"step {self.step + 1} ({type(e).__name__}); {self._task()} stops: "
-                f"{last_checkpoint_text(self.config.output_dir)}; start every worker again "
-                "with the same command to resume there", 1, exit_now=True) from None
+            os.path.join(worker_scratch_dir(), "preemption_bookkeeping"))
 
     # --- Data ---------------------------------------------------------------------------------
     def distributed_dataset(self, mode: str):
@@ -587,7 +545,8 @@ class Trainer:
         stats = summaries.TrainingStats(step)
         started = (step, time.time())  # for the run card
         self._stops_early = stop_when is not None  # the progress lines' ETA is an upper bound
-        with StopSignals() as signals, self._lost_worker_is_one_line(manager):
+        with StopSignals() as signals, lost_workers_are_one_line(
+                self.strategy, self.config.output_dir, lambda: self.step, self._flush_summaries):
             preemption = self._preemption_handler(manager, signals) if self.multi_worker else None
             last = self._train_loop(steps, iterator, manager, stats, eval_every, stop_when,
                                     after_eval, signals, preemption)
@@ -1007,11 +966,6 @@ def create_trainer(
     if flag_values is not None:
         run_metadata.save_flags(config.output_dir, flag_values)
     return trainer
-
-
-def _first_line(error: tf.errors.OpError) -> str:
-    """An OpError's message without TensorFlow's appended context lines."""
-    return (error.message or str(error)).strip().splitlines()[0]
 
 
 def _newest_name(path: str) -> str:
