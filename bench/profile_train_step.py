@@ -28,7 +28,7 @@ import tensorflow as tf
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from t2t_lite import flags as t2t_flags
 from t2t_lite.bin import t2t_trainer
-from t2t_lite.training import trainer_lib
+from t2t_lite.training import distribution, trainer_lib
 
 
 def xplane_op_events(logdir: str):
@@ -109,7 +109,7 @@ def main() -> None:
     flags = t2t_flags.FLAGS
     out = tempfile.mkdtemp(prefix="profile_train_")
     flags([sys.argv[0], "--mode=train", f"--output_dir={out}", "--random_seed=1"] + rest)
-    trainer_lib.setup_determinism(flags.random_seed, False)
+    distribution.setup_determinism(flags.random_seed, False)
     trainer = t2t_trainer.build_trainer(flags, trainer_lib.create_strategy(1))
     dataset = trainer.distributed_dataset(trainer_lib.TRAIN)
     iterator = iter(dataset)

@@ -9,8 +9,10 @@ writing (`storage_problem`) is reported the same way, naming the path.
 """
 from __future__ import annotations
 
+import atexit
 import contextlib
 import errno
+import os
 import re
 import sys
 import traceback
@@ -33,10 +35,14 @@ class RunStopped(Exception):
     labelled "stopped", a lost worker or a cluster that never formed "error".
     """
 
-    def __init__(self, message: str, exit_code: int, label: str = "error"):
+    def __init__(self, message: str, exit_code: int, label: str = "error",
+                 exit_now: bool = False):
         super().__init__(message)
         self.exit_code = exit_code
         self.label = label
+        # A worker of a broken cluster: TensorFlow's teardown would wait (up to a minute,
+        # silently) for peers that are gone or frozen; exit right after the line instead.
+        self.exit_now = exit_now
 
 
 # The exit status of a run stopped by Ctrl-C (the shell's 128 + SIGINT), as training's.
@@ -117,6 +123,25 @@ def describe_storage_problem(problem: tuple[str, str | None], advice: str) -> st
     """`reason: path; advice` for a `storage_problem`."""
     reason, path = problem
     return f"{reason}: {path}; {advice}" if path else f"{reason}; {advice}"
+# Set once a process has joined a cluster of workers (`exit_right_after_the_line`).
+_in_cluster = False
+
+
+def exit_right_after_the_line() -> None:
+    """Makes `report_user_errors` end this process right after its one line: a worker of a
+    cluster would otherwise wait silently (seconds to a minute, under load) in TensorFlow's
+    teardown for peers that are gone, and log their loss after its line."""
+    global _in_cluster
+    _in_cluster = True
+
+
+def _exit_now(code: int) -> None:
+    """Ends the process with `code` after Python's exit handlers (run locks released, logs
+    flushed) but without the interpreter's and TensorFlow's teardown."""
+    atexit._run_exitfuncs()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def one_line(error: BaseException) -> str:
@@ -139,6 +164,8 @@ def report_user_errors(debug: bool = False) -> Iterator[None]:
         if debug:
             traceback.print_exc()
         print(f"{e.label}: {one_line(e)}", file=sys.stderr)
+        if e.exit_now or _in_cluster:
+            _exit_now(e.exit_code)
         sys.exit(e.exit_code)
     except KeyboardInterrupt:
         # Ctrl-C where no tool stops on its own (loading, building): every output is
@@ -152,6 +179,8 @@ def report_user_errors(debug: bool = False) -> Iterator[None]:
         if debug:
             traceback.print_exc()
         print(f"error: {one_line(e)}", file=sys.stderr)
+        if _in_cluster:
+            _exit_now(1)
         sys.exit(1)
     except Exception as e:
         problem = storage_problem(e)

@@ -17,7 +17,12 @@ multi-worker issue (each worker a `python -m tests.trainer_utils` process, tiny 
 * the wait for peers alone (no TensorFlow): it answers on the worker's own port meanwhile,
   gives up after its timeout and refuses a port in use;
 * the startup watchdog alone (no TensorFlow): it names the missing peer and, on SIGTERM to
-  the process group, ends the waiting worker with one line.
+  the process group, ends the waiting worker with one line; it dies within seconds with a
+  SIGKILLed worker and signals nothing; it signals only its parent with the start time
+  recorded at launch;
+* library level: a non-chief's throwaway checkpoint goes to local scratch, not output_dir; a
+  worker's own full disk is not blamed on a peer; a frozen chief is named as worker 0; a
+  broken cluster's worker exits right after its line, its exit handlers run.
 """
 import json
 import os
@@ -258,35 +263,193 @@ def test_wait_for_peers_refuses_a_port_in_use_in_one_line():
     taken = _probe_listener()
     address = f"127.0.0.1:{taken.getsockname()[1]}"
     with pytest.raises(UserError, match=rf"^worker 0's address {address} of TF_CONFIG cannot "
-                                        r"be used: Address already in use \(is another "):
+                                        r"be used: Address already in use \(is another "
+                                        rf"process using port {taken.getsockname()[1]}\?\)$"):
         startup_watchdog.wait_for_peers("worker 0", address, {}, 60, 30)
     taken.close()
 
 
-def test_startup_watchdog_logs_the_missing_peer_and_ends_the_worker_on_sigterm():
+def _worker_with_watchdog(peers, timeout=60, interval=0.5):
+    """A stand-in worker (no TensorFlow) that launches its startup watchdog, prints the
+    watchdog's pid and sleeps; both write to the worker's stderr pipe."""
     import subprocess
     import sys
 
     from tests.test_distributed import REPO
 
-    worker = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    code = ("import json, sys, time; from t2t_lite.training import startup_watchdog as w; "
+            f"p = w.launch('worker 0', json.loads(sys.argv[1]), {timeout}, {interval}); "
+            "print(p.pid, flush=True); time.sleep(120)")
+    worker = subprocess.Popen([sys.executable, "-c", code, json.dumps(peers)], cwd=REPO,
+                              env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True)
+    return worker, int(worker.stdout.readline())
+
+
+def _gone_within(pid, seconds):
+    """Whether process `pid` (not a child of this one) has exited within `seconds`."""
+    from t2t_lite.training import startup_watchdog
+
+    deadline = time.time() + seconds
+    while time.time() < deadline:
+        if startup_watchdog.process_start_time(pid) is None:
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def test_startup_watchdog_logs_the_missing_peer_and_ends_the_worker_on_sigterm():
     port = _free_ports(1)[0]
-    args = {"pid": worker.pid, "me": "worker 0", "peers": {"worker 1": f"127.0.0.1:{port}"},
-            "timeout": 60, "interval": 0.5}
-    watchdog = subprocess.Popen(
-        [sys.executable, "-m", "t2t_lite.training.startup_watchdog", json.dumps(args)], cwd=REPO,
-        env=_env(), stderr=subprocess.PIPE, text=True)
+    worker, watchdog = _worker_with_watchdog({"worker 1": f"127.0.0.1:{port}"})
     try:
-        first = watchdog.stderr.readline()
+        first = worker.stderr.readline()
         assert first.startswith(f"worker 0 waits for worker 1 (127.0.0.1:{port}) (")
-        watchdog.send_signal(signal.SIGTERM)  # a scheduler signals the worker's process group
-        assert watchdog.wait(timeout=30) == 0
+        os.kill(watchdog, signal.SIGTERM)  # a scheduler signals the worker's process group
         assert worker.wait(timeout=30) == -signal.SIGKILL
-        assert watchdog.stderr.read().splitlines()[-1] == (
+        assert _gone_within(watchdog, 10)
+        assert worker.stderr.read().splitlines()[-1] == (
             "stopped: SIGTERM while worker 0 waited for the other workers to start; nothing "
             "was trained or saved")
     finally:
-        for process in (worker, watchdog):
-            if process.poll() is None:
-                process.kill()
+        worker.kill()
+        worker.wait()
+
+
+def test_startup_watchdog_dies_with_its_worker_and_signals_nothing():
+    port = _free_ports(1)[0]
+    worker, watchdog = _worker_with_watchdog({"worker 1": f"127.0.0.1:{port}"}, timeout=3)
+    try:
+        assert worker.stderr.readline().startswith("worker 0 waits for worker 1 ")
+        worker.kill()  # SIGKILL while TensorFlow would be connecting
+        killed = time.time()
+        worker.wait()
+        assert _gone_within(watchdog, 5), "the watchdog outlived its worker"
+        assert time.time() - killed < 5
+        # Nothing after the kill: no more waiting lines, no give-up line, no signal sent.
+        assert worker.stderr.read() == ""
+    finally:
+        worker.kill()
+        worker.wait()
+
+
+def test_the_watchdog_signals_only_its_own_worker_verified_by_start_time():
+    import subprocess
+
+    from t2t_lite.training import startup_watchdog
+
+    parent = os.getppid()
+    assert startup_watchdog.is_worker(parent, startup_watchdog.process_start_time(parent))
+    # The same pid with another start time: a later process that reuses the worker's pid.
+    assert not startup_watchdog.is_worker(
+        parent, startup_watchdog.process_start_time(parent) + 1)
+    first = subprocess.Popen(["sleep", "30"])
+    time.sleep(0.05)
+    second = subprocess.Popen(["sleep", "30"])
+    try:
+        start = startup_watchdog.process_start_time(first.pid)
+        assert start is not None and start != startup_watchdog.process_start_time(second.pid)
+        # Alive, with its start time, but not the watchdog's parent: never signalled, even at
+        # the timeout; watch returns at once.
+        began = time.time()
+        startup_watchdog.watch(first.pid, "worker 0", {}, 0.1, 0.05, start)
+        assert time.time() - began < 1
+        assert first.poll() is None
+    finally:
+        for process in (first, second):
+            process.kill()
             process.wait()
+    assert startup_watchdog.process_start_time(first.pid) is None
+
+
+def test_a_non_chief_writes_its_throwaway_checkpoint_to_local_scratch_only(tmp_path):
+    import tempfile
+
+    from t2t_lite.training import distribution, trainer_lib
+    from tests.trainer_utils import ReverseProblem, model_fn, tiny_hparams
+
+    hparams = tiny_hparams()
+    out = tmp_path / "run"
+    trainer = trainer_lib.Trainer(model_fn(hparams), hparams, ReverseProblem(), "",
+                                  trainer_lib.RunConfig(output_dir=str(out)))
+    trainer.chief = False  # as worker 1 of a cluster
+    manager = trainer._checkpoint_manager()
+    assert manager.directory == distribution.worker_scratch_dir()
+    assert os.path.dirname(manager.directory) == tempfile.gettempdir()
+    trainer._save(manager)
+    # Nothing in the shared output_dir (no tmp_worker/ copy), and the scratch copy is gone.
+    assert not out.exists() or list(out.iterdir()) == []
+    assert not os.path.exists(distribution.worker_scratch_dir())
+
+
+def test_a_workers_own_full_disk_is_not_blamed_on_a_lost_worker():
+    import tensorflow as tf
+
+    from t2t_lite.training import distribution
+
+    own = tf.errors.ResourceExhaustedError(None, None, "/mnt/run/ckpt-4.data; No space left "
+                                                       "on device")
+    assert distribution.own_disk_error(own) == "No space left on device"
+    assert distribution.own_disk_error(OSError(30, "Read-only file system")) == (
+        "Read-only file system")
+    # Reported by another task: that worker's disk, not this one's.
+    peer = tf.errors.UnavailableError(None, None, "Error reported from /job:worker/replica:0/"
+                                                  "task:0: No space left on device")
+    assert distribution.own_disk_error(peer) is None
+    assert distribution.own_disk_error(tf.errors.UnavailableError(None, None, "gone")) is None
+
+
+@pytest.mark.parametrize("raise_it", [
+    'raise RunStopped("lost contact with worker 0 during step 3", 1, exit_now=True)',
+    # Any user error of a worker that joined a cluster (create_strategy says so).
+    ('errors.exit_right_after_the_line(); raise errors.UserError("lost contact with worker 0 '
+    'during step 3")')])
+def test_a_lost_worker_exits_right_after_its_line_running_the_exit_handlers(tmp_path,
+                                                                            raise_it):
+    import subprocess
+    import sys
+
+    from tests.test_distributed import REPO
+
+    # A thread that never ends stands in for TensorFlow's teardown waiting for a lost peer.
+    code = f"""if True:
+        import atexit, threading, time
+        from t2t_lite import errors
+        from t2t_lite.errors import RunStopped, report_user_errors
+        atexit.register(lambda: open({str(tmp_path / "released")!r}, "w").close())
+        threading.Thread(target=time.sleep, args=(600,)).start()
+        with report_user_errors():
+            {raise_it}
+    """
+    started = time.time()
+    result = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=_env(),
+                            capture_output=True, text=True, timeout=60, check=False)
+    assert time.time() - started < 30
+    assert result.returncode == 1
+    assert result.stderr == "error: lost contact with worker 0 during step 3\n"
+    assert (tmp_path / "released").exists()  # e.g. the run lock's release
+
+
+def test_a_frozen_peer_that_breaks_the_cluster_is_named_as_the_coordination_leader():
+    import tensorflow as tf
+
+    from t2t_lite.training import distribution
+
+    chief = _probe_listener()  # a SIGSTOPped process's port still accepts connections
+    spec = tf.train.ClusterSpec({"worker": [f"127.0.0.1:{chief.getsockname()[1]}",
+                                            "127.0.0.1:1"]})
+
+    class Resolver:
+        task_type, task_id = "worker", 1
+
+        def cluster_spec(self):
+            return spec
+
+    try:
+        heartbeat = tf.errors.UnavailableError(None, None, "heartbeat timeout to the leader")
+        assert distribution.lost_peers(Resolver(), heartbeat) == "worker 0"
+        named = tf.errors.AbortedError(None, None, "from /job:worker/replica:0/task:0: gone")
+        assert distribution.lost_peers(Resolver(), named) == "worker 0"
+        Resolver.task_id = 0  # the leader itself: whoever's port no longer answers
+        assert distribution.lost_peers(Resolver(), heartbeat) == "worker 1"
+    finally:
+        chief.close()

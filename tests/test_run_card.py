@@ -56,6 +56,21 @@ def test_setup_records_versions_problem_and_overrides(tmp_path):
     assert run_card.read(str(tmp_path))["setup"]["hparams set"] == "transformer_tiny"
 
 
+def test_a_changed_number_of_replicas_states_the_new_global_batch(tmp_path):
+    hp = tiny_hparams(batch_size=256)
+    problem = ReverseProblem()
+    assert run_card.replicas_change(str(tmp_path), problem, hp, 2) is None  # no card yet
+    run_card.record_setup(str(tmp_path), problem, "transformer", "transformer_tiny", "", hp,
+                          replicas=2, training=True)
+    assert run_card.replicas_change(str(tmp_path), problem, hp, 2) is None
+    assert run_card.replicas_change(str(tmp_path), problem, hp, 1) == (
+        "replicas 2 -> 1 (global batch per update 512 tokens -> 256 tokens)")
+    run_card.record_setup(str(tmp_path), problem, "transformer", "transformer_tiny", "", hp,
+                          replicas=1, training=True)
+    assert run_card.replicas_change(str(tmp_path), problem, hp, 2) == (
+        "replicas 1 -> 2 (global batch per update 256 tokens -> 512 tokens)")
+
+
 @pytest.mark.slow
 def test_training_and_eval_fill_the_card(tmp_path):
     hp = tiny_hparams()

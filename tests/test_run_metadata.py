@@ -65,13 +65,20 @@ def test_resume_that_changes_the_run_is_refused_and_changes_no_byte(data_dir, tr
 @pytest.mark.slow
 def test_resume_with_safe_changes_is_recorded_in_the_history(data_dir, trained, tmp_path):
     output_dir = _copy(trained, tmp_path)
+    # As if trained by two workers: this one-worker resume halves the global batch.
+    card = json.loads((output_dir / "run_card.json").read_text())
+    tokens = int(card["setup"]["global batch per update"].split()[0])
+    card["setup"].update({"replicas": 2, "global batch per update": f"{2 * tokens} tokens"})
+    (output_dir / "run_card.json").write_text(json.dumps(card))
     result = _run(*_train_flags(data_dir, output_dir, "--train_steps=6",
                                 f"--hparams={TINY},learning_rate_constant=1.0"), cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     assert _steps(output_dir) == [2, 4, 6]
     history = json.loads((output_dir / "run_card.json").read_text())["history"]
+    moved = f"replicas 2 -> 1 (global batch per update {2 * tokens} tokens -> {tokens} tokens)"
     assert history["1. resumed at step 4"] == ("learning_rate_constant 2.0 -> 1.0; "
-                                               "train_steps 4 -> 6")
+                                               f"train_steps 4 -> 6; {moved}")
+    assert f"This resume trains with {moved}" in result.stderr
     assert "## History (resumes)" in (output_dir / "run_card.md").read_text()
     assert json.loads((output_dir / "hparams.json").read_text())[
         "learning_rate_constant"] == 1.0

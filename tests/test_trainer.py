@@ -8,7 +8,7 @@ import pytest
 import tensorflow as tf
 
 from t2t_lite.bin import t2t_trainer
-from t2t_lite.training import trainer_lib
+from t2t_lite.training import distribution, trainer_lib
 from t2t_lite.utils import checkpoint_guard, run_metadata
 from tests.trainer_utils import LENGTH, ReverseProblem, model_fn, read_events, tiny_hparams
 
@@ -253,7 +253,7 @@ def test_xla_compiled_step_trains_as_the_graph_step(tmp_path):
 
 def test_deterministic_needs_seed():
     with pytest.raises(ValueError, match="--random_seed"):
-        trainer_lib.setup_determinism(None, True)
+        distribution.setup_determinism(None, True)
 
 
 def test_bad_activation_dtype_is_rejected(tmp_path):

@@ -146,11 +146,11 @@ def _main():
 
     from absl import logging
 
-    from t2t_lite.training import trainer_lib
+    from t2t_lite.training import distribution, trainer_lib
 
     logging.set_verbosity(logging.INFO)
     strategy = trainer_lib.create_strategy(startup_timeout_secs=args.startup_timeout)
-    trainer_lib.setup_determinism(7, args.deterministic)
+    distribution.setup_determinism(7, args.deterministic)
     hparams = tiny_hparams()
     config = trainer_lib.RunConfig(
         output_dir=args.output_dir, train_steps=args.train_steps, log_step_count_steps=1,

@@ -31,7 +31,7 @@ from t2t_lite import registry
 from t2t_lite.data_generators import datagen
 from t2t_lite.data_generators.problem import ModeKeys
 from t2t_lite.evaluation import metrics
-from t2t_lite.training import trainer_lib
+from t2t_lite.training import distribution, trainer_lib
 from t2t_lite.utils import validation
 
 DEFAULT_PROBLEM = "algorithmic_identity_decimal40_small"
@@ -95,7 +95,7 @@ def main(flags_obj: Any) -> dict[str, float]:
     seed = getattr(flags_obj, "random_seed", None)
     seed = RANDOM_SEED if seed is None else seed
     strategy = trainer_lib.create_strategy()
-    trainer_lib.setup_determinism(seed, False)
+    distribution.setup_determinism(seed, False)
     overrides = CPU_OVERRIDES
     if getattr(flags_obj, "hparams", ""):
         overrides += "," + flags_obj.hparams

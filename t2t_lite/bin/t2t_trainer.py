@@ -17,6 +17,12 @@ from t2t_lite.data_generators import datagen
 from t2t_lite.decoding import runs
 from t2t_lite.errors import UserError
 from t2t_lite.evaluation import mt_metrics
+from t2t_lite.training.cluster_agreement import flag_fingerprint
+from t2t_lite.training.distribution import (
+    agree_across_workers,
+    peers_lost_before_training,
+    setup_determinism,
+)
 from t2t_lite.training.trainer_lib import (
     EVAL,
     TRAIN,
@@ -26,7 +32,6 @@ from t2t_lite.training.trainer_lib import (
     create_trainer,
     is_chief,
     leave_cluster,
-    setup_determinism,
 )
 from t2t_lite.utils import checkpoint_guard, run_lock, run_metadata, validation
 from t2t_lite.visualization import plots
@@ -171,9 +176,14 @@ def main(flags_obj: Any, mode: str) -> dict[str, float]:
         validation.check_writable_dir("output_dir", os.path.expanduser(flags_obj.output_dir))
     strategy = create_strategy(flags_obj.worker_gpu, flags_obj.worker_replicas,
                                getattr(flags_obj, "worker_startup_timeout_secs", 300))
-    setup_determinism(flags_obj.random_seed, flags_obj.deterministic)
     splits = {"train": (TRAIN,), "eval": (EVAL,), "train_and_eval": (TRAIN, EVAL)}[mode]
-    trainer = build_trainer(flags_obj, strategy, lock=mode != "eval", data_splits=splits)
+    with peers_lost_before_training(strategy, os.path.expanduser(flags_obj.output_dir)):
+        # Before any data is read: every worker runs the same schedule to the same end.
+        agree_across_workers(
+            strategy, "flags", flag_fingerprint({**flag_values(flags_obj), "mode": mode}),
+            "start every worker with the same flags (only TF_CONFIG's task differs)")
+        setup_determinism(flags_obj.random_seed, flags_obj.deterministic)
+        trainer = build_trainer(flags_obj, strategy, lock=mode != "eval", data_splits=splits)
     try:
         with validation.explain_ids_out_of_vocab(
                 f"the data in --data_dir={flags_obj.data_dir}",

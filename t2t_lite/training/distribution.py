@@ -10,21 +10,26 @@ exit together.
 """
 from __future__ import annotations
 
-import json
+import contextlib
+import errno
 import os
+import re
 import signal
-import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
+import keras
 import tensorflow as tf
 from absl import logging
 
+from t2t_lite import errors
 from t2t_lite.errors import RunStopped, UserError
-from t2t_lite.training import startup_watchdog
+from t2t_lite.training import cluster_agreement, cluster_config, startup_watchdog
+from t2t_lite.utils import checkpoint_guard
 
 # Exit statuses of a run stopped by a signal after saving (the shell's 128 + signal number).
 SIGNAL_EXIT_CODES = {signal.SIGINT: 130, signal.SIGTERM: 143}
@@ -77,8 +82,9 @@ class StopSignals:
 
 
 def tf_config() -> dict:
-    """The TF_CONFIG environment variable's JSON ({} when unset)."""
-    return json.loads(os.environ.get("TF_CONFIG") or "{}")
+    """The TF_CONFIG environment variable's JSON ({} when unset), checked
+    (`cluster_config.parse`: its mistakes are one line)."""
+    return cluster_config.parse(os.environ.get("TF_CONFIG"))
 
 
 def _cluster_workers(config: dict) -> int:
@@ -168,10 +174,8 @@ def _start_multi_worker(timeout_secs: float) -> tf.distribute.Strategy:
     waited = startup_watchdog.wait_for_peers(
         me, spec.task_address(resolver.task_type, resolver.task_id), peers, timeout_secs,
         interval)
-    watchdog = subprocess.Popen([sys.executable, "-m", "t2t_lite.training.startup_watchdog",
-                                 json.dumps({"pid": os.getpid(), "me": me, "peers": peers,
-                                             "timeout": max(timeout_secs - waited, interval),
-                                             "interval": interval})])
+    watchdog = startup_watchdog.launch(me, peers, max(timeout_secs - waited, interval),
+                                       interval)
     try:
         strategy = tf.distribute.MultiWorkerMirroredStrategy(cluster_resolver=resolver)
     except tf.errors.DeadlineExceededError as e:
@@ -182,6 +186,7 @@ def _start_multi_worker(timeout_secs: float) -> tf.distribute.Strategy:
         watchdog.kill()
         watchdog.wait()
     logging.info("%s joined the cluster of %d workers", me, sum(spec.num_tasks(j) for j in jobs))
+    errors.exit_right_after_the_line()
     return strategy
 
 
@@ -261,6 +266,155 @@ def leave_cluster(strategy: tf.distribute.Strategy, timeout_secs: float = 600) -
             time.sleep(0.2)
 
 
+# The collective errors of a cluster that lost a worker.
+LOST_WORKER_ERRORS = (tf.errors.UnavailableError, tf.errors.AbortedError,
+                      tf.errors.CancelledError, tf.errors.DeadlineExceededError,
+                      tf.errors.InternalError)
+
+
+# How TensorFlow's file errors name the disk problems of the process that raises them.
+OWN_DISK_ERRORS = tuple(os.strerror(code) for code in (errno.ENOSPC, errno.EDQUOT, errno.EROFS))
+
+
+def own_disk_error(error: Exception) -> str | None:
+    """The disk problem ("No space left on device") an error reports about this process's
+    own writes, which no lost worker explains; None for other errors, and for errors another
+    task reported (they name it: "/job:worker/replica:0/task:1")."""
+    if "/job:" in str(error):
+        return None
+    return next((text for text in OWN_DISK_ERRORS if text in str(error)), None)
+
+
+def is_multi_worker(strategy: tf.distribute.Strategy) -> bool:
+    """Whether `strategy` is a MultiWorkerMirroredStrategy over a cluster of TF_CONFIG."""
+    return (isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy)
+            and bool(strategy.cluster_resolver.cluster_spec().jobs))
+
+
+def lost_peers(resolver, error: Exception) -> str:
+    """The peers a collective error names ("worker 1 and worker 2"), else those whose server
+    no longer answers, else "another worker"."""
+    me = f"{resolver.task_type}:{resolver.task_id}"
+    named = sorted({f"{job} {task}" for job, task in re.findall(
+        r"/job:(\w+)/replica:\d+/task:(\d+)", str(error)) if f"{job}:{task}" != me})
+    if not named:
+        named = [missing.split(" (")[0]
+                 for missing in startup_watchdog.unreachable(_peers(resolver))]
+    if not named:
+        # Every peer's port answers (a frozen process's kernel still accepts connections):
+        # an error naming no task is the coordination service's, whose leader stopped
+        # answering.
+        from tensorflow.python.distribute import multi_worker_util
+
+        job, task = re.findall(r"/job:(\w+)/replica:\d+/task:(\d+)",
+                               multi_worker_util.coordination_leader(resolver.cluster_spec()))[0]
+        if f"{job}:{task}" != me:
+            named = [f"{job} {task}"]
+    return " and ".join(named) or "another worker"
+
+
+def last_checkpoint_text(output_dir: str) -> str:
+    """What a stopping worker leaves: "the last checkpoint is <path> (step n)"."""
+    latest = checkpoint_guard.newest_good_checkpoint(output_dir)
+    return (f"the last checkpoint is {latest} (step {latest.rsplit('-', 1)[1]})"
+            if latest else "no checkpoint was saved yet")
+
+
+def agree_across_workers(strategy: tf.distribute.Strategy, stage: str,
+                         fingerprint: dict[str, str], what_to_do: str) -> None:
+    """`cluster_agreement.agree` over the cluster of `strategy` (nothing with one worker);
+    on a difference every worker leaves together, then raises.
+
+    Raises:
+      RunStopped: the first difference, on every worker (exit status 1, right after the
+        line).
+      cluster_agreement.PeerLost: a peer stopped first (`peers_lost_before_training` says
+        so in one line).
+    """
+    if not is_multi_worker(strategy):
+        return
+    resolver = strategy.cluster_resolver
+    order = [task_name(job, index)
+             for job, addresses in resolver.cluster_spec().as_dict().items()
+             for index in range(len(addresses))]
+    try:
+        cluster_agreement.agree(stage, task_name(resolver.task_type, resolver.task_id),
+                                fingerprint, _peers(resolver), order, what_to_do)
+    except UserError as e:
+        leave_cluster(strategy)
+        raise RunStopped(str(e), 1, exit_now=True) from None
+
+
+@contextlib.contextmanager
+def lost_workers_are_one_line(strategy: tf.distribute.Strategy, output_dir: str,
+                              step: Callable[[], int], before_exit: Callable[[], None]):
+    """Turns the collective errors of a worker that died into one line naming it, the last
+    checkpoint and how to restart; this worker's own disk full (or read-only) is one line
+    saying so, blaming no worker. Errors pass unchanged with one worker.
+
+    Args:
+      strategy: the run's strategy.
+      output_dir: where the last checkpoint is looked for.
+      step: the current global step.
+      before_exit: called first (flushes the summaries: the process exits right after its
+        line).
+    """
+    try:
+        yield
+    except tf.errors.OpError as e:
+        if not is_multi_worker(strategy):
+            raise
+        before_exit()
+        resolver = strategy.cluster_resolver
+        me = task_name(resolver.task_type, resolver.task_id)
+        disk = own_disk_error(e)
+        if disk:  # this worker's own write failed: no peer is to blame
+            first_line = (e.message or str(e)).strip().splitlines()[0]
+            raise RunStopped(
+                f"{me} could not write a file ({disk}: {first_line}); {me} stops: "
+                f"{last_checkpoint_text(output_dir)}; free space (or make it writable), then "
+                "start every worker again with the same command to resume there", 1,
+                exit_now=True) from None
+        if not isinstance(e, LOST_WORKER_ERRORS):
+            raise
+        raise RunStopped(
+            f"lost contact with {lost_peers(resolver, e)} during step {step() + 1} "
+            f"({type(e).__name__}); {me} stops: {last_checkpoint_text(output_dir)}; start "
+            "every worker again with the same command to resume there", 1,
+            exit_now=True) from None
+
+
+def worker_scratch_dir() -> str:
+    """A non-chief worker's local folder for the throwaway checkpoint copies that saving (a
+    collective) makes it write, never the shared output_dir (whose space, or a full disk, is
+    the chief's): in the system's temporary directory, one per process; the caller empties
+    it after every save."""
+    task = tf_config().get("task", {})
+    return os.path.join(tempfile.gettempdir(),
+                        f"t2t_lite_{task.get('type')}_{task.get('index')}_{os.getpid()}")
+
+
+@contextlib.contextmanager
+def peers_lost_before_training(strategy: tf.distribute.Strategy, output_dir: str):
+    """A peer that stops before training (its own error, a kill) gives this worker the
+    lost-worker line, instead of the traceback of the collective or key-value exchange that
+    noticed it (a worker's own errors pass unchanged)."""
+    try:
+        yield
+    except cluster_agreement.PeerLost as e:
+        resolver = strategy.cluster_resolver
+        raise cluster_agreement.lost_before_training(
+            task_name(resolver.task_type, resolver.task_id), e.peer, e.cause,
+            last_checkpoint_text(output_dir)) from None
+    except LOST_WORKER_ERRORS as e:
+        if not is_multi_worker(strategy):
+            raise
+        resolver = strategy.cluster_resolver
+        raise cluster_agreement.lost_before_training(
+            task_name(resolver.task_type, resolver.task_id), lost_peers(resolver, e),
+            type(e).__name__, last_checkpoint_text(output_dir)) from None
+
+
 def _peers(resolver) -> dict[str, str]:
     """The other tasks of the cluster: name ("worker 1") -> "host:port"."""
     return {task_name(job, index): address
@@ -278,3 +432,13 @@ def is_chief() -> bool:
     if "chief" in config.get("cluster", {}):
         return task.get("type") == "chief"
     return task.get("type", "worker") == "worker" and int(task.get("index", 0)) == 0
+
+
+def setup_determinism(random_seed: int | None, deterministic: bool) -> None:
+    """Seeds everything (--random_seed) and enables op determinism (--deterministic)."""
+    if deterministic and random_seed is None:
+        raise UserError("--deterministic needs --random_seed (e.g. --random_seed=1)")
+    if random_seed is not None:
+        keras.utils.set_random_seed(random_seed)
+    if deterministic:
+        tf.config.experimental.enable_op_determinism()

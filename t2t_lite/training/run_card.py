@@ -38,6 +38,8 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from absl import logging
+
 JSON_NAME = "run_card.json"
 MARKDOWN_NAME = "run_card.md"
 SECTIONS = ("setup", "history", "training", "eval", "bleu", "selection")
@@ -202,8 +204,6 @@ def record_setup(output_dir: str, problem: Any, model_name: str, hparams_set: st
     """
     if not training and "setup" in read(output_dir):
         return
-    from t2t_lite.training import optimize
-
     values: dict[str, Any] = {"command": command_line()}
     values.update(versions())
     values.update({
@@ -212,9 +212,7 @@ def record_setup(output_dir: str, problem: Any, model_name: str, hparams_set: st
         "hparams set": hparams_set,
         "hparams overrides": hparams_overrides or "(none)",
     })
-    values.update(global_batch(int(hparams.batch_size), replicas,
-                               optimize.accumulate_steps(hparams),
-                               bool(getattr(problem, "batch_size_means_tokens", True))))
+    values.update(_run_batch(problem, hparams, replicas))
     values["hparams (all, overrides applied)"] = "hparams.json"
     values["model hparams (a resume may not change them)"] = fixed_hparams(hparams)
     update(output_dir, "setup", values)
@@ -228,6 +226,41 @@ def fixed_hparams(hparams: Any) -> str:
     names = hparams_support.names_with(resume=hparams_support.VARIABLES) + \
         hparams_support.names_with(resume=hparams_support.COMPUTATION)
     return ", ".join(f"{name}={hparams.get(name)}" for name in sorted(names) if name in hparams)
+
+
+def _run_batch(problem: Any, hparams: Any, replicas: int) -> dict[str, Any]:
+    """`global_batch` of a run's hparams, problem and replicas."""
+    from t2t_lite.training import optimize
+
+    return global_batch(int(hparams.batch_size), replicas, optimize.accumulate_steps(hparams),
+                        bool(getattr(problem, "batch_size_means_tokens", True)))
+
+
+def replicas_change(output_dir: str, problem: Any, hparams: Any, replicas: int) -> str | None:
+    """How a resume changes the number of replicas (workers x devices) since the setup the
+    card records, and so the global batch: read before `record_setup` rewrites it.
+
+    Returns:
+      "replicas 2 -> 1 (global batch per update 1024 tokens -> 512 tokens)", or None when the
+      card records no setup or the same number of replicas.
+    """
+    old = read(output_dir).get("setup", {})
+    if "replicas" not in old or old["replicas"] == replicas:
+        return None
+    new = _run_batch(problem, hparams, replicas)["global batch per update"]
+    return (f"replicas {old['replicas']} -> {replicas} (global batch per update "
+            f"{old.get('global batch per update', 'unknown')} -> {new})")
+
+
+def with_replicas_change(output_dir: str, problem: Any, hparams: Any, replicas: int,
+                         changes: list[str]) -> list[str]:
+    """A resume's `changes` with another number of replicas added (`replicas_change`), said
+    once as a warning: another global batch, so another effective learning rate schedule."""
+    moved = replicas_change(output_dir, problem, hparams, replicas)
+    if not moved:
+        return changes
+    logging.warning("This resume trains with %s", moved)
+    return [*changes, moved]
 
 
 def record_resume(output_dir: str, step: int, changes: list[str]) -> None:

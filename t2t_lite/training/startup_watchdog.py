@@ -12,11 +12,14 @@ handler (its preemption notifier), which swallows the signal; should a peer vani
 coordination service's leader waits forever. `watch`, a small process (no TensorFlow), logs
 every `interval` seconds which peers do not accept connections; after `timeout` seconds, or
 when it receives SIGTERM or SIGINT itself (a scheduler or a terminal signals the whole process
-group), it prints one line and kills the worker (exit status 137).
-`distribution.create_strategy` starts it and ends it once the cluster has formed.
+group), it prints one line and kills the worker (exit status 137). It dies with its worker
+(Linux's parent-death signal, and it checks its parent at every poll) and signals only the
+process it verified is still that worker (its parent, with the start time recorded at launch),
+never a later process that reuses the pid. `launch` starts it; `distribution.create_strategy`
+ends it once the cluster has formed.
 
-    python -m t2t_lite.training.startup_watchdog '{"pid": ..., "me": "worker 0",
-        "peers": {"worker 1": "host:port"}, "timeout": 300, "interval": 30}'
+    python -m t2t_lite.training.startup_watchdog '{"pid": ..., "start_time": ...,
+        "me": "worker 0", "peers": {"worker 1": "host:port"}, "timeout": 300, "interval": 30}'
 """
 from __future__ import annotations
 
@@ -25,6 +28,7 @@ import json
 import os
 import signal
 import socket
+import subprocess
 import sys
 import threading
 import time
@@ -35,8 +39,10 @@ from t2t_lite.errors import RunStopped, UserError
 # Exit status of a worker that gave up waiting for its peers: 128 + SIGKILL, as when `watch`
 # kills it, so that both phases of the wait end alike.
 GAVE_UP_EXIT_CODE = 137
-# How often `wait_for_peers` probes the peers' ports.
+# How often `wait_for_peers` probes the peers' ports, and `watch` checks that its worker lives.
 POLL_SECONDS = 0.5
+# prctl(2)'s option that sends the caller a signal when its parent dies (Linux).
+PR_SET_PDEATHSIG = 1
 
 
 def unreachable(peers: dict[str, str]) -> list[str]:
@@ -123,7 +129,7 @@ def _answering(me: str, address: str) -> Iterator[socket.socket]:
         # create_server's strerror repeats the address; the errno's text alone is clearer.
         reason = os.strerror(e.errno) if e.errno else str(e)
         raise UserError(f"{me}'s address {address} of TF_CONFIG cannot be used: {reason} "
-                        "(is another process using the port?)") from None
+                        f"(is another process using port {port}?)") from None
     listener.setblocking(False)
     try:
         yield listener
@@ -162,31 +168,108 @@ def _signals_stop_the_wait(me: str) -> Iterator[None]:
             signal.signal(signum, handler)
 
 
-def watch(pid: int, me: str, peers: dict[str, str], timeout: float, interval: float) -> None:
+def process_start_time(pid: int) -> int | None:
+    """The start time of process `pid` (clock ticks since boot, field 22 of /proc/<pid>/stat):
+    with the pid, it names one process, even after the pid is reused. None where there is no
+    /proc (the pid alone is then trusted) or no such process.
+    """
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return None
+    # The command name (field 2) may hold spaces and parentheses: count after its last ")".
+    return int(stat[stat.rindex(b")") + 2:].split()[19])
+
+
+def is_worker(pid: int, start_time: int | None) -> bool:
+    """Whether `pid` is still the worker this watchdog was launched by: its parent (a child
+    is re-parented when its parent dies, so the parent's pid cannot have been reused) with the
+    start time recorded at launch."""
+    return os.getppid() == pid and process_start_time(pid) == start_time
+
+
+def launch(me: str, peers: dict[str, str], timeout: float, interval: float) -> subprocess.Popen:
+    """Starts `watch` for this process in a child process (no TensorFlow).
+
+    Args:
+      me: this worker's name in log lines ("worker 0").
+      peers: the other workers, "name" -> "host:port".
+      timeout: seconds after which the watchdog kills this process.
+      interval: seconds between two lines saying whom this worker waits for.
+
+    Returns:
+      The watchdog's process: kill it once the cluster has formed.
+    """
+    args = {"pid": os.getpid(), "start_time": process_start_time(os.getpid()), "me": me,
+            "peers": peers, "timeout": timeout, "interval": interval}
+    return subprocess.Popen([sys.executable, "-m", "t2t_lite.training.startup_watchdog",
+                             json.dumps(args)])
+
+
+def _die_with_parent() -> None:
+    """Asks Linux to SIGKILL this process when its parent dies (elsewhere `watch`'s polls of
+    its parent end it)."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+
+
+def _kill(pid: int, start_time: int | None) -> bool:
+    """SIGKILLs `pid` if it is still this watchdog's worker; returns whether it did."""
+    if not is_worker(pid, start_time):
+        return False
+    os.kill(pid, signal.SIGKILL)
+    return True
+
+
+def watch(pid: int, me: str, peers: dict[str, str], timeout: float, interval: float,
+          start_time: int | None = None) -> None:
     """Logs whom worker `pid` waits for every `interval` s; kills it after `timeout` s or on
-    SIGTERM / SIGINT."""
+    SIGTERM / SIGINT. Returns at once, silently, when `pid` (launched at `start_time`) is not,
+    or no longer, this process's parent: the worker is gone, and its pid may be another
+    process's."""
     start = time.time()
+    if not is_worker(pid, start_time):  # e.g. the worker died before _die_with_parent
+        return
 
     def stop(signum, frame):
         del frame
-        print(f"stopped: {stopped_message(signum, me)}", file=sys.stderr, flush=True)
-        os.kill(pid, signal.SIGKILL)
+        if _kill(pid, start_time):
+            print(f"stopped: {stopped_message(signum, me)}", file=sys.stderr, flush=True)
         sys.exit(0)
 
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, stop)
+    next_log = start + interval
     while True:
-        time.sleep(min(interval, max(0.0, start + timeout - time.time())))
-        waited = time.time() - start
-        missing = unreachable(peers)
-        if waited >= timeout:
-            names = ", ".join(missing) or "the other workers to join the cluster"
-            print(f"error: {gave_up_message(me, timeout, names)}", file=sys.stderr, flush=True)
-            os.kill(pid, signal.SIGKILL)
+        time.sleep(max(0.0, min(POLL_SECONDS, next_log - time.time(),
+                                start + timeout - time.time())))
+        if not is_worker(pid, start_time):
             return
-        print(waiting_message(me, missing, waited, timeout), file=sys.stderr, flush=True)
+        now = time.time()
+        if now - start >= timeout:
+            missing = unreachable(peers)
+            names = ", ".join(missing) or "the other workers to join the cluster"
+            if is_worker(pid, start_time):
+                print(f"error: {gave_up_message(me, timeout, names)}", file=sys.stderr,
+                      flush=True)
+                _kill(pid, start_time)
+            return
+        if now >= next_log:
+            missing = unreachable(peers)
+            if not is_worker(pid, start_time):
+                return
+            print(waiting_message(me, missing, now - start, timeout), file=sys.stderr,
+                  flush=True)
+            next_log += interval
 
 
 if __name__ == "__main__":
     args = json.loads(sys.argv[1])
-    watch(args["pid"], args["me"], args["peers"], args["timeout"], args["interval"])
+    _die_with_parent()
+    watch(args["pid"], args["me"], args["peers"], args["timeout"], args["interval"],
+          args.get("start_time"))

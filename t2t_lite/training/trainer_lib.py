@@ -26,7 +26,6 @@ import dataclasses
 import inspect
 import os
 import random
-import re
 import shutil
 import time
 import zlib
@@ -47,15 +46,19 @@ from t2t_lite.evaluation import metrics as metrics_lib
 from t2t_lite.hparams import HParams, create_hparams
 from t2t_lite.layers import common_layers
 from t2t_lite.training import divergence_guard, optimize, run_card, summaries, warm_start
+from t2t_lite.training.cluster_agreement import hparams_fingerprint
 from t2t_lite.training.distribution import (  # noqa: F401 (create_strategy: trainer_lib's API)
     StopSignals,
+    agree_across_workers,
     create_preemption_handler,
     create_strategy,
     is_chief,
+    is_multi_worker,
     leave_cluster,
+    lost_workers_are_one_line,
     stop_preemption_watchers,
     task_name,
-    tf_config,
+    worker_scratch_dir,
 )
 from t2t_lite.utils import checkpoint_guard, precision, progress, run_lock, run_metadata, validation
 
@@ -197,6 +200,13 @@ class Trainer:
                                         self.config.output_dir)
         return self._writers[name]
 
+    def _flush_summaries(self) -> None:
+        """Writes out the events still buffered (before a multi-worker stop, whose process
+        exits without the interpreter's teardown); a failing disk is reported elsewhere."""
+        for writer in self._writers.values():
+            with contextlib.suppress(tf.errors.OpError):
+                writer.flush()
+
     @property
     def _train_writer(self):
         return self._writer(TRAIN)
@@ -230,11 +240,10 @@ class Trainer:
             # rotates them all and never saves over them from step 0.
             checkpoint_guard.repair_state_file(directory)
         if not self.chief:
-            # Every MultiWorkerMirrored worker must save; only the chief's copy is kept.
-            task = tf_config().get("task", {})
-            directory = os.path.join(
-                directory, "tmp_worker", f"{task.get('type')}_{task.get('index')}"
-            )
+            # Every MultiWorkerMirrored worker must save; only the chief's copy is kept. The
+            # others write theirs to local scratch, never to the shared output_dir (whose
+            # space, or a full disk, is the chief's).
+            directory = worker_scratch_dir()
         return tf.train.CheckpointManager(
             self._checkpoint(iterator), directory, max_to_keep=self.config.keep_checkpoint_max,
             checkpoint_name=CHECKPOINT_PREFIX,
@@ -323,8 +332,6 @@ class Trainer:
         if not self.chief:
             # A non-chief worker's copy is written only because saving is a collective.
             shutil.rmtree(os.path.dirname(path), ignore_errors=True)
-            with contextlib.suppress(OSError):  # other workers' copies may still be there
-                os.rmdir(os.path.dirname(os.path.dirname(path)))
         else:
             logging.info("Saved checkpoint %s", path)
 
@@ -344,8 +351,7 @@ class Trainer:
     @property
     def multi_worker(self) -> bool:
         """Whether this process is one of several MultiWorkerMirroredStrategy workers."""
-        return (isinstance(self.strategy, tf.distribute.MultiWorkerMirroredStrategy)
-                and bool(self.strategy.cluster_resolver.cluster_spec().jobs))
+        return is_multi_worker(self.strategy)
 
     def _task(self) -> str:
         resolver = self.strategy.cluster_resolver
@@ -399,36 +405,16 @@ class Trainer:
                 cause = f"{signals.name} received"
             else:
                 cause = "another worker received a stop signal (SIGTERM or SIGINT)"
+            self._flush_summaries()
             leave_cluster(self.strategy)
             raise RunStopped(
                 f"{cause}: all workers saved {path} at step {self.step}; start every worker "
                 f"again with the same command to resume at step {self.step}",
-                signals.exit_code, label="stopped")
+                signals.exit_code, label="stopped", exit_now=True)
 
         return create_preemption_handler(
             self.strategy, signals, lambda: self._save_unless_saved(manager), stop,
-            os.path.join(self.config.output_dir, "tmp_worker", "none"))
-
-    @contextlib.contextmanager
-    def _lost_worker_is_one_line(self, manager: tf.train.CheckpointManager):
-        """Turns the collective errors of a worker that died into one line naming it, the
-        last checkpoint and how to restart."""
-        try:
-            yield
-        except (tf.errors.UnavailableError, tf.errors.AbortedError, tf.errors.CancelledError,
-                tf.errors.DeadlineExceededError, tf.errors.InternalError) as e:
-            if not self.multi_worker:
-                raise
-            me = self._task().replace(" ", ":")
-            lost = sorted({f"{job} {task}" for job, task in re.findall(
-                r"/job:(\w+)/replica:\d+/task:(\d+)", str(e)) if f"{job}:{task}" != me})
-            latest = checkpoint_guard.newest_good_checkpoint(self.config.output_dir)
-            saved = (f"the last checkpoint is {latest} (step {latest.rsplit('-', 1)[1]})"
-                     if latest else "no checkpoint was saved yet")
-            raise RunStopped(
-                f"lost contact with {' and '.join(lost) or 'another worker'} during step "
-                f"{self.step + 1} ({type(e).__name__}); {self._task()} stops: {saved}; start "
-                "every worker again with the same command to resume there", 1) from None
+            os.path.join(worker_scratch_dir(), "preemption_bookkeeping"))
 
     # --- Data ---------------------------------------------------------------------------------
     def distributed_dataset(self, mode: str):
@@ -573,7 +559,8 @@ class Trainer:
         stats = summaries.TrainingStats(step)
         started = (step, time.time())  # for the run card
         self._stops_early = stop_when is not None  # the progress lines' ETA is an upper bound
-        with StopSignals() as signals, self._lost_worker_is_one_line(manager):
+        with StopSignals() as signals, lost_workers_are_one_line(
+                self.strategy, self.config.output_dir, lambda: self.step, self._flush_summaries):
             preemption = self._preemption_handler(manager, signals) if self.multi_worker else None
             last = self._train_loop(steps, iterator, manager, stats, eval_every, stop_when,
                                     after_eval, signals, preemption)
@@ -966,6 +953,12 @@ def create_trainer(
     def model_fn():
         return model_cls(hparams, input_vocab, vocab["targets"])
 
+    # Every worker builds the same model from the same hparams (hparams.json included), and
+    # all have passed their own checks, before the model's variables (collectives) exist.
+    agree_across_workers(
+        strategy or tf.distribute.get_strategy(), "hparams", hparams_fingerprint(hparams.values()),
+        "every worker must resolve the same hparams: start them all with the same --hparams_set "
+        "and --hparams, and one shared --output_dir (its hparams.json)")
     trainer = Trainer(model_fn, hparams, problem, data_dir, config, strategy)
     if warm_start_from and not checkpoint_guard.checkpoints_newest_first(config.output_dir):
         warm_start.warm_start(trainer.model, warm_start_from, allow_partial=warm_start_partial)
@@ -986,6 +979,9 @@ def create_trainer(
     checkpoint_guard.remove_temp_folders(config.output_dir, CHECKPOINT_PREFIX)
     run_metadata.save_hparams(config.output_dir, hparams)
     run_metadata.save_inputs(config.output_dir, inputs)
+    if changes is not None:
+        changes = run_card.with_replicas_change(config.output_dir, problem, hparams,
+                                                trainer.strategy.num_replicas_in_sync, changes)
     run_card.record_setup(config.output_dir, problem, model_name, hparams_set,
                           hparams_overrides, hparams, trainer.strategy.num_replicas_in_sync,
                           training=True)
@@ -999,13 +995,3 @@ def create_trainer(
 def _newest_name(path: str) -> str:
     """How errors name the checkpoint a run resumes from."""
     return f"{path} (the newest checkpoint of --output_dir)"
-
-
-def setup_determinism(random_seed: int | None, deterministic: bool) -> None:
-    """Seeds everything (--random_seed) and enables op determinism (--deterministic)."""
-    if deterministic and random_seed is None:
-        raise UserError("--deterministic needs --random_seed (e.g. --random_seed=1)")
-    if random_seed is not None:
-        keras.utils.set_random_seed(random_seed)
-    if deterministic:
-        tf.config.experimental.enable_op_determinism()
