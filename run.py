@@ -22,6 +22,7 @@ from absl import app
 
 from t2t_lite import flags as t2t_flags
 from t2t_lite import quiet_start, registry
+from t2t_lite.bin import early_checks
 from t2t_lite.errors import report_user_errors
 
 FLAGS = t2t_flags.FLAGS
@@ -78,6 +79,7 @@ def _main(argv):
     # A mode's return value is its result (for library callers), never the exit status.
     with report_user_errors(debug=FLAGS.debug):
         check_names(FLAGS)
+        early_checks.check(mode, FLAGS)
         if needs_tensorflow(mode, FLAGS):
             quiet_start.import_tensorflow()
         module_name, function_name = MODE_FUNCTIONS[mode].split(":")
