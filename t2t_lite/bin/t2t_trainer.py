@@ -18,6 +18,7 @@ from t2t_lite.bin.early_checks import datagen_command
 from t2t_lite.data_generators import datagen
 from t2t_lite.decoding import runs
 from t2t_lite.errors import UserError
+from t2t_lite.training import learning_rate
 from t2t_lite.training.trainer_lib import (
     EVAL,
     TRAIN,
@@ -151,6 +152,10 @@ def main(flags_obj: Any, mode: str) -> dict[str, float]:
     setup_determinism(flags_obj.random_seed, flags_obj.deterministic)
     splits = {"train": (TRAIN,), "eval": (EVAL,), "train_and_eval": (TRAIN, EVAL)}[mode]
     trainer = build_trainer(flags_obj, strategy, lock=mode != "eval", data_splits=splits)
+    if mode != "eval" and trainer.chief and trainer.step < trainer.config.train_steps:
+        warning = learning_rate.short_run_warning(trainer.hparams, trainer.config.train_steps)
+        if warning:
+            logging.warning("%s", warning)
     try:
         with validation.explain_ids_out_of_vocab(
                 f"the data in --data_dir={flags_obj.data_dir}",

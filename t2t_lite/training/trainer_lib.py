@@ -57,11 +57,14 @@ from t2t_lite.training.distribution import (  # noqa: F401 (create_strategy: tra
     tf_config,
 )
 from t2t_lite.utils import checkpoint_guard, precision, progress, run_lock, run_metadata, validation
+from t2t_lite.utils import progress as progress_lib  # `progress` is a flag in _train_loop
 
 TRAIN, EVAL = "train", "eval"
 CHECKPOINT_PREFIX = "ckpt"
 # t2t's `eval_autoregressive` decodes this many steps beyond the input length.
 AUTOREGRESSIVE_EVAL_DECODE_LENGTH = 50
+# The first progress line comes this long after the first step, whatever the cadence.
+FIRST_REPORT_SECS = progress.LOG_INTERVAL_SECS
 
 
 @dataclasses.dataclass
@@ -577,6 +580,7 @@ class Trainer:
         config = self.config
         step = self.step
         last = {}
+        began, first_step, report_at = time.time(), step + 1, None
         while step < config.train_steps:
             # t2t writes its summaries at the progress steps: the gradients of those steps.
             progress = ((step + 1) % config.log_step_count_steps == 0
@@ -591,6 +595,16 @@ class Trainer:
                 self.check_finite(manager, weights=save or evaluate)
             if progress:
                 last = self._log_progress(stats, step, out.get("grads"))
+                report_at = None
+            if step == first_step:  # a timed report follows unless this step logged one
+                timed = not (progress or self.multi_worker)  # workers log at the same steps
+                logging.info("%s", progress_lib.first_step_line(
+                    step, config.train_steps, time.time() - began, config.log_step_count_steps,
+                    FIRST_REPORT_SECS if timed else None))
+                report_at = time.time() + FIRST_REPORT_SECS if timed else None
+            elif report_at is not None and time.time() >= report_at:
+                last = self._log_progress(stats, step)  # the time-based first report
+                report_at = None
             stop = False
             if evaluate:
                 results = self.evaluate()
