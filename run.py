@@ -81,6 +81,7 @@ def _main(argv):
     with report_user_errors(debug=FLAGS.debug):
         check_names(FLAGS)
         early_checks.check(mode, FLAGS)
+        quiet_start.drop_routine_info_lines()
         if needs_tensorflow(mode, FLAGS):
             quiet_start.import_tensorflow()
         module_name, function_name = MODE_FUNCTIONS[mode].split(":")

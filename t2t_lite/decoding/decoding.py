@@ -857,5 +857,7 @@ def report_bleu(reference: str, decodes_file: str, output_dir: str | None,
         bleu = 100 * float(bleu_hook.bleu_wrapper(reference, decodes_file))
         writer = tf.summary.create_file_writer(os.path.join(output_dir, summaries_log_dir))
         with writer.as_default():
-            tf.summary.scalar("BLEU", bleu, step=_checkpoint_step(checkpoint))
+            # The reference named in the summary: `--mode=plot` says which file was scored.
+            tf.summary.scalar("BLEU", bleu, step=_checkpoint_step(checkpoint),
+                              description=reference)
         writer.close()

@@ -13,6 +13,8 @@ per batch.
 """
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import tensorflow as tf
 
@@ -321,3 +323,23 @@ class EvalMetrics:
         return {
             metric_name(self.problem_name, m): mean.result() for m, mean in self._means.items()
         }
+
+
+def eval_line(step: int, results: dict[str, float]) -> str:
+    """The log line of an evaluation, `Eval at step N: accuracy = 0.9712, ..., loss = 0.1234
+    (metrics-<problem>/targets/)`: the metrics' common prefix said once, at the end, so that
+    the line stays short (t2t's full names are over 300 characters for four metrics).
+
+    Args:
+      step: the global step evaluated.
+      results: metric name -> value (t2t's names, and "loss").
+    """
+    prefixed = [name for name in results if "/" in name]
+    prefix = ""
+    if prefixed:
+        common = os.path.commonprefix([name.rsplit("/", 1)[0] + "/" for name in prefixed])
+        prefix = common[: common.rfind("/") + 1]
+    values = ", ".join(f"{name.removeprefix(prefix)} = {value:.4f}"
+                       for name, value in sorted(results.items()))
+    return f"Eval at step {step}: {values}" + (f" ({prefix})" if prefix else "")
+

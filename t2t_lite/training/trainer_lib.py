@@ -786,10 +786,7 @@ class Trainer:
         step = self.step
         results = {"loss": float(np.mean(batch_losses)) if batch_losses else 0.0}
         results.update(self.eval_metrics.results())
-        logging.info(
-            "Eval at step %d: %s", step,
-            ", ".join(f"{k} = {v:.4f}" for k, v in sorted(results.items())),
-        )
+        logging.info("%s", metrics_lib.eval_line(step, results))
         summaries.write_scalars(self._eval_writer, results, step)
         if self.chief:
             run_card.record_eval(self.config.output_dir, step, results)
