@@ -193,3 +193,83 @@ def test_a_failing_datagen_leaves_no_empty_data_dir(tmp_path):
     with pytest.raises(UserError):
         datagen.generate_locked(problem, str(tmp_path / "kept"), str(tmp_path / "tmp"))
     assert (tmp_path / "kept").is_dir()
+
+
+# ------------------------------------------------------------------ pictures and log lines
+def test_bleu_picture_names_the_file_scored(tmp_path):
+    import tensorflow as tf
+
+    from t2t_lite.visualization import plots
+
+    writer = tf.summary.create_file_writer(str(tmp_path / "decode"))
+    with writer.as_default():  # as decoding.report_bleu writes it
+        tf.summary.scalar("BLEU", 12.5, step=300, description="/data/newstest2014.de")
+    writer.close()
+    title, curves = plots.bleu_curves(str(tmp_path), [], [(300, 12.5)])
+    assert title == "BLEU of the decodes"  # not "Dev": a test file was scored
+    assert curves == {"--mode=decode against newstest2014.de": [(300, 12.5)]}
+    title, curves = plots.bleu_curves(str(tmp_path), [(100, 3.0)], [])
+    assert title == "Dev BLEU (train_eval_and_decode)"
+    assert curves == {"dev set (train_eval_and_decode)": [(100, 3.0)]}
+
+
+def _saved_figures(monkeypatch) -> list:
+    import matplotlib.figure
+
+    saved = []
+    original = matplotlib.figure.Figure.savefig
+
+    def savefig(figure, *args, **kwargs):
+        saved.append(figure)
+        return original(figure, *args, **kwargs)
+
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", savefig)
+    return saved
+
+
+def test_a_one_point_curve_shows_its_value_and_heatmaps_have_a_colour_bar(
+        tmp_path, monkeypatch):
+    import numpy as np
+
+    from t2t_lite.visualization import attention_viz, plots
+    from tests.conftest import require_extra
+
+    require_extra("matplotlib", "viz")
+    saved = _saved_figures(monkeypatch)
+    plots._line_plot(plots._pyplot(), str(tmp_path / "one.png"), "t", "BLEU",
+                     {"decode": [(300, 12.5)]})
+    assert [text.get_text() for text in saved[0].axes[0].texts] == ["12.5"]
+    weights = {"encoder_self": np.full((2, 2, 3, 3), 1 / 3, np.float32)}
+    attention_viz.plot_attention(weights, ["a", "b", "<EOS>"], ["x"], str(tmp_path / "a"))
+    heads, bar = saved[1].axes[:4], saved[1].axes[4:]
+    assert len(heads) == 4 and len(bar) == 1 and bar[0].get_ylabel() == "attention weight"
+
+
+def test_eval_line_is_short_and_keeps_t2t_names_once():
+    from t2t_lite.evaluation import metrics
+
+    prefix = "metrics-algorithmic_identity_decimal40_small/targets/"
+    results = {"loss": 0.1058, prefix + "accuracy": 1.0, prefix + "accuracy_per_sequence": 1.0,
+               prefix + "accuracy_top5": 1.0, prefix + "neg_log_perplexity": -0.1058}
+    line = metrics.eval_line(750, results)
+    assert line == ("Eval at step 750: loss = 0.1058, accuracy = 1.0000, accuracy_per_sequence "
+                    "= 1.0000, accuracy_top5 = 1.0000, neg_log_perplexity = -0.1058 "
+                    f"({prefix})")
+    assert len(line) < 160
+    assert metrics.eval_line(3, {"loss": 2.0}) == "Eval at step 3: loss = 2.0000"
+
+
+def test_routine_tensorflow_info_lines_are_dropped(caplog):
+    import logging
+
+    from t2t_lite import quiet_start
+
+    quiet_start.drop_routine_info_lines()
+    absl_logger, board = logging.getLogger("absl"), logging.getLogger("tensorboard")
+    with caplog.at_level(logging.INFO):
+        absl_logger.info("Sharding callback duration: %s microseconds", 84295)
+        board.info("No path found after %s", "/run/events.out")
+        absl_logger.info("Saved checkpoint %s", "ckpt-2")
+        absl_logger.warning("Sharding callback duration: %s", "a warning still shows")
+    assert [r.getMessage() for r in caplog.records] == [
+        "Saved checkpoint ckpt-2", "Sharding callback duration: a warning still shows"]
