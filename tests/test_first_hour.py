@@ -125,8 +125,11 @@ def test_short_run_warning_names_the_rate_and_the_fix():
     assert learning_rate.short_run_warning(
         create_hparams("transformer_tiny", "learning_rate_schedule=constant"), 10) is None
     decaying = create_hparams("transformer_tiny", "learning_rate_schedule=constant*exp_decay,"
-                              "learning_rate_decay_steps=10,learning_rate_decay_rate=0.01")
-    assert "learning rate:" in learning_rate.short_run_warning(decaying, 1000)
+                              "learning_rate_warmup_steps=0,learning_rate_decay_steps=10,"
+                              "learning_rate_decay_rate=0.01")
+    warning = learning_rate.short_run_warning(decaying, 1000)
+    assert warning.startswith("learning rate: the schedule keeps the rate under a tenth of its "
+                              "peak (2 at step 0) for most of this run of 1000 steps")
 
 
 def test_no_warning_for_the_embedded_default_nor_the_recipes():
@@ -245,18 +248,23 @@ def test_a_one_point_curve_shows_its_value_and_heatmaps_have_a_colour_bar(
     assert len(heads) == 4 and len(bar) == 1 and bar[0].get_ylabel() == "attention weight"
 
 
-def test_eval_line_is_short_and_keeps_t2t_names_once():
+def test_eval_lines_are_short():
     from t2t_lite.evaluation import metrics
 
     prefix = "metrics-algorithmic_identity_decimal40_small/targets/"
     results = {"loss": 0.1058, prefix + "accuracy": 1.0, prefix + "accuracy_per_sequence": 1.0,
                prefix + "accuracy_top5": 1.0, prefix + "neg_log_perplexity": -0.1058}
-    line = metrics.eval_line(750, results)
-    assert line == ("Eval at step 750: loss = 0.1058, accuracy = 1.0000, accuracy_per_sequence "
-                    "= 1.0000, accuracy_top5 = 1.0000, neg_log_perplexity = -0.1058 "
-                    f"({prefix})")
-    assert len(line) < 160
-    assert metrics.eval_line(3, {"loss": 2.0}) == "Eval at step 3: loss = 2.0000"
+    assert metrics.eval_lines(750, results) == [
+        ("Eval at step 750: loss = 0.1058, accuracy = 1.0000, accuracy_per_sequence = 1.0000, "
+         "accuracy_top5 = 1.0000, neg_log_perplexity = -0.1058")]
+    translation = {prefix + name: 0.5 for name in (
+        "accuracy", "accuracy_per_sequence", "accuracy_top5", "approx_bleu_score",
+        "neg_log_perplexity", "rouge_2_fscore", "rouge_L_fscore")}
+    lines = metrics.eval_lines(4800, {"loss": 4.165, **translation})
+    assert [len(line) < 150 for line in lines] == [True, True]
+    assert lines[1].startswith("Eval at step 4800 (cont.): ")
+    assert ", ".join(line.split(": ", 1)[1] for line in lines).count(" = ") == 8
+    assert metrics.eval_lines(3, {"loss": 2.0}) == ["Eval at step 3: loss = 2.0000"]
 
 
 def test_routine_tensorflow_info_lines_are_dropped(caplog):

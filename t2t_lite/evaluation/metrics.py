@@ -325,21 +325,30 @@ class EvalMetrics:
         }
 
 
-def eval_line(step: int, results: dict[str, float]) -> str:
-    """The log line of an evaluation, `Eval at step N: accuracy = 0.9712, ..., loss = 0.1234
-    (metrics-<problem>/targets/)`: the metrics' common prefix said once, at the end, so that
-    the line stays short (t2t's full names are over 300 characters for four metrics).
+def eval_lines(step: int, results: dict[str, float], width: int = 150) -> list[str]:
+    """The log lines of an evaluation, `Eval at step N: loss = 0.1234, accuracy = 0.9712, ...`,
+    each under `width` characters (with t2t's full names seven metrics take 400): the
+    metrics' common `metrics-<problem>/targets/` prefix is left out (TensorBoard and the run
+    card keep the full names) and the values go on as many lines as they need.
 
     Args:
       step: the global step evaluated.
       results: metric name -> value (t2t's names, and "loss").
+      width: the longest line (a single value longer than that still gets its line).
+
+    Returns:
+      The lines; the first starts `Eval at step N: `, the others `Eval at step N (cont.): `.
     """
     prefixed = [name for name in results if "/" in name]
     prefix = ""
     if prefixed:
         common = os.path.commonprefix([name.rsplit("/", 1)[0] + "/" for name in prefixed])
         prefix = common[: common.rfind("/") + 1]
-    values = ", ".join(f"{name.removeprefix(prefix)} = {value:.4f}"
-                       for name, value in sorted(results.items()))
-    return f"Eval at step {step}: {values}" + (f" ({prefix})" if prefix else "")
-
+    lines = [f"Eval at step {step}:"]
+    for name, value in sorted(results.items()):
+        entry = f"{name.removeprefix(prefix)} = {value:.4f}"
+        if lines[-1].endswith(":") or len(lines[-1]) + len(entry) + 2 <= width:
+            lines[-1] += ("" if lines[-1].endswith(":") else ",") + " " + entry
+        else:
+            lines.append(f"Eval at step {step} (cont.): {entry}")
+    return lines

@@ -282,6 +282,9 @@ def short_run_warning(hparams: HParams, train_steps: int) -> str | None:
     Returns:
       The warning line, or None.
     """
+    if hparams.get("train_steps") is None:  # linear_decay and others read it, as in training
+        hparams = hparams.copy()
+        hparams.add_hparam("train_steps", train_steps)
     schedule = learning_rate_schedule(hparams)
     warmup = int(hparams.get("learning_rate_warmup_steps") or 0)
     accumulate = max(1, int(hparams_support.hparam(
@@ -292,12 +295,18 @@ def short_run_warning(hparams: HParams, train_steps: int) -> str | None:
     peak = max(rates)
     peak_step = samples[rates.index(peak)]
     last = float(schedule(max(0, train_steps - 1)))
-    during = [r for s, r in zip(samples, rates) if s < train_steps]
-    low = sorted(during)[len(during) // 2] < 0.1 * peak if during else False
-    if peak <= 0 or not ((peak_step > train_steps and last < 0.5 * peak) or low):
+    during = sorted(r for s, r in zip(samples, rates) if s < train_steps)
+    if peak <= 0:
         return None
-    return (f"learning rate: this run ends at step {train_steps} but the schedule peaks at "
-            f"step {peak_step} ({peak:.2g}; learning_rate_warmup_steps={warmup}): the rate "
-            f"reaches only {last:.2g} at the last step and the model may learn nothing; for a "
-            f"short run give --hparams=learning_rate_warmup_steps={max(1, train_steps // 5)} "
-            "(small data: docs/small_data.md)")
+    if peak_step > train_steps and last < 0.5 * peak:
+        return (f"learning rate: this run ends at step {train_steps} but the schedule peaks at "
+                f"step {peak_step} ({peak:.2g}; learning_rate_warmup_steps={warmup}): the rate "
+                f"reaches only {last:.2g} at the last step and the model may learn nothing; "
+                "for a short run give --hparams=learning_rate_warmup_steps="
+                f"{max(1, train_steps // 5)} (small data: docs/small_data.md)")
+    if during and during[len(during) // 2] < 0.1 * peak:
+        return (f"learning rate: the schedule keeps the rate under a tenth of its peak ({peak:.2g} "
+                f"at step {peak_step}) for most of this run of {train_steps} steps ({last:.2g} at "
+                f"the last step); check learning_rate_schedule={hparams.learning_rate_schedule} "
+                "and its decay hparams (small data: docs/small_data.md)")
+    return None

@@ -786,7 +786,8 @@ class Trainer:
         step = self.step
         results = {"loss": float(np.mean(batch_losses)) if batch_losses else 0.0}
         results.update(self.eval_metrics.results())
-        logging.info("%s", metrics_lib.eval_line(step, results))
+        for line in metrics_lib.eval_lines(step, results):
+            logging.info("%s", line)
         summaries.write_scalars(self._eval_writer, results, step)
         if self.chief:
             run_card.record_eval(self.config.output_dir, step, results)
