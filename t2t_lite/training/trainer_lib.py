@@ -602,6 +602,8 @@ class Trainer:
                     step, config.train_steps, time.time() - began, config.log_step_count_steps,
                     FIRST_REPORT_SECS if timed else None))
                 report_at = time.time() + FIRST_REPORT_SECS if timed else None
+                if timed:
+                    stats.flush(step)  # the next line's steps/s and ETA leave the tracing out
             elif report_at is not None and time.time() >= report_at:
                 last = self._log_progress(stats, step)  # the time-based first report
                 report_at = None
