@@ -560,6 +560,8 @@ class Trainer:
             (update, grads): self._make_train_step(iterator.element_spec, update, grads)
             for update in (True, False) for grads in {False, bool(summarize_grads)}}
         stats = summaries.TrainingStats(step)
+        logging.info("Training from step %d to %d (the first step traces and compiles the "
+                     "model: it takes longest)", step, config.train_steps)
         started = (step, time.time())  # for the run card
         self._stops_early = stop_when is not None  # the progress lines' ETA is an upper bound
         with StopSignals() as signals, self._lost_worker_is_one_line(manager):
