@@ -88,6 +88,15 @@ def test_a_second_run_on_a_locked_output_dir_is_refused_in_seconds(tmp_path, no_
     assert time.time() - start < 60  # TensorFlow was never imported: the fake one would fail
 
 
+def test_the_embedded_default_run_checks_its_lock_before_tensorflow(tmp_path, no_tensorflow):
+    run_dir = tmp_path / "t2t_train" / "algorithmic_identity_decimal40_small" / "transformer_tiny"
+    run_dir.mkdir(parents=True)
+    holder = {"host": socket.gethostname(), "pid": os.getpid(), "start_time": time.time()}
+    (run_dir / "run.lock").write_text(json.dumps(holder))
+    line = error_line(_run(tmp_path, no_tensorflow))
+    assert line.startswith(f"error: {run_dir} is in use by another run (pid {os.getpid()} ")
+
+
 def test_decode_without_a_checkpoint_is_refused(tmp_path, no_tensorflow):
     (tmp_path / "run").mkdir()
     line = error_line(_run(tmp_path, no_tensorflow, "--mode=decode", "--problem=translate_files",

@@ -127,7 +127,11 @@ def check(mode: str, flags_obj: Any) -> None:
     Raises:
       UserError (or the library's one-line errors): the first mistake found.
     """
-    if mode in TRAINING_MODES or mode == "eval":
+    if mode == "default" and _single_process():
+        from t2t_lite.bin import default_run
+
+        run_lock.refuse_if_held(default_run.output_dir(flags_obj))
+    elif mode in TRAINING_MODES or mode == "eval":
         _check_training(mode, flags_obj)
     elif mode in CHECKPOINT_MODES and not flags_obj.checkpoint_path:
         if mode == "decode" and flags_obj.decode_engine == "ctranslate2":
