@@ -23,7 +23,6 @@ from absl import flags as absl_flags
 
 from t2t_lite import flags as t2t_flags
 from t2t_lite import quiet_start, registry
-from t2t_lite.bin import early_checks
 from t2t_lite.errors import one_line, report_user_errors
 
 FLAGS = t2t_flags.FLAGS
@@ -43,6 +42,10 @@ MODE_FUNCTIONS = {
     "plot": "t2t_lite.bin.t2t_plot:main",
     "attention": "t2t_lite.bin.t2t_attention:main",
 }
+
+
+# What needs no TensorFlow, checked before it is imported (a tool, imported like the modes).
+EARLY_CHECKS = "t2t_lite.bin.early_checks"
 
 
 def resolve_mode(flags_obj) -> str:
@@ -80,7 +83,7 @@ def _main(argv):
     # A mode's return value is its result (for library callers), never the exit status.
     with report_user_errors(debug=FLAGS.debug):
         check_names(FLAGS)
-        early_checks.check(mode, FLAGS)
+        importlib.import_module(EARLY_CHECKS).check(mode, FLAGS)
         quiet_start.drop_routine_info_lines()
         if needs_tensorflow(mode, FLAGS):
             quiet_start.import_tensorflow()
