@@ -19,10 +19,11 @@ import sys
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from absl import app
+from absl import flags as absl_flags
 
 from t2t_lite import flags as t2t_flags
 from t2t_lite import quiet_start, registry
-from t2t_lite.errors import report_user_errors
+from t2t_lite.errors import one_line, report_user_errors
 
 FLAGS = t2t_flags.FLAGS
 
@@ -43,6 +44,10 @@ MODE_FUNCTIONS = {
     "serve": "t2t_lite.bin.t2t_server:serve",
     "query": "t2t_lite.bin.t2t_server:query",
 }
+
+
+# What needs no TensorFlow, checked before it is imported (a tool, imported like the modes).
+EARLY_CHECKS = "t2t_lite.bin.early_checks"
 
 
 def resolve_mode(flags_obj) -> str:
@@ -80,6 +85,8 @@ def _main(argv):
     # A mode's return value is its result (for library callers), never the exit status.
     with report_user_errors(debug=FLAGS.debug):
         check_names(FLAGS)
+        importlib.import_module(EARLY_CHECKS).check(mode, FLAGS)
+        quiet_start.drop_routine_info_lines()
         if needs_tensorflow(mode, FLAGS):
             quiet_start.import_tensorflow()
         module_name, function_name = MODE_FUNCTIONS[mode].split(":")
@@ -98,10 +105,27 @@ def _describe_flags_in_help() -> None:
         FLAGS.register_key_flag_for_module(sys.argv[0], flag)
 
 
+def parse_flags(argv: list[str]) -> list[str]:
+    """absl's flag parsing, answered as run.py's other errors: a bad flag is one line,
+    `error: ...` with absl's close-name suggestion, exit 1; `--help` (and absl's other help
+    flags, which exit 1 after printing) exits 0.
+
+    Returns:
+      The arguments left after the flags.
+    """
+    try:
+        return FLAGS(argv)
+    except absl_flags.Error as e:
+        print(f"error: {one_line(e)} (python run.py --help lists the flags)", file=sys.stderr)
+        sys.exit(1)
+    except SystemExit as e:  # only the help flags exit while flags are parsed
+        sys.exit(0 if e.code == 1 else e.code)
+
+
 def main():
     """Console-script entry point (`t2t-lite`)."""
     _describe_flags_in_help()
-    app.run(_main, argv=sys.argv)
+    app.run(_main, argv=sys.argv, flags_parser=parse_flags)
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import glob
+import logging
 import os
 import re
 import sys
@@ -108,3 +109,24 @@ def import_tensorflow():
 
             tf.config.list_physical_devices()
     return tf
+
+
+# INFO lines of TensorFlow and TensorBoard that come with every checkpoint save and every
+# read of an event directory, about their own work: dropped by `drop_routine_info_lines`.
+ROUTINE_INFO_LINES = (
+    "Sharding callback duration: ",  # tf.train.Checkpoint, every save
+    "No path found after ",  # TensorBoard's directory watcher, reading events (--mode=plot)
+)
+
+
+def _not_routine(record: logging.LogRecord) -> bool:
+    return record.levelno > logging.INFO or not str(record.msg).startswith(ROUTINE_INFO_LINES)
+
+
+def drop_routine_info_lines() -> None:
+    """Drops the `ROUTINE_INFO_LINES` from the absl and TensorBoard loggers (those INFO
+    records only; every warning and every other line still shows). Idempotent."""
+    for name in ("absl", "tensorboard"):
+        logger = logging.getLogger(name)
+        if _not_routine not in logger.filters:
+            logger.addFilter(_not_routine)

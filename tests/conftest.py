@@ -90,12 +90,13 @@ def tiny_run_data_dir(tmp_path_factory):
 @pytest.fixture(scope="session")
 def tiny_run_trained(tiny_run_data_dir):
     """A run.py training run of 4 steps with checkpoints at steps 2 and 4, once per session
-    (tests copy it before changing it)."""
+    (tests copy it before changing it); its stderr is in `trained.stderr` beside it."""
     from tests.run_py import run, steps, train_flags
 
     output_dir = tiny_run_data_dir.parent / "trained"
     result = run(*train_flags(tiny_run_data_dir, output_dir, "--train_steps=4"),
                  cwd=tiny_run_data_dir.parent)
     assert result.returncode == 0, result.stderr[-3000:]
+    (output_dir.parent / "trained.stderr").write_text(result.stderr, encoding="utf-8")
     assert steps(output_dir) == [2, 4]
     return output_dir

@@ -82,7 +82,7 @@ def reference(corpus):
     data_dir = corpus / "reference"
     result = _datagen(corpus, data_dir.name)
     assert result.returncode == 0, result.stderr[-3000:]
-    assert "done in" in result.stdout and "train 240 examples in 100 shard(s)" in result.stdout
+    assert "done in" in result.stdout and "train 240 examples in 3 shard(s)" in result.stdout
     return _contents(data_dir)
 
 
@@ -90,7 +90,7 @@ def test_relative_source_files_are_read_from_the_current_directory(reference):
     # The vocab was built from ./tr.en, not from the decoy raw/tr.en.
     assert "decoyword" not in reference["vocab"]
     assert len(reference["train"]) == 240 and len(reference["dev"]) == 30
-    assert reference["train shards"] == 100 and reference["leftovers"] == []
+    assert reference["train shards"] == 3 and reference["leftovers"] == []
 
 
 @pytest.mark.slow
@@ -122,7 +122,7 @@ def test_training_refuses_the_data_of_a_datagen_killed_in_the_shuffle(corpus):
     assert result.returncode == 1
     lines = result.stderr.strip().split("\n")
     assert lines[-1] == (
-        f"error: The train split of translate_files in {data_dir.name} is incomplete: 1 of 100 "
+        f"error: The train split of translate_files in {data_dir.name} is incomplete: 1 of 3 "
         "shards and no completion marker (an interrupted datagen?); datagen completes it: "
         f"python run.py --mode=datagen --problem=translate_files --data_dir={data_dir.name}")
     assert "Traceback" not in result.stderr
@@ -138,7 +138,7 @@ def _copy_data(source, target):
 def test_a_truncated_shard_is_named_before_training(corpus, reference):
     data_dir = corpus / "truncated"
     _copy_data(corpus / "reference", data_dir)
-    shard = data_dir / "translate_files-train-00042-of-00100"
+    shard = data_dir / "translate_files-train-00002-of-00003"
     shard.write_bytes(shard.read_bytes()[:100])
     problem = registry.problem(PROBLEM)
     with pytest.raises(DataError, match=rf"{shard} has 100 bytes where datagen wrote \d+"):
@@ -154,24 +154,24 @@ def test_a_truncated_shard_without_marker_is_named_when_read(corpus, reference):
     _copy_data(corpus / "reference", data_dir)
     for marker in data_dir.glob("*.complete.json"):
         marker.unlink()
-    shard = data_dir / "translate_files-train-00007-of-00100"
+    shard = data_dir / "translate_files-train-00001-of-00003"
     shard.write_bytes(shard.read_bytes()[:-5])
     result = _run(corpus, "--mode=train", f"--problem={PROBLEM}", f"--data_dir={data_dir.name}",
                   "--output_dir=t2t_style_run", "--hparams_set=transformer_tiny",
                   "--train_steps=40", "--hparams=batch_size=128")
     assert result.returncode == 1, result.stderr[-3000:]
     assert result.stderr.strip().split("\n")[-1].startswith(
-        f"error: Damaged data: {data_dir.name}/translate_files-train-00007-of-00100: "
+        f"error: Damaged data: {data_dir.name}/translate_files-train-00001-of-00003: "
         "truncated TFRecord")
     assert "no datagen completion marker for the train split" in result.stderr
 
 
 def test_marker_lists_every_shard_with_size_and_records(corpus, reference):
     marker = json.loads((corpus / "reference" / "translate_files.train.complete.json").read_text())
-    assert marker["split"] == "train" and len(marker["shards"]) == 100
+    assert marker["split"] == "train" and len(marker["shards"]) == 3
     assert sum(shard["records"] for shard in marker["shards"]) == 240
     first = marker["shards"][0]
-    assert first["name"] == "translate_files-train-00000-of-00100"
+    assert first["name"] == "translate_files-train-00000-of-00003"
     assert first["bytes"] == (corpus / "reference" / first["name"]).stat().st_size
 
 

@@ -28,11 +28,6 @@ from typing import Any
 from absl import logging
 
 from t2t_lite import registry
-from t2t_lite.data_generators import datagen
-from t2t_lite.data_generators.problem import ModeKeys
-from t2t_lite.evaluation import metrics
-from t2t_lite.training import distribution, trainer_lib
-from t2t_lite.utils import validation
 
 DEFAULT_PROBLEM = "algorithmic_identity_decimal40_small"
 DEFAULT_HPARAMS_SET = "transformer_tiny"
@@ -57,7 +52,17 @@ def _given(flags_obj: Any, name: str) -> bool:
         return bool(getattr(flags_obj, name, None))
 
 
+def output_dir(flags_obj: Any) -> str:
+    """The run's directory: --output_dir, else ./t2t_train/<problem>/<hparams set>."""
+    return os.path.expanduser(
+        getattr(flags_obj, "output_dir", None)
+        or os.path.join(os.getcwd(), "t2t_train", DEFAULT_PROBLEM, DEFAULT_HPARAMS_SET))
+
+
 def _ensure_data(problem, data_dir: str, tmp_dir: str) -> None:
+    from t2t_lite.data_generators import datagen
+    from t2t_lite.data_generators.problem import ModeKeys
+
     try:
         problem.data_filenames(data_dir, ModeKeys.TRAIN)
         problem.data_filenames(data_dir, ModeKeys.EVAL)
@@ -79,17 +84,18 @@ def main(flags_obj: Any) -> dict[str, float]:
     Returns:
       The final evaluation results.
     """
+    # Imported here: run.py's checks read this module's names before TensorFlow is imported.
+    from t2t_lite.evaluation import metrics
+    from t2t_lite.training import distribution, trainer_lib
+    from t2t_lite.utils import validation
+
     start = time.time()
     logging.set_verbosity(logging.INFO)
     problem = registry.problem(DEFAULT_PROBLEM)
-    cwd = os.getcwd()
     data_dir = os.path.expanduser(
-        getattr(flags_obj, "data_dir", None) or os.path.join(cwd, "t2t_data", DEFAULT_PROBLEM)
-    )
-    output_dir = os.path.expanduser(
-        getattr(flags_obj, "output_dir", None)
-        or os.path.join(cwd, "t2t_train", DEFAULT_PROBLEM, DEFAULT_HPARAMS_SET)
-    )
+        getattr(flags_obj, "data_dir", None)
+        or os.path.join(os.getcwd(), "t2t_data", DEFAULT_PROBLEM))
+    run_dir = output_dir(flags_obj)
     _ensure_data(problem, data_dir, getattr(flags_obj, "tmp_dir", None) or "/tmp/t2t_datagen")
 
     seed = getattr(flags_obj, "random_seed", None)
@@ -100,7 +106,7 @@ def main(flags_obj: Any) -> dict[str, float]:
     if getattr(flags_obj, "hparams", ""):
         overrides += "," + flags_obj.hparams
     config = trainer_lib.RunConfig(
-        output_dir=output_dir,
+        output_dir=run_dir,
         train_steps=flags_obj.train_steps if _given(flags_obj, "train_steps")
         else MAX_TRAIN_STEPS,
         eval_steps=0,
@@ -124,18 +130,20 @@ def main(flags_obj: Any) -> dict[str, float]:
 
     print(f"Training {DEFAULT_HPARAMS_SET} on {DEFAULT_PROBLEM} (CPU overrides: "
           f"{overrides}) until {TARGET_METRIC} >= {TARGET_ACCURACY:.0%} or step "
-          f"{config.train_steps}; checkpoints in {output_dir}", flush=True)
+          f"{config.train_steps}; checkpoints in {run_dir}", flush=True)
     results = trainer.evaluate() if trainer.restore() else {}
     if not reached(results):
         trainer.train(eval_every=config.local_eval_frequency, stop_when=reached)
         results = trainer.last_eval_results
-    _report(trainer, results, metric, output_dir, time.time() - start)
+    _report(trainer, results, metric, run_dir, time.time() - start)
     return results
 
 
 def _report(trainer, results: dict[str, float], metric: str, output_dir: str,
             elapsed: float) -> None:
-    eval_batch = next(iter(trainer.distributed_dataset(trainer_lib.EVAL)))
+    from t2t_lite.training.trainer_lib import EVAL
+
+    eval_batch = next(iter(trainer.distributed_dataset(EVAL)))
     print("\nGreedy decodes of dev examples (inputs -> outputs | targets):")
     examples = trainer.decode_examples(eval_batch, NUM_DECODES)
     trainer.summarize_decodes(examples, trainer.step)

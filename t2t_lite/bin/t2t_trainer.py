@@ -13,6 +13,8 @@ import tensorflow as tf
 from absl import logging
 
 from t2t_lite import registry
+from t2t_lite.bin.early_checks import check_training_flags as check_flags
+from t2t_lite.bin.early_checks import datagen_command
 from t2t_lite.data_generators import datagen
 from t2t_lite.decoding import runs
 from t2t_lite.errors import UserError
@@ -23,6 +25,7 @@ from t2t_lite.training.distribution import (
     peers_lost_before_training,
     setup_determinism,
 )
+from t2t_lite.training import learning_rate
 from t2t_lite.training.trainer_lib import (
     EVAL,
     TRAIN,
@@ -78,24 +81,6 @@ def with_run_names(flags_obj: Any) -> Any:
     return types.SimpleNamespace(**values)
 
 
-def check_flags(flags_obj: Any) -> None:
-    """Refuses missing or out-of-range training flags before anything is built or written.
-
-    Raises:
-      UserError: naming the flag and its value.
-    """
-    for name in ("problem", "hparams_set", "output_dir", "data_dir"):
-        if not getattr(flags_obj, name):
-            raise UserError(f"--{name} is required for --mode=train/eval/train_and_eval")
-    validation.check_positive({
-        name: getattr(flags_obj, name, None)
-        for name in ("train_steps", "local_eval_frequency", "keep_checkpoint_max",
-                     "log_step_count_steps", "save_checkpoints_steps", "worker_gpu",
-                     "worker_replicas", "worker_startup_timeout_secs")})
-    validation.check_non_negative({"eval_steps": getattr(flags_obj, "eval_steps", None)})
-    validation.check_output_dir("output_dir", os.path.expanduser(flags_obj.output_dir))
-
-
 def build_trainer(flags_obj: Any, strategy: tf.distribute.Strategy,
                   lock: bool = False, data_splits: tuple[str, ...] = ()) -> Trainer:
     """Hparams (set -> output_dir/hparams.json -> --hparams), problem and model from flags.
@@ -118,9 +103,8 @@ def build_trainer(flags_obj: Any, strategy: tf.distribute.Strategy,
             "problem": flags_obj.problem, "model": flags_obj.model,
             "hparams_set": flags_obj.hparams_set})
     if not getattr(flags_obj, "generate_data", False) and not tf.io.gfile.isdir(data_dir):
-        raise UserError(f"--data_dir={flags_obj.data_dir}: no such directory (run "
-                        f"`run.py --mode=datagen --problem={flags_obj.problem} "
-                        f"--data_dir={flags_obj.data_dir}` first)")
+        raise UserError(f"--data_dir={flags_obj.data_dir}: no such directory (make the data "
+                        f"first: {datagen_command(flags_obj.problem, flags_obj.data_dir)})")
     if getattr(flags_obj, "generate_data", False):
         datagen.generate_locked(problem, data_dir, os.path.expanduser(flags_obj.tmp_dir))
     for split in data_splits:
@@ -184,6 +168,10 @@ def main(flags_obj: Any, mode: str) -> dict[str, float]:
             "start every worker with the same flags (only TF_CONFIG's task differs)")
         setup_determinism(flags_obj.random_seed, flags_obj.deterministic)
         trainer = build_trainer(flags_obj, strategy, lock=mode != "eval", data_splits=splits)
+    if mode != "eval" and trainer.chief and trainer.step < trainer.config.train_steps:
+        warning = learning_rate.short_run_warning(trainer.hparams, trainer.config.train_steps)
+        if warning:
+            logging.warning("%s", warning)
     try:
         with validation.explain_ids_out_of_vocab(
                 f"the data in --data_dir={flags_obj.data_dir}",

@@ -13,6 +13,7 @@ reproducible. `--max_cases` caps the examples written per split.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 from typing import Any
@@ -423,6 +424,7 @@ def generate_locked(problem, data_dir: str, tmp_dir: str,
 
     # Locked first, so that a second datagen refuses at once (hashing inputs takes a while).
     lock = run_lock.RunLock(data_dir, run_lock.DATAGEN_LOCK_NAME, "datagen", "--data_dir")
+    created = "://" not in data_dir and not os.path.isdir(data_dir)
     lock.acquire()
     readers = None
     try:
@@ -436,3 +438,6 @@ def generate_locked(problem, data_dir: str, tmp_dir: str,
         if readers is not None:
             os.close(readers)
         lock.release()
+        if created:  # a datagen that failed before writing leaves no empty data_dir behind
+            with contextlib.suppress(OSError):
+                os.rmdir(data_dir)

@@ -20,6 +20,7 @@ with the same sampling and a budget of 1 MB × the number of t2t corpora per lan
 """
 from __future__ import annotations
 
+import functools
 import gzip
 import os
 import shutil
@@ -36,6 +37,23 @@ from t2t_lite.data_generators.text_problems import CorpusError
 VOCAB_FILE_BYTE_BUDGET = 1e6
 _SPLIT_TAGS = {problem.DatasetSplit.TRAIN: "train", problem.DatasetSplit.EVAL: "dev"}
 _TFDS_SPLITS = {problem.DatasetSplit.TRAIN: "train", problem.DatasetSplit.EVAL: "validation"}
+
+
+# A train shard of the user's own files holds about this many lines (see dataset_splits):
+# few enough that a small corpus still has several shards (an interrupted datagen then shows
+# as missing shards even without its completion marker).
+LINES_PER_SHARD = 100
+
+
+@functools.cache
+def _count_lines(path: str) -> int:
+    """Lines of a local file (newlines, plus an unterminated last line)."""
+    count, last = 0, b"\n"
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            count += chunk.count(b"\n")
+            last = chunk[-1:]
+    return count + (last != b"\n")
 
 
 def _preprocess_sgm(line: str, is_sgm: bool) -> str | None:
@@ -229,6 +247,19 @@ class TranslateProblem(text_problems.Text2TextProblem):
                 # Relative to the current directory, as given on the command line (the vocab
                 # builder joins source names with tmp_dir; an absolute path stays itself).
                 self._user_files[split] = (os.path.abspath(src), os.path.abspath(tgt))
+
+    @property
+    def dataset_splits(self) -> list[dict]:
+        """t2t's shards (train 100, dev 1), with fewer train shards for the user's own small
+        training files: about `LINES_PER_SHARD` lines each (300 lines: 3 shards; 10,000 lines
+        and more: t2t's 100)."""
+        splits = super().dataset_splits
+        if problem.DatasetSplit.TRAIN not in self._user_files:
+            return splits
+        lines = _count_lines(self._user_files[problem.DatasetSplit.TRAIN][0])
+        fitting = max(1, -(-lines // LINES_PER_SHARD))
+        return [dict(s, shards=min(s["shards"], fitting))
+                if s["split"] == problem.DatasetSplit.TRAIN else s for s in splits]
 
     # Sources ---------------------------------------------------------------------------------
     def _compiled_base(self, tmp_dir: str, dataset_split: str) -> str:

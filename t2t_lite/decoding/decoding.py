@@ -944,5 +944,7 @@ def report_bleu(reference: str, decodes_file: str, output_dir: str | None,
         writer = tf.summary.create_file_writer(os.path.join(output_dir, summaries_log_dir))
         with writer.as_default():
             for name, value in scores.items():
-                tf.summary.scalar(name, value, step=_checkpoint_step(checkpoint))
+                # The reference named in the summary: `--mode=plot` says which file was scored.
+                tf.summary.scalar(name, value, step=_checkpoint_step(checkpoint),
+                                  description=reference)
         writer.close()

@@ -13,6 +13,8 @@ per batch.
 """
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import tensorflow as tf
 
@@ -321,3 +323,32 @@ class EvalMetrics:
         return {
             metric_name(self.problem_name, m): mean.result() for m, mean in self._means.items()
         }
+
+
+def eval_lines(step: int, results: dict[str, float], width: int = 150) -> list[str]:
+    """The log lines of an evaluation, `Eval at step N: loss = 0.1234, accuracy = 0.9712, ...`,
+    each under `width` characters (with t2t's full names seven metrics take 400): the
+    metrics' common `metrics-<problem>/targets/` prefix is left out (TensorBoard and the run
+    card keep the full names) and the values go on as many lines as they need.
+
+    Args:
+      step: the global step evaluated.
+      results: metric name -> value (t2t's names, and "loss").
+      width: the longest line (a single value longer than that still gets its line).
+
+    Returns:
+      The lines; the first starts `Eval at step N: `, the others `Eval at step N (cont.): `.
+    """
+    prefixed = [name for name in results if "/" in name]
+    prefix = ""
+    if prefixed:
+        common = os.path.commonprefix([name.rsplit("/", 1)[0] + "/" for name in prefixed])
+        prefix = common[: common.rfind("/") + 1]
+    lines = [f"Eval at step {step}:"]
+    for name, value in sorted(results.items()):
+        entry = f"{name.removeprefix(prefix)} = {value:.4f}"
+        if lines[-1].endswith(":") or len(lines[-1]) + len(entry) + 2 <= width:
+            lines[-1] += ("" if lines[-1].endswith(":") else ",") + " " + entry
+        else:
+            lines.append(f"Eval at step {step} (cont.): {entry}")
+    return lines

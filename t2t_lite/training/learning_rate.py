@@ -264,3 +264,50 @@ def learning_rate_schedule(hparams: HParams) -> T2TLearningRateSchedule:
       LearningRateError: an unknown factor or decay scheme, or a missing hparam.
     """
     return T2TLearningRateSchedule(hparams)
+
+
+def short_run_warning(hparams: HParams, train_steps: int) -> str | None:
+    """One line when the schedule leaves a run of `train_steps` updates almost untrained:
+    the run ends before the rate peaks (inside a warmup longer than the run), or the rate
+    stays under a tenth of its peak for most of the run. None otherwise.
+
+    t2t's sets warm up over 8,000 steps (`learning_rate_warmup_steps`): a run of 400 steps
+    reaches 1/20 of the peak and, on a small corpus, learns nothing. The line names the rate
+    at the last step and the warmup override that fixes it (a fifth of the run, as the
+    small-data example of docs/small_data.md).
+
+    Args:
+      hparams: the run's hparams (its schedule, warmup, hidden size, ...).
+      train_steps: the run's last step.
+
+    Returns:
+      The warning line, or None.
+    """
+    if hparams.get("train_steps") is None:  # linear_decay and others read it, as in training
+        hparams = hparams.copy()
+        hparams.add_hparam("train_steps", train_steps)
+    schedule = learning_rate_schedule(hparams)
+    warmup = int(hparams.get("learning_rate_warmup_steps") or 0)
+    accumulate = max(1, int(hparams_support.hparam(
+        hparams, "optimizer_multistep_accumulate_steps") or 0))
+    horizon = 2 * max(train_steps, warmup * accumulate)
+    samples = sorted({round(horizon * i / 200) for i in range(201)} | {warmup * accumulate})
+    rates = [float(schedule(step)) for step in samples]  # piecewise factors are scalar-only
+    peak = max(rates)
+    peak_step = samples[rates.index(peak)]
+    last = float(schedule(max(0, train_steps - 1)))
+    during = sorted(r for s, r in zip(samples, rates) if s < train_steps)
+    if peak <= 0:
+        return None
+    if peak_step > train_steps and last < 0.5 * peak:
+        return (f"learning rate: this run ends at step {train_steps} but the schedule peaks at "
+                f"step {peak_step} ({peak:.2g}; learning_rate_warmup_steps={warmup}): the rate "
+                f"reaches only {last:.2g} at the last step and the model may learn nothing; "
+                "for a short run give --hparams=learning_rate_warmup_steps="
+                f"{max(1, train_steps // 5)} (small data: docs/small_data.md)")
+    if during and during[len(during) // 2] < 0.1 * peak:
+        return (f"learning rate: the schedule keeps the rate under a tenth of its peak ({peak:.2g} "
+                f"at step {peak_step}) for most of this run of {train_steps} steps ({last:.2g} at "
+                f"the last step); check learning_rate_schedule={hparams.learning_rate_schedule} "
+                "and its decay hparams (small data: docs/small_data.md)")
+    return None

@@ -61,11 +61,14 @@ from t2t_lite.training.distribution import (  # noqa: F401 (create_strategy: tra
     worker_scratch_dir,
 )
 from t2t_lite.utils import checkpoint_guard, precision, progress, run_lock, run_metadata, validation
+from t2t_lite.utils import progress as progress_lib  # `progress` is a flag in _train_loop
 
 TRAIN, EVAL = "train", "eval"
 CHECKPOINT_PREFIX = "ckpt"
 # t2t's `eval_autoregressive` decodes this many steps beyond the input length.
 AUTOREGRESSIVE_EVAL_DECODE_LENGTH = 50
+# The first progress line comes this long after the first step, whatever the cadence.
+FIRST_REPORT_SECS = progress.LOG_INTERVAL_SECS
 
 
 @dataclasses.dataclass
@@ -557,6 +560,8 @@ class Trainer:
             (update, grads): self._make_train_step(iterator.element_spec, update, grads)
             for update in (True, False) for grads in {False, bool(summarize_grads)}}
         stats = summaries.TrainingStats(step)
+        logging.info("Training from step %d to %d (the first step traces and compiles the "
+                     "model: it takes longest)", step, config.train_steps)
         started = (step, time.time())  # for the run card
         self._stops_early = stop_when is not None  # the progress lines' ETA is an upper bound
         with StopSignals() as signals, lost_workers_are_one_line(
@@ -578,6 +583,7 @@ class Trainer:
         config = self.config
         step = self.step
         last = {}
+        began, first_step, report_at = time.time(), step + 1, None
         while step < config.train_steps:
             # t2t writes its summaries at the progress steps: the gradients of those steps.
             progress = ((step + 1) % config.log_step_count_steps == 0
@@ -592,6 +598,18 @@ class Trainer:
                 self.check_finite(manager, weights=save or evaluate)
             if progress:
                 last = self._log_progress(stats, step, out.get("grads"))
+                report_at = None
+            if step == first_step:  # a timed report follows unless this step logged one
+                timed = not (progress or self.multi_worker)  # workers log at the same steps
+                logging.info("%s", progress_lib.first_step_line(
+                    step, config.train_steps, time.time() - began, config.log_step_count_steps,
+                    FIRST_REPORT_SECS if timed else None))
+                report_at = time.time() + FIRST_REPORT_SECS if timed else None
+                if timed:
+                    stats.flush(step)  # the next line's steps/s and ETA leave the tracing out
+            elif report_at is not None and time.time() >= report_at:
+                last = self._log_progress(stats, step)  # the time-based first report
+                report_at = None
             stop = False
             if evaluate:
                 results = self.evaluate()
@@ -773,10 +791,8 @@ class Trainer:
         step = self.step
         results = {"loss": float(np.mean(batch_losses)) if batch_losses else 0.0}
         results.update(self.eval_metrics.results())
-        logging.info(
-            "Eval at step %d: %s", step,
-            ", ".join(f"{k} = {v:.4f}" for k, v in sorted(results.items())),
-        )
+        for line in metrics_lib.eval_lines(step, results):
+            logging.info("%s", line)
         summaries.write_scalars(self._eval_writer, results, step)
         if self.chief:
             run_card.record_eval(self.config.output_dir, step, results)

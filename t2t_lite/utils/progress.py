@@ -87,6 +87,16 @@ def track(items: Iterable[T], total: float | None, desc: str, unit: str = "it",
                  done / max(elapsed, 1e-9), unit)
 
 
+def first_step_line(step: int, train_steps: int, seconds: float, every: int,
+                    report_after: float | None) -> str:
+    """The line after a training run's first step: how long it took (tracing and compiling
+    the step function: a minute and more on a loaded CPU), and when progress lines follow
+    (`report_after` seconds: a time-based first report, else every `every` steps)."""
+    then = f", the first after ~{report_after:.0f} s" if report_after else ""
+    return (f"step {step}/{train_steps}: the first step took {seconds:.1f} s (tracing and "
+            f"compiling it); progress lines every {every} steps{then}")
+
+
 def training_eta(step: int, train_steps: int, steps_per_sec: float,
                  stops_early: bool) -> str:
     """The ETA part of the training progress line.

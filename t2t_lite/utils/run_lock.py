@@ -23,7 +23,6 @@ import os
 import socket
 import time
 
-import tensorflow as tf
 from absl import logging
 
 from t2t_lite.errors import UserError
@@ -31,6 +30,18 @@ from t2t_lite.errors import UserError
 LOCK_NAME = "run.lock"
 DATAGEN_LOCK_NAME = "datagen.lock"
 READERS_LOCK_NAME = "readers.lock"
+
+
+def _tf():
+    """TensorFlow, imported on first use: `refuse_if_held` on a local directory needs none, so
+    run.py checks the lock before it imports TensorFlow (a second run refuses in seconds)."""
+    import tensorflow as tf
+
+    return tf
+
+
+def _exists(path: str) -> bool:
+    return os.path.exists(path) if "://" not in path else _tf().io.gfile.exists(path)
 
 
 def pid_alive(pid: int) -> bool:
@@ -51,6 +62,13 @@ def _describe(holder: dict) -> str:
 
 
 def _read(path: str) -> dict:
+    if "://" not in path:
+        try:
+            with open(path, encoding="utf-8") as f:
+                return json.loads(f.read() or "{}")
+        except (json.JSONDecodeError, FileNotFoundError):
+            return {}
+    tf = _tf()
     try:
         with tf.io.gfile.GFile(path) as f:
             holder = json.loads(f.read() or "{}")
@@ -64,6 +82,7 @@ def _create_exclusive(path: str, content: str) -> bool:
     """Creates `path` with `content` unless it exists; False if it does."""
     if "://" in path:
         # Object stores have no exclusive create: check, then write (a narrow race).
+        tf = _tf()
         if tf.io.gfile.exists(path):
             return False
         with tf.io.gfile.GFile(path, "w") as f:
@@ -105,6 +124,7 @@ class RunLock:
         Raises:
           UserError: another live run holds it, naming its pid, host and start time.
         """
+        tf = _tf()
         tf.io.gfile.makedirs(os.path.dirname(self.path))
         content = json.dumps(self.holder)
         for _ in range(3):
@@ -147,7 +167,7 @@ class RunLock:
     def refuse_if_held(self) -> None:
         """Raises UserError at once if a live run holds the lock (writes nothing); called
         before the model is built so that a second run refuses within seconds."""
-        if tf.io.gfile.exists(self.path):
+        if _exists(self.path):
             self._refuse_live(_read(self.path))
 
     def release(self) -> None:
@@ -157,6 +177,7 @@ class RunLock:
         self.held = False
         holder = _read(self.path)
         if holder.get("pid") == self.holder["pid"] and holder.get("host") == self.holder["host"]:
+            tf = _tf()
             try:
                 tf.io.gfile.remove(self.path)
             except tf.errors.NotFoundError:

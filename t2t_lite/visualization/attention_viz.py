@@ -84,7 +84,7 @@ def plot_attention(weights: dict[str, np.ndarray], input_tokens: list[str],
         for layer in range(rows):
             for head in range(cols):
                 ax = axes[layer][head]
-                ax.imshow(matrices[layer, head], vmin=0.0, vmax=1.0, cmap="viridis")
+                image = ax.imshow(matrices[layer, head], vmin=0.0, vmax=1.0, cmap="viridis")
                 ax.set_title(f"layer {layer}, head {head}", fontsize=9)
                 ax.set_xticks(range(len(key_labels)))
                 ax.set_xticklabels(key_labels, rotation=90, fontsize=7)
@@ -92,6 +92,8 @@ def plot_attention(weights: dict[str, np.ndarray], input_tokens: list[str],
                 ax.set_yticklabels(query_labels, fontsize=7)
         figure.suptitle(kind.replace("_", " ") + " attention (rows attend to columns)")
         figure.tight_layout()
+        # One scale for every head (all are drawn on 0..1): the weights can be read off.
+        figure.colorbar(image, ax=axes.ravel().tolist(), shrink=0.8, label="attention weight")
         path = f"{prefix}_{kind}.png"
         figure.savefig(path)
         plt.close(figure)

@@ -2,9 +2,10 @@
 
 Writes into `output_dir/plots/`: `loss.png` (training loss and dev loss), `learning_rate.png`,
 `dev_accuracy.png` (the problem's accuracy metrics) and `dev_bleu.png` (the `BLEU` of
-decode_eval/ and decode/, when a decode with a reference wrote one), `dev_chrf.png`,
-`dev_chrfpp.png`, `dev_ter.png` (sacreBLEU's chrF2, chrF2++, TER there, with --metrics), each
-against the global step. Needs
+decode_eval/ and decode/, when a decode with a reference wrote one, labelled with the file
+scored), `dev_chrf.png`, `dev_chrfpp.png`, `dev_ter.png` (sacreBLEU's chrF2, chrF2++, TER
+there, with --metrics), each against the global step; a curve of one point is its marker and
+value. Needs
 matplotlib (`pip install t2t_lite[viz]`).
 """
 from __future__ import annotations
@@ -58,6 +59,36 @@ def read_scalars(directory: str) -> dict[str, list[tuple[int, float]]]:
     return {tag: sorted(points.items()) for tag, points in series.items()}
 
 
+def scalar_description(directory: str, tag: str) -> str:
+    """The description a scalar summary was written with ("" when none; decode's `BLEU`
+    names its reference file there)."""
+    from tensorboard.backend.event_processing import event_accumulator
+
+    if not os.path.isdir(directory):
+        return ""
+    accumulator = event_accumulator.EventAccumulator(
+        directory, size_guidance={event_accumulator.TENSORS: 1})
+    accumulator.Reload()
+    try:
+        return accumulator.SummaryMetadata(tag).summary_description
+    except KeyError:
+        return ""
+
+
+def bleu_curves(output_dir: str, dev_decode: list, decode: list,
+                tag: str = "BLEU") -> tuple[str, dict]:
+    """(title, label -> points) of the BLEU picture (or chrF2, chrF2++, TER: `tag`): the dev
+    set's score of train_eval_and_decode, and `--mode=decode`'s labelled with the reference
+    file it was scored against (a test file is not called "dev")."""
+    reference = scalar_description(os.path.join(output_dir, "decode"), tag) if decode else ""
+    label = (f"--mode=decode against {os.path.basename(reference)}" if reference
+             else "--mode=decode with a reference")
+    curves = {"dev set (train_eval_and_decode)": dev_decode, label: decode}
+    curves = {name: points for name, points in curves.items() if points}
+    title = f"{tag} of the decodes" if decode else f"Dev {tag} (train_eval_and_decode)"
+    return title, curves
+
+
 def _tensor_value(proto) -> float | None:
     import tensorflow as tf
 
@@ -74,6 +105,9 @@ def _line_plot(plt, path: str, title: str, ylabel: str,
         steps, values = zip(*points)
         axes.plot(steps, values, marker="o" if len(points) < 30 else None, markersize=3,
                   label=label)
+        if len(points) == 1:  # a single point: its marker and its value, no line to read
+            axes.annotate(f"{values[0]:.4g}", (steps[0], values[0]),
+                          textcoords="offset points", xytext=(6, 6))
     axes.set_title(title)
     axes.set_xlabel("global step")
     axes.set_ylabel(ylabel)
@@ -125,15 +159,14 @@ def plot_run(output_dir: str) -> list[str]:
     accuracy = {tag.rsplit("/", 1)[-1]: points for tag, points in sorted(dev.items())
                 if tag.startswith("metrics-") and "accuracy" in tag.rsplit("/", 1)[-1]}
     plot("dev_accuracy.png", "Dev accuracy (teacher-forced)", "accuracy", accuracy)
-    plot("dev_bleu.png", "Dev BLEU (decodes)", "BLEU",
-         {"dev set (train_eval_and_decode)": dev_decode.get("BLEU", []),
-          "--mode=decode with a reference": decode.get("BLEU", [])})
+    bleu_title, bleu = bleu_curves(output_dir, dev_decode.get("BLEU", []), decode.get("BLEU", []))
+    plot("dev_bleu.png", bleu_title, "BLEU", bleu)
     # sacreBLEU's other metrics (--metrics=chrf,chrf++,ter), one picture each.
     for tag, filename in (("chrF2", "dev_chrf.png"), ("chrF2++", "dev_chrfpp.png"),
                           ("TER", "dev_ter.png")):
-        plot(filename, f"Dev {tag} (decodes)", tag,
-             {"dev set (train_eval_and_decode)": dev_decode.get(tag, []),
-              "--mode=decode with a reference": decode.get(tag, [])})
+        title, curves = bleu_curves(output_dir, dev_decode.get(tag, []), decode.get(tag, []),
+                                    tag)
+        plot(filename, title, tag, curves)
     return written
 
 
