@@ -19,13 +19,13 @@ from t2t_lite.data_generators import datagen
 from t2t_lite.decoding import runs
 from t2t_lite.errors import UserError
 from t2t_lite.evaluation import mt_metrics
+from t2t_lite.training import learning_rate
 from t2t_lite.training.cluster_agreement import flag_fingerprint
 from t2t_lite.training.distribution import (
     agree_across_workers,
     peers_lost_before_training,
     setup_determinism,
 )
-from t2t_lite.training import learning_rate
 from t2t_lite.training.trainer_lib import (
     EVAL,
     TRAIN,
