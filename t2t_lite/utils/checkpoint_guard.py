@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import json
 import os
+import posixpath
 import re
 import socket
 import time
@@ -94,13 +95,65 @@ def _on_disk(directory: str) -> list[str]:
     return found
 
 
+def inside(directory: str, path: str) -> bool:
+    """Whether `path` lies in `directory` or a folder below it (lexically: `..` resolved, no
+    symlink followed; URLs such as gs://b/run compared after their scheme)."""
+    def parts(value: str) -> tuple[str, list[str]]:
+        scheme, sep, rest = value.partition("://")
+        if not sep:
+            scheme, rest = "", value
+        return scheme, [p for p in posixpath.normpath("/" + rest).split("/") if p]
+    (scheme_dir, folder), (scheme_path, names) = parts(directory), parts(path)
+    return scheme_dir == scheme_path and names[:len(folder)] == folder and (
+        len(names) > len(folder))
+
+
+# Directories whose state file's paths outside them were already warned about.
+_WARNED_OUTSIDE: set[str] = set()
+
+
+def _drop_outside(directory: str, state: CheckpointState) -> list[str]:
+    """Removes from `state` the checkpoints outside `directory` (a TF1 / t2t state file of
+    absolute paths copied with its run: they are another run's) and warns once per
+    directory. Returns the paths removed."""
+    listed = list(state.all_model_checkpoint_paths)
+    outside = [p for p in dict.fromkeys([*listed, state.model_checkpoint_path])
+               if not inside(directory, p)]
+    if not outside:
+        return []
+    del state.all_model_checkpoint_paths[:]
+    state.all_model_checkpoint_paths.extend(p for p in listed if inside(directory, p))
+    if not inside(directory, state.model_checkpoint_path):
+        remaining = state.all_model_checkpoint_paths
+        state.model_checkpoint_path = remaining[-1] if remaining else ""
+    if directory not in _WARNED_OUTSIDE:
+        _WARNED_OUTSIDE.add(directory)
+        logging.warning("%s names checkpoints outside %s (%s): ignored, never restored from "
+                        "or rotated (another run's? copied with absolute paths)",
+                        os.path.join(directory, STATE_FILE), directory, names_text(outside))
+    return outside
+
+
 def read_state_file(directory: str) -> tuple[CheckpointState | None, str | None]:
     """The directory's `checkpoint` state, parsed without TensorFlow's ValueError or logging.
 
+    Checkpoints it names outside `directory` are left out, with one warning per directory:
+    a run reads and rotates only its own.
+
     Returns:
       (state with paths joined to `directory`, None) when it reads and names a checkpoint;
-      (None, why) otherwise: "is missing", "is empty", "does not parse (...)".
+      (None, why) otherwise: "is missing", "is empty", "does not parse (...)", "names only
+      checkpoints outside the run".
     """
+    state, problem = _parse_state_file(directory)
+    if state is not None and _drop_outside(directory, state) and (
+            not state.model_checkpoint_path):
+        return None, "names only checkpoints outside the run"
+    return state, problem
+
+
+def _parse_state_file(directory: str) -> tuple[CheckpointState | None, str | None]:
+    """`read_state_file` with every path it names, those outside `directory` included."""
     path = os.path.join(directory, STATE_FILE)
     if not tf.io.gfile.exists(path):
         return None, "is missing"
@@ -136,6 +189,8 @@ def checkpoints_newest_first(directory: str) -> list[str]:
 def _warn_about_state_file(directory: str, newest: str) -> None:
     """One warning line when the state file would not have led to `newest`."""
     state, problem = read_state_file(directory)
+    if directory in _WARNED_OUTSIDE:
+        return  # its paths outside the run were the one warning about this file
     if problem is not None:
         logging.warning("%s %s: using the newest complete checkpoint on disk, %s",
                         os.path.join(directory, STATE_FILE), problem, os.path.basename(newest))
@@ -152,17 +207,25 @@ def repair_state_file(directory: str) -> bool:
     state file lists, with its timestamps, and saves as `latest` what it names: the repaired
     file lists every complete checkpoint oldest first, timestamped by its index file, so
     the oldest are still deleted first. Call it only while holding the run lock (a training
-    run: the only writer of the directory).
+    run: the only writer of the directory). Checkpoints it names outside `directory` are
+    dropped (the file is removed when it names no other): the manager never deletes them.
 
     Returns:
-      Whether the file was rewritten (with one warning line when it was missing or damaged).
+      Whether the file was rewritten or removed (with one warning line when it was missing,
+      damaged or named checkpoints outside).
     """
     on_disk = checkpoints_newest_first(directory)[::-1]
+    state, problem = _parse_state_file(directory)
+    # The manager would restore and rotate every path the file names: none outside may stay.
+    dropped = state is not None and _drop_outside(directory, state)
+    if dropped and not on_disk:
+        # Only another run's checkpoints: without this file the manager starts afresh.
+        tf.io.gfile.remove(os.path.join(directory, STATE_FILE))
+        return True
     if not on_disk:
         return False
-    state, problem = read_state_file(directory)
-    if state is not None and list(state.all_model_checkpoint_paths) == on_disk and (
-            state.model_checkpoint_path == on_disk[-1]):
+    if not dropped and state is not None and list(state.all_model_checkpoint_paths) == (
+            on_disk) and state.model_checkpoint_path == on_disk[-1]:
         return False
     stamps = [tf.io.gfile.stat(p + ".index").mtime_nsec / 1e9 for p in on_disk]
     new = CheckpointState(
@@ -173,7 +236,9 @@ def repair_state_file(directory: str) -> bool:
         last_preserved_timestamp=min(stamps) - 1)
     file_io.atomic_write(os.path.join(directory, STATE_FILE), text_format.MessageToString(new))
     names = ", ".join(os.path.basename(p) for p in on_disk)
-    what = problem if problem is not None else "did not list every checkpoint on disk"
+    what = problem if problem is not None else (
+        "named checkpoints outside the run" if dropped
+        else "did not list every checkpoint on disk")
     log = logging.warning if problem is not None else logging.info
     log("%s %s: rewritten from the checkpoints on disk (%s); resuming from %s",
         os.path.join(directory, STATE_FILE), what, names, os.path.basename(on_disk[-1]))
