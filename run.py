@@ -77,6 +77,7 @@ def _main(argv):
     mode = resolve_mode(FLAGS)
     # A mode's return value is its result (for library callers), never the exit status.
     with report_user_errors(debug=FLAGS.debug):
+        t2t_flags.expand_user_paths(FLAGS)
         check_names(FLAGS)
         if needs_tensorflow(mode, FLAGS):
             quiet_start.import_tensorflow()

@@ -107,3 +107,15 @@ def atomic_write(path: str, content: Content) -> None:
 def atomic_write_lines(path: str, lines: Iterable[str], delimiter: str = "\n") -> None:
     """Writes each line followed by `delimiter`, atomically (see `atomic_write`)."""
     atomic_write(path, (line + delimiter for line in lines))
+
+
+def user_path(path: str | None) -> str | None:
+    """`path` with a leading `~` expanded (a local path; gs://... and None as they are).
+
+    The one path normaliser of the tools: every path flag goes through it before a mode
+    runs (`t2t_lite.flags.expand_user_paths`), so `--output_dir=~/run` means the same to
+    train, eval, decode, export, average and attention.
+    """
+    if not path or "://" in path:
+        return path
+    return os.path.expanduser(path)
