@@ -12,6 +12,7 @@ from typing import Any
 from t2t_lite.data_generators.text_encoder import EOS_ID, PAD_ID
 from t2t_lite.decoding import decoding, runs
 from t2t_lite.errors import UserError
+from t2t_lite.utils import validation
 from t2t_lite.visualization import attention_viz
 
 
@@ -42,6 +43,9 @@ def main(flags: Any) -> list[str]:
         os.path.join(flags.output_dir, "attention") if flags.output_dir else None)
     if not out_dir:
         raise UserError("--mode=attention needs --attention_dir or --output_dir")
+    validation.check_output_not_protected(
+        "attention_dir", out_dir, validation.run_folders(flags.output_dir, flags.checkpoint_path),
+        spec.data_dir)
     with runs.one_line_errors():
         decode_hp = decoding.decode_hparams(flags.decode_hparams or "")
     run = runs.open_run(spec, flags.hparams)

@@ -3,18 +3,23 @@
 A training run (the chief, in a multi-worker run) creates `output_dir/run.lock` holding its
 host, pid and start time before it writes anything else there, and removes it at exit. A
 second run into the same directory refuses with one line naming the holder. A lock whose pid
-no longer runs on this host (the run was killed) is stale: it is taken over with a warning.
+no longer runs on this host (the run was killed) is stale: it is taken over with a warning,
+under a flock of the directory, so that of several processes taking it over at once exactly
+one wins and the others refuse naming it.
 A lock held by another host is never taken over (its process cannot be checked from here).
 Datagen holds its data_dir the same way, with `datagen.lock`.
 """
 from __future__ import annotations
 
 import atexit
+import contextlib
 import errno
+import fcntl
 import json
 import os
 import socket
 import time
+from collections.abc import Iterator
 
 import tensorflow as tf
 from absl import logging
@@ -70,6 +75,27 @@ def _create_exclusive(path: str, content: str) -> bool:
     return True
 
 
+@contextlib.contextmanager
+def _takeover_guard(directory: str) -> Iterator[None]:
+    """Holds an exclusive flock on `directory` itself (no file is added), so that of the
+    processes taking over one stale lock exactly one reads, removes and re-creates it: the
+    others then read the winner's live lock. The kernel releases the flock of a killed
+    process, so the guard itself is never stale. Paths with a scheme (gs://) and
+    filesystems without flock run unguarded (a narrow race)."""
+    if "://" in directory:
+        yield
+        return
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        except OSError:
+            pass  # no flock on this filesystem
+        yield
+    finally:
+        os.close(fd)  # releases the flock
+
+
 class RunLock:
     """The lock of one output_dir, held by this process until `release` (or exit).
 
@@ -102,18 +128,26 @@ class RunLock:
                 self.held = True
                 atexit.register(self.release)
                 return self
-            holder = _read(self.path)
-            if not holder:
-                time.sleep(1)  # another run may be between creating and writing it
+            with _takeover_guard(os.path.dirname(self.path)):
+                # Read under the guard: a racer that took the stale lock over before us has
+                # replaced it with its own live one, which is refused here, never removed.
                 holder = _read(self.path)
-            stale = self._refuse_live(holder)
-            if stale:
-                logging.warning("Taking over the stale lock %s of a %s that no longer runs "
-                                "(%s)", self.path, self.holder_kind, _describe(holder))
-            try:
-                tf.io.gfile.remove(self.path)
-            except tf.errors.NotFoundError:
-                pass
+                if not holder and tf.io.gfile.exists(self.path):
+                    time.sleep(1)  # another run may be between creating and writing it
+                    holder = _read(self.path)
+                stale = self._refuse_live(holder)
+                if stale:
+                    logging.warning("Taking over the stale lock %s of a %s that no longer "
+                                    "runs (%s)", self.path, self.holder_kind,
+                                    _describe(holder))
+                try:
+                    tf.io.gfile.remove(self.path)
+                except tf.errors.NotFoundError:
+                    pass
+                if _create_exclusive(self.path, content):
+                    self.held = True
+                    atexit.register(self.release)
+                    return self
         raise UserError(f"could not take the lock {self.path}: other runs keep creating it")
 
     def _refuse_live(self, holder: dict) -> bool:
