@@ -23,6 +23,7 @@ class _LocalFiles:
 
     makedirs = staticmethod(lambda path: os.makedirs(path, exist_ok=True))
     exists = staticmethod(os.path.exists)
+    isdir = staticmethod(os.path.isdir)
     remove = staticmethod(os.remove)
 
     @staticmethod
@@ -119,3 +120,18 @@ def user_path(path: str | None) -> str | None:
     if not path or "://" in path:
         return path
     return os.path.expanduser(path)
+
+
+def makedirs(path: str) -> None:
+    """Creates folder `path` and its parents (local or any tf.io.gfile scheme)."""
+    _gfile(path).makedirs(path)
+
+
+def read_text(path: str) -> str | None:
+    """The UTF-8 text of file `path` (local or any tf.io.gfile scheme); None when it does
+    not exist."""
+    gfile = _gfile(path)
+    if not gfile.exists(path) or gfile.isdir(path):
+        return None
+    with gfile.GFile(path, "r") as f:
+        return f.read()

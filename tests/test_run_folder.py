@@ -62,3 +62,18 @@ def test_stale_lock_takeover_has_exactly_one_winner(tmp_path):
                                for p in processes))
         assert not (directory / run_lock.LOCK_NAME).exists()  # the winner released it
     assert outcomes == [["held"] + ["refused"] * (1 + t % 3) for t in range(20)]
+
+
+def test_run_card_goes_through_file_io(tmp_path, monkeypatch):
+    import tensorflow as tf
+
+    from t2t_lite.training import run_card
+
+    monkeypatch.chdir(tmp_path)
+    run = f"ram://run_card_{os.getpid()}/run"
+    run_card.update(run, "training", {"steps": 4})
+    card = run_card.update(run, "eval", {"loss": 1.5})
+    assert run_card.read(run) == card and card["training"]["steps"] == 4
+    assert json.loads(tf.io.gfile.GFile(f"{run}/run_card.json").read()) == card
+    assert "| loss | 1.5 |" in tf.io.gfile.GFile(f"{run}/run_card.md").read()
+    assert os.listdir(tmp_path) == []  # no local folder named "ram:"
