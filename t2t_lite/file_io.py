@@ -135,3 +135,19 @@ def read_text(path: str) -> str | None:
         return None
     with gfile.GFile(path, "r") as f:
         return f.read()
+
+
+# A byte-order mark: editors (Notepad, Excel's "UTF-8" export) start UTF-8 files with one.
+BOM = "\ufeff"
+# The encoding of every text file t2t_lite reads: UTF-8 with a leading BOM dropped.
+TEXT_ENCODING = "utf-8-sig"
+
+
+def strip_bom(text: str) -> str:
+    """`text` without a leading byte-order mark (U+FEFF), as sacreBLEU's readers drop it.
+
+    Every text input (decode inputs, BLEU hypotheses and references, score files, datagen's
+    parallel files) goes through it, or is opened with `TEXT_ENCODING`: the mark would
+    otherwise be part of line 1's first word (another translation, a BLEU of 74 for 100).
+    """
+    return text[1:] if text.startswith(BOM) else text

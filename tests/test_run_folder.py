@@ -77,3 +77,100 @@ def test_run_card_goes_through_file_io(tmp_path, monkeypatch):
     assert json.loads(tf.io.gfile.GFile(f"{run}/run_card.json").read()) == card
     assert "| loss | 1.5 |" in tf.io.gfile.GFile(f"{run}/run_card.md").read()
     assert os.listdir(tmp_path) == []  # no local folder named "ram:"
+
+
+# --- Outputs never replace what a run is made of ----------------------------------------------
+@pytest.fixture()
+def run_and_data(tmp_path):
+    """A run folder and a data folder with the files datagen and training write."""
+    run, data = tmp_path / "run", tmp_path / "data"
+    run.mkdir()
+    data.mkdir()
+    for name in ("hparams.json", "flags.json", "checkpoint", "ckpt-2.index",
+                 "ckpt-2.data-00000-of-00001", "run_card.md", "run.lock"):
+        (run / name).write_text(name)
+    for name in ("vocab.p.8192.subwords", "p-train-00000-of-00001", "p.train.complete.json"):
+        (data / name).write_text(name)
+    return run, data
+
+
+@pytest.mark.parametrize("where, name", [
+    ("run", "hparams.json"), ("run", "flags.json"), ("run", "ckpt-2.index"),
+    ("run", "ckpt-9.index"), ("run", "run.lock"), ("run", "checkpoint"),
+    ("data", "vocab.p.8192.subwords"), ("data", "p-train-00000-of-00001")])
+def test_output_naming_a_run_or_data_file_is_refused(run_and_data, where, name):
+    run, data = run_and_data
+    folder = run if where == "run" else data
+    flag = "--output_dir" if where == "run" else "--data_dir"
+    with pytest.raises(UserError) as refused:
+        validation.check_output_not_protected("decode_to_file", str(folder / name),
+                                              validation.run_folders(str(run), None), str(data))
+    line = str(refused.value)
+    assert "\n" not in line and line.startswith(f"--decode_to_file={folder / name} is ")
+    assert f"{flag}={folder}" in line and line.endswith("choose another --decode_to_file")
+
+
+def test_outputs_beside_the_run_are_allowed_and_links_are_seen(run_and_data, tmp_path):
+    run, data = run_and_data
+    runs = validation.run_folders(str(run), None)
+    for allowed in (run / "dev.decodes", run / "avg", run / "export", tmp_path / "out.txt"):
+        validation.check_output_not_protected("decode_to_file", str(allowed), runs, str(data))
+    os.link(data / "vocab.p.8192.subwords", tmp_path / "linked")
+    with pytest.raises(UserError, match=r"is \S+/data/vocab.p.8192.subwords, a file of the data"):
+        validation.check_output_not_protected("decode_to_file", str(tmp_path / "linked"), runs,
+                                              str(data))
+    for holder in (tmp_path, data):  # an export or average would replace the folder whole
+        with pytest.raises(UserError, match=r"^--export_dir=\S+ is or contains --"):
+            validation.check_output_not_protected("export_dir", str(holder), runs, str(data))
+    # The checkpoint read (another run) is protected as the run's own files are.
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "hparams.json").write_text("{}")
+    with pytest.raises(UserError, match=r"--checkpoint_path=\S+/other/ckpt-4"):
+        validation.check_output_not_protected(
+            "decode_to_file", str(other / "hparams.json"),
+            validation.run_folders(str(run), str(other / "ckpt-4")), str(data))
+
+
+# --- `~` and BOMs -------------------------------------------------------------------------------
+def test_every_path_flag_expands_home(monkeypatch, tmp_path):
+    import types
+
+    from t2t_lite import flags
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    values = types.SimpleNamespace(**{name: f"~/{name}" for name in flags.PATH_FLAGS})
+    values.checkpoint_path = "~/a, ~/b"
+    values.data_dir = "gs://bucket/~x"
+    flags.expand_user_paths(values)
+    for name in flags.PATH_FLAGS:
+        if name not in ("checkpoint_path", "data_dir"):
+            assert getattr(values, name) == f"{tmp_path}/{name}"
+    assert values.checkpoint_path == f"{tmp_path}/a,{tmp_path}/b"
+    assert values.data_dir == "gs://bucket/~x"
+
+
+def test_a_bom_is_dropped_from_every_text_input(tmp_path):
+    from t2t_lite.data_generators import text_problems
+    from t2t_lite.decoding import decoding
+    from t2t_lite.evaluation import bleu_hook
+
+    text = "the cat sat on the mat\nein Haus am See\n"
+    plain, marked = tmp_path / "plain.txt", tmp_path / "bom.txt"
+    plain.write_text(text, encoding="utf-8")
+    marked.write_bytes(b"\xef\xbb\xbf" + text.encode("utf-8"))
+    assert bleu_hook.bleu_wrapper(str(plain), str(marked)) == pytest.approx(1.0)
+    assert bleu_hook.bleu_report(str(plain), str(marked))[1:] == [
+        "BLEU_uncased = 100.00", "BLEU_cased = 100.00"]
+    assert bleu_hook.read_lines(str(marked)) == bleu_hook.read_lines(str(plain))
+    assert decoding.read_inputs(str(marked)) == ["the cat sat on the mat", "ein Haus am See"]
+    assert list(text_problems.txt_line_iterator(str(marked))) == [
+        "the cat sat on the mat", "ein Haus am See"]
+    scores = tmp_path / "scores.txt"
+    scores.write_bytes(b"\xef\xbb\xbfa b\tc d\n")
+    assert decoding.read_score_file(str(scores)) == [("a b", "c d")]
+    # Only a leading mark goes: one inside the text is the text's.
+    assert decoding.read_inputs(str(plain)) == decoding.read_inputs(str(marked))
+    inner = tmp_path / "inner.txt"
+    inner.write_text("a\n\ufeffb\n", encoding="utf-8")
+    assert decoding.read_inputs(str(inner)) == ["a", "\ufeffb"]

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from t2t_lite import file_io
 from t2t_lite.data_generators.text_encoder import EOS_ID, PAD_ID
 from t2t_lite.decoding import decoding, runs
 from t2t_lite.errors import UserError
@@ -52,7 +53,7 @@ def main(flags: Any) -> list[str]:
     _, model = runs.restore_model(run, flags.checkpoint_path)
     encoders, target_space_id = run.encoders, run.target_space_id
     infer = decoding.make_infer_fn(model, decode_hp, target_space_id)
-    with open(source, encoding="utf-8", errors="replace") as f:
+    with open(source, encoding=file_io.TEXT_ENCODING, errors="replace") as f:
         lines = [line.rstrip("\n") for line in f][:flags.attention_max_lines]
     os.makedirs(out_dir, exist_ok=True)
     written = []
