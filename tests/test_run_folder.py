@@ -6,12 +6,15 @@ from __future__ import annotations
 import json
 import multiprocessing
 import os
+import shutil
 import subprocess
+import sys
 
 import pytest
 
 from t2t_lite.errors import UserError
 from t2t_lite.utils import run_lock, validation
+from tests.conftest import REPO_ROOT
 
 
 def _dead_pid() -> int:
@@ -174,3 +177,100 @@ def test_a_bom_is_dropped_from_every_text_input(tmp_path):
     inner = tmp_path / "inner.txt"
     inner.write_text("a\n\ufeffb\n", encoding="utf-8")
     assert decoding.read_inputs(str(inner)) == ["a", "\ufeffb"]
+
+
+# --- run.py: one check per user-facing case (the session's tiny run, copied) -------------------
+def _files(folder) -> dict:
+    """name -> bytes of every file in `folder` (not below it)."""
+    return {p.name: p.read_bytes() for p in sorted(folder.iterdir()) if p.is_file()}
+
+
+@pytest.mark.slow
+def test_run_py_copied_run_never_rotates_the_original(tiny_run_data_dir, tiny_run_trained,
+                                                     tmp_path):
+    from tests.run_py import run, steps, train_flags
+
+    run_a, run_b = tmp_path / "A", tmp_path / "B"
+    subprocess.run(["cp", "-a", str(tiny_run_trained), str(run_a)], check=True)
+    names = [str(run_a / "ckpt-2"), str(run_a / "ckpt-4")]  # t2t's absolute paths
+    (run_a / "checkpoint").write_text(
+        f'model_checkpoint_path: "{names[-1]}"\n'
+        + "".join(f'all_model_checkpoint_paths: "{n}"\n' for n in names))
+    subprocess.run(["cp", "-a", str(run_a), str(run_b)], check=True)
+    before = _files(run_a)
+    result = run(*train_flags(tiny_run_data_dir, run_b, "--train_steps=8",
+                              "--keep_checkpoint_max=2"), cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    warnings = [line for line in result.stderr.splitlines() if line.startswith("W")]
+    outside = [line for line in warnings if "outside" in line]
+    assert len(outside) == 1 and "ignored, never restored from or rotated" in outside[0], (
+        warnings)
+    assert "global step 4" in result.stderr  # resumed from B's own copy
+    assert _files(run_a) == before
+    assert steps(run_b) == [6, 8]
+    assert str(run_a) not in (run_b / "checkpoint").read_text()
+
+
+@pytest.mark.slow
+def test_run_py_decode_refuses_to_overwrite_the_run_and_reads_bom_and_home(
+        tiny_run_trained, tmp_path):
+    from tests.conftest import error_line
+    from tests.run_py import env
+
+    run_dir = tmp_path / "home" / "trained"
+    shutil.copytree(tiny_run_trained, run_dir)
+    before = _files(run_dir)
+    inputs = tmp_path / "in.txt"
+    inputs.write_bytes("\ufeff0 1 1 0\n0 1 1 0\n".encode("utf-8"))
+
+    def decode(output: str):
+        return subprocess.run(
+            [sys.executable, str(REPO_ROOT / "run.py"), "--mode=decode",
+             "--output_dir=~/trained", f"--decode_from_file={inputs}",
+             f"--decode_to_file={output}"],
+            cwd=tmp_path, env=dict(env(), HOME=str(tmp_path / "home")), capture_output=True,
+            text=True, timeout=300, check=False)
+
+    line = error_line(decode("~/trained/hparams.json"))
+    assert line == (f"error: --decode_to_file={run_dir}/hparams.json is {run_dir}/hparams.json, "
+                    f"a file of the run --output_dir={run_dir}: writing it would break it; "
+                    "choose another --decode_to_file")
+    assert _files(run_dir) == before
+    # With the BOM, line 1's first id read "\ufeff0", refused as no integer id.
+    result = decode(str(tmp_path / "out.txt"))
+    assert result.returncode == 0, result.stderr[-3000:]
+    first, second = (tmp_path / "out.txt").read_text().split("\n")[:2]
+    assert first == second
+
+
+def test_run_py_bleu_of_a_bom_hypothesis_is_100(tmp_path):
+    from tests.run_py import run
+
+    text = "the cat sat on the mat\nein Haus am See\n"
+    (tmp_path / "ref.txt").write_text(text, encoding="utf-8")
+    (tmp_path / "hyp.txt").write_bytes(b"\xef\xbb\xbf" + text.encode("utf-8"))
+    result = run("--mode=bleu", "--translation=hyp.txt", "--reference=ref.txt", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.splitlines()[0].startswith("BLEU|")
+    assert " = 100.00 100.0/100.0/100.0/100.0 " in result.stdout.splitlines()[0]
+    assert result.stdout.splitlines()[1:] == ["BLEU_uncased = 100.00", "BLEU_cased = 100.00"]
+
+
+@pytest.mark.slow
+def test_run_py_average_of_another_run_falls_back_past_a_damaged_checkpoint(
+        tiny_run_trained, tmp_path):
+    from tests.run_py import run
+
+    other = tmp_path / "other"
+    shutil.copytree(tiny_run_trained, other)
+    with open(other / "ckpt-4.data-00000-of-00001", "r+b") as f:
+        f.truncate(100)
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    result = run("--mode=average", f"--output_dir={mine}", f"--checkpoint_path={other}",
+                 "--n=2", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    warnings = [line for line in result.stderr.splitlines() if "damaged" in line]
+    assert len(warnings) == 1 and "ckpt-4 damaged" in warnings[0], result.stderr[-3000:]
+    assert "Averaged 1 checkpoints: ckpt-2" in result.stdout
+    assert (mine / "avg" / "ckpt-2.index").exists()
