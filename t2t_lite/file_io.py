@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import posixpath
 import uuid
 from collections.abc import Iterable, Iterator
 from typing import Any
@@ -151,3 +152,16 @@ def strip_bom(text: str) -> str:
     otherwise be part of line 1's first word (another translation, a BLEU of 74 for 100).
     """
     return text[1:] if text.startswith(BOM) else text
+
+
+def is_inside(directory: str, path: str) -> bool:
+    """Whether `path` lies in `directory` or a folder below it (lexically: `..` resolved, no
+    symlink followed; URLs such as gs://b/run compared after their scheme)."""
+    def parts(value: str) -> tuple[str, list[str]]:
+        scheme, sep, rest = value.partition("://")
+        if not sep:
+            scheme, rest = "", value
+        return scheme, [p for p in posixpath.normpath("/" + rest).split("/") if p]
+    (scheme_dir, folder), (scheme_path, names) = parts(directory), parts(path)
+    return scheme_dir == scheme_path and names[:len(folder)] == folder and (
+        len(names) > len(folder))

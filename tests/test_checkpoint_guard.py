@@ -13,6 +13,7 @@ import time
 import pytest
 import tensorflow as tf
 
+from t2t_lite import file_io
 from t2t_lite.errors import UserError
 from t2t_lite.utils import checkpoint_guard
 from tests.trainer_utils import model_fn, tiny_hparams
@@ -250,10 +251,19 @@ def test_state_file_naming_only_checkpoints_outside_is_removed_by_repair(tmp_pat
 
 
 def test_inside_compares_resolved_paths_and_schemes():
-    assert checkpoint_guard.inside("/r/B", "/r/B/ckpt-2")
-    assert checkpoint_guard.inside("/r/B/", "/r/B/sub/ckpt-2")
-    assert not checkpoint_guard.inside("/r/B", "/r/B/../A/ckpt-2")
-    assert not checkpoint_guard.inside("/r/B", "/r/BB/ckpt-2")
-    assert not checkpoint_guard.inside("/r/B", "/r/B")
-    assert checkpoint_guard.inside("gs://b/run", "gs://b/run/ckpt-2")
-    assert not checkpoint_guard.inside("gs://b/run", "/b/run/ckpt-2")
+    assert file_io.is_inside("/r/B", "/r/B/ckpt-2")
+    assert file_io.is_inside("/r/B/", "/r/B/sub/ckpt-2")
+    assert not file_io.is_inside("/r/B", "/r/B/../A/ckpt-2")
+    assert not file_io.is_inside("/r/B", "/r/BB/ckpt-2")
+    assert not file_io.is_inside("/r/B", "/r/B")
+    assert file_io.is_inside("gs://b/run", "gs://b/run/ckpt-2")
+    assert not file_io.is_inside("gs://b/run", "/b/run/ckpt-2")
+
+
+def test_own_absolute_paths_read_through_a_relative_dir_are_the_runs(tmp_path, monkeypatch,
+                                                                     caplog):
+    run_a, _, _ = _copy_with_absolute_state(tmp_path, [10, 20])
+    monkeypatch.chdir(tmp_path)
+    with caplog.at_level(logging.WARNING):
+        assert _names(checkpoint_guard.checkpoints_newest_first("A")) == ["ckpt-20", "ckpt-10"]
+    assert not [r for r in caplog.records if "outside" in r.getMessage()]

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import json
 import os
-import posixpath
 import re
 import socket
 import time
@@ -95,38 +94,32 @@ def _on_disk(directory: str) -> list[str]:
     return found
 
 
-def inside(directory: str, path: str) -> bool:
-    """Whether `path` lies in `directory` or a folder below it (lexically: `..` resolved, no
-    symlink followed; URLs such as gs://b/run compared after their scheme)."""
-    def parts(value: str) -> tuple[str, list[str]]:
-        scheme, sep, rest = value.partition("://")
-        if not sep:
-            scheme, rest = "", value
-        return scheme, [p for p in posixpath.normpath("/" + rest).split("/") if p]
-    (scheme_dir, folder), (scheme_path, names) = parts(directory), parts(path)
-    return scheme_dir == scheme_path and names[:len(folder)] == folder and (
-        len(names) > len(folder))
-
-
 # Directories whose state file's paths outside them were already warned about.
 _WARNED_OUTSIDE: set[str] = set()
 
 
 def _drop_outside(directory: str, state: CheckpointState) -> list[str]:
     """Removes from `state` the checkpoints outside `directory` (a TF1 / t2t state file of
-    absolute paths copied with its run: they are another run's) and warns once per
-    directory. Returns the paths removed."""
-    listed = list(state.all_model_checkpoint_paths)
-    outside = [p for p in dict.fromkeys([*listed, state.model_checkpoint_path])
-               if not inside(directory, p)]
-    if not outside:
-        return []
+    absolute paths copied with its run: another run's), warning once per directory; names
+    its own checkpoints below `directory` as given (a relative --output_dir, a symlink).
+    Returns the paths removed."""
+    local = "://" not in directory
+    real = os.path.realpath(directory) if local else directory
+
+    def own(path: str) -> str | None:
+        resolved = os.path.realpath(path) if local else path
+        if not file_io.is_inside(real, resolved):
+            return None
+        return os.path.join(directory, os.path.relpath(resolved, real)) if local else path
+
+    named = [*state.all_model_checkpoint_paths, state.model_checkpoint_path]
+    kept = [own(p) for p in named]
+    outside = sorted({p for p, k in zip(named, kept) if k is None})
+    listed = [k for k in kept[:-1] if k]
     del state.all_model_checkpoint_paths[:]
-    state.all_model_checkpoint_paths.extend(p for p in listed if inside(directory, p))
-    if not inside(directory, state.model_checkpoint_path):
-        remaining = state.all_model_checkpoint_paths
-        state.model_checkpoint_path = remaining[-1] if remaining else ""
-    if directory not in _WARNED_OUTSIDE:
+    state.all_model_checkpoint_paths.extend(listed)
+    state.model_checkpoint_path = kept[-1] or (listed[-1] if listed else "")
+    if outside and directory not in _WARNED_OUTSIDE:
         _WARNED_OUTSIDE.add(directory)
         logging.warning("%s names checkpoints outside %s (%s): ignored, never restored from "
                         "or rotated (another run's? copied with absolute paths)",
@@ -135,10 +128,8 @@ def _drop_outside(directory: str, state: CheckpointState) -> list[str]:
 
 
 def read_state_file(directory: str) -> tuple[CheckpointState | None, str | None]:
-    """The directory's `checkpoint` state, parsed without TensorFlow's ValueError or logging.
-
-    Checkpoints it names outside `directory` are left out, with one warning per directory:
-    a run reads and rotates only its own.
+    """The directory's `checkpoint` state, parsed without TensorFlow's ValueError or logging;
+    checkpoints it names outside `directory` left out (`_drop_outside`).
 
     Returns:
       (state with paths joined to `directory`, None) when it reads and names a checkpoint;
@@ -593,7 +584,6 @@ def remove_stale_temp_dirs(parent: str, stem: str) -> list[str]:
             logging.warning("Removed %s, left by an interrupted run (pid %s on %s)", path,
                             match.group("pid"), match.group("host"))
     return removed
-
 
 
 def give_dirs_the_umask(root: str) -> None:
