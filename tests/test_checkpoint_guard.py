@@ -262,7 +262,7 @@ def test_inside_compares_resolved_paths_and_schemes():
 
 def test_own_absolute_paths_read_through_a_relative_dir_are_the_runs(tmp_path, monkeypatch,
                                                                      caplog):
-    run_a, _, _ = _copy_with_absolute_state(tmp_path, [10, 20])
+    _copy_with_absolute_state(tmp_path, [10, 20])
     monkeypatch.chdir(tmp_path)
     with caplog.at_level(logging.WARNING):
         assert _names(checkpoint_guard.checkpoints_newest_first("A")) == ["ckpt-20", "ckpt-10"]
