@@ -84,6 +84,7 @@ def _main(argv):
     mode = resolve_mode(FLAGS)
     # A mode's return value is its result (for library callers), never the exit status.
     with report_user_errors(debug=FLAGS.debug):
+        t2t_flags.expand_user_paths(FLAGS)
         check_names(FLAGS)
         importlib.import_module(EARLY_CHECKS).check(mode, FLAGS)
         quiet_start.drop_routine_info_lines()

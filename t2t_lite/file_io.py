@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import posixpath
 import uuid
 from collections.abc import Iterable, Iterator
 from typing import Any
@@ -24,6 +25,7 @@ class _LocalFiles:
 
     makedirs = staticmethod(lambda path: os.makedirs(path, exist_ok=True))
     exists = staticmethod(os.path.exists)
+    isdir = staticmethod(os.path.isdir)
     remove = staticmethod(os.remove)
 
     @staticmethod
@@ -117,3 +119,59 @@ def sha256_of(path: str) -> str:
         while chunk := f.read(1 << 20):
             digest.update(chunk)
     return digest.hexdigest()
+
+
+def user_path(path: str | None) -> str | None:
+    """`path` with a leading `~` expanded (a local path; gs://... and None as they are).
+
+    The one path normaliser of the tools: every path flag goes through it before a mode
+    runs (`t2t_lite.flags.expand_user_paths`), so `--output_dir=~/run` means the same to
+    train, eval, decode, export, average and attention.
+    """
+    if not path or "://" in path:
+        return path
+    return os.path.expanduser(path)
+
+
+def makedirs(path: str) -> None:
+    """Creates folder `path` and its parents (local or any tf.io.gfile scheme)."""
+    _gfile(path).makedirs(path)
+
+
+def read_text(path: str) -> str | None:
+    """The UTF-8 text of file `path` (local or any tf.io.gfile scheme); None when it does
+    not exist."""
+    gfile = _gfile(path)
+    if not gfile.exists(path) or gfile.isdir(path):
+        return None
+    with gfile.GFile(path, "r") as f:
+        return f.read()
+
+
+# A byte-order mark: editors (Notepad, Excel's "UTF-8" export) start UTF-8 files with one.
+BOM = "\ufeff"
+# The encoding of every text file t2t_lite reads: UTF-8 with a leading BOM dropped.
+TEXT_ENCODING = "utf-8-sig"
+
+
+def strip_bom(text: str) -> str:
+    """`text` without a leading byte-order mark (U+FEFF), as sacreBLEU's readers drop it.
+
+    Every text input (decode inputs, BLEU hypotheses and references, score files, datagen's
+    parallel files) goes through it, or is opened with `TEXT_ENCODING`: the mark would
+    otherwise be part of line 1's first word (another translation, a BLEU of 74 for 100).
+    """
+    return text[1:] if text.startswith(BOM) else text
+
+
+def is_inside(directory: str, path: str) -> bool:
+    """Whether `path` lies in `directory` or a folder below it (lexically: `..` resolved, no
+    symlink followed; URLs such as gs://b/run compared after their scheme)."""
+    def parts(value: str) -> tuple[str, list[str]]:
+        scheme, sep, rest = value.partition("://")
+        if not sep:
+            scheme, rest = "", value
+        return scheme, [p for p in posixpath.normpath("/" + rest).split("/") if p]
+    (scheme_dir, folder), (scheme_path, names) = parts(directory), parts(path)
+    return scheme_dir == scheme_path and names[:len(folder)] == folder and (
+        len(names) > len(folder))

@@ -4,7 +4,11 @@ t2t-decoder, t2t-bleu, t2t-avg-all, t2t-exporter).
 Importing this module defines the flags on absl's global FLAGS once. Each section lists the
 t2t tool the flags come from; defaults are t2t's unless the comment says why not.
 """
+from typing import Any
+
 from absl import flags
+
+from t2t_lite import file_io
 
 MODES = (
     "default",
@@ -303,3 +307,20 @@ flags.DEFINE_string(
     "server_url", "http://127.0.0.1:8080",
     "--mode=query: the translation server (--mode=serve) to send --decode_from_file (or "
     "standard input) to, line by line; translations go to --decode_to_file or stdout.")
+
+# Flags that hold paths (checkpoint_path: a "," list): `~` is expanded in each before a mode
+# runs, so that every mode reads `--output_dir=~/run` alike.
+PATH_FLAGS = ("data_dir", "tmp_dir", "output_dir", "warm_start_from", "train_src", "train_tgt",
+              "dev_src", "dev_tgt", "tfds_data_dir", "wsj_dir", "decode_from_file",
+              "decode_to_file", "decode_reference", "translation", "reference",
+              "avg_output_dir", "checkpoint_path", "score_file", "export_dir", "attention_dir")
+
+
+def expand_user_paths(flags_obj: Any) -> None:
+    """Expands `~` in every path flag of `flags_obj` (`PATH_FLAGS`, through
+    `file_io.user_path`); flags it lacks or that are unset are left alone."""
+    for name in PATH_FLAGS:
+        value = getattr(flags_obj, name, None)
+        if value:
+            parts = value.split(",") if name == "checkpoint_path" else [value]
+            setattr(flags_obj, name, ",".join(file_io.user_path(p.strip()) for p in parts))

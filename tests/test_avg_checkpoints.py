@@ -256,3 +256,52 @@ def test_average_beside_rotation_cleans_killed_averages_and_follows_umask(
     assert tf.train.latest_checkpoint(str(out)).endswith("ckpt-400")
     assert stat.S_IMODE(os.stat(out).st_mode) == 0o750  # not mkdtemp's 0700
     assert not any(folder.exists() for folder in killed) and live.exists()
+
+
+def test_damaged_newest_falls_back_to_the_newest_readable(run_dir, caplog):
+    with open(run_dir / "ckpt-300.data-00000-of-00001", "r+b") as f:
+        f.truncate(100)
+    with caplog.at_level("WARNING"):
+        paths, values = avg_checkpoints.average_newest(str(run_dir), 2)
+    assert [os.path.basename(p) for p in paths] == ["ckpt-100", "ckpt-200"]
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warnings) == 1 and warnings[0].startswith("Checkpoint(s) ckpt-300 damaged")
+    first = tf.train.load_checkpoint(str(run_dir / "ckpt-100"))
+    second = tf.train.load_checkpoint(str(run_dir / "ckpt-200"))
+    floats = [k for k, d in first.get_variable_to_dtype_map().items()
+              if d.is_floating and k != "_CHECKPOINTABLE_OBJECT_GRAPH"]
+    assert floats
+    for key in floats:
+        np.testing.assert_array_equal(
+            values[key], (first.get_tensor(key) + second.get_tensor(key)) / 2)
+
+
+def test_main_averages_the_checkpoint_path_run_not_the_output_dir(run_dir, tmp_path_factory,
+                                                                  capsys):
+    other = tmp_path_factory.mktemp("other")
+    out = tmp_path_factory.mktemp("out") / "avg"
+    flags = types.SimpleNamespace(output_dir=str(other), n=2, avg_output_dir=str(out),
+                                  checkpoint_path=str(run_dir))
+    t2t_avg_all.main(flags)
+    assert "Averaged 2 checkpoints: ckpt-200, ckpt-300" in capsys.readouterr().out
+    # A checkpoint prefix: the --n newest up to its step.
+    flags.checkpoint_path = str(run_dir / "ckpt-200")
+    t2t_avg_all.main(flags)
+    assert "Averaged 2 checkpoints: ckpt-100, ckpt-200" in capsys.readouterr().out
+    assert tf.train.latest_checkpoint(str(out)).endswith("ckpt-200")
+    flags.checkpoint_path = f"{run_dir},{run_dir}"
+    with pytest.raises(UserError, match="not an ensemble's"):
+        t2t_avg_all.main(flags)
+
+
+def test_main_refuses_an_output_holding_the_run(run_dir):
+    before = {p.name: p.read_bytes() for p in run_dir.iterdir() if p.is_file()}
+    flags = types.SimpleNamespace(output_dir=str(run_dir), n=2,
+                                  avg_output_dir=str(run_dir.parent), checkpoint_path=None)
+    with pytest.raises(UserError, match=r"^--avg_output_dir=\S+ is or contains "
+                                        r"--output_dir=\S+: writing it would replace that"):
+        t2t_avg_all.main(flags)
+    flags.avg_output_dir = str(run_dir / "hparams.json")
+    with pytest.raises(UserError, match=r"hparams.json, a file of the run --output_dir="):
+        t2t_avg_all.main(flags)
+    assert {p.name: p.read_bytes() for p in run_dir.iterdir() if p.is_file()} == before

@@ -13,6 +13,7 @@ import time
 import pytest
 import tensorflow as tf
 
+from t2t_lite import file_io
 from t2t_lite.errors import UserError
 from t2t_lite.utils import checkpoint_guard
 from tests.trainer_utils import model_fn, tiny_hparams
@@ -204,3 +205,65 @@ def test_trainer_resume_is_strict_and_warns_without_optimizer_state(tmp_path, ca
     with caplog.at_level(logging.WARNING):
         assert again.restore(again._checkpoint_manager()) == 3
     assert "holds no optimizer state" in caplog.text
+
+
+def _copy_with_absolute_state(tmp_path, steps):
+    """Run A (checkpoints `steps`, a TF1/t2t-style state file of absolute paths) and B, its
+    `cp -a` copy; returns (A, B, A's files -> bytes)."""
+    run_a, run_b = tmp_path / "A", tmp_path / "B"
+    _save_steps(run_a, steps)
+    names = [str(run_a / f"ckpt-{s}") for s in steps]
+    (run_a / "checkpoint").write_text(
+        f'model_checkpoint_path: "{names[-1]}"\n'
+        + "".join(f'all_model_checkpoint_paths: "{n}"\n' for n in names))
+    subprocess.run(["cp", "-a", str(run_a), str(run_b)], check=True)
+    return run_a, run_b, {p.name: p.read_bytes() for p in run_a.iterdir()}
+
+
+def test_state_file_paths_outside_the_run_are_ignored_and_never_rotated(tmp_path, caplog):
+    run_a, run_b, a_files = _copy_with_absolute_state(tmp_path, [10, 20, 30])
+    with caplog.at_level(logging.WARNING):
+        assert checkpoint_guard.checkpoints_newest_first(str(run_b)) == [
+            str(run_b / "ckpt-30"), str(run_b / "ckpt-20"), str(run_b / "ckpt-10")]
+        assert checkpoint_guard.newest_good_checkpoint(str(run_b)) == str(run_b / "ckpt-30")
+        assert checkpoint_guard.repair_state_file(str(run_b))
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    outside = [w for w in warnings if "outside" in w]
+    assert len(outside) == 1 and str(run_a / "ckpt-10") in outside[0], warnings
+    state = tf.train.get_checkpoint_state(str(run_b))
+    assert list(state.all_model_checkpoint_paths) == [
+        str(run_b / "ckpt-10"), str(run_b / "ckpt-20"), str(run_b / "ckpt-30")]
+    _save_steps(run_b, [40, 50], max_to_keep=2)  # B's rotation
+    assert {p.name: p.read_bytes() for p in run_a.iterdir()} == a_files
+    assert _names(checkpoint_guard.checkpoints_newest_first(str(run_b))) == ["ckpt-50", "ckpt-40"]
+
+
+def test_state_file_naming_only_checkpoints_outside_is_removed_by_repair(tmp_path, caplog):
+    run_a, run_b, a_files = _copy_with_absolute_state(tmp_path, [10, 20])
+    for path in run_b.glob("ckpt-*"):
+        path.unlink()  # B holds none of its own
+    with caplog.at_level(logging.WARNING):
+        assert checkpoint_guard.newest_good_checkpoint(str(run_b)) is None
+        assert checkpoint_guard.repair_state_file(str(run_b))
+    assert not (run_b / "checkpoint").exists()
+    _save_steps(run_b, [1, 2, 3], max_to_keep=1)
+    assert {p.name: p.read_bytes() for p in run_a.iterdir()} == a_files
+
+
+def test_inside_compares_resolved_paths_and_schemes():
+    assert file_io.is_inside("/r/B", "/r/B/ckpt-2")
+    assert file_io.is_inside("/r/B/", "/r/B/sub/ckpt-2")
+    assert not file_io.is_inside("/r/B", "/r/B/../A/ckpt-2")
+    assert not file_io.is_inside("/r/B", "/r/BB/ckpt-2")
+    assert not file_io.is_inside("/r/B", "/r/B")
+    assert file_io.is_inside("gs://b/run", "gs://b/run/ckpt-2")
+    assert not file_io.is_inside("gs://b/run", "/b/run/ckpt-2")
+
+
+def test_own_absolute_paths_read_through_a_relative_dir_are_the_runs(tmp_path, monkeypatch,
+                                                                     caplog):
+    _copy_with_absolute_state(tmp_path, [10, 20])
+    monkeypatch.chdir(tmp_path)
+    with caplog.at_level(logging.WARNING):
+        assert _names(checkpoint_guard.checkpoints_newest_first("A")) == ["ckpt-20", "ckpt-10"]
+    assert not [r for r in caplog.records if "outside" in r.getMessage()]

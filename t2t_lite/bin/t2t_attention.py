@@ -9,9 +9,11 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from t2t_lite import file_io
 from t2t_lite.data_generators.text_encoder import EOS_ID, PAD_ID
 from t2t_lite.decoding import decoding, runs
 from t2t_lite.errors import UserError
+from t2t_lite.utils import validation
 from t2t_lite.visualization import attention_viz
 
 
@@ -42,13 +44,16 @@ def main(flags: Any) -> list[str]:
         os.path.join(flags.output_dir, "attention") if flags.output_dir else None)
     if not out_dir:
         raise UserError("--mode=attention needs --attention_dir or --output_dir")
+    validation.check_output_not_protected(
+        "attention_dir", out_dir, validation.run_folders(flags.output_dir, flags.checkpoint_path),
+        spec.data_dir)
     with runs.one_line_errors():
         decode_hp = decoding.decode_hparams(flags.decode_hparams or "")
     run = runs.open_run(spec, flags.hparams)
     _, model = runs.restore_model(run, flags.checkpoint_path)
     encoders, target_space_id = run.encoders, run.target_space_id
     infer = decoding.make_infer_fn(model, decode_hp, target_space_id)
-    with open(source, encoding="utf-8", errors="replace") as f:
+    with open(source, encoding=file_io.TEXT_ENCODING, errors="replace") as f:
         lines = [line.rstrip("\n") for line in f][:flags.attention_max_lines]
     os.makedirs(out_dir, exist_ok=True)
     written = []

@@ -18,29 +18,56 @@ from t2t_lite.training.avg_checkpoints import (
 from t2t_lite.utils import checkpoint_guard, run_metadata, validation
 
 
+def source_of(output_dir: str | None, checkpoint_path: str | None) -> tuple[str, int | None]:
+    """The run whose checkpoints are averaged, and the newest step to take (None: any).
+
+    `--checkpoint_path` wins over `--output_dir`, as in decode and export: a run's folder,
+    or one checkpoint `RUN/ckpt-N` (the `--n` newest up to step N).
+
+    Raises:
+      UserError: neither flag, or an ensemble ("A,B") given.
+    """
+    if checkpoint_path:
+        if "," in checkpoint_path:
+            raise UserError(f"--mode=average averages one run's checkpoints, not an "
+                            f"ensemble's (--checkpoint_path={checkpoint_path})")
+        if os.path.isdir(checkpoint_path) or (
+                "://" in checkpoint_path and checkpoint_guard.step_of(checkpoint_path) < 0):
+            return checkpoint_path, None
+        return os.path.dirname(checkpoint_path) or ".", checkpoint_guard.step_of(checkpoint_path)
+    if not output_dir:
+        raise UserError("--mode=average needs --output_dir=<training run directory> (or "
+                        "--checkpoint_path)")
+    return output_dir, None
+
+
 def main(flags) -> None:
     """`run.py --mode=average --output_dir=RUN [--n=8 | --average_best=N]
     [--checkpoint_path=DIR] [--avg_output_dir=RUN/avg]`.
 
     Args:
-      flags: absl FLAGS with `output_dir`, `n`, `avg_output_dir`, `average_best`,
-        `checkpoint_path`.
+      flags: absl FLAGS with `output_dir`, `n`, `avg_output_dir`, `average_best` and
+        `checkpoint_path` (the run to average instead of --output_dir's, its checkpoint to
+        average up to, or a keep-best folder `RUN/best`).
     """
     average_best = getattr(flags, "average_best", 0) or 0
-    source = getattr(flags, "checkpoint_path", None) or None
-    if average_best:
-        if not flags.output_dir and not source:
+    checkpoint_path = getattr(flags, "checkpoint_path", None) or None
+    if average_best and not checkpoint_path:
+        if not flags.output_dir:
             raise UserError("--average_best needs --output_dir=<training run directory>")
-        source = source or os.path.join(flags.output_dir, keep_best.BEST_DIR)
-    if source and not os.path.isdir(source):
-        raise UserError(f"--checkpoint_path={source}: --mode=average reads a folder of "
-                        "checkpoints (e.g. $RUN/best); no such directory")
-    run_dir = flags.output_dir or (os.path.dirname(source.rstrip("/")) if source else None)
-    if not run_dir:
-        raise UserError("--mode=average needs --output_dir=<training run directory>")
-    avg_dir = flags.avg_output_dir or os.path.join(run_dir, "avg")
-    inputs = {"output_dir": run_dir, **({"checkpoint_path": source} if source else {})}
-    validation.check_output_not_input("avg_output_dir", avg_dir, inputs)
+        checkpoint_path = os.path.join(flags.output_dir, keep_best.BEST_DIR)
+    model_dir, newest_step = source_of(flags.output_dir, checkpoint_path)
+    best = keep_best.ranked(model_dir) if checkpoint_path and os.path.isdir(model_dir) else []
+    if average_best and not best:
+        raise UserError(f"{model_dir} holds no best_checkpoints.json: train with "
+                        "--keep_best_checkpoints=N first")
+    # The run the checkpoints belong to (a keep-best folder's is its parent).
+    run_dir = os.path.dirname(model_dir.rstrip("/")) if best else model_dir
+    avg_dir = flags.avg_output_dir or os.path.join(flags.output_dir or run_dir, "avg")
+    validation.check_output_not_input("avg_output_dir", avg_dir, {
+        "output_dir": flags.output_dir, "checkpoint_path": model_dir})
+    validation.check_output_not_protected(
+        "avg_output_dir", avg_dir, validation.run_folders(flags.output_dir, checkpoint_path))
     validation.check_output_dir("avg_output_dir", avg_dir)
     validation.check_writable_dir("avg_output_dir", avg_dir)
     n = average_best or flags.n
@@ -49,16 +76,12 @@ def main(flags) -> None:
     run_metadata.read_hparams_json(os.path.join(run_dir, "hparams.json"))
     run_metadata.check_recorded_vocab(run_dir, "average")
     try:
-        best = keep_best.ranked(source) if source else []
-        if source and best:
+        if best:
             # The n best by their metric, averaged oldest first (the newest gives the step).
             paths = sorted(best[:n], key=checkpoint_guard.step_of)
             values = average_tensors(paths)
-        elif average_best:
-            raise ValueError(f"{source} holds no best_checkpoints.json: train with "
-                             "--keep_best_checkpoints=N first")
         else:
-            paths, values = average_newest(source or flags.output_dir, n)
+            paths, values = average_newest(model_dir, n, newest_step)
         prefix = average_checkpoints(paths, avg_dir, values)
     except ValueError as e:
         raise UserError(one_line(e)) from e

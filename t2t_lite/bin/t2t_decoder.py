@@ -76,7 +76,7 @@ def main(flags) -> None:
             if used:
                 raise UserError(f"--{name} works with one model, not an ensemble "
                                 f"(--checkpoint_path={flags.checkpoint_path})")
-    _check_outputs_writable(flags, decode_hp, score_file)
+    _check_outputs_writable(flags, decode_hp, score_file, spec.data_dir)
     if not score_file and not flags.decode_interactive:
         _check_reference(flags, decode_hp)
     run = runs.open_run(spec, flags.hparams)
@@ -189,6 +189,10 @@ def decode_ctranslate2(flags) -> str:
         "decode_to_file", output,
         {"decode_from_file": filename,
          "decode_reference": flags.decode_reference or decode_hp.decode_reference})
+    validation.check_output_not_protected(
+        "decode_to_file", output, {**validation.run_folders(flags.output_dir, None),
+                                   **({f"--export_dir={flags.export_dir}": flags.export_dir}
+                                      if flags.export_dir else {})})
     _check_reference(flags, decode_hp)
     translator = ct2.Translator(ct2.default_model_dir(flags.export_dir, flags.output_dir),
                                 device=flags.ct2_device, compute_type=flags.ct2_compute_type,
@@ -292,9 +296,10 @@ def _check_reference(flags, decode_hp) -> None:
     check_reference(os.path.expanduser(reference), records, source)
 
 
-def _check_outputs_writable(flags, decode_hp, score_file) -> None:
-    """Refuses an output path that cannot be written, or that is one of the inputs, before
-    the model is loaded and anything is decoded."""
+def _check_outputs_writable(flags, decode_hp, score_file, data_dir: str | None) -> None:
+    """Refuses an output path that cannot be written, that is one of the inputs, or a file
+    of the run, the checkpoint's run or the data_dir, before the model is loaded and
+    anything is decoded."""
     decode_to_file = flags.decode_to_file or decode_hp.decode_to_file
     if flags.decode_interactive:
         return
@@ -306,6 +311,9 @@ def _check_outputs_writable(flags, decode_hp, score_file) -> None:
             inputs["decode_from_file"] = add_shard_to_filename(
                 os.path.expanduser(flags.decode_from_file), decode_hp)
         validation.check_output_not_input("decode_to_file", output, inputs)
+        validation.check_output_not_protected(
+            "decode_to_file", output,
+            validation.run_folders(flags.output_dir, flags.checkpoint_path), data_dir)
         validation.check_writable_file("decode_to_file", os.path.expanduser(decode_to_file))
     elif flags.decode_from_file and not score_file:
         # The decodes go beside the input file (t2t's default name).

@@ -37,6 +37,9 @@ def main(flags) -> None:
         validation.check_output_not_input("export_dir", export_dir, {
             "output_dir": flags.output_dir, "data_dir": spec.data_dir,
             "checkpoint_path": flags.checkpoint_path})
+        validation.check_output_not_protected(
+            "export_dir", export_dir,
+            validation.run_folders(flags.output_dir, flags.checkpoint_path), spec.data_dir)
         validation.check_writable_dir("export_dir", export_dir)
     logging.info("Export step 1 of 2: loading the model and building the graph encoders")
     with runs.one_line_errors():
@@ -90,6 +93,9 @@ def export_ctranslate2(flags) -> str:
     validation.check_output_not_input("export_dir", model_dir, {
         "output_dir": flags.output_dir, "checkpoint_path": flags.checkpoint_path,
         "data_dir": spec.data_dir})
+    validation.check_output_not_protected(
+        "export_dir", model_dir, validation.run_folders(flags.output_dir, checkpoint),
+        spec.data_dir)
     path = ct2.export(model, model_dir,
                       encoders.get("inputs", encoders["targets"]), encoders["targets"],
                       run.target_space_id,

@@ -499,7 +499,7 @@ def generate_lines_for_vocab(
             counter = 0
             countermax = int(os.path.getsize(filepath) / budget / 2)
             # newline="\n": lines end at "\n" only, as tf.gfile reads them.
-            with open(filepath, encoding="utf-8", newline="\n") as source_file:
+            with open(filepath, encoding=file_io.TEXT_ENCODING, newline="\n") as source_file:
                 lineno = 0
                 try:
                     for line in source_file:
@@ -544,7 +544,7 @@ def get_or_generate_tabbed_vocab(
     def generate() -> Iterator[str]:
         filepath = os.path.join(tmp_dir, source_filename)
         logging.info("Generating vocab from %s", filepath)
-        with open(filepath, encoding="utf-8", newline="\n") as source_file:
+        with open(filepath, encoding=file_io.TEXT_ENCODING, newline="\n") as source_file:
             for line in source_file:
                 line = line.strip()
                 if line and "\t" in line:
@@ -574,7 +574,7 @@ def get_or_generate_txt_vocab(
         logging.info("Generating vocab from %s", filepatterns)
         for filepattern in filepatterns:
             for filename in sorted(glob.glob(filepattern)):
-                with open(filename, encoding="utf-8", newline="\n") as source_file:
+                with open(filename, encoding=file_io.TEXT_ENCODING, newline="\n") as source_file:
                     for line in source_file:
                         yield line.strip()
 

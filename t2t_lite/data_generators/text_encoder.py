@@ -86,6 +86,20 @@ def strip_ids(ids: Iterable[int], ids_to_strip: Sequence[int]) -> list[int]:
     return ids
 
 
+def decode_until_stop(encoder: TextEncoder, ids) -> str:
+    """The text of `ids` up to the first EOS or padding (a decoded or padded row).
+
+    Args:
+      encoder: the vocabulary's encoder.
+      ids: a numpy array or eager tensor of ids that flattens to [T].
+    """
+    ids = [int(i) for i in (ids.numpy() if hasattr(ids, "numpy") else ids).reshape(-1)]
+    for stop in (EOS_ID, PAD_ID):
+        if stop in ids:
+            ids = ids[: ids.index(stop)]
+    return encoder.decode(ids)
+
+
 def _read_vocab_lines(filename: str) -> list[tuple[int, str]]:
     """Reads a vocab file strictly as UTF-8, split on "\\n" only (as tf.gfile does).
 

@@ -20,6 +20,7 @@ from typing import Any
 
 from absl import logging
 
+from t2t_lite import file_io
 from t2t_lite.data_generators import problem
 from t2t_lite.errors import UserError
 from t2t_lite.hparams import HParams
@@ -63,6 +64,8 @@ def txt_line_iterator(txt_path: str) -> Iterator[str]:
         for line_number, raw in enumerate(f, start=1):
             try:
                 line = raw.decode("utf-8")
+                if line_number == 1:
+                    line = file_io.strip_bom(line)
             except UnicodeDecodeError as e:
                 raise CorpusError(
                     f"{txt_path}:{line_number}: not valid UTF-8 (byte 0x{raw[e.start]:02x} at "

@@ -224,7 +224,7 @@ def read_inputs(filename: str, delimiter: str = "\n") -> list[str]:
     with open(filename, "rb") as f:
         data = f.read()
     try:
-        text = data.decode("utf-8")
+        text = file_io.strip_bom(data.decode("utf-8"))
     except UnicodeDecodeError as e:
         line = data.count(b"\n", 0, e.start) + 1
         column = e.start - (data.rfind(b"\n", 0, e.start) + 1) + 1
@@ -836,7 +836,7 @@ def read_score_file(filename: str) -> list[tuple[str, str]]:
       ValueError: naming file:line of a line without exactly one tab.
     """
     pairs = []
-    with open(filename, encoding="utf-8") as f:
+    with open(filename, encoding=file_io.TEXT_ENCODING) as f:
         for number, line in enumerate(f, start=1):
             fields = line.rstrip("\n").split("\t")
             if len(fields) != 2:

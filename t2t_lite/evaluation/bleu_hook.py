@@ -22,6 +22,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from t2t_lite import file_io
+
 
 def _get_ngrams(segment: Sequence, max_order: int) -> collections.Counter:
     """Counts every n-gram of `segment` for n = 1..max_order (tuples as keys)."""
@@ -150,7 +152,7 @@ def bleu_tokenize(string: str) -> list[str]:
 def _read_text(filename: str) -> str:
     # newline="" keeps the file's bytes as they are (t2t reads with tf.gfile, which does not
     # translate line endings).
-    with open(filename, encoding="utf-8", newline="") as f:
+    with open(filename, encoding=file_io.TEXT_ENCODING, newline="") as f:
         return f.read()
 
 
@@ -188,8 +190,9 @@ def bleu_wrapper(ref_filename: str, hyp_filename: str, case_sensitive: bool = Fa
 
 
 def read_lines(filename: str) -> list[str]:
-    """Lines of a UTF-8 file with trailing whitespace removed, as sacrebleu's CLI reads them."""
-    with open(filename, encoding="utf-8", newline="\n") as f:
+    """Lines of a UTF-8 file with trailing whitespace removed (and a leading BOM), as
+    sacrebleu's CLI reads them."""
+    with open(filename, encoding=file_io.TEXT_ENCODING, newline="\n") as f:
         return [line.rstrip() for line in f]
 
 

@@ -29,6 +29,7 @@ import shutil
 
 import numpy as np
 import tensorflow as tf
+from absl import logging
 
 from t2t_lite import file_io
 from t2t_lite.utils import checkpoint_guard, progress
@@ -61,43 +62,78 @@ def last_checkpoints(model_dir: str, n: int) -> list[str]:
     return paths[::-1]
 
 
-def average_newest(model_dir: str, n: int) -> tuple[list[str], dict[str, np.ndarray]]:
-    """Averages the last `n` checkpoints of `model_dir`, beside a training run that rotates
-    them: when one vanishes while it is read, the then-newest `n` are read instead.
+def last_readable_checkpoints(model_dir: str, n: int,
+                              newest_step: int | None = None) -> list[str]:
+    """The last `n` complete checkpoints of `model_dir` whose every tensor reads, oldest
+    first: damaged ones (a save cut short) are skipped with one warning, as decode, export
+    and eval fall back to the newest readable checkpoint.
+
+    Args:
+      model_dir: a training run's directory.
+      n: how many to take (fewer when fewer read).
+      newest_step: leave out checkpoints of a higher step (None: none left out).
+
+    Raises:
+      ValueError: `n` < 1, no checkpoint, or none of them reads (naming the newest damaged).
+    """
+    if n < 1:
+        raise ValueError(f"--n={n}: the number of checkpoints to average must be >= 1")
+    found, damaged = [], []
+    for path in checkpoint_guard.checkpoints_newest_first(model_dir):
+        if newest_step is not None and checkpoint_guard.step_of(path) > newest_step:
+            continue
+        reason = checkpoint_guard.damage(path)
+        if reason is None:
+            found.append(path)
+            if len(found) == n:
+                break
+        elif checkpoint_guard.is_complete(path):  # not one rotated away meanwhile
+            damaged.append((path, reason))
+    if damaged and found:
+        logging.warning("Checkpoint(s) %s damaged (%s): averaging the newest readable ones, "
+                        "%s", ", ".join(os.path.basename(p) for p, _ in damaged),
+                        damaged[0][1], ", ".join(os.path.basename(p) for p in found[::-1]))
+    elif damaged:
+        path, reason = damaged[0]
+        raise ValueError(f"checkpoint {path} is damaged ({reason}) and no other checkpoint "
+                         f"of {model_dir} reads; restore them from a backup")
+    if not found:
+        raise ValueError(f"No checkpoints in {model_dir}; point --output_dir at a training "
+                         "run's directory")
+    return found[::-1]
+
+
+def average_newest(model_dir: str, n: int,
+                   newest_step: int | None = None) -> tuple[list[str], dict[str, np.ndarray]]:
+    """Averages the last `n` readable checkpoints of `model_dir` (`last_readable_checkpoints`),
+    beside a training run that rotates them: when one vanishes while it is read, the
+    then-newest `n` are read instead.
 
     Args:
       model_dir: a training run's directory.
       n: how many checkpoints to average.
+      newest_step: average none of a higher step (a --checkpoint_path naming one).
 
     Returns:
       (the checkpoint prefixes averaged, oldest first; `average_tensors`' values).
 
     Raises:
-      ValueError: as `last_checkpoints`; a checkpoint damaged (naming it); the checkpoints
-        differ; or they kept vanishing (`checkpoint_guard.retry_if_vanished`).
+      ValueError: as `last_readable_checkpoints`; the checkpoints differ; or they kept
+        vanishing (`checkpoint_guard.retry_if_vanished`).
     """
     paths: list[str] = []
 
     def discover() -> str:
-        paths[:] = last_checkpoints(model_dir, n)
+        paths[:] = last_readable_checkpoints(model_dir, n, newest_step)
         return paths[0]  # the oldest: the first that rotation removes
 
-    def check_none_vanished() -> None:
-        gone = [p for p in paths if not checkpoint_guard.is_complete(p)]
-        if gone:
-            raise checkpoint_guard.Vanished(gone[0])
-
     def read(_) -> dict[str, np.ndarray]:
-        for path in paths:
-            reason = checkpoint_guard.damage(path)
-            if reason:
-                check_none_vanished()
-                raise ValueError(f"checkpoint {path} is damaged ({reason}); average fewer "
-                                 "checkpoints (--n) or other ones")
         try:
             return average_tensors(paths)
         except tf.errors.OpError:
-            check_none_vanished()
+            gone = [p for p in paths if not checkpoint_guard.is_complete(p)]
+            if gone:
+                raise checkpoint_guard.Vanished(gone[0]) from None
             raise
 
     _, values = checkpoint_guard.retry_if_vanished(discover, read)

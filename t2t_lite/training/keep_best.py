@@ -25,7 +25,8 @@ from t2t_lite import file_io
 BEST_DIR = "best"
 INDEX_FILE = "best_checkpoints.json"
 PREFIX = "ckpt"
-RUN_FILES = ("hparams.json", "flags.json")
+# What a later use of the folder checks the run by (run_metadata), copied along.
+RUN_FILES = ("hparams.json", "flags.json", "run_inputs.json")
 
 
 def read_index(best_dir: str) -> dict[str, Any] | None:

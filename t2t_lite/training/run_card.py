@@ -40,6 +40,8 @@ from typing import Any
 
 from absl import logging
 
+from t2t_lite import file_io
+
 JSON_NAME = "run_card.json"
 MARKDOWN_NAME = "run_card.md"
 SECTIONS = ("setup", "history", "training", "eval", "bleu", "selection")
@@ -50,14 +52,13 @@ _TITLES = {"setup": "Setup", "history": "History (resumes)", "training": "Traini
 
 def read(output_dir: str) -> dict[str, dict[str, Any]]:
     """The card of `output_dir` as {section: {key: value}} ({} when there is none)."""
-    path = os.path.join(output_dir, JSON_NAME)
-    if not os.path.isfile(path):
+    text = file_io.read_text(os.path.join(output_dir, JSON_NAME))
+    if text is None:
         return {}
-    with open(path, encoding="utf-8") as f:
-        try:
-            return json.load(f)
-        except json.JSONDecodeError:  # a card cut off mid-write by a killed run: start again
-            return {}
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:  # a card cut off mid-write by a killed run: start again
+        return {}
 
 
 def update(output_dir: str, section: str, values: dict[str, Any]) -> dict[str, dict]:
@@ -79,34 +80,32 @@ def _change_section(output_dir: str, section: str,
     """Sets `section` to `change(its current values)`, stamped with the time, under the lock."""
     if section not in SECTIONS:
         raise ValueError(f"run card section {section!r}: use one of {SECTIONS}")
-    os.makedirs(output_dir, exist_ok=True)
+    file_io.makedirs(output_dir)
     with _locked(output_dir):
         card = read(output_dir)
         values = change({k: v for k, v in card.get(section, {}).items() if k != "updated"})
         card[section] = dict(values, updated=time.strftime("%Y-%m-%d %H:%M:%S %Z"))
-        _write_atomically(os.path.join(output_dir, JSON_NAME),
-                          json.dumps(card, indent=2) + "\n")
-        _write_atomically(os.path.join(output_dir, MARKDOWN_NAME), to_markdown(card))
+        # Through file_io: a gs:// output_dir gets its card there, not in a local "gs:" folder.
+        file_io.atomic_write(os.path.join(output_dir, JSON_NAME),
+                             json.dumps(card, indent=2) + "\n")
+        file_io.atomic_write(os.path.join(output_dir, MARKDOWN_NAME), to_markdown(card))
     return card
 
 
 @contextlib.contextmanager
 def _locked(output_dir: str) -> Iterator[None]:
     """Holds an exclusive flock on the directory itself (no lock file is left behind):
-    training and a concurrent eval or decode update the card one after the other."""
+    training and a concurrent eval or decode update the card one after the other. Paths
+    with a scheme (gs://) have no flock: the card's updates there are not serialised."""
+    if "://" in output_dir:
+        yield
+        return
     fd = os.open(output_dir, os.O_RDONLY)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield
     finally:
         os.close(fd)  # releases the lock
-
-
-def _write_atomically(path: str, text: str) -> None:
-    tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-    os.replace(tmp, path)
 
 
 def _cell(value: Any) -> str:

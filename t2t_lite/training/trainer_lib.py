@@ -40,7 +40,7 @@ from tensorflow.python.util import deprecation
 
 from t2t_lite import hparams_support, registry
 from t2t_lite.data_generators import data_marker
-from t2t_lite.data_generators.text_encoder import EOS_ID, PAD_ID
+from t2t_lite.data_generators.text_encoder import decode_until_stop
 from t2t_lite.errors import RunStopped, UserError, storage_problem
 from t2t_lite.evaluation import metrics as metrics_lib
 from t2t_lite.hparams import HParams, create_hparams
@@ -67,8 +67,6 @@ TRAIN, EVAL = "train", "eval"
 CHECKPOINT_PREFIX = "ckpt"
 # t2t's `eval_autoregressive` decodes this many steps beyond the input length.
 AUTOREGRESSIVE_EVAL_DECODE_LENGTH = 50
-# The first progress line comes this long after the first step, whatever the cadence.
-FIRST_REPORT_SECS = progress.LOG_INTERVAL_SECS
 
 
 @dataclasses.dataclass
@@ -583,7 +581,7 @@ class Trainer:
         config = self.config
         step = self.step
         last = {}
-        began, first_step, report_at = time.time(), step + 1, None
+        first = progress_lib.FirstReport(step + 1, config.train_steps, config.log_step_count_steps)
         while step < config.train_steps:
             # t2t writes its summaries at the progress steps: the gradients of those steps.
             progress = ((step + 1) % config.log_step_count_steps == 0
@@ -598,18 +596,11 @@ class Trainer:
                 self.check_finite(manager, weights=save or evaluate)
             if progress:
                 last = self._log_progress(stats, step, out.get("grads"))
-                report_at = None
-            if step == first_step:  # a timed report follows unless this step logged one
-                timed = not (progress or self.multi_worker)  # workers log at the same steps
-                logging.info("%s", progress_lib.first_step_line(
-                    step, config.train_steps, time.time() - began, config.log_step_count_steps,
-                    FIRST_REPORT_SECS if timed else None))
-                report_at = time.time() + FIRST_REPORT_SECS if timed else None
-                if timed:
-                    stats.flush(step)  # the next line's steps/s and ETA leave the tracing out
-            elif report_at is not None and time.time() >= report_at:
+            # Workers log at the same steps: no time-based report there.
+            if first.after_step(step, logged=progress, timed=not self.multi_worker):
+                stats.flush(step)  # the next line's steps/s and ETA leave the tracing out
+            elif first.due():
                 last = self._log_progress(stats, step)  # the time-based first report
-                report_at = None
             stop = False
             if evaluate:
                 results = self.evaluate()
@@ -840,9 +831,9 @@ class Trainer:
         examples = []
         for i in range(int(tf.shape(inputs)[0])):
             examples.append({
-                "inputs": _decode(encoders["inputs"], inputs[i]),
-                "targets": _decode(encoders["targets"], local["targets"][i]),
-                "outputs": _decode(encoders["targets"], decoded[i]),
+                "inputs": decode_until_stop(encoders["inputs"], inputs[i]),
+                "targets": decode_until_stop(encoders["targets"], local["targets"][i]),
+                "outputs": decode_until_stop(encoders["targets"], decoded[i]),
             })
         return examples
 
@@ -878,15 +869,6 @@ class Trainer:
             if self.step >= self.config.train_steps:
                 break
         return self.last_eval_results
-
-
-def _decode(encoder, ids) -> str:
-    """Text of `ids` up to the first EOS or padding."""
-    ids = [int(i) for i in np.asarray(ids).reshape(-1)]
-    for stop in (EOS_ID, PAD_ID):
-        if stop in ids:
-            ids = ids[: ids.index(stop)]
-    return encoder.decode(ids)
 
 
 def create_trainer(

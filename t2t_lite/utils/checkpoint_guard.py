@@ -94,13 +94,57 @@ def _on_disk(directory: str) -> list[str]:
     return found
 
 
+# Directories whose state file's paths outside them were already warned about.
+_WARNED_OUTSIDE: set[str] = set()
+
+
+def _drop_outside(directory: str, state: CheckpointState) -> list[str]:
+    """Removes from `state` the checkpoints outside `directory` (a TF1 / t2t state file of
+    absolute paths copied with its run: another run's), warning once per directory; names
+    its own checkpoints below `directory` as given (a relative --output_dir, a symlink).
+    Returns the paths removed."""
+    local = "://" not in directory
+    real = os.path.realpath(directory) if local else directory
+
+    def own(path: str) -> str | None:
+        resolved = os.path.realpath(path) if local else path
+        if not file_io.is_inside(real, resolved):
+            return None
+        return os.path.join(directory, os.path.relpath(resolved, real)) if local else path
+
+    named = [*state.all_model_checkpoint_paths, state.model_checkpoint_path]
+    kept = [own(p) for p in named]
+    outside = sorted({p for p, k in zip(named, kept) if k is None})
+    listed = [k for k in kept[:-1] if k]
+    del state.all_model_checkpoint_paths[:]
+    state.all_model_checkpoint_paths.extend(listed)
+    state.model_checkpoint_path = kept[-1] or (listed[-1] if listed else "")
+    if outside and directory not in _WARNED_OUTSIDE:
+        _WARNED_OUTSIDE.add(directory)
+        logging.warning("%s names checkpoints outside %s (%s): ignored, never restored from "
+                        "or rotated (another run's? copied with absolute paths)",
+                        os.path.join(directory, STATE_FILE), directory, names_text(outside))
+    return outside
+
+
 def read_state_file(directory: str) -> tuple[CheckpointState | None, str | None]:
-    """The directory's `checkpoint` state, parsed without TensorFlow's ValueError or logging.
+    """The directory's `checkpoint` state, parsed without TensorFlow's ValueError or logging;
+    checkpoints it names outside `directory` left out (`_drop_outside`).
 
     Returns:
       (state with paths joined to `directory`, None) when it reads and names a checkpoint;
-      (None, why) otherwise: "is missing", "is empty", "does not parse (...)".
+      (None, why) otherwise: "is missing", "is empty", "does not parse (...)", "names only
+      checkpoints outside the run".
     """
+    state, problem = _parse_state_file(directory)
+    if state is not None and _drop_outside(directory, state) and (
+            not state.model_checkpoint_path):
+        return None, "names only checkpoints outside the run"
+    return state, problem
+
+
+def _parse_state_file(directory: str) -> tuple[CheckpointState | None, str | None]:
+    """`read_state_file` with every path it names, those outside `directory` included."""
     path = os.path.join(directory, STATE_FILE)
     if not tf.io.gfile.exists(path):
         return None, "is missing"
@@ -136,6 +180,8 @@ def checkpoints_newest_first(directory: str) -> list[str]:
 def _warn_about_state_file(directory: str, newest: str) -> None:
     """One warning line when the state file would not have led to `newest`."""
     state, problem = read_state_file(directory)
+    if directory in _WARNED_OUTSIDE:
+        return  # its paths outside the run were the one warning about this file
     if problem is not None:
         logging.warning("%s %s: using the newest complete checkpoint on disk, %s",
                         os.path.join(directory, STATE_FILE), problem, os.path.basename(newest))
@@ -152,17 +198,25 @@ def repair_state_file(directory: str) -> bool:
     state file lists, with its timestamps, and saves as `latest` what it names: the repaired
     file lists every complete checkpoint oldest first, timestamped by its index file, so
     the oldest are still deleted first. Call it only while holding the run lock (a training
-    run: the only writer of the directory).
+    run: the only writer of the directory). Checkpoints it names outside `directory` are
+    dropped (the file is removed when it names no other): the manager never deletes them.
 
     Returns:
-      Whether the file was rewritten (with one warning line when it was missing or damaged).
+      Whether the file was rewritten or removed (with one warning line when it was missing,
+      damaged or named checkpoints outside).
     """
     on_disk = checkpoints_newest_first(directory)[::-1]
+    state, problem = _parse_state_file(directory)
+    # The manager would restore and rotate every path the file names: none outside may stay.
+    dropped = state is not None and _drop_outside(directory, state)
+    if dropped and not on_disk:
+        # Only another run's checkpoints: without this file the manager starts afresh.
+        tf.io.gfile.remove(os.path.join(directory, STATE_FILE))
+        return True
     if not on_disk:
         return False
-    state, problem = read_state_file(directory)
-    if state is not None and list(state.all_model_checkpoint_paths) == on_disk and (
-            state.model_checkpoint_path == on_disk[-1]):
+    if not dropped and state is not None and list(state.all_model_checkpoint_paths) == (
+            on_disk) and state.model_checkpoint_path == on_disk[-1]:
         return False
     stamps = [tf.io.gfile.stat(p + ".index").mtime_nsec / 1e9 for p in on_disk]
     new = CheckpointState(
@@ -173,7 +227,9 @@ def repair_state_file(directory: str) -> bool:
         last_preserved_timestamp=min(stamps) - 1)
     file_io.atomic_write(os.path.join(directory, STATE_FILE), text_format.MessageToString(new))
     names = ", ".join(os.path.basename(p) for p in on_disk)
-    what = problem if problem is not None else "did not list every checkpoint on disk"
+    what = problem if problem is not None else (
+        "named checkpoints outside the run" if dropped
+        else "did not list every checkpoint on disk")
     log = logging.warning if problem is not None else logging.info
     log("%s %s: rewritten from the checkpoints on disk (%s); resuming from %s",
         os.path.join(directory, STATE_FILE), what, names, os.path.basename(on_disk[-1]))
@@ -576,7 +632,6 @@ def remove_stale_temp_dirs(parent: str, stem: str) -> list[str]:
             logging.warning("Removed %s, left by an interrupted run (pid %s on %s)", path,
                             match.group("pid"), match.group("host"))
     return removed
-
 
 
 def give_dirs_the_umask(root: str) -> None:

@@ -97,6 +97,53 @@ def first_step_line(step: int, train_steps: int, seconds: float, every: int,
             f"compiling it); progress lines every {every} steps{then}")
 
 
+class FirstReport:
+    """The first progress lines of a training loop: after its first step, how long that step
+    took (`first_step_line`); then, unless the usual cadence logged a line meanwhile, one
+    progress line `report_after` seconds later, so that a run shows its rate within its first
+    minute whatever `every` is.
+
+    Args:
+      first_step: the loop's first step (the restored step + 1).
+      train_steps: the last step.
+      every: the usual cadence (--log_step_count_steps).
+      report_after: seconds from the first step to the time-based report.
+    """
+
+    def __init__(self, first_step: int, train_steps: int, every: int,
+                 report_after: float = LOG_INTERVAL_SECS):
+        self.first_step = first_step
+        self.train_steps = train_steps
+        self.every = every
+        self.report_after = report_after
+        self.began = time.time()
+        self.report_at: float | None = None
+
+    def after_step(self, step: int, logged: bool, timed: bool = True) -> bool:
+        """Logs the first step's line at `step` == first_step; `logged`: this step wrote a
+        progress line (no timed report is then needed, and any pending one is dropped).
+
+        Returns:
+          True when a timed report is now pending (the caller restarts its rate there).
+        """
+        if logged:
+            self.report_at = None
+        if step != self.first_step:
+            return False
+        timed = timed and not logged
+        logging.info("%s", first_step_line(step, self.train_steps, time.time() - self.began,
+                                           self.every, self.report_after if timed else None))
+        self.report_at = time.time() + self.report_after if timed else None
+        return timed
+
+    def due(self) -> bool:
+        """Whether the timed report is due now (then it is no longer pending)."""
+        if self.report_at is None or time.time() < self.report_at:
+            return False
+        self.report_at = None
+        return True
+
+
 def training_eta(step: int, train_steps: int, steps_per_sec: float,
                  stops_early: bool) -> str:
     """The ETA part of the training progress line.

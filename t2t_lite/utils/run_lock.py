@@ -3,7 +3,9 @@
 A training run (the chief, in a multi-worker run) creates `output_dir/run.lock` holding its
 host, pid and start time before it writes anything else there, and removes it at exit. A
 second run into the same directory refuses with one line naming the holder. A lock whose pid
-no longer runs on this host (the run was killed) is stale: it is taken over with a warning.
+no longer runs on this host (the run was killed) is stale: it is taken over with a warning,
+under a flock of the directory, so that of several processes taking it over at once exactly
+one wins and the others refuse naming it.
 A lock held by another host is never taken over (its process cannot be checked from here).
 Datagen holds its data_dir the same way, with `datagen.lock`.
 
@@ -16,12 +18,14 @@ dies, so a killed run leaves nothing stale; a data_dir where the file cannot be 
 from __future__ import annotations
 
 import atexit
+import contextlib
 import errno
 import fcntl
 import json
 import os
 import socket
 import time
+from collections.abc import Iterator
 
 from absl import logging
 
@@ -65,15 +69,16 @@ def _read(path: str) -> dict:
     if "://" not in path:
         try:
             with open(path, encoding="utf-8") as f:
-                return json.loads(f.read() or "{}")
-        except (json.JSONDecodeError, FileNotFoundError):
+                holder = json.loads(f.read() or "{}")
+        except (json.JSONDecodeError, UnicodeDecodeError, FileNotFoundError):
             return {}
-    tf = _tf()
-    try:
-        with tf.io.gfile.GFile(path) as f:
-            holder = json.loads(f.read() or "{}")
-    except (json.JSONDecodeError, UnicodeDecodeError, tf.errors.NotFoundError):
-        return {}
+    else:
+        tf = _tf()
+        try:
+            with tf.io.gfile.GFile(path) as f:
+                holder = json.loads(f.read() or "{}")
+        except (json.JSONDecodeError, UnicodeDecodeError, tf.errors.NotFoundError):
+            return {}
     # A lock holding `null`, a list or a number names no run: read as empty (taken over).
     return holder if isinstance(holder, dict) else {}
 
@@ -97,6 +102,27 @@ def _create_exclusive(path: str, content: str) -> bool:
     with os.fdopen(fd, "w") as f:
         f.write(content)
     return True
+
+
+@contextlib.contextmanager
+def _takeover_guard(directory: str) -> Iterator[None]:
+    """Holds an exclusive flock on `directory` itself (no file is added), so that of the
+    processes taking over one stale lock exactly one reads, removes and re-creates it: the
+    others then read the winner's live lock. The kernel releases the flock of a killed
+    process, so the guard itself is never stale. Paths with a scheme (gs://) and
+    filesystems without flock run unguarded (a narrow race)."""
+    if "://" in directory:
+        yield
+        return
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        except OSError:
+            pass  # no flock on this filesystem
+        yield
+    finally:
+        os.close(fd)  # releases the flock
 
 
 class RunLock:
@@ -132,21 +158,29 @@ class RunLock:
                 self.held = True
                 atexit.register(self.release)
                 return self
-            holder = _read(self.path)
-            if not holder:
-                time.sleep(1)  # another run may be between creating and writing it
+            with _takeover_guard(os.path.dirname(self.path)):
+                # Read under the guard: a racer that took the stale lock over before us has
+                # replaced it with its own live one, which is refused here, never removed.
                 holder = _read(self.path)
-            stale = self._refuse_live(holder)
-            if stale:
-                logging.warning("Taking over the stale lock %s of a %s that no longer runs "
-                                "(%s)", self.path, self.holder_kind, _describe(holder))
-            elif not holder:
-                logging.warning("Taking over the lock %s: it names no %s (empty or not a "
-                                "JSON object)", self.path, self.holder_kind)
-            try:
-                tf.io.gfile.remove(self.path)
-            except tf.errors.NotFoundError:
-                pass
+                if not holder and tf.io.gfile.exists(self.path):
+                    time.sleep(1)  # another run may be between creating and writing it
+                    holder = _read(self.path)
+                stale = self._refuse_live(holder)
+                if stale:
+                    logging.warning("Taking over the stale lock %s of a %s that no longer "
+                                    "runs (%s)", self.path, self.holder_kind,
+                                    _describe(holder))
+                elif not holder:
+                    logging.warning("Taking over the lock %s: it names no %s (empty or not a "
+                                    "JSON object)", self.path, self.holder_kind)
+                try:
+                    tf.io.gfile.remove(self.path)
+                except tf.errors.NotFoundError:
+                    pass
+                if _create_exclusive(self.path, content):
+                    self.held = True
+                    atexit.register(self.release)
+                    return self
         raise UserError(f"could not take the lock {self.path}: other runs keep creating it")
 
     def _refuse_live(self, holder: dict) -> bool:

@@ -7,6 +7,7 @@ or a saved hparams.json that breaks the next run too.
 from __future__ import annotations
 
 import contextlib
+import fnmatch
 import math
 import os
 import re
@@ -192,6 +193,96 @@ def check_output_not_input(flag: str, output: str | None,
         if path and same_file(output, path):
             raise UserError(f"--{flag}={output} is the same file as --{name}={path}: the "
                             f"output would replace the input; choose another --{flag}")
+
+
+# The files a training run writes in its output_dir (and a checkpoint's folder holds): no
+# output of another mode may replace them. Other names there (decodes, avg/, export/) may be
+# written again.
+RUN_FILE_PATTERNS = ("hparams.json", "flags.json", "checkpoint", "*ckpt-*", "run_card.*",
+                     "run.lock", "events.out.tfevents.*", "*.complete.json", "datagen.lock",
+                     "t2t_import.json")
+
+
+def _real(path: str) -> str:
+    """`path` with `~` expanded and symlinks resolved (URLs as they are, no trailing /)."""
+    if "://" in path:
+        return path.rstrip("/")
+    return os.path.realpath(os.path.expanduser(path))
+
+
+def _is_within(folder: str, path: str) -> bool:
+    """Whether `path` is `folder` or lies below it (both `_real`)."""
+    return path == folder or path.startswith(folder.rstrip("/") + "/")
+
+
+def _protected_files(folder: str, patterns: tuple[str, ...] | None) -> Iterator[str]:
+    """The existing files of a local `folder` (those matching `patterns`; None: all)."""
+    if "://" in folder or not os.path.isdir(folder):
+        return
+    for name in sorted(os.listdir(folder)):
+        path = os.path.join(folder, name)
+        if os.path.isfile(path) and (
+                patterns is None or any(fnmatch.fnmatch(name, p) for p in patterns)):
+            yield path
+
+
+def run_folders(output_dir: str | None, checkpoint_path: str | None) -> dict[str, str]:
+    """The folders of the runs a mode reads, for `check_output_not_protected`: --output_dir
+    and each --checkpoint_path's (a folder, or a checkpoint prefix's folder; "A,B" an
+    ensemble). Returns {"--flag=value": folder}."""
+    folders = {f"--output_dir={output_dir}": output_dir} if output_dir else {}
+    for path in (checkpoint_path or "").split(","):
+        path = path.strip()
+        if path:
+            local = os.path.expanduser(path)
+            is_dir = os.path.isdir(local) if "://" not in path else not re.search(
+                r"-\d+$", path)
+            folders[f"--checkpoint_path={path}"] = local if is_dir else os.path.dirname(local)
+    return folders
+
+
+def check_output_not_protected(flag: str, output: str | None,
+                               runs: Mapping[str, str | None],
+                               data_dir: str | None = None) -> None:
+    """Refuses an output path that would replace or hold what a run is made of, before
+    anything is written: a file of a run (`RUN_FILE_PATTERNS`: hparams.json, flags.json,
+    checkpoints, the run card, the lock, ...), any file of the data_dir (shards, vocabulary,
+    markers), or a folder that is, or contains, a run or the data_dir (an export or average
+    replaces its output folder whole).
+
+    Args:
+      flag: the output's flag, e.g. "decode_to_file".
+      output: the output path, file or folder (None: nothing to check).
+      runs: {flag=value text: folder} of the runs read, e.g. {"--output_dir=r": "r",
+        "--checkpoint_path=r2/ckpt-4": "r2"}; None folders are skipped.
+      data_dir: the data_dir read (None: none).
+
+    Raises:
+      UserError: "--decode_to_file=r/hparams.json is r/hparams.json, a file of the run
+        --output_dir=r: ...".
+    """
+    if not output:
+        return
+    target = _real(output)
+    places = [(name, _real(folder), RUN_FILE_PATTERNS, "a file of the run")
+              for name, folder in runs.items() if folder]
+    if data_dir:
+        places.append((f"--data_dir={data_dir}", _real(data_dir), None,
+                       "a file of the data (a shard, the vocabulary, a marker)"))
+    for name, folder, patterns, what in places:
+        if _is_within(target, folder):
+            raise UserError(f"--{flag}={output} is or contains {name}: writing it would "
+                            f"replace that; choose another --{flag}")
+        same_place = os.path.dirname(target) == folder
+        for path in _protected_files(folder, patterns):
+            if (same_place and os.path.basename(target) == os.path.basename(path)) or (
+                    os.path.exists(target) and os.path.samefile(target, path)):
+                raise UserError(f"--{flag}={output} is {path}, {what} {name}: writing "
+                                f"it would break it; choose another --{flag}")
+        if same_place and patterns and any(
+                fnmatch.fnmatch(os.path.basename(target), p) for p in patterns):
+            raise UserError(f"--{flag}={output} is named like {what} {name}: choose another "
+                            f"--{flag}")
 
 
 def available_memory() -> int | None:

@@ -1,0 +1,276 @@
+"""A run only touches its own folder: outputs never replace a run's or the data's files,
+one process wins a stale lock, every text input reads the same with or without a BOM, `~`
+means the same to every mode, and the run card goes through file_io."""
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from t2t_lite.errors import UserError
+from t2t_lite.utils import run_lock, validation
+from tests.conftest import REPO_ROOT
+
+
+def _dead_pid() -> int:
+    """The pid of a process that has exited (a killed run's, in a stale lock)."""
+    child = subprocess.Popen(["true"])
+    child.wait()
+    return child.pid
+
+
+HELD, REFUSED = 10, 11
+
+
+def _race(directory: str, barrier) -> None:
+    """A racer: waits for the others, tries the lock, holds it until every racer tried;
+    exits HELD or REFUSED."""
+    from absl import logging
+
+    logging.set_verbosity(logging.ERROR)
+    barrier.wait()
+    try:
+        lock = run_lock.RunLock(directory).acquire()
+    except UserError:
+        barrier.wait()
+        os._exit(REFUSED)
+    barrier.wait()  # every racer has tried while this one holds the lock
+    lock.release()
+    os._exit(HELD)
+
+
+@pytest.mark.slow
+def test_stale_lock_takeover_has_exactly_one_winner(tmp_path):
+    context = multiprocessing.get_context("fork")
+    outcomes = []
+    for trial in range(20):
+        directory = tmp_path / f"run{trial}"
+        directory.mkdir()
+        (directory / run_lock.LOCK_NAME).write_text(json.dumps(
+            {"host": run_lock.socket.gethostname(), "pid": _dead_pid(), "start_time": 1.0}))
+        racers = 2 + trial % 3
+        barrier = context.Barrier(racers)
+        processes = [context.Process(target=_race, args=(str(directory), barrier))
+                     for _ in range(racers)]
+        for process in processes:
+            process.start()
+        for process in processes:
+            process.join(60)
+        outcomes.append(sorted({HELD: "held", REFUSED: "refused"}.get(p.exitcode, p.exitcode)
+                               for p in processes))
+        assert not (directory / run_lock.LOCK_NAME).exists()  # the winner released it
+    assert outcomes == [["held"] + ["refused"] * (1 + t % 3) for t in range(20)]
+
+
+def test_run_card_goes_through_file_io(tmp_path, monkeypatch):
+    import tensorflow as tf
+
+    from t2t_lite.training import run_card
+
+    monkeypatch.chdir(tmp_path)
+    run = f"ram://run_card_{os.getpid()}/run"
+    run_card.update(run, "training", {"steps": 4})
+    card = run_card.update(run, "eval", {"loss": 1.5})
+    assert run_card.read(run) == card and card["training"]["steps"] == 4
+    assert json.loads(tf.io.gfile.GFile(f"{run}/run_card.json").read()) == card
+    assert "| loss | 1.5 |" in tf.io.gfile.GFile(f"{run}/run_card.md").read()
+    assert os.listdir(tmp_path) == []  # no local folder named "ram:"
+
+
+# --- Outputs never replace what a run is made of ----------------------------------------------
+@pytest.fixture()
+def run_and_data(tmp_path):
+    """A run folder and a data folder with the files datagen and training write."""
+    run, data = tmp_path / "run", tmp_path / "data"
+    run.mkdir()
+    data.mkdir()
+    for name in ("hparams.json", "flags.json", "checkpoint", "ckpt-2.index",
+                 "ckpt-2.data-00000-of-00001", "run_card.md", "run.lock"):
+        (run / name).write_text(name)
+    for name in ("vocab.p.8192.subwords", "p-train-00000-of-00001", "p.train.complete.json"):
+        (data / name).write_text(name)
+    return run, data
+
+
+@pytest.mark.parametrize("where, name", [
+    ("run", "hparams.json"), ("run", "flags.json"), ("run", "ckpt-2.index"),
+    ("run", "ckpt-9.index"), ("run", "run.lock"), ("run", "checkpoint"),
+    ("data", "vocab.p.8192.subwords"), ("data", "p-train-00000-of-00001")])
+def test_output_naming_a_run_or_data_file_is_refused(run_and_data, where, name):
+    run, data = run_and_data
+    folder = run if where == "run" else data
+    flag = "--output_dir" if where == "run" else "--data_dir"
+    with pytest.raises(UserError) as refused:
+        validation.check_output_not_protected("decode_to_file", str(folder / name),
+                                              validation.run_folders(str(run), None), str(data))
+    line = str(refused.value)
+    assert "\n" not in line and line.startswith(f"--decode_to_file={folder / name} is ")
+    assert f"{flag}={folder}" in line and line.endswith("choose another --decode_to_file")
+
+
+def test_outputs_beside_the_run_are_allowed_and_links_are_seen(run_and_data, tmp_path):
+    run, data = run_and_data
+    runs = validation.run_folders(str(run), None)
+    for allowed in (run / "dev.decodes", run / "avg", run / "export", tmp_path / "out.txt"):
+        validation.check_output_not_protected("decode_to_file", str(allowed), runs, str(data))
+    os.link(data / "vocab.p.8192.subwords", tmp_path / "linked")
+    with pytest.raises(UserError, match=r"is \S+/data/vocab.p.8192.subwords, a file of the data"):
+        validation.check_output_not_protected("decode_to_file", str(tmp_path / "linked"), runs,
+                                              str(data))
+    for holder in (tmp_path, data):  # an export or average would replace the folder whole
+        with pytest.raises(UserError, match=r"^--export_dir=\S+ is or contains --"):
+            validation.check_output_not_protected("export_dir", str(holder), runs, str(data))
+    # The checkpoint read (another run) is protected as the run's own files are.
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "hparams.json").write_text("{}")
+    with pytest.raises(UserError, match=r"--checkpoint_path=\S+/other/ckpt-4"):
+        validation.check_output_not_protected(
+            "decode_to_file", str(other / "hparams.json"),
+            validation.run_folders(str(run), str(other / "ckpt-4")), str(data))
+
+
+# --- `~` and BOMs -------------------------------------------------------------------------------
+def test_every_path_flag_expands_home(monkeypatch, tmp_path):
+    import types
+
+    from t2t_lite import flags
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    values = types.SimpleNamespace(**{name: f"~/{name}" for name in flags.PATH_FLAGS})
+    values.checkpoint_path = "~/a, ~/b"
+    values.data_dir = "gs://bucket/~x"
+    flags.expand_user_paths(values)
+    for name in flags.PATH_FLAGS:
+        if name not in ("checkpoint_path", "data_dir"):
+            assert getattr(values, name) == f"{tmp_path}/{name}"
+    assert values.checkpoint_path == f"{tmp_path}/a,{tmp_path}/b"
+    assert values.data_dir == "gs://bucket/~x"
+
+
+def test_a_bom_is_dropped_from_every_text_input(tmp_path):
+    from t2t_lite.data_generators import text_problems
+    from t2t_lite.decoding import decoding
+    from t2t_lite.evaluation import bleu_hook
+
+    text = "the cat sat on the mat\nein Haus am See\n"
+    plain, marked = tmp_path / "plain.txt", tmp_path / "bom.txt"
+    plain.write_text(text, encoding="utf-8")
+    marked.write_bytes(b"\xef\xbb\xbf" + text.encode("utf-8"))
+    assert bleu_hook.bleu_wrapper(str(plain), str(marked)) == pytest.approx(1.0)
+    assert bleu_hook.bleu_report(str(plain), str(marked))[1:] == [
+        "BLEU_uncased = 100.00", "BLEU_cased = 100.00"]
+    assert bleu_hook.read_lines(str(marked)) == bleu_hook.read_lines(str(plain))
+    assert decoding.read_inputs(str(marked)) == ["the cat sat on the mat", "ein Haus am See"]
+    assert list(text_problems.txt_line_iterator(str(marked))) == [
+        "the cat sat on the mat", "ein Haus am See"]
+    scores = tmp_path / "scores.txt"
+    scores.write_bytes(b"\xef\xbb\xbfa b\tc d\n")
+    assert decoding.read_score_file(str(scores)) == [("a b", "c d")]
+    # Only a leading mark goes: one inside the text is the text's.
+    assert decoding.read_inputs(str(plain)) == decoding.read_inputs(str(marked))
+    inner = tmp_path / "inner.txt"
+    inner.write_text("a\n\ufeffb\n", encoding="utf-8")
+    assert decoding.read_inputs(str(inner)) == ["a", "\ufeffb"]
+
+
+# --- run.py: one check per user-facing case (the session's tiny run, copied) -------------------
+def _files(folder) -> dict:
+    """name -> bytes of every file in `folder` (not below it)."""
+    return {p.name: p.read_bytes() for p in sorted(folder.iterdir()) if p.is_file()}
+
+
+@pytest.mark.slow
+def test_run_py_copied_run_never_rotates_the_original(tiny_run_data_dir, tiny_run_trained,
+                                                     tmp_path):
+    from tests.run_py import run, steps, train_flags
+
+    run_a, run_b = tmp_path / "A", tmp_path / "B"
+    subprocess.run(["cp", "-a", str(tiny_run_trained), str(run_a)], check=True)
+    names = [str(run_a / "ckpt-2"), str(run_a / "ckpt-4")]  # t2t's absolute paths
+    (run_a / "checkpoint").write_text(
+        f'model_checkpoint_path: "{names[-1]}"\n'
+        + "".join(f'all_model_checkpoint_paths: "{n}"\n' for n in names))
+    subprocess.run(["cp", "-a", str(run_a), str(run_b)], check=True)
+    before = _files(run_a)
+    result = run(*train_flags(tiny_run_data_dir, run_b, "--train_steps=6",
+                              "--keep_checkpoint_max=2"), cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    warnings = [line for line in result.stderr.splitlines() if line.startswith("W")]
+    outside = [line for line in warnings if "outside" in line]
+    assert len(outside) == 1 and "ignored, never restored from or rotated" in outside[0], (
+        warnings)
+    assert "global step 4" in result.stderr  # resumed from B's own copy
+    assert _files(run_a) == before
+    assert steps(run_b) == [4, 6]  # B rotated its own ckpt-2 away
+    assert str(run_a) not in (run_b / "checkpoint").read_text()
+
+
+@pytest.mark.slow
+def test_run_py_decode_refuses_to_overwrite_the_run_and_reads_bom_and_home(
+        tiny_run_trained, tmp_path):
+    from tests.conftest import error_line
+    from tests.run_py import env
+
+    run_dir = tmp_path / "home" / "trained"
+    shutil.copytree(tiny_run_trained, run_dir)
+    before = _files(run_dir)
+    inputs = tmp_path / "in.txt"
+    inputs.write_bytes("\ufeff0 1 1 0\n0 1 1 0\n".encode("utf-8"))
+
+    def decode(output: str):
+        return subprocess.run(
+            [sys.executable, str(REPO_ROOT / "run.py"), "--mode=decode",
+             "--output_dir=~/trained", f"--decode_from_file={inputs}",
+             f"--decode_to_file={output}"],
+            cwd=tmp_path, env=dict(env(), HOME=str(tmp_path / "home")), capture_output=True,
+            text=True, timeout=300, check=False)
+
+    line = error_line(decode("~/trained/hparams.json"))
+    assert line == (f"error: --decode_to_file={run_dir}/hparams.json is {run_dir}/hparams.json, "
+                    f"a file of the run --output_dir={run_dir}: writing it would break it; "
+                    "choose another --decode_to_file")
+    assert _files(run_dir) == before
+    # With the BOM, line 1's first id read "\ufeff0", refused as no integer id.
+    result = decode(str(tmp_path / "out.txt"))
+    assert result.returncode == 0, result.stderr[-3000:]
+    first, second = (tmp_path / "out.txt").read_text().split("\n")[:2]
+    assert first == second
+
+
+def test_run_py_bleu_of_a_bom_hypothesis_is_100(tmp_path):
+    from tests.run_py import run
+
+    text = "the cat sat on the mat\nein Haus am See\n"
+    (tmp_path / "ref.txt").write_text(text, encoding="utf-8")
+    (tmp_path / "hyp.txt").write_bytes(b"\xef\xbb\xbf" + text.encode("utf-8"))
+    result = run("--mode=bleu", "--translation=hyp.txt", "--reference=ref.txt", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.splitlines()[0].startswith("BLEU|")
+    assert " = 100.00 100.0/100.0/100.0/100.0 " in result.stdout.splitlines()[0]
+    assert result.stdout.splitlines()[1:] == ["BLEU_uncased = 100.00", "BLEU_cased = 100.00"]
+
+
+@pytest.mark.slow
+def test_run_py_average_of_another_run_falls_back_past_a_damaged_checkpoint(
+        tiny_run_trained, tmp_path):
+    from tests.run_py import run
+
+    other = tmp_path / "other"
+    shutil.copytree(tiny_run_trained, other)
+    with open(other / "ckpt-4.data-00000-of-00001", "r+b") as f:
+        f.truncate(100)
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    result = run("--mode=average", f"--output_dir={mine}", f"--checkpoint_path={other}",
+                 "--n=2", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    warnings = [line for line in result.stderr.splitlines() if "damaged" in line]
+    assert len(warnings) == 1 and "ckpt-4 damaged" in warnings[0], result.stderr[-3000:]
+    assert "Averaged 1 checkpoints: ckpt-2" in result.stdout
+    assert (mine / "avg" / "ckpt-2.index").exists()
