@@ -139,6 +139,11 @@ OWN: dict[str, tuple[Any, str]] = {
          "relu + dropout, attention softmax + dropout + matmul, chunked softmax loss) and Adam's "
          "one-kernel update (ResourceApplyAdam, t2t's TF1 kernel); false: plain TensorFlow "
          "ops differentiated by autodiff, with the same dropout masks, and Keras' Adam")),
+    "sampling_keep_top_p": (
+        1.0,
+        ("nucleus sampling: with sampling_method=random, the draw is among the most likely "
+         "ids whose probability (after sampling_temp and sampling_keep_top_k) first reaches "
+         "p (1.0: all)")),
 }
 
 _FFN_ONLY = "read only by feed-forward layer types other than dense_relu_dense"

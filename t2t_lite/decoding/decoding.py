@@ -187,7 +187,8 @@ def check_sampling(model_hparams: HParams, decode_hp: HParams) -> None:
     """Refuses sampling settings that would have no effect (t2t's beam search ignores them).
 
     Args:
-      model_hparams: with sampling_method, sampling_temp, sampling_keep_top_k.
+      model_hparams: with sampling_method, sampling_temp, sampling_keep_top_k,
+        sampling_keep_top_p.
       decode_hp: decode hparams (beam_size).
 
     Raises:
@@ -201,6 +202,9 @@ def check_sampling(model_hparams: HParams, decode_hp: HParams) -> None:
     top_k = hparams_support.hparam(model_hparams, "sampling_keep_top_k")
     if top_k != -1 and top_k <= 0:
         raise ValueError(f"hparams.sampling_keep_top_k={top_k} must be -1 (all) or positive")
+    top_p = hparams_support.hparam(model_hparams, "sampling_keep_top_p")
+    if not 0.0 < top_p <= 1.0:
+        raise ValueError(f"hparams.sampling_keep_top_p={top_p} must be in (0, 1] (1: all)")
     if method == "random" and decode_hp.beam_size > 1:
         raise ValueError("hparams.sampling_method=random applies to greedy decoding: set "
                          f"beam_size=1 in --decode_hparams (beam_size={decode_hp.beam_size} "
@@ -338,6 +342,35 @@ def save_until_eos(ids: np.ndarray) -> np.ndarray:
     return ids[: eos[0]] if eos.size else ids
 
 
+def beam_texts(outputs: np.ndarray, scores: np.ndarray | None, targets_encoder: Any,
+               skip_eos_postprocess: bool = False,
+               identity_output: bool = False) -> list[list[tuple[str, float | None]]]:
+    """The (text, score) of every beam of every batch row, best first.
+
+    Args:
+      outputs: int [B, T] (one beam per row) or [B, K, T].
+      scores: float [B] or [B, K], or None (scores then None).
+      targets_encoder, skip_eos_postprocess, identity_output: as `format_decodes`.
+
+    Returns:
+      B lists of K (text, score) pairs.
+    """
+
+    def text(ids) -> str:
+        if identity_output:
+            return " ".join(str(i) for i in np.asarray(ids).reshape(-1))
+        ids = np.asarray(ids).reshape(-1) if skip_eos_postprocess else save_until_eos(ids)
+        return targets_encoder.decode(ids)
+
+    outputs = np.asarray(outputs)
+    if outputs.ndim == 2:  # beam_size 1: one beam per row
+        outputs = outputs[:, None, :]
+    if scores is not None:
+        scores = np.asarray(scores).reshape(outputs.shape[:2])
+    return [[(text(beam), None if scores is None else float(scores[row][k]))
+             for k, beam in enumerate(beams)] for row, beams in enumerate(outputs)]
+
+
 def format_decodes(outputs: np.ndarray, scores: np.ndarray | None, targets_encoder: Any,
                    return_beams: bool = False, write_beam_scores: bool = False,
                    skip_eos_postprocess: bool = False,
@@ -357,30 +390,26 @@ def format_decodes(outputs: np.ndarray, scores: np.ndarray | None, targets_encod
     Returns:
       B strings.
     """
-
-    def text(ids) -> str:
-        if identity_output:
-            return " ".join(str(i) for i in np.asarray(ids).reshape(-1))
-        ids = np.asarray(ids).reshape(-1) if skip_eos_postprocess else save_until_eos(ids)
-        return targets_encoder.decode(ids)
-
     outputs = np.asarray(outputs)
+    if not return_beams and outputs.ndim == 3:  # several beams but only the best is wanted
+        outputs, scores = outputs[:, 0], None
     if not return_beams:
-        if outputs.ndim == 3:  # several beams but only the best is wanted
-            outputs = outputs[:, 0]
-        return [text(row) for row in outputs]
-    if outputs.ndim == 2:  # beam_size 1: one beam per row
-        outputs = outputs[:, None, :]
-        scores = None if scores is None else np.asarray(scores).reshape(-1, 1)
-    records = []
-    for row, beams in enumerate(outputs):
-        texts = [text(beam) for beam in beams]
-        if write_beam_scores:
-            if scores is None:
-                raise ValueError("write_beam_scores needs the model's scores")
-            texts = [f"{t}\t{score:.2f}" for t, score in zip(texts, scores[row])]
-        records.append("\t".join(texts))
-    return records
+        scores = None
+    rows = beam_texts(outputs, scores, targets_encoder, skip_eos_postprocess, identity_output)
+    if not return_beams:
+        return [beams[0][0] for beams in rows]
+    if write_beam_scores and scores is None:
+        raise ValueError("write_beam_scores needs the model's scores")
+    if write_beam_scores:
+        return ["\t".join(f"{t}\t{score:.2f}" for t, score in beams) for beams in rows]
+    return ["\t".join(t for t, _ in beams) for beams in rows]
+
+
+def nbest_lines(beams_by_line: Sequence[Sequence[tuple[str, float]]]) -> list[str]:
+    """fairseq's and Marian's n-best lines: `index ||| text ||| score` for every beam of
+    every input line (index 0-based, in input order, beams best first)."""
+    return [f"{index} ||| {text} ||| {score:.6f}"
+            for index, beams in enumerate(beams_by_line) for text, score in beams]
 
 
 def format_options(decode_hp: HParams) -> dict:
@@ -440,7 +469,7 @@ def _decoded_batches(batches: Iterator[np.ndarray], infer_fn: InferFn,
 
 def decode_lines(lines: Sequence[str], infer_fn: InferFn, inputs_encoder: Any,
                  targets_encoder: Any, decode_hp: HParams,
-                 parallel_batches: int = 1) -> list[str]:
+                 parallel_batches: int = 1, nbest: list | None = None) -> list[str]:
     """Decodes `lines` as t2t's decode_from_file does and returns the results in input order.
 
     Args:
@@ -455,19 +484,24 @@ def decode_lines(lines: Sequence[str], infer_fn: InferFn, inputs_encoder: Any,
       parallel_batches: batches decoded at the same time (1: one after the other). A beam
         step's ops are too small to keep 2 cores busy, so on CPU one batch per core decodes
         a file faster; the output is the same.
+      nbest: a list that receives, in the order of `lines`, each line's beams as
+        (text, score) pairs (`beam_texts`), for `nbest_lines`.
 
     Returns:
       One output record per line, in the order of `lines`.
     """
     sorted_inputs, sorted_keys = sort_inputs(lines)
     batch_size = decode_hp.batch_size or 32
-    decodes = []
+    decodes, beams = [], []
     start_time = time.time()
     batches = batch_inputs(sorted_inputs, inputs_encoder, batch_size, decode_hp.max_input_size)
     decoded = _decoded_batches(batches, infer_fn, parallel_batches)
     for number, (batch, (outputs, scores)) in enumerate(progress.track(
             decoded, len(lines), "Decoding", "lines", size=lambda item: len(item[0]))):
         records = format_decodes(outputs, scores, targets_encoder, **format_options(decode_hp))
+        if nbest is not None:
+            beams.extend(beam_texts(outputs, scores, targets_encoder,
+                                    decode_hp.skip_eos_postprocess, decode_hp.identity_output))
         if decode_hp.log_results:  # t2t's pairs, at DEBUG (`--verbosity=1`) to keep logs short
             for row, record in enumerate(records):
                 logging.debug("Inference results INPUT: %s",
@@ -478,6 +512,8 @@ def decode_lines(lines: Sequence[str], infer_fn: InferFn, inputs_encoder: Any,
     if lines:
         logging.info("Decoded %d records in %.2f s (%.2f records/s)", len(lines), duration,
                      len(lines) / max(duration, 1e-9))
+    if nbest is not None:
+        nbest.extend(beams[sorted_keys[i]] for i in range(len(lines)))
     return [decodes[sorted_keys[i]] for i in range(len(lines))]
 
 
@@ -530,14 +566,19 @@ def decode_from_file(infer_fn: InferFn, filename: str, encoders: dict, decode_hp
     lines = read_inputs(filename, decode_hp.delimiter)
     check_id_inputs(lines, encoders.get("inputs", encoders["targets"]),
                     f"--decode_from_file={filename}", decode_hp.delimiter)
+    # With t2t's return_beams and write_beam_scores, also fairseq's / Marian's n-best file.
+    nbest = [] if decode_hp.return_beams and decode_hp.write_beam_scores else None
     decodes = decode_lines(lines, infer_fn, encoders.get("inputs", encoders["targets"]),
-                           encoders["targets"], decode_hp, parallel_batches)
+                           encoders["targets"], decode_hp, parallel_batches, nbest=nbest)
     if decode_to_file:
         output = add_shard_to_filename(decode_to_file, decode_hp)
     else:
         output = decode_filename(filename, *name_parts, decode_hp)
     file_io.atomic_write_lines(output, decodes, decode_hp.delimiter)
     logging.info("Wrote %d decodes to %s", len(decodes), output)
+    if nbest is not None:
+        file_io.atomic_write_lines(output + ".nbest", nbest_lines(nbest))
+        logging.info("Wrote the n-best list to %s.nbest", output)
     return output
 
 

@@ -33,7 +33,7 @@ class Sampling:
     def from_hparams(cls, hparams) -> Sampling:
         """The sampling settings of model `hparams` (defaults for those a set lacks)."""
         return cls(*(hparams_support.hparam(hparams, f"sampling_{name}")
-                     for name in ("method", "temp", "keep_top_k")))
+                     for name in ("method", "temp", "keep_top_k", "keep_top_p")))
 
 
 def keep_top_p(logits: tf.Tensor, p: float) -> tf.Tensor:

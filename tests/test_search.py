@@ -1,0 +1,74 @@
+"""The decoding features of the search room (`t2t_lite/decoding/search`, docs/decoding.md):
+n-best files, nucleus sampling, target prefixes."""
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from t2t_lite.decoding import decoding
+from t2t_lite.decoding.search import sampling
+from tests.test_decoding import ENCODERS, FakeModel, hp
+
+
+def test_nbest_file_beside_the_decodes_in_input_order(tmp_path):
+    src = tmp_path / "src.txt"
+    src.write_text("1 2\n3\n4 5 6\n", encoding="utf-8")
+    target = tmp_path / "out.txt"
+    decode_hp = hp(return_beams=True, write_beam_scores=True, beam_size=2, batch_size=2)
+    out = decoding.decode_from_file(FakeModel(beams=2), str(src), ENCODERS, decode_hp,
+                                    str(target), ("m", "h", "p"))
+    # t2t's decodes file is unchanged: beams tab-joined with "%.2f" scores.
+    assert target.read_text(encoding="utf-8").split("\n")[0] == "2 1\t-2.47\t1 2\t-5.68"
+    assert (tmp_path / "out.txt.nbest").read_text(encoding="utf-8") == (
+        "0 ||| 2 1 ||| -2.468000\n0 ||| 1 2 ||| -5.678000\n"
+        "1 ||| 3 ||| -1.234000\n1 ||| 3 ||| -5.678000\n"
+        "2 ||| 6 5 4 ||| -3.702000\n2 ||| 4 5 6 ||| -5.678000\n")
+    assert out == str(target)
+    # Without write_beam_scores (t2t's plain return_beams) no n-best file is written.
+    decoding.decode_from_file(FakeModel(beams=2), str(src), ENCODERS,
+                              hp(return_beams=True, beam_size=2), str(tmp_path / "plain"),
+                              ("m", "h", "p"))
+    assert not (tmp_path / "plain.nbest").exists()
+
+
+def test_nucleus_keeps_the_smallest_set_reaching_p():
+    probs = np.array([[0.15, 0.5, 0.05, 0.3]], np.float32)
+    logits = tf.constant(np.log(probs))
+    for p, kept in [(1e-6, [1]), (0.5, [1]), (0.7, [1, 3]), (0.8, [1, 3]), (0.81, [0, 1, 3]),
+                    (0.96, [0, 1, 2, 3])]:
+        filtered = sampling.keep_top_p(logits, p).numpy()[0]
+        assert np.flatnonzero(filtered > sampling.REMOVED_LOGIT).tolist() == kept, p
+        # The kept tokens keep their logits: the draw's probabilities are theirs, renormalised.
+        np.testing.assert_array_equal(filtered[kept], np.log(probs[0, kept]))
+        assert probs[0, kept].sum() >= min(p, 1.0) - 1e-6
+
+
+def test_nucleus_at_one_draws_as_plain_sampling_and_near_zero_as_argmax():
+    logits = tf.constant(np.random.default_rng(0).normal(size=(64, 29)) * 2, tf.float32)
+
+    def draws(top_p, seed=7):
+        tf.random.set_seed(seed)
+        return sampling.sample(logits, sampling.Sampling("random", 1.0, -1, top_p)).numpy()
+
+    tf.random.set_seed(7)
+    plain = tf.random.categorical(logits, 1, dtype=tf.int32)[:, 0].numpy()
+    np.testing.assert_array_equal(draws(1.0), plain)
+    # p just below 1: the filter runs and keeps every token of these rows, the same draws.
+    np.testing.assert_array_equal(draws(1 - 1e-7), plain)
+    np.testing.assert_array_equal(draws(1e-6), tf.argmax(logits, -1).numpy())
+    with pytest.raises(ValueError, match="sampling_keep_top_p=0.0 must be in"):
+        sampling.sample(logits, sampling.Sampling("random", 1.0, -1, 0.0))
+
+
+def test_nucleus_greedy_decoding_is_seeded_and_tends_to_argmax():
+    from tests.test_fast_decoding import INPUTS, random_model
+
+    argmax = random_model(vocab=(37, 29), seed=2).infer({"inputs": INPUTS}, decode_length=6)
+    tiny_p = random_model(",sampling_method=random,sampling_keep_top_p=1e-6", (37, 29), 2)
+    np.testing.assert_array_equal(
+        tiny_p.infer({"inputs": INPUTS}, decode_length=6)["outputs"], argmax["outputs"])
+    half = random_model(",sampling_method=random,sampling_keep_top_p=0.5", (37, 29), 2)
+    runs = []
+    for _ in range(2):
+        tf.random.set_seed(11)
+        runs.append(half.infer({"inputs": INPUTS}, decode_length=6)["outputs"].numpy())
+    np.testing.assert_array_equal(runs[0], runs[1])
