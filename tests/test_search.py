@@ -72,3 +72,74 @@ def test_nucleus_greedy_decoding_is_seeded_and_tends_to_argmax():
         tf.random.set_seed(11)
         runs.append(half.infer({"inputs": INPUTS}, decode_length=6)["outputs"].numpy())
     np.testing.assert_array_equal(runs[0], runs[1])
+
+
+def _markov_fn(table):
+    """A step whose logits depend on the step and the last token: table [T, V, V]."""
+    table = tf.constant(table, tf.float32)
+
+    def fn(ids, i, states):
+        return tf.gather(table[i], ids[:, -1]), states
+
+    return fn
+
+
+def _brute_force_best(table, prefix, steps, alpha):
+    """The best finished output starting with `prefix`: every token sequence ending in
+    its only EOS (1) within `steps` steps, scored as t2t (log p / ((5 + len) / 6)^alpha)."""
+    log_p = table - np.log(np.exp(table).sum(-1, keepdims=True))
+    best, best_score = None, -np.inf
+    vocab = table.shape[-1]
+
+    def visit(seq, last, score):
+        nonlocal best, best_score
+        i = len(seq)
+        if i == steps:
+            return
+        for token in range(vocab):
+            if i < len(prefix) and token != prefix[i]:
+                continue
+            new = score + log_p[i, last, token]
+            if token == 1:
+                normalised = new / ((5.0 + i + 1) / 6.0) ** alpha
+                if normalised > best_score:
+                    best, best_score = seq + [1], normalised
+            else:
+                visit(seq + [token], token, new)
+
+    visit([], 0, 0.0)
+    return best, best_score
+
+
+@pytest.mark.parametrize("prefix", [[2], [3, 2], [2, 2, 3]])
+def test_beam_with_a_prefix_is_the_best_output_that_starts_with_it(prefix):
+    from t2t_lite.decoding.search import beam_search
+
+    steps, vocab, alpha = 5, 4, 0.6
+    table = np.random.default_rng(len(prefix)).normal(size=(steps, vocab, vocab)) * 2
+    # Wide enough to be exhaustive: 3 non-EOS tokens, so at most 27 hypotheses stay alive.
+    ids, scores, _, _ = beam_search.beam_search_buffers(
+        _markov_fn(table), tf.zeros([1], tf.int32), 27, steps, vocab, alpha,
+        prefixes=tf.constant([prefix]))
+    best, best_score = _brute_force_best(table, prefix, steps, alpha)
+    np.testing.assert_array_equal(ids[0, 0, 1:len(best) + 1], best)
+    assert ids[0, 0, len(best) + 1:].numpy().sum() == 0
+    np.testing.assert_allclose(scores[0, 0], best_score, rtol=1e-5)
+
+
+@pytest.mark.parametrize("beam_size", [1, 3])
+def test_a_prefix_is_kept_and_the_own_output_as_prefix_reproduces_it(beam_size):
+    from tests.test_fast_decoding import INPUTS, random_model
+
+    model = random_model(vocab=(37, 29), seed=2)
+    kwargs = {"decode_length": 6, "beam_size": beam_size}
+    free = model.infer({"inputs": INPUTS}, **kwargs)
+    own = free["outputs"].numpy()[:, :3]
+    own = np.where(np.cumsum(own == 1, axis=1) > 0, 0, own)  # no EOS in a prefix
+    same = model.infer({"inputs": INPUTS, "prefixes": own}, **kwargs)
+    np.testing.assert_array_equal(same["outputs"], free["outputs"])
+    np.testing.assert_allclose(same["scores"], free["scores"], rtol=1e-5)
+    forced = np.array([[7, 7, 7, 7], [28, 0, 0, 0], [0, 0, 0, 0]], np.int32)
+    out = model.infer({"inputs": INPUTS, "prefixes": forced}, **kwargs)["outputs"].numpy()
+    assert out[0, :4].tolist() == [7, 7, 7, 7] and out[1, 0] == 28
+    np.testing.assert_array_equal(out[2], free["outputs"].numpy()[2, :out.shape[1]])

@@ -184,6 +184,7 @@ def beam_search_buffers(
     stop_early: bool = True,
     max_decode_length: int | None = None,
     unordered_states: Any = None,
+    prefixes: tf.Tensor | None = None,
 ) -> tuple[tf.Tensor, tf.Tensor, Any, tf.Tensor]:
     """`beam_search` on fixed-shape buffers: the same search, XLA-compilable.
 
@@ -209,6 +210,11 @@ def beam_search_buffers(
         storage indexed by beam slot, read through indices kept in `states`). With it,
         `fn` receives and returns the pair `(states, unordered_states)` in place of
         `states`; they may grow along every axis but the last.
+      prefixes: optional int32 [B, P], the tokens every hypothesis of a batch element must
+        start with (0-padded; no EOS): at step i < the row's prefix length only its token
+        i may extend a hypothesis (the others score `FORBIDDEN`), so the search continues
+        from the prefix; scores are those of the whole sequence, prefix included, as
+        t2t's search scores any sequence.
 
     Returns:
       (ids, scores, states, steps): ids int32 [B, K, max_decode_length + 1] with the start
@@ -242,6 +248,10 @@ def beam_search_buffers(
     # indices into merged row indices.
     row_offsets = tf.range(batch_size)[:, None] * k
     has_unordered = unordered_states is not None
+    if prefixes is not None:
+        prefixes = tf.convert_to_tensor(prefixes, tf.int32)
+        prefixes = tf.pad(prefixes, [[0, 0], [0, 1]])  # a column to read past the end
+        prefix_lengths = tf.reduce_sum(tf.cast(tf.not_equal(prefixes, 0), tf.int32), axis=1)
     if has_unordered:
         unordered_states = tf.nest.map_structure(tf.convert_to_tensor, unordered_states)
 
@@ -261,8 +271,14 @@ def beam_search_buffers(
         # Half-precision logits stay so: `best_extensions` casts what it scores.
         logits = tf.reshape(flat_logits, [batch_size, k, vocab_size])
         length_penalty = tf.pow((5.0 + tf.cast(i + 1, tf.float32)) / 6.0, alpha)
-        topk_scores, topk_flat_ids = best_extensions(logits, alive_log_probs,
-                                                     length_penalty, 2 * k)
+        if prefixes is None:
+            topk_scores, topk_flat_ids = best_extensions(logits, alive_log_probs,
+                                                         length_penalty, 2 * k)
+        else:
+            topk_scores, topk_flat_ids = _forced_extensions(
+                logits, alive_log_probs, length_penalty, 2 * k,
+                tf.gather(prefixes, tf.minimum(i, tf.shape(prefixes)[1] - 1), axis=1),
+                i < prefix_lengths)
         topk_log_probs = topk_scores * length_penalty
         topk_beam_index = topk_flat_ids // vocab_size
         topk_ids = topk_flat_ids % vocab_size
@@ -457,6 +473,37 @@ def best_extensions(logits: tf.Tensor, alive_log_probs: tf.Tensor, length_penalt
     flat_ids = (tf.gather(best_chunks, positions // chunk, batch_dims=1) * chunk
                 + positions % chunk)
     return top_scores, flat_ids
+
+
+# The score of an extension a prefix forbids: far below -INF, so that no forbidden
+# candidate (EOS included) enters the finished set, whose empty slots score -INF, even
+# divided by a long hypothesis' length penalty.
+FORBIDDEN = -1e3 * INF
+
+
+def _forced_extensions(logits: tf.Tensor, alive_log_probs: tf.Tensor,
+                       length_penalty: tf.Tensor, count: int, forced_ids: tf.Tensor,
+                       forced: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+    """`best_extensions` where batch element b may only extend with `forced_ids[b]` while
+    `forced[b]`: the other tokens' scores get FORBIDDEN added; the log-probabilities stay
+    the model's (not renormalised over the one allowed token).
+
+    Args:
+      logits: float [B, K, V]; alive_log_probs float32 [B, K]; length_penalty float32
+        scalar; count: int.
+      forced_ids: int32 [B]; forced: bool [B].
+
+    Returns:
+      (scores float32 [B, count], flat ids int32 [B, count]) as `best_extensions`.
+    """
+    batch, beams = tf.shape(logits)[0], tf.shape(logits)[1]
+    vocab = logits.shape[-1]
+    log_probs = log_prob_from_logits(tf.cast(logits, tf.float32)) + alive_log_probs[:, :, None]
+    allowed = tf.logical_or(
+        tf.logical_not(forced)[:, None, None],
+        tf.equal(tf.range(vocab)[None, None, :], forced_ids[:, None, None]))
+    log_probs += (1.0 - tf.cast(allowed, tf.float32)) * FORBIDDEN
+    return top_k_exact(tf.reshape(log_probs / length_penalty, [batch, beams * vocab]), count)
 
 
 def state_shape_invariant(tensor: tf.Tensor) -> tf.TensorShape:

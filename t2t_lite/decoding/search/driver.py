@@ -71,13 +71,14 @@ def _cache(beam_size: int, use_cache: bool, fixed: bool, beam_slots: bool) -> st
 def infer_graph(model, inputs, target_space_id, decode_length, beam_size: int,
                 top_beams: int, alpha: float, use_cache: bool, eos_id: int,
                 force_decode_length: bool = False, input_length=None,
-                buffer_length: int | None = None, beam_slots: bool = True):
+                buffer_length: int | None = None, beam_slots: bool = True, prefixes=None):
     """The decoding graph of `infer`.
 
     With `buffer_length` (a Python int) every loop tensor has a static shape, so the
     graph compiles with XLA: `inputs` may then carry extra padding columns beyond the
     batch's own padded length `input_length`, which still sets the number of steps as in
-    t2t, and the result is the whole buffer with "steps" (see `infer`).
+    t2t, and the result is the whole buffer with "steps" (see `infer`). `prefixes`
+    (int32 [B, P]) forces the first tokens (see `infer`).
     """
     inputs = ids_2d(inputs)
     batch_size = tf.shape(inputs)[0]
@@ -104,17 +105,18 @@ def infer_graph(model, inputs, target_space_id, decode_length, beam_size: int,
             step, batch_size, max_length, decoder.states,
             lambda logits: sampling.sample(logits, choice), full_ids=not use_cache,
             eos_id=eos_id, force_decode_length=force_decode_length,
-            buffer_length=buffer_length,
+            buffer_length=buffer_length, prefixes=prefixes,
         )
         if buffer_length is not None:
             return {"outputs": outputs, "scores": scores, "steps": steps}
         return {"outputs": outputs[:, :steps], "scores": scores}
     initial_ids = tf.zeros([batch_size], tf.int32)
-    if use_cache:
+    if use_cache or prefixes is not None:
         ids, scores, _, steps = beam_search.beam_search_buffers(
             step, initial_ids, beam_size, max_length, model.vocab_size, alpha,
             states=decoder.states, eos_id=eos_id, stop_early=top_beams == 1,
             max_decode_length=buffer_length, unordered_states=decoder.storage,
+            prefixes=prefixes,
         )
         # Without the start column; t2t's length (the steps run) unless the caller
         # wants the static buffer (XLA).
@@ -178,7 +180,11 @@ def infer(model, functions: CompiledDecoders, features: dict, decode_length=50,
     Args:
       model: a `SearchModel` (interface.py).
       functions: the model's compiled decoders.
-      features: {"inputs": int [B, L_in], optional "target_space_id": int scalar}.
+      features: {"inputs": int [B, L_in], optional "target_space_id": int scalar,
+        optional "prefixes": int [B, P]: target prefixes, 0-padded subword ids without
+        EOS; every output of row b starts with its prefix and the search continues from
+        it (greedy and beam search; scores are those of the whole output, prefix included,
+        as the search scores any output; not with jit_compile)}.
       decode_length: extra length (int or int32 scalar).
       beam_size: 1 = greedy (`hparams.sampling_method`), >1 = beam search.
       alpha: length-penalty exponent of beam search.
@@ -209,9 +215,24 @@ def infer(model, functions: CompiledDecoders, features: dict, decode_length=50,
     if not beam_slots:
         settings["beam_slots"] = False
         key += ("growing caches",)
+    prefixes = features.get("prefixes")
     if tf.inside_function():
         return infer_graph(model, inputs, target_space_id, tf.cast(decode_length, tf.int32),
-                           **settings)
+                           **settings, prefixes=None if prefixes is None else ids_2d(prefixes))
+    if prefixes is not None:
+        if jit_compile:
+            raise ValueError("jit_compile=True decodes without target prefixes; decode "
+                             "prefixes without XLA")
+        function = functions.get_or_make(key + ("prefixes",), lambda: tf.function(
+            lambda inputs, target_space_id, decode_length, prefixes: infer_graph(
+                model, inputs, target_space_id, decode_length, **settings, prefixes=prefixes),
+            autograph=False,
+            input_signature=[tf.TensorSpec([None, None], tf.int32),
+                             tf.TensorSpec(None, tf.int32), tf.TensorSpec([], tf.int32),
+                             tf.TensorSpec([None, None], tf.int32)],
+        ))
+        return function(inputs, target_space_id, tf.cast(decode_length, tf.int32),
+                        ids_2d(prefixes))
     if jit_compile:
         if not use_cache or not isinstance(decode_length, int):
             raise ValueError(

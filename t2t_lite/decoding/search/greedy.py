@@ -11,7 +11,8 @@ from t2t_lite.decoding.search import beam_search
 
 def greedy(step: Callable, batch_size, max_length, states: Any,
            choose: Callable[[tf.Tensor], tf.Tensor], full_ids: bool, eos_id: int,
-           force_decode_length: bool = False, buffer_length: int | None = None):
+           force_decode_length: bool = False, buffer_length: int | None = None,
+           prefixes: tf.Tensor | None = None):
     """t2t's greedy loop: runs until `max_length` steps or every row has emitted EOS
     (only the former with `force_decode_length`).
 
@@ -27,6 +28,8 @@ def greedy(step: Callable, batch_size, max_length, states: Any,
       eos_id: the id that ends a row.
       force_decode_length: run all `max_length` steps.
       buffer_length: the static length of the id buffer (XLA); default `max_length`.
+      prefixes: optional int32 [B, P], 0-padded: row b's first tokens are its prefix (not
+        chosen; their log-probs count in the score), the steps after it choose.
 
     Returns:
       (ids int32 [B, buffer_length], scores float32 [B], steps int32 scalar): the ids
@@ -38,6 +41,9 @@ def greedy(step: Callable, batch_size, max_length, states: Any,
         buffer_length = max_length
     decoded = tf.zeros([batch_size, buffer_length], tf.int32)
     columns = tf.range(buffer_length)
+    if prefixes is not None:
+        prefixes = tf.pad(tf.cast(prefixes, tf.int32), [[0, 0], [0, 1]])  # read past the end
+        prefix_lengths = tf.reduce_sum(tf.cast(tf.not_equal(prefixes, 0), tf.int32), axis=1)
 
     def body(i, hit_eos, next_id, decoded, states, log_prob):
         if full_ids:
@@ -47,6 +53,9 @@ def greedy(step: Callable, batch_size, max_length, states: Any,
         logits, states = step(ids, i, states)
         log_probs = beam_search.log_prob_from_logits(logits)
         token = choose(logits)
+        if prefixes is not None:
+            forced = tf.gather(prefixes, tf.minimum(i, tf.shape(prefixes)[1] - 1), axis=1)
+            token = tf.where(i < prefix_lengths, forced, token)
         chosen = tf.gather(log_probs, token, axis=1, batch_dims=1)
         log_prob += chosen * (1.0 - tf.cast(hit_eos, tf.float32))
         hit_eos = tf.logical_or(hit_eos, tf.equal(token, eos_id))
