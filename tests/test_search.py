@@ -1,5 +1,7 @@
 """The decoding features of the search room (`t2t_lite/decoding/search`, docs/decoding.md):
 n-best files, nucleus sampling, target prefixes."""
+import pathlib
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -143,3 +145,25 @@ def test_a_prefix_is_kept_and_the_own_output_as_prefix_reproduces_it(beam_size):
     out = model.infer({"inputs": INPUTS, "prefixes": forced}, **kwargs)["outputs"].numpy()
     assert out[0, :4].tolist() == [7, 7, 7, 7] and out[1, 0] == 28
     np.testing.assert_array_equal(out[2], free["outputs"].numpy()[2, :out.shape[1]])
+
+
+def test_prefix_file_follows_its_lines_through_sorting_and_batches(tmp_path):
+    from tests.test_fast_decoding import random_model
+
+    src, prefix_file = tmp_path / "src.txt", tmp_path / "prefix.txt"
+    src.write_text("1 2\n3\n4 5 6\n7 8\n", encoding="utf-8")
+    prefix_file.write_text("20\n\n7 7\n26 3 9\n", encoding="utf-8")
+    model = random_model(vocab=(37, 29), seed=2)
+    for beam_size in (1, 2):
+        decode_hp = hp(beam_size=beam_size, batch_size=2, extra_length=3)
+        out = decoding.decode_from_file(decoding.make_infer_fn(model, decode_hp), str(src),
+                                        ENCODERS, decode_hp, str(tmp_path / "out"),
+                                        ("m", "h", "p"), prefix_file=str(prefix_file))
+        lines = pathlib.Path(out).read_text(encoding="utf-8").split("\n")[:4]
+        for line, prefix in zip(lines, ["20", "", "7 7", "26 3 9"]):
+            assert line.startswith(prefix), (line, prefix)
+    prefix_file.write_text("20\n", encoding="utf-8")
+    with pytest.raises(ValueError, match="prefix.txt has 1 lines, --decode_from_file="):
+        decoding.decode_from_file(decoding.make_infer_fn(model, decode_hp), str(src),
+                                  ENCODERS, decode_hp, str(tmp_path / "out"), ("m", "h", "p"),
+                                  prefix_file=str(prefix_file))

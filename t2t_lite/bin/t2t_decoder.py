@@ -109,7 +109,8 @@ def main(flags) -> None:
                     "is the one the model was trained with"):
                 output = decode_from_file(
                     infer_fn, flags.decode_from_file, encoders, decode_hp, decode_to_file,
-                    name_parts, parallel_batches(flags, hparams, decode_hp))
+                    name_parts, parallel_batches(flags, hparams, decode_hp),
+                    prefix_file=getattr(flags, "decode_prefix_file", None))
         except (FileNotFoundError, ValueError) as e:
             raise UserError(one_line(e)) from e
     else:

@@ -467,9 +467,17 @@ def _decoded_batches(batches: Iterator[np.ndarray], infer_fn: InferFn,
             yield batch, future.result()
 
 
+class _Pair(tuple):
+    """(inputs [B, L], prefixes [B, P]) whose len() is the batch's number of rows."""
+
+    def __len__(self) -> int:
+        return len(self[0])
+
+
 def decode_lines(lines: Sequence[str], infer_fn: InferFn, inputs_encoder: Any,
                  targets_encoder: Any, decode_hp: HParams,
-                 parallel_batches: int = 1, nbest: list | None = None) -> list[str]:
+                 parallel_batches: int = 1, nbest: list | None = None,
+                 prefixes: Sequence[str] | None = None) -> list[str]:
     """Decodes `lines` as t2t's decode_from_file does and returns the results in input order.
 
     Args:
@@ -486,6 +494,8 @@ def decode_lines(lines: Sequence[str], infer_fn: InferFn, inputs_encoder: Any,
         a file faster; the output is the same.
       nbest: a list that receives, in the order of `lines`, each line's beams as
         (text, score) pairs (`beam_texts`), for `nbest_lines`.
+      prefixes: target prefixes parallel to `lines` (encoded with `targets_encoder`, "":
+        none), passed to `infer_fn(inputs, prefixes=int32 [B, P])`.
 
     Returns:
       One output record per line, in the order of `lines`.
@@ -495,7 +505,18 @@ def decode_lines(lines: Sequence[str], infer_fn: InferFn, inputs_encoder: Any,
     decodes, beams = [], []
     start_time = time.time()
     batches = batch_inputs(sorted_inputs, inputs_encoder, batch_size, decode_hp.max_input_size)
-    decoded = _decoded_batches(batches, infer_fn, parallel_batches)
+    call = infer_fn
+    if prefixes is not None:
+        sorted_prefixes = [""] * len(lines)
+        for index, position in enumerate(sorted_keys):
+            sorted_prefixes[position] = prefixes[index]
+        prefix_batches = (pad_batch([targets_encoder.encode(text) for text in
+                                     sorted_prefixes[start: start + batch_size]])
+                          for start in range(0, len(lines), batch_size))
+        # Each item is (inputs, prefixes); the progress bar counts the inputs' rows.
+        batches = (_Pair(pair) for pair in zip(batches, prefix_batches))
+        call = lambda pair: infer_fn(pair[0], prefixes=pair[1])
+    decoded = _decoded_batches(batches, call, parallel_batches)
     for number, (batch, (outputs, scores)) in enumerate(progress.track(
             decoded, len(lines), "Decoding", "lines", size=lambda item: len(item[0]))):
         records = format_decodes(outputs, scores, targets_encoder, **format_options(decode_hp))
@@ -542,7 +563,7 @@ def decode_filename(base: str, model_name: str, hparams_set: str, problem_name: 
 # ------------------------------------------------------------------------------ the sources
 def decode_from_file(infer_fn: InferFn, filename: str, encoders: dict, decode_hp: HParams,
                      decode_to_file: str | None, name_parts: tuple[str, str, str],
-                     parallel_batches: int = 1) -> str:
+                     parallel_batches: int = 1, prefix_file: str | None = None) -> str:
     """t2t's decode_from_file: decodes the records of `filename` and writes them.
 
     Args:
@@ -553,6 +574,7 @@ def decode_from_file(infer_fn: InferFn, filename: str, encoders: dict, decode_hp
       decode_to_file: output file (+ shard suffix), or None for t2t's default name.
       name_parts: (model name, hparams_set, problem name) for the default name.
       parallel_batches: see `decode_lines`.
+      prefix_file: target prefixes, one line per input line (`--decode_prefix_file`).
 
     Returns:
       The path written.
@@ -566,10 +588,20 @@ def decode_from_file(infer_fn: InferFn, filename: str, encoders: dict, decode_hp
     lines = read_inputs(filename, decode_hp.delimiter)
     check_id_inputs(lines, encoders.get("inputs", encoders["targets"]),
                     f"--decode_from_file={filename}", decode_hp.delimiter)
+    prefixes = None
+    if prefix_file:
+        if not os.path.isfile(prefix_file):
+            raise FileNotFoundError(f"--decode_prefix_file={prefix_file}: no such file")
+        prefixes = read_inputs(prefix_file, decode_hp.delimiter)
+        if len(prefixes) != len(lines):
+            raise ValueError(f"--decode_prefix_file={prefix_file} has {len(prefixes)} lines, "
+                             f"--decode_from_file={filename} {len(lines)}: give one prefix "
+                             "(or an empty line) per input line")
     # With t2t's return_beams and write_beam_scores, also fairseq's / Marian's n-best file.
     nbest = [] if decode_hp.return_beams and decode_hp.write_beam_scores else None
     decodes = decode_lines(lines, infer_fn, encoders.get("inputs", encoders["targets"]),
-                           encoders["targets"], decode_hp, parallel_batches, nbest=nbest)
+                           encoders["targets"], decode_hp, parallel_batches, nbest=nbest,
+                           prefixes=prefixes)
     if decode_to_file:
         output = add_shard_to_filename(decode_to_file, decode_hp)
     else:
@@ -804,9 +836,13 @@ def make_infer_fn(model: Any, decode_hp: HParams, target_space_id: int = 0,
         raise ValueError("--xla_compile decodes with argmax or beam search; it does not "
                          "sample (hparams sampling_method=random)")
 
-    def infer_fn(inputs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def infer_fn(inputs: np.ndarray,
+                 prefixes: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        features = {"inputs": tf.constant(inputs, tf.int32), "target_space_id": target_space_id}
+        if prefixes is not None:
+            features["prefixes"] = tf.constant(prefixes, tf.int32)
         result = model.infer(
-            {"inputs": tf.constant(inputs, tf.int32), "target_space_id": target_space_id},
+            features,
             decode_length=decode_hp.extra_length, beam_size=decode_hp.beam_size,
             alpha=decode_hp.alpha, top_beams=top_beams,
             force_decode_length=decode_hp.force_decode_length, jit_compile=jit_compile,
