@@ -185,7 +185,6 @@ def test_import_rules_catch_a_violation():
 LONG_FILES = {
     "t2t_lite/layers/common_layers.py": "t2t's common_layers: the layer primitives",
     "t2t_lite/layers/common_attention.py": "t2t's common_attention: timing, biases, attention",
-    "t2t_lite/models/transformer.py": "t2t's transformer.py: encoder, decoder, fast decoding",
     "t2t_lite/data_generators/text_encoder.py": "t2t's text_encoder: the encoders",
     "t2t_lite/decoding/decoding.py": "t2t's decoding.py: decode from dataset, file, interactive",
     "t2t_lite/training/trainer_lib.py": "the training loop: steps, checkpoints, eval, summaries",
