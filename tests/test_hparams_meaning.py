@@ -385,8 +385,6 @@ MEANINGS: dict[str, _Entry] = {
     "relu_dropout_broadcast_dims": _Entry("1", train_logits, same=(eval_logits,)),
     "sampling_keep_top_k": _Entry(1, distinct_decodes, _SAMPLING,
                                   expect=lambda b, o: b > 1 and o == 1),
-    "sampling_keep_top_p": _Entry(1e-6, distinct_decodes, _SAMPLING,
-                                  expect=lambda b, o: b > 1 and o == 1),
     "sampling_method": _Entry("random", distinct_decodes, expect=lambda b, o: b == 1 and o > 1),
     "sampling_temp": _Entry(0.0, distinct_decodes, _SAMPLING,
                             expect=lambda b, o: b > 1 and o == 1),
