@@ -167,3 +167,19 @@ def test_prefix_file_follows_its_lines_through_sorting_and_batches(tmp_path):
         decoding.decode_from_file(decoding.make_infer_fn(model, decode_hp), str(src),
                                   ENCODERS, decode_hp, str(tmp_path / "out"), ("m", "h", "p"),
                                   prefix_file=str(prefix_file))
+
+
+def test_ctranslate2_target_prefix_decodes_as_t2t_lite(tmp_path):
+    from tests.test_ctranslate2 import EXTRA_LENGTH, INPUTS, _export, _tiny_model
+
+    model = _tiny_model("")
+    translator = _export(model, tmp_path)
+    prefixes = [[7, 3], [], [12], [5, 5, 5]]
+    batch = decoding.pad_batch([ids + [1] for ids in INPUTS])
+    expected = model.infer({"inputs": batch, "prefixes": decoding.pad_batch(prefixes)},
+                           decode_length=EXTRA_LENGTH)["outputs"].numpy()
+    got = translator.translate_ids(INPUTS, beam_size=1, extra_length=EXTRA_LENGTH,
+                                   prefixes=prefixes)
+    for row, (hyp,) in enumerate(got):
+        assert hyp.ids[:len(prefixes[row])] == prefixes[row]
+        assert hyp.ids == expected[row].tolist()

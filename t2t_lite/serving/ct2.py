@@ -414,8 +414,8 @@ class Translator:
             else text_encoder.SubwordTextEncoder(
                 os.path.join(model_dir, self.metadata["targets_vocab"])))
         self._source_tokens = self.inputs_encoder.all_subtoken_strings
-        self._target_ids = {token: i for i, token in
-                            enumerate(self.targets_encoder.all_subtoken_strings)}
+        self._target_tokens = self.targets_encoder.all_subtoken_strings
+        self._target_ids = {token: i for i, token in enumerate(self._target_tokens)}
         self.max_position = int(self.metadata["max_position"])
         runs_on = device
         if device == "auto":  # CTranslate2's choice: CUDA when a GPU is visible
@@ -428,7 +428,8 @@ class Translator:
     def translate_ids(self, id_lists: Sequence[Sequence[int]], beam_size: int = 4,
                       alpha: float = 0.6, extra_length: int = 100, num_hypotheses: int = 1,
                       gnmt_rescore: bool = True, patience: float = 1.0,
-                      length_penalty: float | None = None) -> list[list[Hypothesis]]:
+                      length_penalty: float | None = None,
+                      prefixes: Sequence[Sequence[int]] | None = None) -> list[list[Hypothesis]]:
         """Translates ONE batch of encoded inputs (t2t's decode length is per batch).
 
         Args:
@@ -451,10 +452,11 @@ class Translator:
         """
         return self._collect(self._submit(id_lists, beam_size, alpha, extra_length,
                                           num_hypotheses, gnmt_rescore, patience,
-                                          length_penalty, asynchronous=False))
+                                          length_penalty, asynchronous=False,
+                                          prefixes=prefixes))
 
     def _submit(self, id_lists, beam_size, alpha, extra_length, num_hypotheses, gnmt_rescore,
-                patience, length_penalty, asynchronous: bool) -> tuple:
+                patience, length_penalty, asynchronous: bool, prefixes=None) -> tuple:
         """Starts CTranslate2 on one batch (arguments of `translate_ids`); returns what
         `_collect` needs: the results (or futures when `asynchronous`) and the options."""
         if not 1 <= num_hypotheses <= beam_size:
@@ -488,6 +490,8 @@ class Translator:
             return_scores=True,
             return_end_token=True,
             asynchronous=asynchronous,
+            target_prefix=None if prefixes is None else [
+                [self._target_tokens[i] for i in ids] or None for ids in prefixes],
         )
         return results, (num_hypotheses, rescore, search_penalty, alpha)
 
@@ -533,7 +537,8 @@ class Translator:
 
     def translate(self, lines: Sequence[str], beam_size: int = 4, alpha: float = 0.6,
                   extra_length: int = 100, num_hypotheses: int = 1, batch_size: int = 32,
-                  max_input_size: int = -1, **search_options) -> list[list[Hypothesis]]:
+                  max_input_size: int = -1, prefixes: Sequence[str] | None = None,
+                  **search_options) -> list[list[Hypothesis]]:
         """Translates raw text lines as t2t-decoder's decode_from_file batches them.
 
         Lines are sorted by word count (longest first), encoded, cut to max_input_size - 1
@@ -545,6 +550,8 @@ class Translator:
           beam_size, alpha, extra_length, num_hypotheses: as in `translate_ids`.
           batch_size: inputs per batch (t2t's decode batch_size, default 32).
           max_input_size: t2t's decode hparam (<= 0: no cut).
+          prefixes: target prefixes parallel to `lines` ("": none), encoded with the target
+            vocabulary (`--decode_prefix_file`).
           **search_options: gnmt_rescore, patience, length_penalty of `translate_ids`.
 
         Returns:
@@ -558,6 +565,11 @@ class Translator:
             raise TypeError(f"translate: unknown search options {sorted(unknown)}")
         options.update(search_options)
         sorted_lines, sorted_keys = decoding.sort_inputs(lines)
+        sorted_prefixes = None
+        if prefixes is not None:
+            sorted_prefixes = [""] * len(lines)
+            for index, position in enumerate(sorted_keys):
+                sorted_prefixes[position] = prefixes[index]
         # Every batch is queued at once (each with t2t's decode length for that batch), so
         # that the translator's inter_threads workers decode batches in parallel.
         submitted = []
@@ -566,9 +578,13 @@ class Translator:
             for text in sorted_lines[start:start + batch_size]:
                 ids = self.inputs_encoder.encode(text)
                 batch.append(ids[:max_input_size - 1] if max_input_size > 0 else ids)
+            batch_prefixes = None if sorted_prefixes is None else [
+                self.targets_encoder.encode(text)
+                for text in sorted_prefixes[start:start + batch_size]]
             submitted.append(self._submit(
                 batch, beam_size, alpha, extra_length, num_hypotheses, options["gnmt_rescore"],
-                options["patience"], options["length_penalty"], asynchronous=True))
+                options["patience"], options["length_penalty"], asynchronous=True,
+                prefixes=batch_prefixes))
         results: list[list[Hypothesis]] = []
         for batch in submitted:
             results.extend(self._collect(batch))
