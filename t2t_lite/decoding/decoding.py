@@ -240,6 +240,26 @@ def read_inputs(filename: str, delimiter: str = "\n") -> list[str]:
     return records
 
 
+def read_prefixes(prefix_file: str | None, filename: str, count: int,
+                  delimiter: str = "\n") -> list[str] | None:
+    """The target prefixes of `--decode_prefix_file`, one per input record (None without).
+
+    Raises:
+      FileNotFoundError, ValueError: one line naming the file (missing, or another number of
+        records than the `count` of `--decode_from_file=filename`).
+    """
+    if not prefix_file:
+        return None
+    if not os.path.isfile(prefix_file):
+        raise FileNotFoundError(f"--decode_prefix_file={prefix_file}: no such file")
+    prefixes = read_inputs(prefix_file, delimiter)
+    if len(prefixes) != count:
+        raise ValueError(f"--decode_prefix_file={prefix_file} has {len(prefixes)} lines, "
+                         f"--decode_from_file={filename} {count}: give one prefix "
+                         "(or an empty line) per input line")
+    return prefixes
+
+
 def check_id_inputs(records: Sequence[str], encoder: Any, source: str,
                     delimiter: str = "\n", first_line: int = 1) -> None:
     """Refuses a record holding a token that is not an integer id, when the problem's input
@@ -588,15 +608,7 @@ def decode_from_file(infer_fn: InferFn, filename: str, encoders: dict, decode_hp
     lines = read_inputs(filename, decode_hp.delimiter)
     check_id_inputs(lines, encoders.get("inputs", encoders["targets"]),
                     f"--decode_from_file={filename}", decode_hp.delimiter)
-    prefixes = None
-    if prefix_file:
-        if not os.path.isfile(prefix_file):
-            raise FileNotFoundError(f"--decode_prefix_file={prefix_file}: no such file")
-        prefixes = read_inputs(prefix_file, decode_hp.delimiter)
-        if len(prefixes) != len(lines):
-            raise ValueError(f"--decode_prefix_file={prefix_file} has {len(prefixes)} lines, "
-                             f"--decode_from_file={filename} {len(lines)}: give one prefix "
-                             "(or an empty line) per input line")
+    prefixes = read_prefixes(prefix_file, filename, len(lines), decode_hp.delimiter)
     # With t2t's return_beams and write_beam_scores, also fairseq's / Marian's n-best file.
     nbest = [] if decode_hp.return_beams and decode_hp.write_beam_scores else None
     decodes = decode_lines(lines, infer_fn, encoders.get("inputs", encoders["targets"]),
