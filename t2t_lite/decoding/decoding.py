@@ -306,6 +306,17 @@ def sort_inputs(inputs: Sequence[str]) -> tuple[list[str], list[int]]:
     return [inputs[i] for i in order], sorted_keys
 
 
+def follow_sort(items: Sequence | None, sorted_keys: Sequence[int]) -> list | None:
+    """`items` parallel to the inputs, put in the inputs' sorted order (`sort_inputs`'s
+    `sorted_keys`); None stays None."""
+    if items is None:
+        return None
+    ordered = [None] * len(items)
+    for index, position in enumerate(sorted_keys):
+        ordered[position] = items[index]
+    return ordered
+
+
 def input_length_limit(decode_hp: HParams) -> int | None:
     """The one input-length rule of decode mode and export (t2t's `max_input_size`).
 
@@ -527,9 +538,7 @@ def decode_lines(lines: Sequence[str], infer_fn: InferFn, inputs_encoder: Any,
     batches = batch_inputs(sorted_inputs, inputs_encoder, batch_size, decode_hp.max_input_size)
     call = infer_fn
     if prefixes is not None:
-        sorted_prefixes = [""] * len(lines)
-        for index, position in enumerate(sorted_keys):
-            sorted_prefixes[position] = prefixes[index]
+        sorted_prefixes = follow_sort(prefixes, sorted_keys)
         prefix_batches = (pad_batch([targets_encoder.encode(text) for text in
                                      sorted_prefixes[start: start + batch_size]])
                           for start in range(0, len(lines), batch_size))

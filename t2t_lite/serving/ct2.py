@@ -444,6 +444,8 @@ class Translator:
             hypotheses).
           length_penalty: CTranslate2's length penalty exponent during the search (default:
             alpha; with gnmt_rescore it only steers which hypotheses finish).
+          prefixes: B lists of target ids each output starts with ([]: none; CTranslate2's
+            `target_prefix`, t2t_lite's `--decode_prefix_file`).
 
         Returns:
           B lists of up to `num_hypotheses` Hypothesis, best first (text decoded with the
@@ -452,8 +454,7 @@ class Translator:
         """
         return self._collect(self._submit(id_lists, beam_size, alpha, extra_length,
                                           num_hypotheses, gnmt_rescore, patience,
-                                          length_penalty, asynchronous=False,
-                                          prefixes=prefixes))
+                                          length_penalty, asynchronous=False, prefixes=prefixes))
 
     def _submit(self, id_lists, beam_size, alpha, extra_length, num_hypotheses, gnmt_rescore,
                 patience, length_penalty, asynchronous: bool, prefixes=None) -> tuple:
@@ -550,8 +551,7 @@ class Translator:
           beam_size, alpha, extra_length, num_hypotheses: as in `translate_ids`.
           batch_size: inputs per batch (t2t's decode batch_size, default 32).
           max_input_size: t2t's decode hparam (<= 0: no cut).
-          prefixes: target prefixes parallel to `lines` ("": none), encoded with the target
-            vocabulary (`--decode_prefix_file`).
+          prefixes: target prefixes parallel to `lines` ("": none; `--decode_prefix_file`).
           **search_options: gnmt_rescore, patience, length_penalty of `translate_ids`.
 
         Returns:
@@ -565,11 +565,8 @@ class Translator:
             raise TypeError(f"translate: unknown search options {sorted(unknown)}")
         options.update(search_options)
         sorted_lines, sorted_keys = decoding.sort_inputs(lines)
-        sorted_prefixes = None
-        if prefixes is not None:
-            sorted_prefixes = [""] * len(lines)
-            for index, position in enumerate(sorted_keys):
-                sorted_prefixes[position] = prefixes[index]
+        encoded = None if prefixes is None else [
+            self.targets_encoder.encode(text) for text in decoding.follow_sort(prefixes, sorted_keys)]
         # Every batch is queued at once (each with t2t's decode length for that batch), so
         # that the translator's inter_threads workers decode batches in parallel.
         submitted = []
@@ -578,13 +575,10 @@ class Translator:
             for text in sorted_lines[start:start + batch_size]:
                 ids = self.inputs_encoder.encode(text)
                 batch.append(ids[:max_input_size - 1] if max_input_size > 0 else ids)
-            batch_prefixes = None if sorted_prefixes is None else [
-                self.targets_encoder.encode(text)
-                for text in sorted_prefixes[start:start + batch_size]]
             submitted.append(self._submit(
                 batch, beam_size, alpha, extra_length, num_hypotheses, options["gnmt_rescore"],
                 options["patience"], options["length_penalty"], asynchronous=True,
-                prefixes=batch_prefixes))
+                prefixes=encoded and encoded[start:start + batch_size]))
         results: list[list[Hypothesis]] = []
         for batch in submitted:
             results.extend(self._collect(batch))
