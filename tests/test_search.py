@@ -61,6 +61,7 @@ def test_nucleus_at_one_draws_as_plain_sampling_and_near_zero_as_argmax():
         sampling.sample(logits, sampling.Sampling("random", 1.0, -1, 0.0))
 
 
+@pytest.mark.slow
 def test_nucleus_greedy_decoding_is_seeded_and_tends_to_argmax():
     from tests.test_fast_decoding import INPUTS, random_model
 
@@ -129,6 +130,7 @@ def test_beam_with_a_prefix_is_the_best_output_that_starts_with_it(prefix):
     np.testing.assert_allclose(scores[0, 0], best_score, rtol=1e-5)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("beam_size", [1, 3])
 def test_a_prefix_is_kept_and_the_own_output_as_prefix_reproduces_it(beam_size):
     from tests.test_fast_decoding import INPUTS, random_model
@@ -147,6 +149,7 @@ def test_a_prefix_is_kept_and_the_own_output_as_prefix_reproduces_it(beam_size):
     np.testing.assert_array_equal(out[2], free["outputs"].numpy()[2, :out.shape[1]])
 
 
+@pytest.mark.slow
 def test_prefix_file_follows_its_lines_through_sorting_and_batches(tmp_path):
     from tests.test_fast_decoding import random_model
 
