@@ -144,6 +144,10 @@ flags.DEFINE_string(
 flags.DEFINE_string("decode_hparams", "", 'Decoding hparams: "beam_size=4,alpha=0.6,...".')
 flags.DEFINE_string("decode_from_file", None, "Decode the lines of this file.")
 flags.DEFINE_string("decode_to_file", None, "Write decodes here.")
+flags.DEFINE_string(
+    "decode_prefix_file", None,
+    "Target prefixes, one line per line of --decode_from_file (an empty line: none): each "
+    "output starts with its prefix's subwords and the search continues from there.")
 flags.DEFINE_string("decode_reference", None, "Reference translations, for BLEU after decoding.")
 flags.DEFINE_bool("decode_interactive", False, "Decode lines typed on standard input.")
 flags.DEFINE_integer(

@@ -399,6 +399,13 @@ HPARAMS: dict[str, Hparam] = {
         "one-kernel update (ResourceApplyAdam, t2t's TF1 kernel); false: plain TensorFlow ops "
         "differentiated by autodiff, with the same dropout masks, and Keras' Adam",
     ),
+    "sampling_keep_top_p": own(
+        1.0,
+        "nucleus sampling: with sampling_method=random, the draw is among the most likely ids "
+        "whose probability (after sampling_temp and sampling_keep_top_k) first reaches p "
+        "(1.0: all)",
+        check=POSITIVE,
+    ),
 }
 
 

@@ -94,5 +94,18 @@ def test_members_with_other_vocabularies_or_settings_are_refused(members):
     other = random_model(vocab=(37, 31), seed=1)
     with pytest.raises(ValueError, match=r"share their vocabularies.*\(37, 29\), \(37, 31\)"):
         TransformerEnsemble([members[0], other])
-    with pytest.raises(ValueError, match="without XLA"):
-        TransformerEnsemble(members).infer({"inputs": INPUTS}, jit_compile=True)
+
+
+@pytest.mark.slow
+def test_beam_slot_and_xla_decodes_equal_the_growing_cache_decode(members):
+    # Every cache layout of the search (`decoding/search/driver.py`) on a two-model ensemble:
+    # beam slots (the default of beam search) and XLA's fixed caches against t2t's growing
+    # caches, reordered with the beams.
+    ensemble = TransformerEnsemble(members)
+    # One compilation (XLA's beam search of two members) is most of this test's time.
+    kwargs = {"decode_length": 5, "beam_size": 3, "top_beams": 3}
+    growing = ensemble.infer({"inputs": INPUTS}, beam_slots=False, **kwargs)
+    for other in (ensemble.infer({"inputs": INPUTS}, **kwargs),
+                  ensemble.infer({"inputs": INPUTS}, jit_compile=True, **kwargs)):
+        np.testing.assert_array_equal(other["outputs"], growing["outputs"])
+        np.testing.assert_allclose(other["scores"], growing["scores"], rtol=1e-5)

@@ -28,6 +28,7 @@ from t2t_lite.decoding.decoding import (
     longest_input,
     make_infer_fn,
     read_inputs,
+    read_prefixes,
     read_score_file,
     report_bleu,
     score_pairs,
@@ -116,7 +117,8 @@ def main(flags) -> None:
                     "is the one the model was trained with"):
                 output = decode_from_file(
                     infer_fn, flags.decode_from_file, encoders, decode_hp, decode_to_file,
-                    name_parts, parallel_batches(flags, hparams, decode_hp))
+                    name_parts, parallel_batches(flags, hparams, decode_hp),
+                    prefix_file=getattr(flags, "decode_prefix_file", None))
         except (FileNotFoundError, ValueError) as e:
             raise UserError(one_line(e)) from e
     else:
@@ -199,12 +201,17 @@ def decode_ctranslate2(flags) -> str:
                                 inter_threads=flags.ct2_inter_threads,
                                 intra_threads=flags.ct2_intra_threads)
     lines = read_inputs(filename, decode_hp.delimiter)
+    try:
+        prefixes = read_prefixes(getattr(flags, "decode_prefix_file", None), filename,
+                                 len(lines), decode_hp.delimiter)
+    except (FileNotFoundError, ValueError) as e:
+        raise UserError(one_line(e)) from e
     hypotheses = translator.translate(
         lines, beam_size=decode_hp.beam_size, alpha=decode_hp.alpha,
         extra_length=decode_hp.extra_length,
         num_hypotheses=decode_hp.beam_size if decode_hp.return_beams else 1,
         batch_size=decode_hp.batch_size or 32, max_input_size=decode_hp.max_input_size,
-        patience=flags.ct2_patience, length_penalty=flags.ct2_length_penalty)
+        patience=flags.ct2_patience, length_penalty=flags.ct2_length_penalty, prefixes=prefixes)
     records = ct2.decode_records(hypotheses, decode_hp.return_beams, decode_hp.write_beam_scores)
     file_io.atomic_write_lines(output, records, decode_hp.delimiter)
     print(f"Decodes written to {output}")

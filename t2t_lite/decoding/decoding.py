@@ -187,7 +187,8 @@ def check_sampling(model_hparams: HParams, decode_hp: HParams) -> None:
     """Refuses sampling settings that would have no effect (t2t's beam search ignores them).
 
     Args:
-      model_hparams: with sampling_method, sampling_temp, sampling_keep_top_k.
+      model_hparams: with sampling_method, sampling_temp, sampling_keep_top_k,
+        sampling_keep_top_p.
       decode_hp: decode hparams (beam_size).
 
     Raises:
@@ -201,6 +202,9 @@ def check_sampling(model_hparams: HParams, decode_hp: HParams) -> None:
     top_k = hparams_support.hparam(model_hparams, "sampling_keep_top_k")
     if top_k != -1 and top_k <= 0:
         raise ValueError(f"hparams.sampling_keep_top_k={top_k} must be -1 (all) or positive")
+    top_p = hparams_support.hparam(model_hparams, "sampling_keep_top_p")
+    if not 0.0 < top_p <= 1.0:
+        raise ValueError(f"hparams.sampling_keep_top_p={top_p} must be in (0, 1] (1: all)")
     if method == "random" and decode_hp.beam_size > 1:
         raise ValueError("hparams.sampling_method=random applies to greedy decoding: set "
                          f"beam_size=1 in --decode_hparams (beam_size={decode_hp.beam_size} "
@@ -234,6 +238,26 @@ def read_inputs(filename: str, delimiter: str = "\n") -> list[str]:
     if records and not records[-1]:
         records.pop()
     return records
+
+
+def read_prefixes(prefix_file: str | None, filename: str, count: int,
+                  delimiter: str = "\n") -> list[str] | None:
+    """The target prefixes of `--decode_prefix_file`, one per input record (None without).
+
+    Raises:
+      FileNotFoundError, ValueError: one line naming the file (missing, or another number of
+        records than the `count` of `--decode_from_file=filename`).
+    """
+    if not prefix_file:
+        return None
+    if not os.path.isfile(prefix_file):
+        raise FileNotFoundError(f"--decode_prefix_file={prefix_file}: no such file")
+    prefixes = read_inputs(prefix_file, delimiter)
+    if len(prefixes) != count:
+        raise ValueError(f"--decode_prefix_file={prefix_file} has {len(prefixes)} lines, "
+                         f"--decode_from_file={filename} {count}: give one prefix "
+                         "(or an empty line) per input line")
+    return prefixes
 
 
 def check_id_inputs(records: Sequence[str], encoder: Any, source: str,
@@ -280,6 +304,17 @@ def sort_inputs(inputs: Sequence[str]) -> tuple[list[str], list[int]]:
     for position, index in enumerate(order):
         sorted_keys[index] = position
     return [inputs[i] for i in order], sorted_keys
+
+
+def follow_sort(items: Sequence | None, sorted_keys: Sequence[int]) -> list | None:
+    """`items` parallel to the inputs, put in the inputs' sorted order (`sort_inputs`'s
+    `sorted_keys`); None stays None."""
+    if items is None:
+        return None
+    ordered = [None] * len(items)
+    for index, position in enumerate(sorted_keys):
+        ordered[position] = items[index]
+    return ordered
 
 
 def input_length_limit(decode_hp: HParams) -> int | None:
@@ -364,6 +399,35 @@ def save_until_eos(ids: np.ndarray) -> np.ndarray:
     return ids[: eos[0]] if eos.size else ids
 
 
+def beam_texts(outputs: np.ndarray, scores: np.ndarray | None, targets_encoder: Any,
+               skip_eos_postprocess: bool = False,
+               identity_output: bool = False) -> list[list[tuple[str, float | None]]]:
+    """The (text, score) of every beam of every batch row, best first.
+
+    Args:
+      outputs: int [B, T] (one beam per row) or [B, K, T].
+      scores: float [B] or [B, K], or None (scores then None).
+      targets_encoder, skip_eos_postprocess, identity_output: as `format_decodes`.
+
+    Returns:
+      B lists of K (text, score) pairs.
+    """
+
+    def text(ids) -> str:
+        if identity_output:
+            return " ".join(str(i) for i in np.asarray(ids).reshape(-1))
+        ids = np.asarray(ids).reshape(-1) if skip_eos_postprocess else save_until_eos(ids)
+        return targets_encoder.decode(ids)
+
+    outputs = np.asarray(outputs)
+    if outputs.ndim == 2:  # beam_size 1: one beam per row
+        outputs = outputs[:, None, :]
+    if scores is not None:
+        scores = np.asarray(scores).reshape(outputs.shape[:2])
+    return [[(text(beam), None if scores is None else float(scores[row][k]))
+             for k, beam in enumerate(beams)] for row, beams in enumerate(outputs)]
+
+
 def format_decodes(outputs: np.ndarray, scores: np.ndarray | None, targets_encoder: Any,
                    return_beams: bool = False, write_beam_scores: bool = False,
                    skip_eos_postprocess: bool = False,
@@ -383,30 +447,26 @@ def format_decodes(outputs: np.ndarray, scores: np.ndarray | None, targets_encod
     Returns:
       B strings.
     """
-
-    def text(ids) -> str:
-        if identity_output:
-            return " ".join(str(i) for i in np.asarray(ids).reshape(-1))
-        ids = np.asarray(ids).reshape(-1) if skip_eos_postprocess else save_until_eos(ids)
-        return targets_encoder.decode(ids)
-
     outputs = np.asarray(outputs)
+    if not return_beams and outputs.ndim == 3:  # several beams but only the best is wanted
+        outputs, scores = outputs[:, 0], None
     if not return_beams:
-        if outputs.ndim == 3:  # several beams but only the best is wanted
-            outputs = outputs[:, 0]
-        return [text(row) for row in outputs]
-    if outputs.ndim == 2:  # beam_size 1: one beam per row
-        outputs = outputs[:, None, :]
-        scores = None if scores is None else np.asarray(scores).reshape(-1, 1)
-    records = []
-    for row, beams in enumerate(outputs):
-        texts = [text(beam) for beam in beams]
-        if write_beam_scores:
-            if scores is None:
-                raise ValueError("write_beam_scores needs the model's scores")
-            texts = [f"{t}\t{score:.2f}" for t, score in zip(texts, scores[row])]
-        records.append("\t".join(texts))
-    return records
+        scores = None
+    rows = beam_texts(outputs, scores, targets_encoder, skip_eos_postprocess, identity_output)
+    if not return_beams:
+        return [beams[0][0] for beams in rows]
+    if write_beam_scores and scores is None:
+        raise ValueError("write_beam_scores needs the model's scores")
+    if write_beam_scores:
+        return ["\t".join(f"{t}\t{score:.2f}" for t, score in beams) for beams in rows]
+    return ["\t".join(t for t, _ in beams) for beams in rows]
+
+
+def nbest_lines(beams_by_line: Sequence[Sequence[tuple[str, float]]]) -> list[str]:
+    """fairseq's and Marian's n-best lines: `index ||| text ||| score` for every beam of
+    every input line (index 0-based, in input order, beams best first)."""
+    return [f"{index} ||| {text} ||| {score:.6f}"
+            for index, beams in enumerate(beams_by_line) for text, score in beams]
 
 
 def format_options(decode_hp: HParams) -> dict:
@@ -464,9 +524,17 @@ def _decoded_batches(batches: Iterator[np.ndarray], infer_fn: InferFn,
             yield batch, future.result()
 
 
+class _Pair(tuple):
+    """(inputs [B, L], prefixes [B, P]) whose len() is the batch's number of rows."""
+
+    def __len__(self) -> int:
+        return len(self[0])
+
+
 def decode_lines(lines: Sequence[str], infer_fn: InferFn, inputs_encoder: Any,
                  targets_encoder: Any, decode_hp: HParams,
-                 parallel_batches: int = 1) -> list[str]:
+                 parallel_batches: int = 1, nbest: list | None = None,
+                 prefixes: Sequence[str] | None = None) -> list[str]:
     """Decodes `lines` as t2t's decode_from_file does and returns the results in input order.
 
     Args:
@@ -481,19 +549,35 @@ def decode_lines(lines: Sequence[str], infer_fn: InferFn, inputs_encoder: Any,
       parallel_batches: batches decoded at the same time (1: one after the other). A beam
         step's ops are too small to keep 2 cores busy, so on CPU one batch per core decodes
         a file faster; the output is the same.
+      nbest: a list that receives, in the order of `lines`, each line's beams as
+        (text, score) pairs (`beam_texts`), for `nbest_lines`.
+      prefixes: target prefixes parallel to `lines` (encoded with `targets_encoder`, "":
+        none), passed to `infer_fn(inputs, prefixes=int32 [B, P])`.
 
     Returns:
       One output record per line, in the order of `lines`.
     """
     sorted_inputs, sorted_keys = sort_inputs(lines)
     batch_size = decode_hp.batch_size or 32
-    decodes = []
+    decodes, beams = [], []
     start_time = time.time()
     batches = batch_inputs(sorted_inputs, inputs_encoder, batch_size, decode_hp.max_input_size)
-    decoded = _decoded_batches(batches, infer_fn, parallel_batches)
+    call = infer_fn
+    if prefixes is not None:
+        sorted_prefixes = follow_sort(prefixes, sorted_keys)
+        prefix_batches = (pad_batch([targets_encoder.encode(text) for text in
+                                     sorted_prefixes[start: start + batch_size]])
+                          for start in range(0, len(lines), batch_size))
+        # Each item is (inputs, prefixes); the progress bar counts the inputs' rows.
+        batches = (_Pair(pair) for pair in zip(batches, prefix_batches))
+        call = lambda pair: infer_fn(pair[0], prefixes=pair[1])
+    decoded = _decoded_batches(batches, call, parallel_batches)
     for number, (batch, (outputs, scores)) in enumerate(progress.track(
             decoded, len(lines), "Decoding", "lines", size=lambda item: len(item[0]))):
         records = format_decodes(outputs, scores, targets_encoder, **format_options(decode_hp))
+        if nbest is not None:
+            beams.extend(beam_texts(outputs, scores, targets_encoder,
+                                    decode_hp.skip_eos_postprocess, decode_hp.identity_output))
         if decode_hp.log_results:  # t2t's pairs, at DEBUG (`--verbosity=1`) to keep logs short
             for row, record in enumerate(records):
                 logging.debug("Inference results INPUT: %s",
@@ -504,6 +588,8 @@ def decode_lines(lines: Sequence[str], infer_fn: InferFn, inputs_encoder: Any,
     if lines:
         logging.info("Decoded %d records in %.2f s (%.2f records/s)", len(lines), duration,
                      len(lines) / max(duration, 1e-9))
+    if nbest is not None:
+        nbest.extend(beams[sorted_keys[i]] for i in range(len(lines)))
     return [decodes[sorted_keys[i]] for i in range(len(lines))]
 
 
@@ -532,7 +618,7 @@ def decode_filename(base: str, model_name: str, hparams_set: str, problem_name: 
 # ------------------------------------------------------------------------------ the sources
 def decode_from_file(infer_fn: InferFn, filename: str, encoders: dict, decode_hp: HParams,
                      decode_to_file: str | None, name_parts: tuple[str, str, str],
-                     parallel_batches: int = 1) -> str:
+                     parallel_batches: int = 1, prefix_file: str | None = None) -> str:
     """t2t's decode_from_file: decodes the records of `filename` and writes them.
 
     Args:
@@ -543,6 +629,7 @@ def decode_from_file(infer_fn: InferFn, filename: str, encoders: dict, decode_hp
       decode_to_file: output file (+ shard suffix), or None for t2t's default name.
       name_parts: (model name, hparams_set, problem name) for the default name.
       parallel_batches: see `decode_lines`.
+      prefix_file: target prefixes, one line per input line (`--decode_prefix_file`).
 
     Returns:
       The path written.
@@ -556,14 +643,21 @@ def decode_from_file(infer_fn: InferFn, filename: str, encoders: dict, decode_hp
     lines = read_inputs(filename, decode_hp.delimiter)
     check_id_inputs(lines, encoders.get("inputs", encoders["targets"]),
                     f"--decode_from_file={filename}", decode_hp.delimiter)
+    prefixes = read_prefixes(prefix_file, filename, len(lines), decode_hp.delimiter)
+    # With t2t's return_beams and write_beam_scores, also fairseq's / Marian's n-best file.
+    nbest = [] if decode_hp.return_beams and decode_hp.write_beam_scores else None
     decodes = decode_lines(lines, infer_fn, encoders.get("inputs", encoders["targets"]),
-                           encoders["targets"], decode_hp, parallel_batches)
+                           encoders["targets"], decode_hp, parallel_batches, nbest=nbest,
+                           prefixes=prefixes)
     if decode_to_file:
         output = add_shard_to_filename(decode_to_file, decode_hp)
     else:
         output = decode_filename(filename, *name_parts, decode_hp)
     file_io.atomic_write_lines(output, decodes, decode_hp.delimiter)
     logging.info("Wrote %d decodes to %s", len(decodes), output)
+    if nbest is not None:
+        file_io.atomic_write_lines(output + ".nbest", nbest_lines(nbest))
+        logging.info("Wrote the n-best list to %s.nbest", output)
     return output
 
 
@@ -812,9 +906,13 @@ def make_infer_fn(model: Any, decode_hp: HParams, target_space_id: int = 0,
         raise ValueError("--xla_compile decodes with argmax or beam search; it does not "
                          "sample (hparams sampling_method=random)")
 
-    def infer_fn(inputs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def infer_fn(inputs: np.ndarray,
+                 prefixes: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        features = {"inputs": tf.constant(inputs, tf.int32), "target_space_id": target_space_id}
+        if prefixes is not None:
+            features["prefixes"] = tf.constant(prefixes, tf.int32)
         result = model.infer(
-            {"inputs": tf.constant(inputs, tf.int32), "target_space_id": target_space_id},
+            features,
             decode_length=decode_hp.extra_length, beam_size=decode_hp.beam_size,
             alpha=decode_hp.alpha, top_beams=top_beams,
             force_decode_length=decode_hp.force_decode_length, jit_compile=jit_compile,

@@ -28,16 +28,20 @@ Differences from t2t, none of which changes the logits:
 """
 from __future__ import annotations
 
-import threading
-
 import keras
 import tensorflow as tf
 
 from t2t_lite import hparams_support, registry
+from t2t_lite.decoding.search import beam_search, driver
+
+# The XLA input buckets, importable from here as before the search had its own room.
+from t2t_lite.decoding.search.driver import xla_batch_bucket, xla_length_bucket  # noqa: F401
+from t2t_lite.decoding.search.interface import Decoder, StepOptions
+from t2t_lite.decoding.search.interface import ids_2d as _ids_2d
 from t2t_lite.hparams import HParams
 from t2t_lite.layers import common_attention, common_layers, fused_ops, modalities
 from t2t_lite.models.transformer_layers import TransformerBody, layer_args
-from t2t_lite.utils import beam_search, precision, validation
+from t2t_lite.utils import precision, validation
 
 # The features of packed examples (t2t's generator_utils.pack_examples / pack_dataset).
 PACKED_FEATURES = ("inputs_segmentation", "inputs_position", "targets_segmentation",
@@ -69,41 +73,6 @@ def _check_hparams(hparams) -> None:
     if hparams.pos not in ("timing", "none", None):
         raise ValueError(
             f"hparams.pos={hparams.pos!r} is not supported; use one of ('timing', 'none')")
-
-
-def xla_length_bucket(length: int) -> int:
-    """The padded input length of the XLA decoder: the smallest of 8, 12, 16, 24, 32, 48,
-    ... (powers of two and 1.5 times them) that holds `length`, so that inputs of all lengths
-    need few compilations and at most 50% padding."""
-    bucket = 8
-    while bucket < length:
-        bucket = bucket * 3 // 2 if bucket & (bucket - 1) == 0 else bucket * 4 // 3
-    return bucket
-
-
-def xla_batch_bucket(batch_size: int) -> int:
-    """The padded batch size of the XLA decoder: the next power of two."""
-    return 1 << max(0, batch_size - 1).bit_length()
-
-
-def check_beams(beam_size, top_beams) -> None:
-    """Refuses a beam_size that is not an int >= 1 or top_beams outside 1..beam_size.
-
-    Raises:
-      ValueError: one line naming the value.
-    """
-    if not isinstance(beam_size, int) or beam_size < 1:
-        raise ValueError(f"beam_size must be an int >= 1, got {beam_size!r}")
-    if not 1 <= top_beams <= beam_size:
-        raise ValueError(f"top_beams={top_beams} must be between 1 and beam_size={beam_size}")
-
-
-def _ids_2d(ids) -> tf.Tensor:
-    """int32 [B, L] from [B, L] or t2t's [B, L, 1, 1]."""
-    ids = tf.cast(ids, tf.int32)
-    if ids.shape.rank is not None and ids.shape.rank > 2:
-        ids = tf.reshape(ids, tf.shape(ids)[:2])
-    return ids
 
 
 @registry.register_model("transformer")
@@ -162,9 +131,7 @@ class Transformer(keras.Model):
             symbol_dropout, name="targets_symbol_dropout")
         # Compiled decoders by configuration; set past Keras/TF attribute tracking so that
         # checkpoints and SavedModels of the model never include them.
-        object.__setattr__(self, "_infer_functions", {})
-        # Decoding threads (decode_from_file's parallel batches) create each function once.
-        object.__setattr__(self, "_infer_functions_lock", threading.Lock())
+        object.__setattr__(self, "_infer_functions", driver.CompiledDecoders())
         self.build()
         common_layers.number_dropout_layers(self)
 
@@ -493,187 +460,57 @@ class Transformer(keras.Model):
 
         return symbols_to_logits_fn
 
-    def _sample(self, logits: tf.Tensor) -> tf.Tensor:
-        """t2t's `sample_with_temperature`: argmax, or a draw from logits / sampling_temp."""
-        hp = self.hparams
-        if hp.sampling_method != "random" or hp.sampling_temp == 0.0:
-            return tf.argmax(logits, axis=-1, output_type=tf.int32)
-        if hp.sampling_keep_top_k != -1:
-            if hp.sampling_keep_top_k <= 0:
-                raise ValueError("hparams.sampling_keep_top_k must be -1 or positive")
-            kth = tf.math.top_k(logits, hp.sampling_keep_top_k).values[:, -1:]
-            logits = tf.where(logits < kth, -1e6, logits)
-        draws = tf.random.categorical(logits / hp.sampling_temp, 1, dtype=tf.int32)
-        return draws[:, 0]
 
-    def _greedy(self, symbols_to_logits_fn, batch_size, max_length, states, full_ids: bool,
-                eos_id: int, force_decode_length: bool = False, buffer_length=None):
-        """t2t's greedy loop: runs until `max_length` steps or every row has emitted EOS
-        (only the former with `force_decode_length`).
+    def start_decoding(self, inputs, target_space_id, options: StepOptions) -> Decoder:
+        """The search's interface (`decoding/search/interface.py`): runs the encoder once
+        and returns the decoding step with its initial states.
+
+        Args:
+          inputs: int32 [B, L] source ids.
+          target_space_id: int32 scalar.
+          options: the beams, cache layout, length and logits dtype the search asks for.
 
         Returns:
-          (ids int32 [B, buffer_length], scores float32 [B], steps int32 scalar): the ids
-          of the steps run in columns :steps, zeros after; scores sum the log-probs of the
-          chosen tokens up to and including the first EOS; tokens after it are kept.
+          a `Decoder`: `step(ids, i, states, storage) -> (logits [N, V], states, storage)`.
         """
-        growing_states = buffer_length is None
-        if buffer_length is None:
-            buffer_length = max_length
-        decoded = tf.zeros([batch_size, buffer_length], tf.int32)
-        columns = tf.range(buffer_length)
-
-        def body(i, hit_eos, next_id, decoded, states, log_prob):
-            if full_ids:
-                ids = tf.concat([tf.zeros([batch_size, 1], tf.int32), decoded[:, :i]], axis=1)
-            else:
-                ids = next_id
-            logits, states = symbols_to_logits_fn(ids, i, states)
-            log_probs = common_layers.log_prob_from_logits(logits)
-            token = self._sample(logits)
-            chosen = tf.gather(log_probs, token, axis=1, batch_dims=1)
-            log_prob += chosen * (1.0 - tf.cast(hit_eos, tf.float32))
-            hit_eos = tf.logical_or(hit_eos, tf.equal(token, eos_id))
-            decoded = tf.where(tf.equal(columns, i)[tf.newaxis, :], token[:, tf.newaxis], decoded)
-            return i + 1, hit_eos, token[:, tf.newaxis], decoded, states, log_prob
-
-        def not_finished(i, hit_eos, *unused):
-            if force_decode_length:
-                return i < max_length
-            return tf.logical_and(i < max_length, tf.logical_not(tf.reduce_all(hit_eos)))
-
-        loop_vars = (
-            tf.constant(0),
-            tf.zeros([batch_size], tf.bool),
-            tf.zeros([batch_size, 1], tf.int32),
-            decoded,
-            states,
-            tf.zeros([batch_size], tf.float32),
-        )
-        invariants = tf.nest.map_structure(lambda v: v.shape, loop_vars)
-        if growing_states:
-            invariants = invariants[:4] + (
-                tf.nest.map_structure(beam_search.state_shape_invariant, states),
-                invariants[5])
-        steps, _, _, decoded, _, log_prob = tf.while_loop(
-            not_finished, body, loop_vars, shape_invariants=invariants, parallel_iterations=1
-        )
-        return decoded, log_prob, steps
-
-    def _infer_graph(self, inputs, target_space_id, decode_length, beam_size: int,
-                     top_beams: int, alpha: float, use_cache: bool, eos_id: int,
-                     force_decode_length: bool = False, input_length=None,
-                     buffer_length: int | None = None):
-        """The decoding graph of `infer`.
-
-        With `buffer_length` (a Python int) every loop tensor has a static shape, so the
-        graph compiles with XLA: `inputs` may then carry extra padding columns beyond the
-        batch's own padded length `input_length`, which still sets the number of steps as in
-        t2t, and the result is the whole buffer with "steps" (see `infer`).
-        """
-        inputs = _ids_2d(inputs)
         batch_size = tf.shape(inputs)[0]
-        if input_length is None:
-            input_length = tf.shape(inputs)[1]
-        # t2t: decode_length = padded input length + extra length.
-        max_length = input_length + tf.cast(decode_length, tf.int32)
-        buffers = max_length if buffer_length is None else buffer_length
         # The embedding matrices are concatenated once, not at every step.
         matrices = self.modality.matrices()
         encoder_output, encdec_bias = self.encode(
             inputs, target_space_id, training=False, matrices=matrices
         )
-        if beam_size > 1 and not use_cache:
-            # The encoder-side tensors never change across steps: tile them once to the
-            # [B * K] beam layout and close over them instead of carrying them as states.
-            # (The cached decoder's attention reads them untiled, the K beams of a batch
-            # element together.)
-            encoder_output = beam_search.tile_to_beams(encoder_output, beam_size)
-            encdec_bias = beam_search.tile_to_beams(encdec_bias, beam_size)
-        if use_cache:
-            memory_kv = self.body.decoder.encdec_memory_kv(encoder_output)
-            # Growing caches (t2t's) cost about half of fixed-size ones, which XLA needs.
-            fixed = buffer_length is not None
-            # Beam search without XLA keeps keys/values in beam-slot storage (no per-step
-            # reordering copies); XLA needs the fixed-size caches.
-            # `_attend_beam_slots` has no relative-position terms: beam search of relative
-            # models reorders growing caches (t2t's way).
-            relative = hparams_support.hparam(self.hparams, "self_attention_type") != "dot_product"
-            slots = beam_size if beam_size > 1 and not fixed and not relative else None
-            # Beam search reads bfloat16 logits as they are and casts what it scores.
-            fn = self._fast_symbols_to_logits_fn(memory_kv, encdec_bias, buffers, matrices,
-                                                 fixed_cache=fixed, beam_slots=slots,
-                                                 float32_logits=beam_size == 1)
-            if slots:
-                # [B, T, 1]: states may grow along every axis but the last (t2t's invariant).
-                states = {"slots": tf.zeros([batch_size, 0, 1], tf.int32)}
-                unordered = self.init_beam_slot_storage(batch_size, beam_size)
-            else:
-                states = self.init_decode_cache(batch_size, buffers if fixed else 0)
-                unordered = None
-        else:
+        if options.cache == "recompute":
+            if options.beam_size > 1:
+                # The encoder-side tensors never change across steps: tile them once to the
+                # [B * K] beam layout and close over them instead of carrying them as states.
+                # (The cached decoder's attention reads them untiled, the K beams of a batch
+                # element together.)
+                encoder_output = beam_search.tile_to_beams(encoder_output, options.beam_size)
+                encdec_bias = beam_search.tile_to_beams(encdec_bias, options.beam_size)
             fn = self._slow_symbols_to_logits_fn(encoder_output, encdec_bias, matrices)
-            states, unordered = {}, None
-        if beam_size == 1:
-            outputs, scores, steps = self._greedy(
-                fn, batch_size, max_length, states, full_ids=not use_cache, eos_id=eos_id,
-                force_decode_length=force_decode_length, buffer_length=buffer_length,
-            )
-            if buffer_length is not None:
-                return {"outputs": outputs, "scores": scores, "steps": steps}
-            return {"outputs": outputs[:, :steps], "scores": scores}
-        initial_ids = tf.zeros([batch_size], tf.int32)
-        if use_cache:
-            ids, scores, _, steps = beam_search.beam_search_buffers(
-                fn, initial_ids, beam_size, max_length, self.vocab_size, alpha,
-                states=states, eos_id=eos_id, stop_early=top_beams == 1,
-                max_decode_length=buffer_length, unordered_states=unordered,
-            )
-            # Without the start column; t2t's length (the steps run) unless the caller
-            # wants the static buffer (XLA).
-            ids = ids[:, :, 1:] if buffer_length is not None else ids[:, :, 1: steps + 1]
-        else:
-            ids, scores, _ = beam_search.beam_search(
-                fn, initial_ids, beam_size, max_length, self.vocab_size,
-                alpha, states=states, eos_id=eos_id, stop_early=top_beams == 1,
-            )
-        result = {"outputs": ids[:, :top_beams], "scores": scores[:, :top_beams]}
-        if top_beams == 1:
-            result = {"outputs": ids[:, 0], "scores": scores[:, 0]}
-        if buffer_length is not None:
-            result["steps"] = steps
-        return result
+            return Decoder(lambda ids, i, states, storage: fn(ids, i, states) + (storage,), {})
+        memory_kv = self.body.decoder.encdec_memory_kv(encoder_output)
+        fixed = options.cache == "fixed"
+        # `_attend_beam_slots` has no relative-position terms: beam search of relative
+        # models reorders growing caches (t2t's way).
+        relative = hparams_support.hparam(self.hparams, "self_attention_type") != "dot_product"
+        slots = options.beam_size if options.cache == "beam_slots" and not relative else None
+        fn = self._fast_symbols_to_logits_fn(memory_kv, encdec_bias, options.max_length,
+                                             matrices, fixed_cache=fixed, beam_slots=slots,
+                                             float32_logits=options.float32_logits)
+        if not slots:
+            # Growing caches (t2t's) cost about half of fixed-size ones, which XLA needs.
+            states = self.init_decode_cache(batch_size, options.max_length if fixed else 0)
+            return Decoder(lambda ids, i, states, storage: fn(ids, i, states) + (storage,),
+                           states)
 
-    def _infer_xla(self, inputs: tf.Tensor, target_space_id: tf.Tensor, decode_length: int,
-                   config: tuple) -> dict[str, tf.Tensor]:
-        """`infer` through one XLA-compiled decoder per bucket shape.
+        def step(ids, i, states, storage):
+            logits, (states, storage) = fn(ids, i, (states, storage))
+            return logits, states, storage
 
-        The batch [B, L] is padded to [xla_batch_bucket(B), xla_length_bucket(L)] (extra rows
-        copy row 0, so they finish with it; extra columns are padding, masked as any other),
-        which bounds the number of compilations; the number of steps still comes from L, as
-        in t2t, and the extra rows are dropped from the result.
-        """
-        batch, length = (int(d) for d in inputs.shape)
-        padded_batch, padded_length = xla_batch_bucket(batch), xla_length_bucket(length)
-        padded = tf.pad(inputs, [[0, 0], [0, padded_length - length]])
-        if padded_batch > batch:
-            padded = tf.concat(
-                [padded, tf.repeat(padded[:1], padded_batch - batch, axis=0)], axis=0)
-        key = config + ("xla", decode_length)
-        with self._infer_functions_lock:
-            if key not in self._infer_functions:
-                # No input signature: one trace and compilation per bucket shape.
-                self._infer_functions[key] = tf.function(
-                    lambda inputs, target_space_id, input_length: self._infer_graph(
-                        inputs, target_space_id, decode_length, *config,
-                        input_length=input_length,
-                        buffer_length=int(inputs.shape[1]) + decode_length,
-                    ),
-                    autograph=False, jit_compile=True,
-                )
-        result = self._infer_functions[key](padded, target_space_id, tf.constant(length))
-        steps = int(result["steps"])
-        return {"outputs": result["outputs"][:batch, ..., :steps],
-                "scores": result["scores"][:batch]}
+        # [B, T, 1]: states may grow along every axis but the last (t2t's invariant).
+        return Decoder(step, {"slots": tf.zeros([batch_size, 0, 1], tf.int32)},
+                       self.init_beam_slot_storage(batch_size, options.beam_size))
 
     def infer(
         self,
@@ -686,60 +523,27 @@ class Transformer(keras.Model):
         eos_id: int = beam_search.EOS_ID,
         jit_compile: bool = False,
         force_decode_length: bool = False,
+        **options,
     ) -> dict[str, tf.Tensor]:
-        """Autoregressive decoding (t2t's `infer` with fast incremental decoding).
-
-        At most `L_in + decode_length` tokens are generated (L_in = padded input length).
-        Greedy (beam_size 1) stops early only when every row has produced EOS; tokens after a
-        row's first EOS are kept, as in t2t. Beam search uses the GNMT length penalty `alpha`.
-        Called eagerly, the decoder runs as a tf.function (one trace per decoding
-        configuration); called inside a tf.function, it adds its ops to that graph.
+        """Autoregressive decoding (t2t's `infer` with fast incremental decoding), by the
+        search of `decoding/search` (`driver.infer`, which documents every argument).
 
         Args:
           features: {"inputs": int [B, L_in], optional "target_space_id": int scalar}.
-          decode_length: extra length (int or int32 scalar).
+          decode_length: extra length: at most L_in + decode_length tokens.
           beam_size: 1 = greedy (`hparams.sampling_method`), >1 = beam search.
           alpha: length-penalty exponent of beam search.
           top_beams: beams returned (<= beam_size).
-          use_cache: False recomputes the whole decoder prefix every step (reference/slow path).
+          use_cache: False recomputes the whole decoder prefix every step (reference path).
           eos_id: end-of-sequence id.
-          jit_compile: compile the cached decoder (greedy or beam search) with XLA: one
-            compilation per bucket of input shapes (`xla_length_bucket`,
-            `xla_batch_bucket`); `decode_length` must then be a Python int. Ignored inside a
-            tf.function.
-          force_decode_length: greedy decoding runs all `L_in + decode_length` steps even
-            when every row has emitted EOS (t2t's decode hparam; beam search ignores it).
+          jit_compile: compile the cached decoder with XLA (bucketed input shapes).
+          force_decode_length: greedy decoding runs every step.
+          **options: the further options of `driver.infer`.
 
         Returns:
           {"outputs": int32 [B, T'] (or [B, top_beams, T']), "scores": float32 [B] (or
-          [B, top_beams])}. Greedy scores sum the log-probs up to and including the first EOS;
-          beam scores are t2t's length-normalized log-probs.
+          [B, top_beams])}.
         """
-        check_beams(beam_size, top_beams)
-        inputs = _ids_2d(features["inputs"])
-        target_space_id = tf.cast(features.get("target_space_id", 0), tf.int32)
-        config = (beam_size, top_beams, float(alpha), bool(use_cache), int(eos_id),
-                  bool(force_decode_length))
-        if tf.inside_function():
-            decode_length = tf.cast(decode_length, tf.int32)
-            return self._infer_graph(inputs, target_space_id, decode_length, *config)
-        signature = [tf.TensorSpec([None, None], tf.int32), tf.TensorSpec(None, tf.int32)]
-        if jit_compile:
-            if not use_cache or not isinstance(decode_length, int):
-                raise ValueError(
-                    "jit_compile=True needs the cached decoder and a Python int decode_length; "
-                    f"got use_cache={use_cache}, decode_length={decode_length!r}"
-                )
-            return self._infer_xla(inputs, target_space_id, decode_length, config)
-        with self._infer_functions_lock:
-            if config not in self._infer_functions:
-                self._infer_functions[config] = tf.function(
-                    lambda inputs, target_space_id, decode_length: self._infer_graph(
-                        inputs, target_space_id, decode_length, *config
-                    ),
-                    # The loops are explicit tf.while_loops; autograph would only slow tracing.
-                    autograph=False,
-                    input_signature=signature + [tf.TensorSpec([], tf.int32)],
-                )
-        decode_length = tf.cast(decode_length, tf.int32)
-        return self._infer_functions[config](inputs, target_space_id, decode_length)
+        return driver.infer(self, self._infer_functions, features, decode_length, beam_size,
+                            alpha, top_beams, use_cache, eos_id, jit_compile,
+                            force_decode_length, **options)

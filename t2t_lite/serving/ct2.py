@@ -414,8 +414,8 @@ class Translator:
             else text_encoder.SubwordTextEncoder(
                 os.path.join(model_dir, self.metadata["targets_vocab"])))
         self._source_tokens = self.inputs_encoder.all_subtoken_strings
-        self._target_ids = {token: i for i, token in
-                            enumerate(self.targets_encoder.all_subtoken_strings)}
+        self._target_tokens = self.targets_encoder.all_subtoken_strings
+        self._target_ids = {token: i for i, token in enumerate(self._target_tokens)}
         self.max_position = int(self.metadata["max_position"])
         runs_on = device
         if device == "auto":  # CTranslate2's choice: CUDA when a GPU is visible
@@ -428,7 +428,8 @@ class Translator:
     def translate_ids(self, id_lists: Sequence[Sequence[int]], beam_size: int = 4,
                       alpha: float = 0.6, extra_length: int = 100, num_hypotheses: int = 1,
                       gnmt_rescore: bool = True, patience: float = 1.0,
-                      length_penalty: float | None = None) -> list[list[Hypothesis]]:
+                      length_penalty: float | None = None,
+                      prefixes: Sequence[Sequence[int]] | None = None) -> list[list[Hypothesis]]:
         """Translates ONE batch of encoded inputs (t2t's decode length is per batch).
 
         Args:
@@ -443,6 +444,8 @@ class Translator:
             hypotheses).
           length_penalty: CTranslate2's length penalty exponent during the search (default:
             alpha; with gnmt_rescore it only steers which hypotheses finish).
+          prefixes: B lists of target ids each output starts with ([]: none; CTranslate2's
+            `target_prefix`, t2t_lite's `--decode_prefix_file`).
 
         Returns:
           B lists of up to `num_hypotheses` Hypothesis, best first (text decoded with the
@@ -451,10 +454,10 @@ class Translator:
         """
         return self._collect(self._submit(id_lists, beam_size, alpha, extra_length,
                                           num_hypotheses, gnmt_rescore, patience,
-                                          length_penalty, asynchronous=False))
+                                          length_penalty, asynchronous=False, prefixes=prefixes))
 
     def _submit(self, id_lists, beam_size, alpha, extra_length, num_hypotheses, gnmt_rescore,
-                patience, length_penalty, asynchronous: bool) -> tuple:
+                patience, length_penalty, asynchronous: bool, prefixes=None) -> tuple:
         """Starts CTranslate2 on one batch (arguments of `translate_ids`); returns what
         `_collect` needs: the results (or futures when `asynchronous`) and the options."""
         if not 1 <= num_hypotheses <= beam_size:
@@ -488,6 +491,8 @@ class Translator:
             return_scores=True,
             return_end_token=True,
             asynchronous=asynchronous,
+            target_prefix=None if prefixes is None else [
+                [self._target_tokens[i] for i in ids] or None for ids in prefixes],
         )
         return results, (num_hypotheses, rescore, search_penalty, alpha)
 
@@ -533,7 +538,8 @@ class Translator:
 
     def translate(self, lines: Sequence[str], beam_size: int = 4, alpha: float = 0.6,
                   extra_length: int = 100, num_hypotheses: int = 1, batch_size: int = 32,
-                  max_input_size: int = -1, **search_options) -> list[list[Hypothesis]]:
+                  max_input_size: int = -1, prefixes: Sequence[str] | None = None,
+                  **search_options) -> list[list[Hypothesis]]:
         """Translates raw text lines as t2t-decoder's decode_from_file batches them.
 
         Lines are sorted by word count (longest first), encoded, cut to max_input_size - 1
@@ -545,6 +551,7 @@ class Translator:
           beam_size, alpha, extra_length, num_hypotheses: as in `translate_ids`.
           batch_size: inputs per batch (t2t's decode batch_size, default 32).
           max_input_size: t2t's decode hparam (<= 0: no cut).
+          prefixes: target prefixes parallel to `lines` ("": none; `--decode_prefix_file`).
           **search_options: gnmt_rescore, patience, length_penalty of `translate_ids`.
 
         Returns:
@@ -558,6 +565,8 @@ class Translator:
             raise TypeError(f"translate: unknown search options {sorted(unknown)}")
         options.update(search_options)
         sorted_lines, sorted_keys = decoding.sort_inputs(lines)
+        encoded = None if prefixes is None else [
+            self.targets_encoder.encode(text) for text in decoding.follow_sort(prefixes, sorted_keys)]
         # Every batch is queued at once (each with t2t's decode length for that batch), so
         # that the translator's inter_threads workers decode batches in parallel.
         submitted = []
@@ -568,7 +577,8 @@ class Translator:
                 batch.append(ids[:max_input_size - 1] if max_input_size > 0 else ids)
             submitted.append(self._submit(
                 batch, beam_size, alpha, extra_length, num_hypotheses, options["gnmt_rescore"],
-                options["patience"], options["length_penalty"], asynchronous=True))
+                options["patience"], options["length_penalty"], asynchronous=True,
+                prefixes=encoded and encoded[start:start + batch_size]))
         results: list[list[Hypothesis]] = []
         for batch in submitted:
             results.extend(self._collect(batch))

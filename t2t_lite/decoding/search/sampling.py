@@ -1,0 +1,86 @@
+"""Choosing the next token of greedy decoding: argmax, or a draw (t2t's
+`sample_with_temperature`, with t2t's top-k and the nucleus, top-p, beside it)."""
+from __future__ import annotations
+
+import dataclasses
+
+import tensorflow as tf
+
+from t2t_lite import hparams_support
+
+# t2t's value for logits taken out of the draw (top-k): exp(-1e6 - max) is exactly 0.
+REMOVED_LOGIT = -1e6
+
+
+@dataclasses.dataclass(frozen=True)
+class Sampling:
+    """The model hparams that choose a token (t2t's names; keep_top_p is t2t_lite's own).
+
+    Attributes:
+      method: "argmax" or "random".
+      temp: temperature of the draw; 0.0 = argmax.
+      keep_top_k: draw among the k largest logits only (-1 = all).
+      keep_top_p: draw among the smallest set of most probable tokens whose probability
+        (after the temperature and top-k) reaches p (nucleus sampling); 1.0 = all.
+    """
+
+    method: str = "argmax"
+    temp: float = 1.0
+    keep_top_k: int = -1
+    keep_top_p: float = 1.0
+
+    @classmethod
+    def from_hparams(cls, hparams) -> Sampling:
+        """The sampling settings of model `hparams` (defaults for those a set lacks)."""
+        return cls(*(hparams_support.hparam(hparams, f"sampling_{name}")
+                     for name in ("method", "temp", "keep_top_k", "keep_top_p")))
+
+
+def keep_top_p(logits: tf.Tensor, p: float) -> tf.Tensor:
+    """Nucleus filtering: the logits of the most probable tokens whose summed probability
+    first reaches `p` are kept, the others set to REMOVED_LOGIT (the most probable token is
+    always kept; tokens tied with the last kept one are kept too).
+
+    Args:
+      logits: float [N, V].
+      p: in (0, 1].
+
+    Returns:
+      float [N, V].
+    """
+    sorted_logits = tf.sort(logits, axis=-1, direction="DESCENDING")
+    # Mass of the tokens ranked before each one: a token is kept while that is below p.
+    before = tf.math.cumsum(tf.nn.softmax(sorted_logits), axis=-1, exclusive=True)
+    kept = tf.where(before < p, sorted_logits, sorted_logits.dtype.max)
+    threshold = tf.reduce_min(kept, axis=-1, keepdims=True)
+    return tf.where(logits < threshold, tf.cast(REMOVED_LOGIT, logits.dtype), logits)
+
+
+def sample(logits: tf.Tensor, sampling: Sampling) -> tf.Tensor:
+    """The next token of each row: argmax, or a draw from `logits / temp` after top-k
+    (t2t's order) and top-p.
+
+    Args:
+      logits: float32 [N, V].
+      sampling: the settings.
+
+    Returns:
+      int32 [N].
+
+    Raises:
+      ValueError: keep_top_k not -1 or positive, keep_top_p outside (0, 1].
+    """
+    if sampling.method != "random" or sampling.temp == 0.0:
+        return tf.argmax(logits, axis=-1, output_type=tf.int32)
+    if sampling.keep_top_k != -1:
+        if sampling.keep_top_k <= 0:
+            raise ValueError("hparams.sampling_keep_top_k must be -1 or positive")
+        kth = tf.math.top_k(logits, sampling.keep_top_k).values[:, -1:]
+        logits = tf.where(logits < kth, REMOVED_LOGIT, logits)
+    if not 0.0 < sampling.keep_top_p <= 1.0:
+        raise ValueError(f"hparams.sampling_keep_top_p={sampling.keep_top_p} must be in (0, 1]")
+    scaled = logits / sampling.temp
+    if sampling.keep_top_p < 1.0:
+        scaled = keep_top_p(scaled, sampling.keep_top_p)
+    draws = tf.random.categorical(scaled, 1, dtype=tf.int32)
+    return draws[:, 0]
