@@ -188,6 +188,8 @@ LONG_FILES = {
     "t2t_lite/data_generators/text_encoder.py": "t2t's text_encoder: the encoders",
     "t2t_lite/decoding/decoding.py": "t2t's decoding.py: decode from dataset, file, interactive",
     "t2t_lite/training/trainer_lib.py": "the training loop: steps, checkpoints, eval, summaries",
+    "t2t_lite/utils/checkpoint_guard.py": "checkpoints on disk: the state file, damage, strict "
+                                          "restore checks, failed saves, temp folders",
 }
 
 

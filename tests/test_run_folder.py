@@ -155,7 +155,7 @@ def test_every_path_flag_expands_home(monkeypatch, tmp_path):
 
 def test_a_bom_is_dropped_from_every_text_input(tmp_path):
     from t2t_lite.data_generators import text_problems
-    from t2t_lite.decoding import decoding
+    from t2t_lite.decoding import decoding, score_file
     from t2t_lite.evaluation import bleu_hook
 
     text = "the cat sat on the mat\nein Haus am See\n"
@@ -171,7 +171,7 @@ def test_a_bom_is_dropped_from_every_text_input(tmp_path):
         "the cat sat on the mat", "ein Haus am See"]
     scores = tmp_path / "scores.txt"
     scores.write_bytes(b"\xef\xbb\xbfa b\tc d\n")
-    assert decoding.read_score_file(str(scores)) == [("a b", "c d")]
+    assert score_file.read_score_file(str(scores)) == [("a b", "c d")]
     # Only a leading mark goes: one inside the text is the text's.
     assert decoding.read_inputs(str(plain)) == decoding.read_inputs(str(marked))
     inner = tmp_path / "inner.txt"

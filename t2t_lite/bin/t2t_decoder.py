@@ -29,11 +29,10 @@ from t2t_lite.decoding.decoding import (
     make_infer_fn,
     read_inputs,
     read_prefixes,
-    read_score_file,
     report_bleu,
-    score_pairs,
     unpacked_problem,
 )
+from t2t_lite.decoding.score_file import read_score_file, score_pairs
 from t2t_lite.errors import UserError, one_line
 from t2t_lite.evaluation import mt_metrics
 from t2t_lite.utils import validation
