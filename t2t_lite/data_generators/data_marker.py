@@ -248,16 +248,10 @@ def write_marker(data_dir: str, dataset_filename: str, tag: str,
 
 
 def _shard_entry(path: str) -> dict[str, Any]:
-    """A shard's line in its marker: name, bytes, records, sha256, and its modification time
-    (`mtime_ns`: a shard touched since is hashed again before it is read)."""
+    """A shard's line in its marker: name, bytes, records, sha256 (no modification time: the
+    marker of the same data is the same file wherever and whenever datagen made it)."""
     return {"name": os.path.basename(path), "bytes": tf.io.gfile.stat(path).length,
-            "records": count_records(path), "sha256": _sha256(path),
-            "mtime_ns": _mtime_ns(path)}
-
-
-def _mtime_ns(path: str) -> int:
-    # tf.io.gfile's stat has whole seconds on local disks: os.stat there.
-    return os.stat(path).st_mtime_ns if "://" not in path else tf.io.gfile.stat(path).mtime_nsec
+            "records": count_records(path), "sha256": _sha256(path)}
 
 
 def _sha256(path: str) -> str:
@@ -287,10 +281,9 @@ def marker_mismatches(data_dir: str, marker: dict[str, Any]) -> list[str]:
     content of a shard modified since the marker was written, by its sha256): one phrase per
     damaged shard, naming it; empty when the split is as datagen left it.
 
-    A shard whose modification time is the marker's is not read (a stat per shard); one
-    touched since (edited, or copied without its times) is hashed, so a same-size damage is
-    found before training writes anything. Markers of an older t2t_lite (no sha256): sizes
-    only."""
+    Each shard is hashed (sha256 reads ~200 MB/s: seconds for a WMT-size split), so a
+    same-size damage is found before training writes anything. Markers of an older t2t_lite
+    (no sha256): sizes only."""
     problems = []
     for shard in marker["shards"]:
         path = os.path.join(data_dir, shard["name"])
@@ -301,8 +294,7 @@ def marker_mismatches(data_dir: str, marker: dict[str, Any]) -> list[str]:
         if stat.length != shard["bytes"]:
             problems.append(f"{path} has {stat.length} bytes where datagen wrote "
                             f"{shard['bytes']}")
-        elif (shard.get("sha256") and _mtime_ns(path) != shard.get("mtime_ns")
-              and _sha256(path) != shard["sha256"]):
+        elif shard.get("sha256") and _sha256(path) != shard["sha256"]:
             problems.append(f"{path} was changed since datagen wrote it (same size, other "
                             "content: its sha256 differs from the marker's)")
     return problems
