@@ -132,7 +132,10 @@ def check(mode: str, flags_obj: Any) -> None:
 
         run_lock.refuse_if_held(default_run.output_dir(flags_obj))
     elif mode in TRAINING_MODES or mode == "eval":
-        _check_training(mode, flags_obj)
+        # A worker of a cluster fails after it joined it (the tools' checks), so that its
+        # peers say it was lost instead of waiting for it until their start-up timeout.
+        if _single_process():
+            _check_training(mode, flags_obj)
     elif mode in CHECKPOINT_MODES and not flags_obj.checkpoint_path:
         if mode == "decode" and flags_obj.decode_engine == "ctranslate2":
             return
@@ -154,8 +157,7 @@ def _check_training(mode: str, flags_obj: Any) -> None:
                 raise UserError(f"--{name} is required for --mode=train/eval/train_and_eval")
     else:
         check_training_flags(flags_obj)
-        if _single_process():
-            run_lock.refuse_if_held(output_dir)
+        run_lock.refuse_if_held(output_dir)
         if glob.glob(os.path.join(glob.escape(output_dir), "*.index")):
             # As training does: resuming with another problem is refused as such.
             run_metadata.check_identity(output_dir, {
