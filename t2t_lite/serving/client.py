@@ -16,12 +16,14 @@ from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from t2t_lite.errors import UserError
 
-class ServerError(Exception):
+
+class ServerError(UserError):
     """The server answered with an error (`status`, and its one-sentence `message`), or could
-    not be reached (`status` 0)."""
+    not be reached (`status` 0). A UserError: run.py's `--mode=query` prints it as one line."""
 
-    def __init__(self, status: int, message: str):
+    def __init__(self, message: str, status: int = 0):
         super().__init__(f"{status}: {message}" if status else message)
         self.status = status
         self.message = message
@@ -57,10 +59,10 @@ class Translator:
                 message = json.loads(body)["error"]
             except (ValueError, KeyError, TypeError):
                 message = body.strip() or e.reason
-            raise ServerError(e.code, str(message)) from None
+            raise ServerError(str(message), e.code) from None
         except (urllib.error.URLError, OSError) as e:
             reason = getattr(e, "reason", e)
-            raise ServerError(0, f"cannot reach {self.url}: {reason}") from None
+            raise ServerError(f"cannot reach {self.url}: {reason}") from None
 
     def translate_request(self, lines: Sequence[str], **options: Any) -> dict:
         """One POST /v1/translate of `lines` (the server's whole JSON answer)."""
