@@ -26,7 +26,7 @@ from t2t_lite.errors import UserError
 from t2t_lite.serving.batching import Hypothesis, Options, Row
 
 
-class SentenceError(ValueError):
+class SentenceError(UserError):
     """A sentence the engine cannot decode (the message says why); its request gets 422."""
 
 

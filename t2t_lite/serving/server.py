@@ -77,8 +77,9 @@ class ServerConfig:
     alpha: float = 0.6
 
 
-class RequestError(Exception):
-    """A request answered with an error status and one sentence."""
+class RequestRefused(Exception):
+    """A request answered with an error status and one sentence (an HTTP answer, caught by
+    the handlers: never a run.py error line)."""
 
     def __init__(self, status: int, message: str, headers: dict | None = None):
         super().__init__(message)
@@ -139,18 +140,18 @@ def _options(body: api.TranslateRequest, config: ServerConfig) -> batching.Optio
     """The decode options of a request within the server's limits.
 
     Raises:
-      RequestError: 422 naming the option and the limit.
+      RequestRefused: 422 naming the option and the limit.
     """
     beam_size = config.beam_size if body.beam_size is None else body.beam_size
     alpha = config.alpha if body.alpha is None else float(body.alpha)
     n_best = 1 if body.n_best is None else body.n_best
     if not 1 <= beam_size <= config.max_beam_size:
-        raise RequestError(422, f"beam_size={beam_size}: must be between 1 and "
+        raise RequestRefused(422, f"beam_size={beam_size}: must be between 1 and "
                                 f"{config.max_beam_size} (--serve_max_beam_size)")
     if not math.isfinite(alpha) or alpha < 0:
-        raise RequestError(422, f"alpha={alpha}: must be a finite number >= 0")
+        raise RequestRefused(422, f"alpha={alpha}: must be a finite number >= 0")
     if not 1 <= n_best <= min(beam_size, config.max_n_best):
-        raise RequestError(422, f"n_best={n_best}: must be between 1 and beam_size="
+        raise RequestRefused(422, f"n_best={n_best}: must be between 1 and beam_size="
                                 f"{beam_size} (and at most {config.max_n_best}, "
                                 "--serve_max_n_best)")
     return batching.Options(beam_size, alpha, n_best)
@@ -160,26 +161,26 @@ def _parse(raw: bytes) -> api.TranslateRequest:
     """The request body as a TranslateRequest.
 
     Raises:
-      RequestError: 400 (not UTF-8, not JSON) or 422 (fields, types, empty list).
+      RequestRefused: 400 (not UTF-8, not JSON) or 422 (fields, types, empty list).
     """
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
-        raise RequestError(400, f"the request body is not UTF-8 (byte 0x{raw[e.start]:02x} at "
+        raise RequestRefused(400, f"the request body is not UTF-8 (byte 0x{raw[e.start]:02x} at "
                                 f"offset {e.start})") from None
     try:
         data = json.loads(text)
     except json.JSONDecodeError as e:
-        raise RequestError(400, f"malformed JSON: {e.msg} at line {e.lineno} column "
+        raise RequestRefused(400, f"malformed JSON: {e.msg} at line {e.lineno} column "
                                 f"{e.colno}") from None
     if not isinstance(data, dict):
-        raise RequestError(422, 'the body must be a JSON object like {"inputs": ["..."]}')
+        raise RequestRefused(422, 'the body must be a JSON object like {"inputs": ["..."]}')
     try:
         body = api.TranslateRequest.model_validate(data)
     except ValidationError as e:
-        raise RequestError(422, api.validation_message(e.errors())) from None
+        raise RequestRefused(422, api.validation_message(e.errors())) from None
     if not body.inputs:
-        raise RequestError(422, "inputs: the list is empty; give at least one sentence")
+        raise RequestRefused(422, "inputs: the list is empty; give at least one sentence")
     return body
 
 
@@ -187,26 +188,26 @@ def _encode(state: State, body: api.TranslateRequest) -> list[list[int]]:
     """The input ids of every sentence of a request.
 
     Raises:
-      RequestError: 413 too many sentences or too long a sentence, 422 a sentence the engine
+      RequestRefused: 413 too many sentences or too long a sentence, 422 a sentence the engine
         cannot read.
     """
     config = state.config
     if len(body.inputs) > config.max_sentences:
-        raise RequestError(413, f"{len(body.inputs)} sentences in one request; the limit is "
+        raise RequestRefused(413, f"{len(body.inputs)} sentences in one request; the limit is "
                                 f"{config.max_sentences} (--serve_max_sentences)")
     id_lists = []
     for index, text in enumerate(body.inputs):
         # A sentence far longer in characters than any limit in subwords is not encoded.
         if len(text) > 64 * config.max_input_tokens:
-            raise RequestError(413, f"inputs[{index}]: {len(text)} characters; the limit is "
+            raise RequestRefused(413, f"inputs[{index}]: {len(text)} characters; the limit is "
                                     f"{config.max_input_tokens} subwords "
                                     "(--serve_max_input_tokens)")
         try:
             ids = state.engine.encode(text)
         except SentenceError as e:
-            raise RequestError(422, f"inputs[{index}]: {e}") from None
+            raise RequestRefused(422, f"inputs[{index}]: {e}") from None
         if len(ids) > config.max_input_tokens:
-            raise RequestError(413, f"inputs[{index}]: {len(ids)} subwords (EOS included); the "
+            raise RequestRefused(413, f"inputs[{index}]: {len(ids)} subwords (EOS included); the "
                                     f"limit is {config.max_input_tokens} "
                                     "(--serve_max_input_tokens)")
         id_lists.append(ids)
@@ -220,14 +221,14 @@ async def _wait(request: Request, jobs: list[batching.Job], deadline: float) -> 
       False when the client disconnected (nothing to answer).
 
     Raises:
-      RequestError: 504 past the deadline.
+      RequestRefused: 504 past the deadline.
     """
     pending = {asyncio.wrap_future(job.future) for job in jobs}
     while pending:
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             batching.cancel(jobs)
-            raise RequestError(504, "the translation took longer than the server's "
+            raise RequestRefused(504, "the translation took longer than the server's "
                                     "--request_timeout_secs; send fewer or shorter sentences "
                                     "or retry later")
         _, pending = await asyncio.wait(pending, timeout=min(remaining, DISCONNECT_POLL_SECS))
@@ -241,16 +242,16 @@ def _response(body: api.TranslateRequest, jobs: list[batching.Job]) -> dict:
     """The JSON answer from the jobs' results, in input order.
 
     Raises:
-      RequestError: 422 for an option the engine refused, 500 for a failed decode.
+      RequestRefused: 422 for an option the engine refused, 500 for a failed decode.
     """
     results = []
     for index, job in enumerate(jobs):
         error = job.future.exception()
         if isinstance(error, (Unsupported, SentenceError)):
-            raise RequestError(422, str(error))
+            raise RequestRefused(422, str(error))
         if error is not None:
             logging.error("Decoding inputs[%d] failed: %r", index, error)
-            raise RequestError(500, f"decoding inputs[{index}] failed: "
+            raise RequestRefused(500, f"decoding inputs[{index}] failed: "
                                     f"{' '.join(str(error).split())[:300]}")
         results.append(job.future.result())
     answer: dict[str, Any] = {
@@ -310,9 +311,9 @@ def create_app(engine_factory: Callable[[], Any], config: ServerConfig,
         try:
             body = _parse(await request.body())
             if state.draining:
-                raise RequestError(503, "the server is shutting down", {"Retry-After": "1"})
+                raise RequestRefused(503, "the server is shutting down", {"Retry-After": "1"})
             if not state.ready:
-                raise RequestError(503, "the model is still loading; GET /readyz says when it "
+                raise RequestRefused(503, "the model is still loading; GET /readyz says when it "
                                         "is ready", {"Retry-After": "5"})
             options = _options(body, config)
             check = getattr(state.engine, "check_options", None)
@@ -320,24 +321,24 @@ def create_app(engine_factory: Callable[[], Any], config: ServerConfig,
                 try:
                     check(options)
                 except Unsupported as e:
-                    raise RequestError(422, str(e)) from None
+                    raise RequestRefused(422, str(e)) from None
             if body.return_attention and not state.engine.has_attention:
-                raise RequestError(422, "return_attention needs a single t2t_lite model (this "
+                raise RequestRefused(422, "return_attention needs a single t2t_lite model (this "
                                         f"server runs {state.engine.description.get('engine')})")
             jobs = batching.jobs_for(_encode(state, body), options, body.return_attention)
             try:
                 state.batcher.submit(jobs)
             except batching.QueueFull as e:
-                raise RequestError(503, f"{e}; retry later", {"Retry-After": "1"}) from None
+                raise RequestRefused(503, f"{e}; retry later", {"Retry-After": "1"}) from None
             except batching.Closed as e:
-                raise RequestError(503, str(e), {"Retry-After": "1"}) from None
+                raise RequestRefused(503, str(e), {"Retry-After": "1"}) from None
             if not await _wait(request, jobs, start + config.request_timeout_secs):
                 status = 499  # nginx's "client closed request": counted, never sent
                 return Response(status_code=status)
             answer = _response(body, jobs)
             metrics.sentences.inc(len(jobs))
             return JSONResponse(answer)
-        except RequestError as e:
+        except RequestRefused as e:
             status = e.status
             return error_response(e.status, str(e), e.headers)
         except Exception as e:  # noqa: BLE001 - the server never dies of a request
