@@ -273,6 +273,8 @@ def test_decode_refuses_a_vocabulary_edited_after_training(tmp_path):
     encoder = text_encoder.SubwordTextEncoder(str(vocab))
     recorded = data_marker.run_inputs({"inputs": encoder, "targets": encoder}, None, None)
     run_metadata.save_inputs(str(run_dir), recorded)
+    # A checkpoint on disk for run.py's first checks (its contents are never read).
+    (run_dir / "ckpt-2.index").write_bytes(b"")
     vocab.write_text("'<pad>'\n'<EOS>'\n'b_'\n'a_'\n'a'\n'b'\n'_'\n")  # same size, reordered
     (tmp_path / "in.txt").write_text("a b\n")
     before = {**_snapshot(run_dir), "vocab": vocab.read_bytes()}
