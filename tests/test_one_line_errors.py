@@ -26,6 +26,7 @@ import pytest
 
 from t2t_lite import errors
 from t2t_lite.errors import RunStopped, UserError, report_user_errors
+from t2t_lite.utils import run_lock
 from tests.conftest import REPO_ROOT, error_line
 from tests.run_py import PROBLEM, TINY, run
 
@@ -198,7 +199,9 @@ def half_generated(tiny_run_data_dir, tmp_path):
     finish), and the problem."""
     from t2t_lite import registry
 
-    data_dir = shutil.copytree(tiny_run_data_dir, tmp_path / "data")
+    # Without the readers' lock file that runs training on the shared data leave behind.
+    data_dir = shutil.copytree(tiny_run_data_dir, tmp_path / "data",
+                               ignore=shutil.ignore_patterns(run_lock.READERS_LOCK_NAME))
     problem = registry.problem(PROBLEM)
     (data_dir / f"{problem.dataset_filename()}.train.complete.json").unlink()
     return data_dir, problem

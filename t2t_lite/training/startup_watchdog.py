@@ -238,8 +238,10 @@ def watch(pid: int, me: str, peers: dict[str, str], timeout: float, interval: fl
 
     def stop(signum, frame):
         del frame
-        if _kill(pid, start_time):
+        if is_worker(pid, start_time):
+            # The line first: the worker's death sends this process its parent-death signal.
             print(f"stopped: {stopped_message(signum, me)}", file=sys.stderr, flush=True)
+            _kill(pid, start_time)
         sys.exit(0)
 
     for signum in (signal.SIGTERM, signal.SIGINT):
