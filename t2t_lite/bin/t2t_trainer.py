@@ -232,8 +232,9 @@ def _check_dev_decode_flags(flags_obj: Any) -> None:
     with runs.one_line_errors():
         decode_hp = decoding.decode_hparams(flags_obj.decode_hparams or "")
     reference = flags_obj.decode_reference or decode_hp.decode_reference
-    if reference and not os.path.isfile(os.path.expanduser(reference)):
-        raise UserError(f"--decode_reference={reference}: no such file")
+    if reference:
+        # The dev set's record count is known only when it is read: existence checked here.
+        decoding.check_reference(os.path.expanduser(reference), None, "the dev set")
 
 
 def _dev_decoder(trainer: Trainer, flags_obj: Any,
