@@ -51,7 +51,7 @@ setup(
         # The translation server (--mode=serve) and its Insights page.
         "serve": ["fastapi>=0.100", "uvicorn>=0.29", "prometheus-client"],
         # CI tests the optional paths.
-        "test": ["pytest", "hypothesis", "tensorboard", "tensorflow-text>=2.16,<2.22",
+        "test": ["pytest", "pytest-xdist", "hypothesis", "tensorboard", "tensorflow-text>=2.16,<2.22",
                  "ctranslate2>=4", "matplotlib",
                  "fastapi>=0.100", "uvicorn>=0.29", "prometheus-client", "selenium"],
         "bench": [],
