@@ -204,3 +204,11 @@ def encoder_from_file(path: str) -> text_encoder.TextEncoder:
     if is_model_file(path):
         return SentencePieceEncoder(path)
     return text_encoder.SubwordTextEncoder(path)
+
+
+def file_name(subword_name: str, encoder: text_encoder.TextEncoder) -> str:
+    """The name under which an export stores `encoder`'s vocab: `subword_name` (t2t's
+    `<stem>.subwords`), or `<stem>.sentencepiece.model` for a SentencePiece model."""
+    if isinstance(encoder, SentencePieceEncoder):
+        return subword_name.removesuffix(".subwords") + ".sentencepiece" + MODEL_SUFFIX
+    return subword_name

@@ -29,12 +29,9 @@ How each t2t feature maps onto CTranslate2's Transformer (everything else is ref
   encoder position; that row is folded into the encoder's position table (one problem per
   export: the id is fixed at export time).
 * Softmax: the (tied or separate) `softmax` matrix without bias is the decoder projection.
-* Vocabularies: the subtoken strings of the input and target SubwordTextEncoders (or the
-  pieces of SentencePiece models, `SentencePieceEncoder.all_subtoken_strings`), in id order,
-  are CTranslate2's source/target vocabularies (shared_vocabulary.json when equal); rows
-  added by `vocab_divisor` get placeholder tokens. EOS is `<EOS>` (id 1), appended to the
-  source by CTranslate2 (`add_source_eos`), as t2t appends it. The t2t vocab files (or the
-  `.model` files) are copied into the directory too, for the Translator's text encoding.
+* Vocabularies: the encoders' subtoken strings (SentencePiece: pieces) in id order, with
+  placeholders for `vocab_divisor`'s rows (shared_vocabulary.json when equal); EOS is id 1,
+  appended by CTranslate2 (`add_source_eos`) as t2t does; the vocab files are copied in.
 
 Decoding (`Translator.translate`) follows t2t-decoder: inputs sorted by word count and batched
 (32 per batch), decode length = padded input length (EOS included) + `extra_length`, greedy
@@ -309,9 +306,9 @@ def export(model, output_dir: str, inputs_encoder, targets_encoder, target_space
         spec.save(tmp)
         shared = list(inputs_encoder.all_subtoken_strings) == list(
             targets_encoder.all_subtoken_strings)
-        inputs_file = _vocab_file_name(INPUTS_VOCAB_FILE, inputs_encoder)
-        targets_file = inputs_file if shared else _vocab_file_name(TARGETS_VOCAB_FILE,
-                                                                   targets_encoder)
+        inputs_file = sentencepiece_encoder.file_name(INPUTS_VOCAB_FILE, inputs_encoder)
+        targets_file = inputs_file if shared else sentencepiece_encoder.file_name(
+            TARGETS_VOCAB_FILE, targets_encoder)
         inputs_encoder.store_to_file(os.path.join(tmp, inputs_file))
         if not shared:
             targets_encoder.store_to_file(os.path.join(tmp, targets_file))
@@ -332,15 +329,6 @@ def export(model, output_dir: str, inputs_encoder, targets_encoder, target_space
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return output_dir
-
-
-def _vocab_file_name(subword_name: str, encoder) -> str:
-    """The name of an encoder's vocab file in the export: t2t's subwords file, or a
-    SentencePiece `.model` (`t2t_inputs.sentencepiece.model`)."""
-    if isinstance(encoder, sentencepiece_encoder.SentencePieceEncoder):
-        return subword_name.replace(".subwords", ".sentencepiece" +
-                                    sentencepiece_encoder.MODEL_SUFFIX)
-    return subword_name
 
 
 def default_model_dir(export_dir: str | None, output_dir: str | None,
