@@ -8,7 +8,9 @@ import random
 
 import pytest
 
-sentencepiece = pytest.importorskip("sentencepiece")
+from tests.conftest import require_extra
+
+sentencepiece = require_extra("sentencepiece", "sentencepiece")
 
 from t2t_lite.data_generators import sentencepiece_encoder, text_encoder, vocab_sources
 from t2t_lite.errors import UserError
@@ -180,3 +182,18 @@ def test_warm_start_refuses_another_vocabulary_in_one_line_naming_both(tmp_path)
     copy = tmp_path / "vocab.translate_files.3.subwords"
     copy.write_bytes(parent_vocab.read_bytes())
     run_metadata.check_parent_vocabulary(str(tmp_path / "parent"), child_inputs(copy))
+
+
+def test_data_dir_with_a_subword_vocab_and_a_model_is_refused(bpe_model, tmp_path):
+    from t2t_lite import registry
+
+    problem = registry.problem("translate_files")
+    (tmp_path / "vocab.translate_files.sentencepiece.model").write_bytes(
+        bpe_model.model_proto)
+    encoders = problem.feature_encoders(str(tmp_path))
+    assert encoders["inputs"] is encoders["targets"]
+    assert encoders["inputs"].model_proto == bpe_model.model_proto
+    (tmp_path / "vocab.translate_files.32768.subwords").write_text("'<pad>'\n'<EOS>'\n")
+    with pytest.raises(UserError, match="holds two vocabularies of translate_files: "
+                                        ".*32768.subwords and .*sentencepiece.model"):
+        registry.problem("translate_files").feature_encoders(str(tmp_path))

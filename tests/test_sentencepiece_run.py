@@ -15,7 +15,9 @@ import types
 
 import pytest
 
-sentencepiece = pytest.importorskip("sentencepiece")
+from tests.conftest import error_line, require_extra
+
+sentencepiece = require_extra("sentencepiece", "sentencepiece")
 
 import tensorflow as tf
 
@@ -24,7 +26,6 @@ from t2t_lite.data_generators import sentencepiece_encoder
 from t2t_lite.decoding import decoding, runs
 from t2t_lite.errors import UserError
 from t2t_lite.serving import export
-from tests.conftest import error_line, require_extra
 from tests.run_py import TINY, run
 
 pytestmark = pytest.mark.slow
@@ -209,3 +210,32 @@ def test_vocab_from_copies_the_parents_model_and_warm_start_refuses_another(trai
     assert f"the inputs vocabulary {other / MODEL} " in line
     assert f"is not the parent's {trained.data_dir / MODEL} " in line
     assert not output_dir.exists()
+
+
+def test_separate_models_trained_or_given_encode_each_side(corpus, tmp_path):
+    from t2t_lite import registry
+
+    trained_dir = tmp_path / "separate"
+    _datagen(trained_dir, corpus, vocab_type="sentencepiece", approx_vocab_size=350,
+             sentencepiece_model_type="bpe", sentencepiece_separate=True)
+    names = [f"vocab.translate_files.{side}.sentencepiece.model" for side in ("inputs",
+                                                                              "targets")]
+    marker = json.loads((trained_dir / "translate_files.dev.complete.json").read_text())
+    assert marker["vocab_files"] == names
+    encoders = registry.problem("translate_files").feature_encoders(str(trained_dir))
+    assert [encoders[f].filename for f in ("inputs", "targets")] == [
+        str(trained_dir / name) for name in names]
+    sources = (corpus / "dev.en").read_text(encoding="utf-8").split("\n")[:-1]
+    targets = (corpus / "dev.de").read_text(encoding="utf-8").split("\n")[:-1]
+    records = _records(trained_dir, "dev")
+    assert sorted((encoders["inputs"].decode(r["inputs"][:-1]),
+                   encoders["targets"].decode(r["targets"][:-1])) for r in records) == sorted(
+        (" ".join(s.split()), " ".join(t.split())) for s, t in zip(sources, targets))
+    # The same two models given by flag are copied as they are.
+    given_dir = tmp_path / "given"
+    _datagen(given_dir, corpus, vocab_type="sentencepiece",
+             sentencepiece_model=str(trained_dir / names[0]),
+             target_sentencepiece_model=str(trained_dir / names[1]))
+    assert [(given_dir / n).read_bytes() for n in names] == [
+        (trained_dir / n).read_bytes() for n in names]
+    assert _records(given_dir, "dev") == records

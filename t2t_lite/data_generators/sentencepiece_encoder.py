@@ -38,7 +38,8 @@ def import_sentencepiece():
         import sentencepiece
     except ImportError as e:
         raise UserError(f"SentencePiece is not installed ({e}); install it with "
-                        "`pip install sentencepiece` (a dependency of t2t_lite)") from None
+                        "`pip install -e \".[sentencepiece]\"` (or `pip install "
+                        "sentencepiece`)") from None
     return sentencepiece
 
 
