@@ -197,3 +197,16 @@ def test_data_dir_with_a_subword_vocab_and_a_model_is_refused(bpe_model, tmp_pat
     with pytest.raises(UserError, match="holds two vocabularies of translate_files: "
                                         ".*32768.subwords and .*sentencepiece.model"):
         registry.problem("translate_files").feature_encoders(str(tmp_path))
+
+
+@pytest.mark.parametrize("name", ["translate_ende_wmt_bpe32k", "translate_ende_wmt8k_packed",
+                                  "algorithmic_reverse_binary40_test"])
+def test_problems_with_a_fixed_vocabulary_refuse_sentencepiece(name):
+    from t2t_lite.data_generators import datagen
+
+    settings, _ = vocab_sources.datagen_settings("sentencepiece", approx_vocab_size=8000)
+    with pytest.raises(ValueError, match=f"--vocab_type / --vocab_from do not apply to {name}"):
+        datagen.configure_problem(name, vocab_settings=settings)
+    assert datagen.configure_problem("translate_enfr_wmt32k", vocab_settings=settings
+                                     ).vocab_filenames == [
+        "vocab.translate_enfr_wmt32k.sentencepiece.model"]

@@ -435,8 +435,10 @@ class TranslateProblem(text_problems.Text2TextProblem):
           ValueError: the problem's vocab is not t2t's subwords (a token vocab), or it
             shares another problem's vocab (the packed problems).
         """
+        own_type = (text_problems.VocabType.SUBWORD if self._vocab_settings.sentencepiece
+                    else self.vocab_type)  # a subclass's fixed type (BPE tokens)
         if (settings.sentencepiece or settings.given) and (
-                super().vocab_type != text_problems.VocabType.SUBWORD
+                own_type != text_problems.VocabType.SUBWORD
                 or self.use_vocab_from_other_problem is not None):
             raise ValueError(f"--vocab_type / --vocab_from do not apply to {self.name} (its "
                              "vocabulary is fixed by the problem)")
