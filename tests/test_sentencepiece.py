@@ -142,6 +142,9 @@ def test_vocab_from_a_run_gives_its_files_by_feature(tmp_path):
     _run_record(tmp_path / "parent", {"inputs": inputs, "targets": targets})
     assert vocab_sources.parent_vocabulary(str(tmp_path / "parent")) == {
         "inputs": str(inputs), "targets": str(targets)}
+    (tmp_path / "parent" / "ckpt-600.index").write_bytes(b"")
+    assert vocab_sources.parent_vocabulary(str(tmp_path / "parent" / "ckpt-600")) == {
+        "inputs": str(inputs), "targets": str(targets)}
     targets.write_bytes(b"changed")
     with pytest.raises(UserError, match="its targets vocabulary .*out.model changed since"):
         vocab_sources.parent_vocabulary(str(tmp_path / "parent"))

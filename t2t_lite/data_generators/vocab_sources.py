@@ -193,7 +193,7 @@ def parent_vocabulary(vocab_from: str) -> dict[str, str]:
 
     Args:
       vocab_from: a training run folder (its run_inputs.json names the files it was
-        trained with), or one vocab file (t2t's `.subwords` or a SentencePiece `.model`)
+        trained with) or a checkpoint prefix in one, or one vocab file (t2t's `.subwords` or a SentencePiece `.model`)
         used for inputs and targets.
 
     Returns:
@@ -205,6 +205,8 @@ def parent_vocabulary(vocab_from: str) -> dict[str, str]:
     """
     if os.path.isfile(vocab_from):
         return {feature: os.path.abspath(vocab_from) for feature in FEATURES}
+    if os.path.isfile(vocab_from + ".index"):  # a checkpoint prefix, as --warm_start_from takes
+        vocab_from = os.path.dirname(vocab_from) or "."
     record_path = os.path.join(vocab_from, "run_inputs.json")
     if not os.path.isdir(vocab_from):
         raise UserError(f"--vocab_from={vocab_from}: no such run folder or vocabulary file")
