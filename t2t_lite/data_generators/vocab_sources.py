@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import json
 import os
 import random
 import re
@@ -33,6 +32,7 @@ from t2t_lite import file_io
 from t2t_lite.data_generators import problem as problem_lib
 from t2t_lite.data_generators import sentencepiece_encoder, text_encoder, text_problems
 from t2t_lite.errors import UserError
+from t2t_lite.utils import run_metadata
 
 FEATURES = ("inputs", "targets")
 SENTENCEPIECE = "sentencepiece"
@@ -213,8 +213,7 @@ def parent_vocabulary(vocab_from: str) -> dict[str, str]:
     if not os.path.isfile(record_path):
         raise UserError(f"--vocab_from={vocab_from}: not a t2t_lite training run (no "
                         "run_inputs.json); name its vocabulary file instead")
-    with open(record_path, encoding="utf-8") as f:
-        record = json.load(f)
+    record = run_metadata.read_json_object(record_path, "the run's vocabulary record")
     vocab = record.get("vocab", {})
     features = record.get("features") or (
         dict.fromkeys(FEATURES, next(iter(vocab))) if len(vocab) == 1 else None)
