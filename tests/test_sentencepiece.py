@@ -213,3 +213,12 @@ def test_problems_with_a_fixed_vocabulary_refuse_sentencepiece(name):
     assert datagen.configure_problem("translate_enfr_wmt32k", vocab_settings=settings
                                      ).vocab_filenames == [
         "vocab.translate_enfr_wmt32k.sentencepiece.model"]
+
+
+def test_attention_pictures_label_each_id_with_its_piece(bpe_model):
+    from t2t_lite.visualization import attention_viz
+
+    ids = bpe_model.encode("The debate is closed.") + [text_encoder.EOS_ID]
+    labels = attention_viz.token_labels(bpe_model, ids)
+    assert "".join(labels[:-1]).replace("▁", " ").strip() == "The debate is closed."
+    assert labels[-1] == "</s>"  # EOS: the model's own id 1
