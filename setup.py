@@ -44,6 +44,9 @@ setup(
     extras_require={
         # The in-graph encoder's FastWordpiece segmenter (--export_subword_segmenter).
         "text": ["tensorflow-text>=2.16,<2.22"],
+        # SentencePiece vocabularies (--vocab_type=sentencepiece; their SavedModel also needs
+        # the [text] extra).
+        "sentencepiece": ["sentencepiece>=0.1.99"],
         # CTranslate2 export and decoding (t2t_lite.serving.ct2).
         "ctranslate2": ["ctranslate2>=4"],
         # Pictures: --mode=plot, --mode=attention and the curves at the end of train_and_eval.
@@ -51,7 +54,8 @@ setup(
         # The translation server (--mode=serve) and its Insights page.
         "serve": ["fastapi>=0.100", "uvicorn>=0.29", "prometheus-client"],
         # CI tests the optional paths.
-        "test": ["pytest", "pytest-xdist", "hypothesis", "tensorboard", "tensorflow-text>=2.16,<2.22",
+        "test": ["pytest", "pytest-xdist", "hypothesis", "tensorboard",
+                 "tensorflow-text>=2.16,<2.22", "sentencepiece>=0.1.99",
                  "ctranslate2>=4", "matplotlib",
                  "fastapi>=0.100", "uvicorn>=0.29", "prometheus-client", "selenium"],
         "bench": [],

@@ -148,6 +148,16 @@ def read_text(path: str) -> str | None:
         return f.read()
 
 
+def read_bytes(path: str) -> bytes:
+    """The bytes of file `path` (local or any tf.io.gfile scheme).
+
+    Raises:
+      OSError (FileNotFoundError locally) when it cannot be read.
+    """
+    with _gfile(path).GFile(path, "rb") as f:
+        return f.read()
+
+
 # A byte-order mark: editors (Notepad, Excel's "UTF-8" export) start UTF-8 files with one.
 BOM = "\ufeff"
 # The encoding of every text file t2t_lite reads: UTF-8 with a leading BOM dropped.

@@ -127,6 +127,34 @@ flags.DEFINE_string(
     "tfds_data_dir", None,
     "Where TFDS keeps WMT data when translation datagen falls back to it (default: TFDS's).")
 
+# --- Translation datagen: SentencePiece vocabularies and a parent's vocabulary (not t2t's;
+# t2t_lite.data_generators.vocab_sources) ----------------------------------------------------
+flags.DEFINE_enum(
+    "vocab_type", None, ["subwords", "sentencepiece"],
+    "Datagen of translate_files and the WMT problems: t2t's subword vocab (the default) or a "
+    "SentencePiece model, trained on the training split with --approx_vocab_size pieces "
+    "unless --sentencepiece_model names one. Training, decoding and export find it in "
+    "--data_dir.")
+flags.DEFINE_string(
+    "sentencepiece_model", None,
+    "Datagen, --vocab_type=sentencepiece: an existing .model (inputs and targets, or the "
+    "inputs' with --target_sentencepiece_model), copied into --data_dir.")
+flags.DEFINE_string(
+    "target_sentencepiece_model", None,
+    "Datagen, --vocab_type=sentencepiece: the targets' existing .model (separate models).")
+flags.DEFINE_enum(
+    "sentencepiece_model_type", "unigram", ["unigram", "bpe"],
+    "Datagen, --vocab_type=sentencepiece: the kind of model trained.")
+flags.DEFINE_bool(
+    "sentencepiece_separate", False,
+    "Datagen, --vocab_type=sentencepiece: train one model per side (inputs, targets), each "
+    "of --approx_vocab_size pieces, instead of one shared model.")
+flags.DEFINE_string(
+    "vocab_from", None,
+    "Datagen of translate_files and the WMT problems: encode with a parent's vocabulary, a "
+    "training run folder (the vocab files its run_inputs.json records) or one vocab / .model "
+    "file, copied into --data_dir; then train with --warm_start_from=<that run>.")
+
 # --- WSJ parsing datagen (problems/wsj_parsing.py) ----------------------------------------
 flags.DEFINE_string(
     "wsj_dir", None,

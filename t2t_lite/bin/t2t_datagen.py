@@ -99,8 +99,8 @@ def _flag(flags: Any, name: str, default: Any = None) -> Any:
 def configure_problem_from_flags(name: str, flags: Any):
     """`datagen.configure_problem` with --approx_vocab_size, --train_src/--train_tgt/
     --dev_src/--dev_tgt, --tfds_data_dir and --wsj_dir/--wsj_train_sections/
-    --wsj_dev_sections and --subword_dropout/--subword_dropout_copies (each used when
-    defined and set)."""
+    --wsj_dev_sections, --subword_dropout/--subword_dropout_copies and the vocabulary flags
+    of `vocab_sources.datagen_settings` (each used when defined and set)."""
     try:
         return _configure_problem(name, flags)
     except ValueError as e:
@@ -108,9 +108,18 @@ def configure_problem_from_flags(name: str, flags: Any):
 
 
 def _configure_problem(name: str, flags: Any):
+    from t2t_lite.data_generators import vocab_sources
+
+    vocab_settings, approx_vocab_size = vocab_sources.datagen_settings(
+        _flag(flags, "vocab_type"), _flag(flags, "sentencepiece_model"),
+        _flag(flags, "target_sentencepiece_model"),
+        _flag(flags, "sentencepiece_model_type", "unigram"),
+        _flag(flags, "sentencepiece_separate", False), _flag(flags, "vocab_from"),
+        _flag(flags, "approx_vocab_size", 0))
     return configure_problem(
         name,
-        approx_vocab_size=_flag(flags, "approx_vocab_size", 0),
+        approx_vocab_size=approx_vocab_size,
+        vocab_settings=vocab_settings,
         source_files={k: _flag(flags, k) for k in ("train_src", "train_tgt", "dev_src", "dev_tgt")},
         tfds_data_dir=_flag(flags, "tfds_data_dir"),
         wsj_source=(_flag(flags, "wsj_dir"), _flag(flags, "wsj_train_sections"),

@@ -13,7 +13,7 @@ from absl import logging
 
 from t2t_lite.decoding import decoding, runs
 from t2t_lite.errors import UserError
-from t2t_lite.serving.export import ServingModule, export, subtoken_strings
+from t2t_lite.serving.export import ServingModule, export, graph_vocabulary
 from t2t_lite.utils import validation
 
 
@@ -46,10 +46,11 @@ def main(flags) -> None:
         decode_hp = decoding.decode_hparams(flags.decode_hparams or "")
     run = runs.open_run(spec, flags.hparams)
     checkpoint, model = runs.restore_model(run, flags.checkpoint_path)
-    inputs_vocab = subtoken_strings(run.encoders.get("inputs"))
-    targets_vocab = subtoken_strings(run.encoders.get("targets"))
+    inputs_vocab = graph_vocabulary(run.encoders.get("inputs"))
+    targets_vocab = graph_vocabulary(run.encoders.get("targets"))
     if inputs_vocab is None or targets_vocab is None:
-        logging.warning("%s does not use SubwordTextEncoders for inputs and targets: "
+        logging.warning("%s does not use subword or SentencePiece encoders for inputs and "
+                        "targets: "
                         "exporting the encode_decode_ids signature only", spec.problem_name)
     with runs.one_line_errors():
         module = ServingModule(model, inputs_vocab, targets_vocab, decode_hp,

@@ -19,7 +19,7 @@ or replaced shards before the first step. The marker's name cannot match the sha
 
 Markers also record what the data was made from (`made_from`: the problem, the datagen
 settings that change the records, and each raw input file's path, size and sha256) and the
-vocab file written with it. A rerun whose inputs or settings differ is refused, naming each
+vocab files written with it. A rerun whose inputs or settings differ is refused, naming each
 change (`made_from_changes`), unless `--overwrite_data` asks for the data to be made again:
 complete data is never kept over other inputs. Markers of an older t2t_lite, without
 `made_from`, are accepted with a warning.
@@ -161,20 +161,23 @@ def run_inputs(encoders: dict[str, Any], data_dir: str | None,
 
     Returns:
       {"vocab": {file name: {"path": path read, "sha256": content hash}},
+       "features": {feature: its vocab's file name} (which file is the inputs', for
+       fine-tuning: `--vocab_from`, `--warm_start_from`),
        "data": {marker file name: sha256 of the marker}}.
     """
-    vocab = {}
-    for encoder in encoders.values():
+    vocab, features = {}, {}
+    for feature, encoder in sorted(encoders.items()):
         path = getattr(encoder, "filename", None)
         if path:
             path = path if "://" in path else os.path.abspath(path)
             vocab[os.path.basename(path)] = {"path": path, "sha256": file_io.sha256_of(path)}
+            features[feature] = os.path.basename(path)
     data = {}
     for tag in SPLIT_TAGS if data_dir and dataset_filename else ():
         path = marker_path(data_dir, dataset_filename, tag)
         if tf.io.gfile.exists(path):
             data[os.path.basename(path)] = file_io.sha256_of(path)
-    return {"vocab": vocab, "data": data}
+    return {"vocab": vocab, "features": features, "data": data}
 
 
 def made_from_changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
@@ -213,14 +216,15 @@ def made_from_changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
 
 def write_marker(data_dir: str, dataset_filename: str, tag: str,
                  max_cases: int | None = None, made_from: dict[str, Any] | None = None,
-                 vocab_file: str | None = None) -> dict[str, Any]:
+                 vocab_files: list[str] | None = None) -> dict[str, Any]:
     """Writes the split's marker after checking that its shard set is whole.
 
     Args:
       data_dir, dataset_filename, tag: the split.
       max_cases: datagen's --max_cases (None: all).
       made_from: see `made_from_changes` (None: not recorded).
-      vocab_file: name of the vocab file in data_dir written with the data, if any.
+      vocab_files: names of the vocab files in data_dir written with the data (t2t's one, or
+        SentencePiece models); recorded as "vocab_file" (the first) and "vocab_files".
 
     Returns:
       The marker's content.
@@ -239,7 +243,8 @@ def write_marker(data_dir: str, dataset_filename: str, tag: str,
         "split": tag,
         "max_cases": max_cases,
         "made_from": made_from,
-        "vocab_file": vocab_file,
+        "vocab_file": vocab_files[0] if vocab_files else None,
+        "vocab_files": vocab_files or [],
         "shards": [_shard_entry(f) for f in files],
     }
     file_io.atomic_write(marker_path(data_dir, dataset_filename, tag),

@@ -78,6 +78,7 @@ def configure_problem(
     wsj_source: tuple[str | None, str | None, str | None] = (None, None, None),
     subword_dropout: float = 0.0,
     subword_dropout_copies: int = 1,
+    vocab_settings=None,
 ):
     """The problem instance for `name`, with datagen's source and vocab settings applied.
 
@@ -91,6 +92,8 @@ def configure_problem(
       subword_dropout, subword_dropout_copies: write the training split that many times,
         each segmented with MaxMatch-dropout at that rate (0: t2t's one deterministic pass;
         `Text2TextProblem.set_subword_dropout`).
+      vocab_settings: a `vocab_sources.VocabSettings` (SentencePiece, a parent's vocab) for
+        translation problems; None: t2t's vocab.
 
     Returns:
       A Problem instance.
@@ -102,6 +105,11 @@ def configure_problem(
         if not isinstance(problem, text_problems.Text2TextProblem):
             raise ValueError(f"--approx_vocab_size does not apply to {name} (it has no vocab)")
         problem = type(problem)(approx_vocab_size=approx_vocab_size)
+    if vocab_settings is not None:
+        if not hasattr(problem, "set_vocab_settings"):
+            raise ValueError(f"--vocab_type / --vocab_from do not apply to {name}; they choose "
+                             "the vocabulary of translation problems")
+        problem.set_vocab_settings(vocab_settings)
     if subword_dropout or subword_dropout_copies != 1:
         if not isinstance(problem, text_problems.Text2TextProblem):
             raise ValueError(f"--subword_dropout does not apply to {name} (it has no vocab)")
@@ -185,23 +193,26 @@ def datagen_settings(problem, max_cases: int | None, random_seed: int) -> dict[s
 
     settings: dict[str, Any] = {"--max_cases": max_cases, "--random_seed": random_seed}
     if isinstance(problem, text_problems.Text2TextProblem):
-        if problem.vocab_type == text_problems.VocabType.SUBWORD:
+        if problem.vocab_type in (text_problems.VocabType.SUBWORD,
+                                  text_problems.VocabType.SENTENCEPIECE):
             settings["--approx_vocab_size"] = problem.approx_vocab_size
+        settings.update(problem.vocab_settings.flags() if hasattr(problem, "vocab_settings")
+                        else {})
         settings["--subword_dropout"], settings["--subword_dropout_copies"] = (
             problem.subword_dropout)
     return settings
 
 
-def _own_vocab(problem) -> str | None:
-    """The name of the vocab file that the problem's datagen writes, if it owns one (a
+def _own_vocabs(problem) -> list[str]:
+    """The names of the vocab files that the problem's datagen writes, if it owns them (a
     problem using another problem's vocab does not)."""
     from t2t_lite.data_generators import text_problems
 
     if (not isinstance(problem, text_problems.Text2TextProblem)
             or problem.vocab_type == text_problems.VocabType.CHARACTER
             or problem.use_vocab_from_other_problem is not None):
-        return None
-    return problem.vocab_filename
+        return []
+    return problem.vocab_filenames
 
 
 def _check_made_from(problem, data_dir: str, tmp_dir: str, markers: dict,
@@ -223,7 +234,8 @@ def _check_made_from(problem, data_dir: str, tmp_dir: str, markers: dict,
 
     base = problem.dataset_filename()
     if overwrite:
-        vocabs = {m.get("vocab_file") for m in markers.values()} | {_own_vocab(problem)}
+        vocabs = {v for m in markers.values() for v in m.get("vocab_files") or
+                  [m.get("vocab_file")]} | set(_own_vocabs(problem))
         removed = [f for tag in data_marker.SPLIT_TAGS
                    for f in data_marker.remove_split(data_dir, base, tag)]
         paths = [os.path.join(data_dir, name) for name in sorted(v for v in vocabs if v)]
@@ -266,9 +278,7 @@ def _refuse_inputs_among_outputs(problem, data_dir: str, made_from: dict[str, An
     base = problem.dataset_filename()
     outputs = [f for tag in data_marker.SPLIT_TAGS
                for f in data_marker.all_split_files(data_dir, base, tag)]
-    vocab = _own_vocab(problem)
-    if vocab:
-        outputs.append(os.path.join(data_dir, vocab))
+    outputs += [os.path.join(data_dir, vocab) for vocab in _own_vocabs(problem)]
     for label, fingerprint in made_from["inputs"].items():
         for output in outputs:
             if validation.same_file(fingerprint["path"], output):
@@ -341,10 +351,9 @@ def generate_problem_data(problem, data_dir: str, tmp_dir: str, max_cases: int |
         for tag in data_marker.SPLIT_TAGS:
             if complete[tag] or not data_marker.final_shards(data_dir, base, tag):
                 continue
-            vocab = _own_vocab(problem)
-            vocab = vocab if vocab and os.path.exists(os.path.join(data_dir, vocab)) else None
+            vocabs = [v for v in _own_vocabs(problem) if os.path.exists(os.path.join(data_dir, v))]
             markers[tag] = data_marker.write_marker(data_dir, base, tag, max_cases=max_cases,
-                                                    made_from=made_from, vocab_file=vocab)
+                                                    made_from=made_from, vocab_files=vocabs)
             generator_utils.kill_point("marker")
     except BaseException as e:
         stopped = _stopped_cleanly(problem, data_dir, {**complete, **dict.fromkeys(markers, True)},

@@ -27,11 +27,13 @@ from t2t_lite.hparams import HParams
 
 
 class VocabType:
-    """How text becomes ids: bytes, subwords (t2t's default) or whole tokens."""
+    """How text becomes ids: bytes, subwords (t2t's default), whole tokens, or SentencePiece
+    pieces (not t2t's; translation problems, `vocab_sources`)."""
 
     CHARACTER = "character"
     SUBWORD = "subwords"
     TOKEN = "tokens"
+    SENTENCEPIECE = "sentencepiece"
 
 
 class CorpusError(UserError):
@@ -201,7 +203,7 @@ class Text2TextProblem(problem.Problem):
             raise ValueError(f"--subword_dropout={rate}: must be in [0, 1)")
         if copies < 1:
             raise ValueError(f"--subword_dropout_copies={copies}: must be at least 1")
-        if rate > 0 and self.vocab_type != VocabType.SUBWORD:
+        if rate > 0 and self.vocab_type not in (VocabType.SUBWORD, VocabType.SENTENCEPIECE):
             raise ValueError(
                 f"--subword_dropout applies to subword vocabs; {self.name} has a "
                 f"{self.vocab_type} vocab")
@@ -324,6 +326,12 @@ class Text2TextProblem(problem.Problem):
         if self.vocab_type == VocabType.SUBWORD:
             return f"vocab.{self.dataset_filename()}.{self.approx_vocab_size}.{VocabType.SUBWORD}"
         return f"vocab.{self.dataset_filename()}.{VocabType.TOKEN}"
+
+    @property
+    def vocab_filenames(self) -> list[str]:
+        """Every vocab file of the problem in data_dir (`vocab_filename`; two for separate
+        SentencePiece models)."""
+        return [self.vocab_filename]
 
     def generate_text_for_vocab(self, data_dir: str, tmp_dir: str) -> Iterator[str]:
         """Lines the vocab is built from: inputs then targets of each training sample."""
@@ -457,9 +465,9 @@ class Text2TextProblem(problem.Problem):
         all_paths = [path for _, paths in split_paths for path in paths]
         final_paths = [p.replace(generator_utils.UNSHUFFLED_SUFFIX, "") for p in all_paths]
         created = [p for p in all_paths + final_paths if not os.path.exists(p)]
-        vocab_path = os.path.join(data_dir, self.vocab_filename)
-        if self.vocab_type != VocabType.CHARACTER and not os.path.exists(vocab_path):
-            created.append(vocab_path)
+        for vocab_path in [os.path.join(data_dir, name) for name in self.vocab_filenames]:
+            if self.vocab_type != VocabType.CHARACTER and not os.path.exists(vocab_path):
+                created.append(vocab_path)
         try:
             if self.is_generate_per_split:
                 for split, paths in split_paths:

@@ -20,6 +20,7 @@ with the same sampling and a budget of 1 MB × the number of t2t corpora per lan
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import gzip
 import os
@@ -30,7 +31,7 @@ from collections.abc import Iterator
 from absl import logging
 
 from t2t_lite import file_io
-from t2t_lite.data_generators import generator_utils, problem, text_problems
+from t2t_lite.data_generators import generator_utils, problem, text_problems, vocab_sources
 from t2t_lite.data_generators.text_problems import CorpusError
 
 # t2t's per-file character budget for vocab text (`generate_lines_for_vocab`).
@@ -208,6 +209,7 @@ class TranslateProblem(text_problems.Text2TextProblem):
         super().__init__(was_reversed, was_copy, approx_vocab_size)
         self._user_files: dict[str, tuple[str, str]] = {}
         self.tfds_data_dir: str | None = None
+        self._vocab_settings = vocab_sources.VocabSettings()
 
     @property
     def is_generate_per_split(self) -> bool:
@@ -381,7 +383,7 @@ class TranslateProblem(text_problems.Text2TextProblem):
                 for suffix in (".lang1", ".lang2"):
                     if os.path.isfile(base + suffix):
                         files[f"tmp_dir/{os.path.basename(base + suffix)}"] = [base + suffix]
-        return files
+        return {**files, **self._vocab_settings.input_files()}  # given vocab files are inputs
 
     def datagen_derived_files(self, tmp_dir: str) -> list[str]:
         """The compiled files that datagen made from the raw corpora or TFDS, and the files
@@ -424,3 +426,96 @@ class TranslateProblem(text_problems.Text2TextProblem):
             files = list(self.split_files(tmp_dir, train))
             lines = generator_utils.generate_lines_for_vocab(tmp_dir, files, budget)
         return _locate_decode_errors(lines, files)
+
+    # Vocabularies beyond t2t's: SentencePiece, a parent's (vocab_sources) ------------------
+    def set_vocab_settings(self, settings: vocab_sources.VocabSettings) -> None:
+        """Datagen: SentencePiece models, and/or vocab files to copy (`VocabSettings`).
+
+        Raises:
+          ValueError: the problem's vocab is not t2t's subwords (a token vocab), or it
+            shares another problem's vocab (the packed problems).
+        """
+        own_type = (text_problems.VocabType.SUBWORD if self._vocab_settings.sentencepiece
+                    else self.vocab_type)  # a subclass's fixed type (BPE tokens)
+        if (settings.sentencepiece or settings.given) and (
+                own_type != text_problems.VocabType.SUBWORD
+                or self.use_vocab_from_other_problem is not None):
+            raise ValueError(f"--vocab_type / --vocab_from do not apply to {self.name} (its "
+                             "vocabulary is fixed by the problem)")
+        self._vocab_settings = settings
+
+    @property
+    def vocab_settings(self) -> vocab_sources.VocabSettings:
+        """The VocabSettings of datagen (default: t2t's subwords)."""
+        return self._vocab_settings
+
+    @property
+    def vocab_type(self) -> str:
+        if self._vocab_settings.sentencepiece:
+            return text_problems.VocabType.SENTENCEPIECE
+        return super().vocab_type
+
+    def _sentencepiece_names(self) -> dict[str, str]:
+        return vocab_sources.sentencepiece_filenames(self.dataset_filename(),
+                                                     self._vocab_settings.separate)
+
+    @property
+    def vocab_filename(self) -> str:
+        """t2t's name, or the (inputs') SentencePiece model's."""
+        if self._vocab_settings.sentencepiece:
+            return self._sentencepiece_names()["inputs"]
+        return super().vocab_filename
+
+    @property
+    def vocab_filenames(self) -> list[str]:
+        """Every vocab file datagen writes in data_dir (two separate SentencePiece models)."""
+        if self._vocab_settings.sentencepiece:
+            return sorted(set(self._sentencepiece_names().values()))
+        return super().vocab_filenames
+
+    def get_or_create_vocab(self, data_dir: str, tmp_dir: str | None, force_get: bool = False):
+        """t2t's, after copying a parent's subword vocab (--vocab_from) into data_dir; with
+        SentencePiece, the inputs' model."""
+        if self.vocab_type == text_problems.VocabType.SENTENCEPIECE:
+            return self._sentencepiece_encoders(data_dir, tmp_dir, force_get)["inputs"]
+        given = self._vocab_settings.given.get("inputs")
+        path = os.path.join(data_dir, self.vocab_filename)
+        if given and not force_get and not os.path.exists(path):
+            file_io.atomic_write(path, file_io.read_bytes(given))
+        return super().get_or_create_vocab(data_dir, tmp_dir, force_get)
+
+    def _sentencepiece_encoders(self, data_dir: str, tmp_dir: str | None,
+                                force_get: bool) -> dict:
+        if force_get:
+            paths = vocab_sources.present_models(data_dir, self.dataset_filename())
+            if paths is None:
+                raise FileNotFoundError(
+                    f"No SentencePiece model {self.vocab_filename} in {data_dir}. Generate the "
+                    f"data first: python run.py --mode=datagen --problem={self.name} "
+                    f"--data_dir={data_dir} --vocab_type=sentencepiece")
+            return vocab_sources.load_encoders(paths)
+        return vocab_sources.make_sentencepiece_encoders(self, self._vocab_settings, data_dir,
+                                                         tmp_dir)
+
+    def feature_encoders(self, data_dir: str | None) -> dict:
+        """t2t's shared encoder, or the SentencePiece models found in data_dir (no flag
+        needed after datagen)."""
+        if data_dir is not None and not self._vocab_settings.sentencepiece:
+            models = vocab_sources.present_models(data_dir, self.dataset_filename())
+            if models is not None:
+                subwords = None
+                with contextlib.suppress(FileNotFoundError):
+                    subwords = self._existing_vocab_path(data_dir)
+                vocab_sources.check_one_kind(data_dir, self.dataset_filename(), subwords)
+                return vocab_sources.load_encoders(models)
+        if data_dir is not None and self._vocab_settings.sentencepiece:
+            return self._sentencepiece_encoders(data_dir, None, force_get=True)
+        return super().feature_encoders(data_dir)
+
+    def generate_encoded_samples(self, data_dir: str, tmp_dir: str, dataset_split: str):
+        if self.vocab_type != text_problems.VocabType.SENTENCEPIECE:
+            return super().generate_encoded_samples(data_dir, tmp_dir, dataset_split)
+        encoders = self._sentencepiece_encoders(data_dir, tmp_dir, force_get=False)
+        rate, copies = self.subword_dropout
+        return vocab_sources.encoded_samples(self, encoders, data_dir, tmp_dir, dataset_split,
+                                             rate, copies)

@@ -29,11 +29,9 @@ How each t2t feature maps onto CTranslate2's Transformer (everything else is ref
   encoder position; that row is folded into the encoder's position table (one problem per
   export: the id is fixed at export time).
 * Softmax: the (tied or separate) `softmax` matrix without bias is the decoder projection.
-* Vocabularies: the subtoken strings of the input and target SubwordTextEncoders, in id order,
-  are CTranslate2's source/target vocabularies (shared_vocabulary.json when equal); rows
-  added by `vocab_divisor` get placeholder tokens. EOS is `<EOS>` (id 1), appended to the
-  source by CTranslate2 (`add_source_eos`), as t2t appends it. The t2t vocab files are copied
-  into the directory too, for the Translator's text encoding.
+* Vocabularies: the encoders' subtoken strings (SentencePiece: pieces) in id order, with
+  placeholders for `vocab_divisor`'s rows (shared_vocabulary.json when equal); EOS is id 1,
+  appended by CTranslate2 (`add_source_eos`) as t2t does; the vocab files are copied in.
 
 Decoding (`Translator.translate`) follows t2t-decoder: inputs sorted by word count and batched
 (32 per batch), decode length = padded input length (EOS included) + `extra_length`, greedy
@@ -54,6 +52,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from t2t_lite.data_generators import sentencepiece_encoder
 from t2t_lite.data_generators.text_encoder import EOS_ID, PAD_ID
 from t2t_lite.decoding.decoding import usable_cores
 from t2t_lite.errors import UserError
@@ -307,12 +306,15 @@ def export(model, output_dir: str, inputs_encoder, targets_encoder, target_space
         spec.save(tmp)
         shared = list(inputs_encoder.all_subtoken_strings) == list(
             targets_encoder.all_subtoken_strings)
-        inputs_encoder.store_to_file(os.path.join(tmp, INPUTS_VOCAB_FILE))
+        inputs_file = sentencepiece_encoder.file_name(INPUTS_VOCAB_FILE, inputs_encoder)
+        targets_file = inputs_file if shared else sentencepiece_encoder.file_name(
+            TARGETS_VOCAB_FILE, targets_encoder)
+        inputs_encoder.store_to_file(os.path.join(tmp, inputs_file))
         if not shared:
-            targets_encoder.store_to_file(os.path.join(tmp, TARGETS_VOCAB_FILE))
+            targets_encoder.store_to_file(os.path.join(tmp, targets_file))
         metadata = {
-            "inputs_vocab": INPUTS_VOCAB_FILE,
-            "targets_vocab": INPUTS_VOCAB_FILE if shared else TARGETS_VOCAB_FILE,
+            "inputs_vocab": inputs_file,
+            "targets_vocab": targets_file,
             "target_space_id": int(target_space_id),
             "max_position": int(max_position),
             "quantization": quantization,
@@ -397,8 +399,6 @@ class Translator:
 
     def __init__(self, model_dir: str, device: str = "cpu", compute_type: str = "default",
                  inter_threads: int = 0, intra_threads: int = 0):
-        from t2t_lite.data_generators import text_encoder
-
         ctranslate2 = import_ctranslate2()
         metadata_path = os.path.join(model_dir, METADATA_FILE)
         if not os.path.isfile(metadata_path):
@@ -407,11 +407,11 @@ class Translator:
                             "--export_format=ctranslate2")
         with open(metadata_path, encoding="utf-8") as f:
             self.metadata = json.load(f)
-        self.inputs_encoder = text_encoder.SubwordTextEncoder(
+        self.inputs_encoder = sentencepiece_encoder.encoder_from_file(
             os.path.join(model_dir, self.metadata["inputs_vocab"]))
         self.targets_encoder = (
             self.inputs_encoder if self.metadata["targets_vocab"] == self.metadata["inputs_vocab"]
-            else text_encoder.SubwordTextEncoder(
+            else sentencepiece_encoder.encoder_from_file(
                 os.path.join(model_dir, self.metadata["targets_vocab"])))
         self._source_tokens = self.inputs_encoder.all_subtoken_strings
         self._target_tokens = self.targets_encoder.all_subtoken_strings

@@ -33,7 +33,10 @@ The model comes from `--checkpoint_path` or the newest checkpoint of `--output_d
 disk; read again from the then-newest one if a training run beside the export rotates it away
 while it is read): a t2t_lite checkpoint (training run, averaged or imported) whose model
 variables are exactly the model's, or an original tensor2tensor checkpoint.
-Serving needs TensorFlow only (no Keras, tensorflow-text or t2t_lite):
+Serving needs TensorFlow only (no Keras, tensorflow-text or t2t_lite), except for a
+SentencePiece vocabulary: its graph encoder is tensorflow-text's `SentencepieceTokenizer`
+(`sentencepiece_graph`), so `import tensorflow_text` comes before `tf.saved_model.load`, and
+TensorFlow Serving needs a binary with tensorflow-text's ops:
 
     model = tf.saved_model.load("<export_dir>/<version>")
     model.signatures["serving_default"](inputs=tf.constant(["The debate is closed."]))
@@ -49,9 +52,9 @@ from collections.abc import Iterator
 
 import tensorflow as tf
 
-from t2t_lite.data_generators import text_encoder
+from t2t_lite.data_generators import sentencepiece_encoder, text_encoder
 from t2t_lite.hparams import HParams
-from t2t_lite.serving import subword_graph
+from t2t_lite.serving import sentencepiece_graph, subword_graph
 from t2t_lite.utils import checkpoint_guard
 
 EOS_ID = text_encoder.EOS_ID
@@ -106,8 +109,9 @@ class ServingModule(tf.Module):
     Args:
       model: a Transformer (anything with t2t_lite's `infer`, `variables` and
         `input_vocab_size`).
-      inputs_vocab, targets_vocab: subtoken strings of the input / target SubwordTextEncoder
-        (`all_subtoken_strings`), or None to export the id signature only.
+      inputs_vocab, targets_vocab: `graph_vocabulary` of the input / target encoder: the
+        subtoken strings of a SubwordTextEncoder (`all_subtoken_strings`), a
+        `SentencePieceVocab`, or None to export the id signature only.
       decode_hparams: from `decoding.decode_hparams` (beam_size, alpha, extra_length,
         return_beams).
       max_input_length: from `decoding.input_length_limit` (None: no limit).
@@ -138,12 +142,10 @@ class ServingModule(tf.Module):
         self._target_space_id = int(target_space_id)
         self.text = inputs_vocab is not None and targets_vocab is not None
         if self.text:
-            self.inputs_encoder = subword_graph.SubwordGraphEncoder(
-                inputs_vocab, segmenter=subword_segmenter)
+            self.inputs_encoder = _graph_encoder(inputs_vocab, subword_segmenter)
             self.targets_encoder = (
-                self.inputs_encoder if list(targets_vocab) == list(inputs_vocab)
-                else subword_graph.SubwordGraphEncoder(targets_vocab,
-                                                       segmenter=subword_segmenter))
+                self.inputs_encoder if _same_vocabulary(targets_vocab, inputs_vocab)
+                else _graph_encoder(targets_vocab, subword_segmenter))
             self.serving_default = tf.function(
                 self._translate, input_signature=[tf.TensorSpec([None], tf.string)])
             self.encode = tf.function(
@@ -219,12 +221,35 @@ class ServingModule(tf.Module):
             top_beams=self._top_beams)
 
 
+def _graph_encoder(vocab, segmenter: str) -> tf.Module:
+    """The in-graph encoder of a `graph_vocabulary`."""
+    if isinstance(vocab, sentencepiece_graph.SentencePieceVocab):
+        return sentencepiece_graph.SentencePieceGraphEncoder(vocab)
+    return subword_graph.SubwordGraphEncoder(vocab, segmenter=segmenter)
+
+
+def _same_vocabulary(a, b) -> bool:
+    if isinstance(a, sentencepiece_graph.SentencePieceVocab) or isinstance(
+            b, sentencepiece_graph.SentencePieceVocab):
+        return a == b
+    return list(a) == list(b)
+
+
 # ---------------------------------------------------------------------------------- main
 def subtoken_strings(encoder) -> list[str] | None:
     """The subtoken strings of a SubwordTextEncoder (for the in-graph encoder), else None."""
     if isinstance(encoder, text_encoder.SubwordTextEncoder):
         return list(encoder.all_subtoken_strings)
     return None
+
+
+def graph_vocabulary(encoder):
+    """What the in-graph encoder of `encoder` is built from: a SubwordTextEncoder's subtoken
+    strings, a SentencePieceEncoder's `SentencePieceVocab` (the SavedModel then needs
+    tensorflow-text's ops to load), else None (the id signature only)."""
+    if isinstance(encoder, sentencepiece_encoder.SentencePieceEncoder):
+        return sentencepiece_graph.SentencePieceVocab.of(encoder)
+    return subtoken_strings(encoder)
 
 
 def _below_warning_from_tensorflow(record: std_logging.LogRecord) -> bool:

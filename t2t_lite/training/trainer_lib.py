@@ -942,7 +942,9 @@ def create_trainer(
                                     dataset_filename() if dataset_filename else None)
     if resume_from:
         changes += run_metadata.check_inputs(config.output_dir, inputs, "train")
-    elif not lock:
+    elif warm_start_from and lock:
+        run_metadata.check_parent_vocabulary(warm_start_from, inputs)
+    if not resume_from and not lock:
         run_metadata.check_same_model(config.output_dir, hparams.values(), "eval")
         run_metadata.check_inputs(config.output_dir, inputs, "eval")
     model_cls = registry.model(model_name)

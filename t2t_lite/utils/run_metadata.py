@@ -294,6 +294,42 @@ def check_inputs(output_dir: str, inputs: dict[str, Any], mode: str) -> list[str
     return changes
 
 
+def check_parent_vocabulary(warm_start_from: str, inputs: dict[str, Any]) -> None:
+    """Refuses to warm-start from a run trained with another vocabulary than this one's:
+    every weight would load, and every id would mean another subword.
+
+    Args:
+      warm_start_from: the parent (a run folder, or a checkpoint prefix in one); its
+        run_inputs.json is read (none, e.g. an original t2t checkpoint: not checked, warned).
+      inputs: `data_marker.run_inputs` of this run.
+
+    Raises:
+      UserError: one line naming this run's vocabulary file and the parent's, and the
+        datagen flag that makes data with the parent's vocabulary.
+    """
+    parent = warm_start_from if os.path.isdir(warm_start_from) else os.path.dirname(
+        warm_start_from)
+    recorded = read_json_object(os.path.join(parent, INPUTS_NAME),
+                                "the parent run's vocabulary record")
+    if recorded is None:
+        _warn_once(parent, "--warm_start_from=%s: no %s beside the checkpoint: the vocabulary "
+                           "is not compared with the parent's", warm_start_from, INPUTS_NAME)
+        return
+    parent_vocab = recorded.get("vocab", {})
+    parent_features = recorded.get("features") or (
+        dict.fromkeys(("inputs", "targets"), next(iter(parent_vocab))) if len(parent_vocab) == 1
+        else {})
+    for feature, name in sorted(inputs.get("features", {}).items()):
+        was = parent_vocab.get(parent_features.get(feature, ""))
+        now = inputs["vocab"][name]
+        if was is not None and was["sha256"] != now["sha256"]:
+            raise UserError(
+                f"--warm_start_from={warm_start_from}: the {feature} vocabulary {now['path']} "
+                f"(sha256 {_short(now['sha256'])}..) is not the parent's {was['path']} (sha256 "
+                f"{_short(was['sha256'])}..): every id would mean another subword; make the "
+                f"data with --mode=datagen --vocab_from={parent} (nothing was written)")
+
+
 def check_recorded_vocab(output_dir: str, mode: str) -> None:
     """`check_inputs` for a tool that loads no problem (`--mode=average`): the vocabulary
     files at the paths the run recorded, where they still exist.
