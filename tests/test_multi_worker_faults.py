@@ -32,6 +32,7 @@ import time
 
 import pytest
 
+from tests.conftest import fill_up, small_disk
 from tests.test_distributed import _env, _free_ports, _log, _start, _stop
 
 # Generous bounds: the CI machine runs other tests at the same time.
@@ -196,6 +197,48 @@ def test_lost_workers_partial_restart_and_separate_output_dirs(cluster, tmp_path
             "error: the workers read different training data (the train split's datagen "
             "marker differs): --data_dir must be the same shared storage for all workers (a "
             "network file system or a bucket), not a local folder per host")
+
+
+def _checkpoint_files(out, step):
+    """{name: bytes} of checkpoint `step`'s files and the state file in `out`."""
+    return {p.name: p.read_bytes() for p in sorted(out.iterdir())
+            if p.name.startswith(f"ckpt-{step}.") or p.name == "checkpoint"}
+
+
+@pytest.mark.slow
+def test_a_full_shared_disk_stops_the_chief_naming_what_was_kept_and_its_peer_naming_why(
+        cluster, tmp_path):
+    with small_disk(tmp_path / "disk", "4m") as disk:
+        out = disk / "run"
+        workers = [cluster.start(i, out, "--save_checkpoints_steps", "5") for i in range(2)]
+        _wait_for(workers[0], r"Saved checkpoint .*ckpt-5\b")
+        kept = _checkpoint_files(out, 5)
+        fill_up(disk)
+        filled = time.time()
+        assert [_exit_status(w, filled) for w in workers] == [1, 1]
+        # The save of ckpt-10 or an event file's write fails first, whichever reaches the
+        # full disk first: either way the path and the kept checkpoint are named.
+        chief = _last_line(workers[0], "error")
+        path = re.escape(f"{out}/") + r"\S+"
+        assert re.fullmatch(
+            rf"error: no space left on device: {path}; checkpoint ckpt-5 kept; ckpt-10 not "
+            r"written \(its partial files removed\); make room in "
+            rf"--output_dir={re.escape(str(out))} and run the same command to resume at step 5",
+            chief) or re.fullmatch(
+            rf"error: no space left on device: {path}; worker 0 stops: the last checkpoint is "
+            rf"{re.escape(str(out))}/ckpt-5 \(step 5\); make room in \(or make writable\) "
+            rf"--output_dir={re.escape(str(out))}, then start every worker again with the same "
+            "command to resume there", chief), chief
+        reason = chief.split("; ")[0][len("error: "):]
+        assert _last_line(workers[1], "error") == (
+            f"error: worker 0 stopped on its own error ({reason}); worker 1 stops with it: the "
+            f"last checkpoint is {out}/ckpt-5 (step 5); fix that (worker 0's log says how), "
+            "then start every worker again with the same command to resume there")
+        assert "lost contact" not in _log(workers[1].log, tail=10**6)
+        # Nothing lost, nothing half-written: ckpt-5 and the state file as saved, no trace
+        # of ckpt-10, no non-chief copies.
+        assert _checkpoint_files(out, 5) == kept
+        assert not [p.name for p in out.iterdir() if "ckpt-10" in p.name or "tmp" in p.name]
 
 
 @pytest.mark.slow
@@ -389,6 +432,12 @@ def test_a_workers_own_full_disk_is_not_blamed_on_a_lost_worker():
     own = tf.errors.ResourceExhaustedError(None, None, "/mnt/run/ckpt-4.data; No space left "
                                                        "on device")
     assert distribution.own_disk_error(own) == "No space left on device"
+    # TensorFlow's errors of this task's own ops name it.
+    mine = tf.errors.ResourceExhaustedError(None, None, "{{function_node __wrapped__SaveV2_"
+                                            "device_/job:worker/replica:0/task:0/device:CPU:0}"
+                                            "} /mnt/run/ckpt-4.data; No space left on device")
+    assert distribution.own_disk_error(mine, "worker:0") == "No space left on device"
+    assert distribution.own_disk_error(mine, "worker:1") is None
     assert distribution.own_disk_error(OSError(30, "Read-only file system")) == (
         "Read-only file system")
     # Reported by another task: that worker's disk, not this one's.

@@ -19,7 +19,6 @@ import os
 import pathlib
 import re
 import shutil
-import subprocess
 import types
 
 import pytest
@@ -27,7 +26,7 @@ import pytest
 from t2t_lite import errors
 from t2t_lite.errors import RunStopped, UserError, report_user_errors
 from t2t_lite.utils import run_lock
-from tests.conftest import REPO_ROOT, error_line
+from tests.conftest import REPO_ROOT, error_line, small_disk
 from tests.run_py import PROBLEM, TINY, run
 
 ENOSPC_TEXT = "No space left on device"
@@ -241,14 +240,7 @@ def test_datagen_stopped_midway_removes_the_partial_split_and_keeps_the_complete
 
 
 def test_datagen_on_a_real_full_disk_is_one_line(tmp_path):
-    if os.geteuid() != 0 or not shutil.which("mount"):
-        pytest.skip("mounting a small tmpfs needs root")
-    mount = tmp_path / "disk"
-    mount.mkdir()
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=40k", "tmpfs", str(mount)],
-                      capture_output=True, check=False).returncode:
-        pytest.skip("this machine does not allow mounting a tmpfs")
-    try:
+    with small_disk(tmp_path / "disk", "40k") as mount:
         result = run("--mode=datagen", f"--problem={PROBLEM}", f"--data_dir={mount}",
                      f"--tmp_dir={tmp_path / 'tmp'}", cwd=tmp_path)
         assert error_line(result) == (
@@ -256,8 +248,6 @@ def test_datagen_on_a_real_full_disk_is_one_line(tmp_path):
             f" {PROBLEM} in --data_dir={mount}: no split complete; make room (or choose a "
             "writable --data_dir) and run the same command to finish")
         assert os.listdir(mount) == []
-    finally:
-        subprocess.run(["umount", str(mount)], check=False)
 
 
 # --- a damaged shard on resume ------------------------------------------------------------------
