@@ -199,6 +199,30 @@ def test_lost_workers_partial_restart_and_separate_output_dirs(cluster, tmp_path
             "network file system or a bucket), not a local folder per host")
 
 
+@pytest.mark.slow
+def test_a_frozen_chief_is_named_and_both_workers_exit_within_seconds(cluster, tmp_path):
+    out = tmp_path / "run"
+    workers = [cluster.start(i, out, "--save_checkpoints_steps", "1000") for i in range(2)]
+    _wait_for(workers[1], r"step 3/100000")
+    os.kill(workers[0].pid, signal.SIGSTOP)  # a frozen chief: its ports still accept
+    stopped = time.time()
+    try:
+        assert _exit_status(workers[1], stopped) == 1
+    finally:
+        os.kill(workers[0].pid, signal.SIGCONT)
+    assert re.fullmatch(
+        r"error: lost contact with worker 0 during step \d+ \(\w+\); worker 1 stops: no "
+        r"checkpoint was saved yet; start every worker again with the same command to resume "
+        r"there", _last_line(workers[1], "error"))
+    # Thawed, the chief finds its peer gone: one line naming it, and out within seconds.
+    continued = time.time()
+    assert _exit_status(workers[0], continued) == 1
+    assert re.fullmatch(
+        r"error: lost contact with worker 1 during step \d+ \(\w+\); worker 0 stops: no "
+        r"checkpoint was saved yet; start every worker again with the same command to resume "
+        r"there", _last_line(workers[0], "error"))
+
+
 def _checkpoint_files(out, step):
     """{name: bytes} of checkpoint `step`'s files and the state file in `out`."""
     return {p.name: p.read_bytes() for p in sorted(out.iterdir())
@@ -476,6 +500,38 @@ def test_a_lost_worker_exits_right_after_its_line_running_the_exit_handlers(tmp_
     assert result.returncode == 1
     assert result.stderr == "error: lost contact with worker 0 during step 3\n"
     assert (tmp_path / "released").exists()  # e.g. the run lock's release
+
+
+@pytest.mark.parametrize("in_cluster", [True, False])
+def test_a_stop_signal_after_the_line_keeps_the_stated_exit_status(in_cluster):
+    import subprocess
+    import sys
+
+    from tests.test_distributed import REPO
+
+    # A slow exit handler stands in for the tail after the line (TensorFlow's teardown).
+    code = f"""if True:
+        import atexit, time
+        from t2t_lite import errors
+        atexit.register(time.sleep, 60)
+        if {in_cluster}:
+            errors.exit_right_after_the_line()
+        with errors.report_user_errors():
+            raise errors.UserError("lost contact with worker 0 during step 3")
+    """
+    process = subprocess.Popen([sys.executable, "-c", code], cwd=REPO, env=_env(),
+                               stderr=subprocess.PIPE, text=True)
+    try:
+        assert process.stderr.readline() == "error: lost contact with worker 0 during step 3\n"
+        time.sleep(1)
+        process.send_signal(signal.SIGTERM)  # in the tail
+        sent = time.time()
+        assert process.wait(timeout=30) == 1  # the line's status, not a silent 143
+        assert time.time() - sent < 10
+        assert process.stderr.read() == ""
+    finally:
+        process.kill()
+        process.wait()
 
 
 def test_a_frozen_peer_that_breaks_the_cluster_is_named_as_the_coordination_leader():
