@@ -49,6 +49,40 @@ class RunStopped(Exception):
 
 # The exit status of a run stopped by Ctrl-C (the shell's 128 + SIGINT), as training's.
 SIGINT_EXIT_CODE = 130
+# The exit status of a run stopped by SIGTERM (a scheduler's stop, `kill`), as training's.
+SIGTERM_EXIT_CODE = 143
+
+
+class SigtermReceived(KeyboardInterrupt):
+    """SIGTERM, raised in the main thread by `sigterm_interrupts`: the work is stopped and
+    cleaned up as after Ctrl-C, with SIGTERM's name and exit status."""
+
+
+@contextlib.contextmanager
+def sigterm_interrupts() -> Iterator[None]:
+    """Within the block, SIGTERM interrupts the main thread as Ctrl-C does (`SigtermReceived`),
+    so that the cleanup of an interrupted write runs instead of the process dying with its
+    partial files; outside the main thread it does nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum, frame):
+        raise SigtermReceived
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def interrupt_signal(error: KeyboardInterrupt) -> tuple[str, int]:
+    """The signal behind an interrupt and its exit status: ("SIGTERM", 143) for
+    `SigtermReceived`, else ("SIGINT", 130)."""
+    if isinstance(error, SigtermReceived):
+        return "SIGTERM", SIGTERM_EXIT_CODE
+    return "SIGINT", SIGINT_EXIT_CODE
 
 
 class DataError(FileNotFoundError):
@@ -192,14 +226,16 @@ def report_user_errors(debug: bool = False) -> Iterator[None]:
         if e.exit_now or _in_cluster:
             _exit_now(e.exit_code)
         _exit(e.exit_code)
-    except KeyboardInterrupt:
-        # Ctrl-C where no tool stops on its own (loading, building): every output is
-        # written under a temporary name, so nothing is half-written.
+    except KeyboardInterrupt as e:
+        # Ctrl-C (or SIGTERM, `sigterm_interrupts`) where no tool stops on its own (loading,
+        # building): every output is written under a temporary name, so nothing is
+        # half-written.
         if debug:
             traceback.print_exc()
-        print("stopped: SIGINT received: stopped before the work finished; run the same "
+        name, code = interrupt_signal(e)
+        print(f"stopped: {name} received: stopped before the work finished; run the same "
               "command again", file=sys.stderr)
-        _exit(SIGINT_EXIT_CODE)
+        _exit(code)
     except user_error_types() as e:
         if debug:
             traceback.print_exc()

@@ -19,6 +19,8 @@ import os
 import pathlib
 import re
 import shutil
+import subprocess
+import sys
 import types
 
 import pytest
@@ -237,6 +239,28 @@ def test_datagen_stopped_midway_removes_the_partial_split_and_keeps_the_complete
             f"{expected}; make room (or choose a writable --data_dir) and run the same command "
             "to finish")
     assert _tree(data_dir) == dev  # no train file, no lock; dev unchanged
+
+
+def test_datagen_stopped_by_sigterm_midway_is_one_line_and_leaves_no_partial_split(tmp_path):
+    from t2t_lite.data_generators import data_marker
+    from tests.run_py import env
+
+    data_dir = tmp_path / "data"
+    # A real SIGTERM, sent to itself by datagen after 10 examples of the first split.
+    result = subprocess.run(
+        [sys.executable, str(REPO_ROOT / "run.py"), "--mode=datagen", f"--problem={PROBLEM}",
+         f"--data_dir={data_dir}", f"--tmp_dir={tmp_path / 'tmp'}"], cwd=tmp_path,
+        env={**env(), data_marker.KILL_AT_ENV: "generate:SIGTERM"}, capture_output=True,
+        text=True, timeout=300, check=False)
+    assert result.returncode == 143, result.stderr[-3000:]
+    assert "Traceback" not in result.stderr
+    lines = [line for line in result.stderr.splitlines() if line.startswith("stopped: ")]
+    assert lines == [result.stderr.rstrip().splitlines()[-1]]
+    # The shard being written is removed where it was being written (generator_utils).
+    assert lines[0] == (f"stopped: SIGTERM received: datagen stopped; {PROBLEM} in "
+                        f"--data_dir={data_dir}: no split complete; run the same command to "
+                        "finish")
+    assert not data_dir.exists() or _tree(data_dir) == {}
 
 
 def test_datagen_on_a_real_full_disk_is_one_line(tmp_path):

@@ -135,6 +135,40 @@ def test_outputs_beside_the_run_are_allowed_and_links_are_seen(run_and_data, tmp
             validation.run_folders(str(run), str(other / "ckpt-4")), str(data))
 
 
+@pytest.mark.parametrize("export_dir", [None, "exported"])
+def test_ctranslate2_decode_refuses_an_output_in_the_exported_model(run_and_data, tmp_path,
+                                                                   export_dir):
+    import types
+
+    from t2t_lite import flags as t2t_flags
+    from t2t_lite.bin import t2t_decoder
+
+    run, _ = run_and_data
+    model_dir = tmp_path / export_dir if export_dir else run / "ctranslate2"
+    model_dir.mkdir()
+    for name in ("model.bin", "config.json", "shared_vocabulary.json", "t2t_lite.json"):
+        (model_dir / name).write_text(name)
+    (tmp_path / "in.txt").write_text("a b\n")
+    before = {p.name: p.read_bytes() for p in model_dir.iterdir()}
+    label = f"--export_dir={model_dir}" if export_dir else (
+        f"{model_dir} (--export_dir's default)")
+    values = {f.name: f.default for f in t2t_flags.FLAGS.get_flags_for_module("t2t_lite.flags")}
+    for name in ("model.bin", "shared_vocabulary.json"):
+        values.update(decode_engine="ctranslate2", output_dir=str(run),
+                      export_dir=str(model_dir) if export_dir else None,
+                      decode_from_file=str(tmp_path / "in.txt"),
+                      decode_to_file=str(model_dir / name))
+        with pytest.raises(UserError) as refused:
+            t2t_decoder.decode_ctranslate2(types.SimpleNamespace(**values))
+        assert str(refused.value) == (
+            f"--decode_to_file={model_dir / name} is {model_dir / name}, a file of the exported "
+            f"model {label}: writing it would break it; choose another --decode_to_file")
+    values["decode_to_file"] = str(model_dir)
+    with pytest.raises(UserError, match=rf"^--decode_to_file={model_dir} is or contains "):
+        t2t_decoder.decode_ctranslate2(types.SimpleNamespace(**values))
+    assert {p.name: p.read_bytes() for p in model_dir.iterdir()} == before
+
+
 # --- `~` and BOMs -------------------------------------------------------------------------------
 def test_every_path_flag_expands_home(monkeypatch, tmp_path):
     import types
