@@ -9,6 +9,11 @@ multi-worker issue (each worker a `python -m tests.trainer_utils` process, tiny 
 * the chief restarted alone: it logs whom it waits for and gives up after
   --startup_timeout with one line;
 * SIGKILL of the chief: worker 1 stops with one line naming worker 0;
+* SIGSTOP of the chief: worker 1's line names worker 0; thawed, the chief names worker 1;
+  both exit within seconds;
+* the shared output_dir on a small tmpfs filled up: the chief's line names the path and
+  the kept checkpoint, worker 1's names the chief's error (not a lost worker), ckpt-5 and
+  the state file unchanged;
 * workers with separate output folders (the chief's has checkpoints, worker 1's is empty):
   both stop with one line asking for shared storage, and nothing is trained; the same for
   data_dirs whose train split markers differ;
@@ -22,7 +27,8 @@ multi-worker issue (each worker a `python -m tests.trainer_utils` process, tiny 
   recorded at launch;
 * library level: a non-chief's throwaway checkpoint goes to local scratch, not output_dir; a
   worker's own full disk is not blamed on a peer; a frozen chief is named as worker 0; a
-  broken cluster's worker exits right after its line, its exit handlers run.
+  broken cluster's worker exits right after its line, its exit handlers run; a stop signal
+  after the line keeps the line's exit status.
 """
 import json
 import os
@@ -469,6 +475,14 @@ def test_a_workers_own_full_disk_is_not_blamed_on_a_lost_worker():
                                                   "task:0: No space left on device")
     assert distribution.own_disk_error(peer) is None
     assert distribution.own_disk_error(tf.errors.UnavailableError(None, None, "gone")) is None
+    # A peer's own error, as the coordination service's abort carries it (tell_peers_why).
+    told = tf.errors.InternalError(None, None, "Collective ops is aborted by: t2t_lite: worker 0 "
+                                               "stops on its own error: no space left on "
+                                               "device: /r/ckpt-10_temp/x\nThe error could be "
+                                               "from a previous operation.")
+    assert distribution.peer_stopped(told) == ("worker 0",
+                                               "no space left on device: /r/ckpt-10_temp/x")
+    assert distribution.peer_stopped(peer) is None
 
 
 @pytest.mark.parametrize("raise_it", [

@@ -1,13 +1,14 @@
 """The last cases of issue 40's table, each one line with nothing half-written: a full disk
 during a checkpoint save or datagen, a read-only output_dir or one below a file, a
-`run.lock` holding `null`, Ctrl-C in datagen, BLEU of empty files, a decode line too long
-for memory, a changed data shard on resume, a missing or wrong-length `--decode_reference`,
-bad `--decode_hparams` of train_eval_and_decode, and every library error class.
+`run.lock` holding `null`, Ctrl-C or SIGTERM in datagen, BLEU of empty files, a decode line
+too long for memory, a changed data shard on resume, a missing or wrong-length
+`--decode_reference`, bad `--decode_hparams` of train_eval_and_decode, and every library
+error class.
 
 Most tests call the library or a tool's function in-process with the failure simulated at
 library level (an `OSError(ENOSPC)` or TensorFlow's `ResourceExhaustedError` raised from the
 write); run.py subprocesses only where the user-facing path is the point (BLEU, datagen on a
-real full disk), and those before TensorFlow does any work.
+real full disk or stopped by a real SIGTERM), and those before TensorFlow does any work.
 """
 from __future__ import annotations
 
