@@ -53,6 +53,25 @@ def _exists(path: str) -> bool:
     return os.path.exists(path) if "://" not in path else _tf().io.gfile.exists(path)
 
 
+def _remove(path: str) -> None:
+    """Removes `path` if it exists (TensorFlow only for a path with a scheme: a local lock is
+    taken and released without importing it)."""
+    if "://" not in path:
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(path)
+        return
+    tf = _tf()
+    with contextlib.suppress(tf.errors.NotFoundError):
+        tf.io.gfile.remove(path)
+
+
+def _makedirs(directory: str) -> None:
+    if "://" not in directory:
+        os.makedirs(directory, exist_ok=True)
+    else:
+        _tf().io.gfile.makedirs(directory)
+
+
 def pid_alive(pid: int) -> bool:
     """Whether process `pid` runs on this host (another user's counts as running)."""
     try:
@@ -156,8 +175,7 @@ class RunLock:
         Raises:
           UserError: another live run holds it, naming its pid, host and start time.
         """
-        tf = _tf()
-        tf.io.gfile.makedirs(os.path.dirname(self.path))
+        _makedirs(os.path.dirname(self.path))
         content = json.dumps(self.holder)
         for _ in range(3):
             if _create_exclusive(self.path, content):
@@ -170,7 +188,7 @@ class RunLock:
                 # Read under the guard: a racer that took the stale lock over before us has
                 # replaced it with its own live one, which is refused here, never removed.
                 holder = _read(self.path)
-                if not holder and tf.io.gfile.exists(self.path):
+                if not holder and _exists(self.path):
                     time.sleep(1)  # another run may be between creating and writing it
                     holder = _read(self.path)
                 stale = self._refuse_live(holder)
@@ -183,10 +201,7 @@ class RunLock:
                 elif not holder:
                     logging.warning("Taking over the lock %s: it names no %s (empty or not a "
                                     "JSON object)", self.path, self.holder_kind)
-                try:
-                    tf.io.gfile.remove(self.path)
-                except tf.errors.NotFoundError:
-                    pass
+                _remove(self.path)
                 if _create_exclusive(self.path, content):
                     self.held = True
                     atexit.register(self.release)
@@ -232,11 +247,7 @@ class RunLock:
         self.held = False
         holder = _read(self.path)
         if holder.get("pid") == self.holder["pid"] and holder.get("host") == self.holder["host"]:
-            tf = _tf()
-            try:
-                tf.io.gfile.remove(self.path)
-            except tf.errors.NotFoundError:
-                pass
+            _remove(self.path)
 
 
 def refuse_if_held(output_dir: str) -> None:
@@ -294,11 +305,7 @@ def _note_reader(data_dir: str) -> None:
         logging.debug("No reader's note in %s: %s", data_dir, e)
         return
 
-    def remove_note():
-        with contextlib.suppress(tf.errors.NotFoundError):
-            tf.io.gfile.remove(path)
-
-    atexit.register(remove_note)
+    atexit.register(_remove, path)
 
 
 def _refuse_noted_readers(data_dir: str) -> None:
@@ -311,7 +318,7 @@ def _refuse_noted_readers(data_dir: str) -> None:
         holder = _read(path)
         if (holder.get("host") == host and isinstance(holder.get("pid"), int)
                 and not pid_alive(holder["pid"])):
-            tf.io.gfile.remove(path)  # a killed run's
+            _remove(path)  # a killed run's
             continue
         raise UserError(
             f"--overwrite_data: a training run may read --data_dir={data_dir} "
