@@ -14,7 +14,9 @@ import contextlib
 import errno
 import os
 import re
+import signal
 import sys
+import threading
 import traceback
 from collections.abc import Iterator
 
@@ -47,6 +49,40 @@ class RunStopped(Exception):
 
 # The exit status of a run stopped by Ctrl-C (the shell's 128 + SIGINT), as training's.
 SIGINT_EXIT_CODE = 130
+# The exit status of a run stopped by SIGTERM (a scheduler's stop, `kill`), as training's.
+SIGTERM_EXIT_CODE = 143
+
+
+class SigtermReceived(KeyboardInterrupt):
+    """SIGTERM, raised in the main thread by `sigterm_interrupts`: the work is stopped and
+    cleaned up as after Ctrl-C, with SIGTERM's name and exit status."""
+
+
+@contextlib.contextmanager
+def sigterm_interrupts() -> Iterator[None]:
+    """Within the block, SIGTERM interrupts the main thread as Ctrl-C does (`SigtermReceived`),
+    so that the cleanup of an interrupted write runs instead of the process dying with its
+    partial files; outside the main thread it does nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum, frame):
+        raise SigtermReceived
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def interrupt_signal(error: KeyboardInterrupt) -> tuple[str, int]:
+    """The signal behind an interrupt and its exit status: ("SIGTERM", 143) for
+    `SigtermReceived`, else ("SIGINT", 130)."""
+    if isinstance(error, SigtermReceived):
+        return "SIGTERM", SIGTERM_EXIT_CODE
+    return "SIGINT", SIGINT_EXIT_CODE
 
 
 class DataError(FileNotFoundError):
@@ -135,13 +171,36 @@ def exit_right_after_the_line() -> None:
     _in_cluster = True
 
 
+def _exit(code: int) -> None:
+    """sys.exit(code), keeping `code` if a stop signal comes during the exit handlers."""
+    atexit.register(_keep_the_stated_status, code)  # the first exit handler to run
+    sys.exit(code)
+
+
 def _exit_now(code: int) -> None:
     """Ends the process with `code` after Python's exit handlers (run locks released, logs
-    flushed) but without the interpreter's and TensorFlow's teardown."""
+    flushed) but without the interpreter's and TensorFlow's teardown; a stop signal
+    meanwhile ends it at once with `code`."""
+    _keep_the_stated_status(code)
     atexit._run_exitfuncs()
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
+
+
+def _keep_the_stated_status(code: int) -> None:
+    """After the one line: a SIGTERM or SIGINT during the rest of the exit (exit handlers,
+    TensorFlow's teardown) ends the process at once with the status the line stated, instead
+    of killing it silently with 143 / 130."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+
+    def exit_with_the_stated_status(signum, frame):
+        sys.stderr.flush()
+        os._exit(code)
+
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, exit_with_the_stated_status)
 
 
 def one_line(error: BaseException) -> str:
@@ -166,22 +225,24 @@ def report_user_errors(debug: bool = False) -> Iterator[None]:
         print(f"{e.label}: {one_line(e)}", file=sys.stderr)
         if e.exit_now or _in_cluster:
             _exit_now(e.exit_code)
-        sys.exit(e.exit_code)
-    except KeyboardInterrupt:
-        # Ctrl-C where no tool stops on its own (loading, building): every output is
-        # written under a temporary name, so nothing is half-written.
+        _exit(e.exit_code)
+    except KeyboardInterrupt as e:
+        # Ctrl-C (or SIGTERM, `sigterm_interrupts`) where no tool stops on its own (loading,
+        # building): every output is written under a temporary name, so nothing is
+        # half-written.
         if debug:
             traceback.print_exc()
-        print("stopped: SIGINT received: stopped before the work finished; run the same "
+        name, code = interrupt_signal(e)
+        print(f"stopped: {name} received: stopped before the work finished; run the same "
               "command again", file=sys.stderr)
-        sys.exit(SIGINT_EXIT_CODE)
+        _exit(code)
     except user_error_types() as e:
         if debug:
             traceback.print_exc()
         print(f"error: {one_line(e)}", file=sys.stderr)
         if _in_cluster:
             _exit_now(1)
-        sys.exit(1)
+        _exit(1)
     except Exception as e:
         problem = storage_problem(e)
         if problem is None:
@@ -194,4 +255,4 @@ def report_user_errors(debug: bool = False) -> Iterator[None]:
             problem, "that file was not written, the files written before it are whole; make "
                      "room (or choose a writable directory) and run the same command again")
         print(f"error: {one_line(UserError(message))}", file=sys.stderr)
-        sys.exit(1)
+        _exit(1)

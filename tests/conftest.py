@@ -4,6 +4,8 @@ import fcntl
 import importlib.util
 import os
 import pathlib
+import shutil
+import subprocess
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -28,6 +30,29 @@ def error_line(result) -> str:
     assert len(errors) == 1, result.stderr[-3000:]
     assert result.stderr.rstrip().endswith(errors[0])
     return errors[0]
+
+
+@contextlib.contextmanager
+def small_disk(path: pathlib.Path, size: str):
+    """A tmpfs of `size` ("40k") mounted at `path` (created) for the block: a disk that
+    really fills up. Skips the test where mounting needs root or is not allowed."""
+    if os.geteuid() != 0 or not shutil.which("mount"):
+        pytest.skip("mounting a small tmpfs needs root")
+    path.mkdir(parents=True)
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
+                      capture_output=True, check=False).returncode:
+        pytest.skip("this machine does not allow mounting a tmpfs")
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", "--lazy", str(path)], check=False)
+
+
+def fill_up(disk: pathlib.Path) -> None:
+    """Writes zeros to `disk`/filler until the file system is full."""
+    with open(disk / "filler", "wb", buffering=0) as f, contextlib.suppress(OSError):
+        while True:
+            f.write(bytes(1 << 16))
 
 
 def load_script(path: pathlib.Path, name: str):

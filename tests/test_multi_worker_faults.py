@@ -9,6 +9,11 @@ multi-worker issue (each worker a `python -m tests.trainer_utils` process, tiny 
 * the chief restarted alone: it logs whom it waits for and gives up after
   --startup_timeout with one line;
 * SIGKILL of the chief: worker 1 stops with one line naming worker 0;
+* SIGSTOP of the chief: worker 1's line names worker 0; thawed, the chief names worker 1;
+  both exit within seconds;
+* the shared output_dir on a small tmpfs filled up: the chief's line names the path and
+  the kept checkpoint, worker 1's names the chief's error (not a lost worker), ckpt-5 and
+  the state file unchanged;
 * workers with separate output folders (the chief's has checkpoints, worker 1's is empty):
   both stop with one line asking for shared storage, and nothing is trained; the same for
   data_dirs whose train split markers differ;
@@ -22,7 +27,8 @@ multi-worker issue (each worker a `python -m tests.trainer_utils` process, tiny 
   recorded at launch;
 * library level: a non-chief's throwaway checkpoint goes to local scratch, not output_dir; a
   worker's own full disk is not blamed on a peer; a frozen chief is named as worker 0; a
-  broken cluster's worker exits right after its line, its exit handlers run.
+  broken cluster's worker exits right after its line, its exit handlers run; a stop signal
+  after the line keeps the line's exit status.
 """
 import json
 import os
@@ -32,6 +38,7 @@ import time
 
 import pytest
 
+from tests.conftest import fill_up, small_disk
 from tests.test_distributed import _env, _free_ports, _log, _start, _stop
 
 # Generous bounds: the CI machine runs other tests at the same time.
@@ -196,6 +203,72 @@ def test_lost_workers_partial_restart_and_separate_output_dirs(cluster, tmp_path
             "error: the workers read different training data (the train split's datagen "
             "marker differs): --data_dir must be the same shared storage for all workers (a "
             "network file system or a bucket), not a local folder per host")
+
+
+@pytest.mark.slow
+def test_a_frozen_chief_is_named_and_both_workers_exit_within_seconds(cluster, tmp_path):
+    out = tmp_path / "run"
+    workers = [cluster.start(i, out, "--save_checkpoints_steps", "1000") for i in range(2)]
+    _wait_for(workers[1], r"step 3/100000")
+    os.kill(workers[0].pid, signal.SIGSTOP)  # a frozen chief: its ports still accept
+    stopped = time.time()
+    try:
+        assert _exit_status(workers[1], stopped) == 1
+    finally:
+        os.kill(workers[0].pid, signal.SIGCONT)
+    assert re.fullmatch(
+        r"error: lost contact with worker 0 during step \d+ \(\w+\); worker 1 stops: no "
+        r"checkpoint was saved yet; start every worker again with the same command to resume "
+        r"there", _last_line(workers[1], "error"))
+    # Thawed, the chief finds its peer gone: one line naming it, and out within seconds.
+    continued = time.time()
+    assert _exit_status(workers[0], continued) == 1
+    assert re.fullmatch(
+        r"error: lost contact with worker 1 during step \d+ \(\w+\); worker 0 stops: no "
+        r"checkpoint was saved yet; start every worker again with the same command to resume "
+        r"there", _last_line(workers[0], "error"))
+
+
+def _checkpoint_files(out, step):
+    """{name: bytes} of checkpoint `step`'s files and the state file in `out`."""
+    return {p.name: p.read_bytes() for p in sorted(out.iterdir())
+            if p.name.startswith(f"ckpt-{step}.") or p.name == "checkpoint"}
+
+
+@pytest.mark.slow
+def test_a_full_shared_disk_stops_the_chief_naming_what_was_kept_and_its_peer_naming_why(
+        cluster, tmp_path):
+    with small_disk(tmp_path / "disk", "4m") as disk:
+        out = disk / "run"
+        workers = [cluster.start(i, out, "--save_checkpoints_steps", "5") for i in range(2)]
+        _wait_for(workers[0], r"Saved checkpoint .*ckpt-5\b")
+        kept = _checkpoint_files(out, 5)
+        fill_up(disk)
+        filled = time.time()
+        assert [_exit_status(w, filled) for w in workers] == [1, 1]
+        # The save of ckpt-10 or an event file's write fails first, whichever reaches the
+        # full disk first: either way the path and the kept checkpoint are named.
+        chief = _last_line(workers[0], "error")
+        path = re.escape(f"{out}/") + r"\S+"
+        assert re.fullmatch(
+            rf"error: no space left on device: {path}; checkpoint ckpt-5 kept; ckpt-10 not "
+            r"written \(its partial files removed\); make room in "
+            rf"--output_dir={re.escape(str(out))} and run the same command to resume at step 5",
+            chief) or re.fullmatch(
+            rf"error: no space left on device: {path}; worker 0 stops: the last checkpoint is "
+            rf"{re.escape(str(out))}/ckpt-5 \(step 5\); make room in \(or make writable\) "
+            rf"--output_dir={re.escape(str(out))}, then start every worker again with the same "
+            "command to resume there", chief), chief
+        reason = chief.split("; ")[0][len("error: "):]
+        assert _last_line(workers[1], "error") == (
+            f"error: worker 0 stopped on its own error ({reason}); worker 1 stops with it: the "
+            f"last checkpoint is {out}/ckpt-5 (step 5); fix that (worker 0's log says how), "
+            "then start every worker again with the same command to resume there")
+        assert "lost contact" not in _log(workers[1].log, tail=10**6)
+        # Nothing lost, nothing half-written: ckpt-5 and the state file as saved, no trace
+        # of ckpt-10, no non-chief copies.
+        assert _checkpoint_files(out, 5) == kept
+        assert not [p.name for p in out.iterdir() if "ckpt-10" in p.name or "tmp" in p.name]
 
 
 @pytest.mark.slow
@@ -389,6 +462,12 @@ def test_a_workers_own_full_disk_is_not_blamed_on_a_lost_worker():
     own = tf.errors.ResourceExhaustedError(None, None, "/mnt/run/ckpt-4.data; No space left "
                                                        "on device")
     assert distribution.own_disk_error(own) == "No space left on device"
+    # TensorFlow's errors of this task's own ops name it.
+    mine = tf.errors.ResourceExhaustedError(None, None, "{{function_node __wrapped__SaveV2_"
+                                            "device_/job:worker/replica:0/task:0/device:CPU:0}"
+                                            "} /mnt/run/ckpt-4.data; No space left on device")
+    assert distribution.own_disk_error(mine, "worker:0") == "No space left on device"
+    assert distribution.own_disk_error(mine, "worker:1") is None
     assert distribution.own_disk_error(OSError(30, "Read-only file system")) == (
         "Read-only file system")
     # Reported by another task: that worker's disk, not this one's.
@@ -396,6 +475,14 @@ def test_a_workers_own_full_disk_is_not_blamed_on_a_lost_worker():
                                                   "task:0: No space left on device")
     assert distribution.own_disk_error(peer) is None
     assert distribution.own_disk_error(tf.errors.UnavailableError(None, None, "gone")) is None
+    # A peer's own error, as the coordination service's abort carries it (tell_peers_why).
+    told = tf.errors.InternalError(None, None, "Collective ops is aborted by: t2t_lite: worker 0 "
+                                               "stops on its own error: no space left on "
+                                               "device: /r/ckpt-10_temp/x\nThe error could be "
+                                               "from a previous operation.")
+    assert distribution.peer_stopped(told) == ("worker 0",
+                                               "no space left on device: /r/ckpt-10_temp/x")
+    assert distribution.peer_stopped(peer) is None
 
 
 @pytest.mark.parametrize("raise_it", [
@@ -427,6 +514,38 @@ def test_a_lost_worker_exits_right_after_its_line_running_the_exit_handlers(tmp_
     assert result.returncode == 1
     assert result.stderr == "error: lost contact with worker 0 during step 3\n"
     assert (tmp_path / "released").exists()  # e.g. the run lock's release
+
+
+@pytest.mark.parametrize("in_cluster", [True, False])
+def test_a_stop_signal_after_the_line_keeps_the_stated_exit_status(in_cluster):
+    import subprocess
+    import sys
+
+    from tests.test_distributed import REPO
+
+    # A slow exit handler stands in for the tail after the line (TensorFlow's teardown).
+    code = f"""if True:
+        import atexit, time
+        from t2t_lite import errors
+        atexit.register(time.sleep, 60)
+        if {in_cluster}:
+            errors.exit_right_after_the_line()
+        with errors.report_user_errors():
+            raise errors.UserError("lost contact with worker 0 during step 3")
+    """
+    process = subprocess.Popen([sys.executable, "-c", code], cwd=REPO, env=_env(),
+                               stderr=subprocess.PIPE, text=True)
+    try:
+        assert process.stderr.readline() == "error: lost contact with worker 0 during step 3\n"
+        time.sleep(1)
+        process.send_signal(signal.SIGTERM)  # in the tail
+        sent = time.time()
+        assert process.wait(timeout=30) == 1  # the line's status, not a silent 143
+        assert time.time() - sent < 10
+        assert process.stderr.read() == ""
+    finally:
+        process.kill()
+        process.wait()
 
 
 def test_a_frozen_peer_that_breaks_the_cluster_is_named_as_the_coordination_leader():

@@ -1,13 +1,14 @@
 """The last cases of issue 40's table, each one line with nothing half-written: a full disk
 during a checkpoint save or datagen, a read-only output_dir or one below a file, a
-`run.lock` holding `null`, Ctrl-C in datagen, BLEU of empty files, a decode line too long
-for memory, a changed data shard on resume, a missing or wrong-length `--decode_reference`,
-bad `--decode_hparams` of train_eval_and_decode, and every library error class.
+`run.lock` holding `null`, Ctrl-C or SIGTERM in datagen, BLEU of empty files, a decode line
+too long for memory, a changed data shard on resume, a missing or wrong-length
+`--decode_reference`, bad `--decode_hparams` of train_eval_and_decode, and every library
+error class.
 
 Most tests call the library or a tool's function in-process with the failure simulated at
 library level (an `OSError(ENOSPC)` or TensorFlow's `ResourceExhaustedError` raised from the
 write); run.py subprocesses only where the user-facing path is the point (BLEU, datagen on a
-real full disk), and those before TensorFlow does any work.
+real full disk or stopped by a real SIGTERM), and those before TensorFlow does any work.
 """
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ import pathlib
 import re
 import shutil
 import subprocess
+import sys
 import types
 
 import pytest
@@ -27,7 +29,7 @@ import pytest
 from t2t_lite import errors
 from t2t_lite.errors import RunStopped, UserError, report_user_errors
 from t2t_lite.utils import run_lock
-from tests.conftest import REPO_ROOT, error_line
+from tests.conftest import REPO_ROOT, error_line, small_disk
 from tests.run_py import PROBLEM, TINY, run
 
 ENOSPC_TEXT = "No space left on device"
@@ -240,15 +242,30 @@ def test_datagen_stopped_midway_removes_the_partial_split_and_keeps_the_complete
     assert _tree(data_dir) == dev  # no train file, no lock; dev unchanged
 
 
+def test_datagen_stopped_by_sigterm_midway_is_one_line_and_leaves_no_partial_split(tmp_path):
+    from t2t_lite.data_generators import data_marker
+    from tests.run_py import env
+
+    data_dir = tmp_path / "data"
+    # A real SIGTERM, sent to itself by datagen after 10 examples of the first split.
+    result = subprocess.run(
+        [sys.executable, str(REPO_ROOT / "run.py"), "--mode=datagen", f"--problem={PROBLEM}",
+         f"--data_dir={data_dir}", f"--tmp_dir={tmp_path / 'tmp'}"], cwd=tmp_path,
+        env={**env(), data_marker.KILL_AT_ENV: "generate:SIGTERM"}, capture_output=True,
+        text=True, timeout=300, check=False)
+    assert result.returncode == 143, result.stderr[-3000:]
+    assert "Traceback" not in result.stderr
+    lines = [line for line in result.stderr.splitlines() if line.startswith("stopped: ")]
+    assert lines == [result.stderr.rstrip().splitlines()[-1]]
+    # The shard being written is removed where it was being written (generator_utils).
+    assert lines[0] == (f"stopped: SIGTERM received: datagen stopped; {PROBLEM} in "
+                        f"--data_dir={data_dir}: no split complete; run the same command to "
+                        "finish")
+    assert not data_dir.exists() or _tree(data_dir) == {}
+
+
 def test_datagen_on_a_real_full_disk_is_one_line(tmp_path):
-    if os.geteuid() != 0 or not shutil.which("mount"):
-        pytest.skip("mounting a small tmpfs needs root")
-    mount = tmp_path / "disk"
-    mount.mkdir()
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=40k", "tmpfs", str(mount)],
-                      capture_output=True, check=False).returncode:
-        pytest.skip("this machine does not allow mounting a tmpfs")
-    try:
+    with small_disk(tmp_path / "disk", "40k") as mount:
         result = run("--mode=datagen", f"--problem={PROBLEM}", f"--data_dir={mount}",
                      f"--tmp_dir={tmp_path / 'tmp'}", cwd=tmp_path)
         assert error_line(result) == (
@@ -256,8 +273,6 @@ def test_datagen_on_a_real_full_disk_is_one_line(tmp_path):
             f" {PROBLEM} in --data_dir={mount}: no split complete; make room (or choose a "
             "writable --data_dir) and run the same command to finish")
         assert os.listdir(mount) == []
-    finally:
-        subprocess.run(["umount", str(mount)], check=False)
 
 
 # --- a damaged shard on resume ------------------------------------------------------------------

@@ -67,6 +67,89 @@ def test_stale_lock_takeover_has_exactly_one_winner(tmp_path):
     assert outcomes == [["held"] + ["refused"] * (1 + t % 3) for t in range(20)]
 
 
+def _gfile_text(path: str) -> str:
+    import tensorflow as tf
+
+    with tf.io.gfile.GFile(path) as f:
+        return f.read()
+
+
+def _gfile_write(path: str, text: str) -> None:
+    import tensorflow as tf
+
+    if tf.io.gfile.exists(path):  # ram:// appends to an existing file
+        tf.io.gfile.remove(path)
+    with tf.io.gfile.GFile(path, "w") as f:
+        f.write(text)
+
+
+def test_a_lock_on_a_path_with_a_scheme_is_never_taken_over(tmp_path):
+    import socket
+    import time
+
+    import tensorflow as tf
+
+    # TensorFlow's in-memory filesystem stands in for gs://: a scheme, no flock.
+    directory = f"ram://{tmp_path}/run"
+    tf.io.gfile.makedirs(directory)
+    path = f"{directory}/{run_lock.LOCK_NAME}"
+    dead = {"host": socket.gethostname(), "pid": _dead_pid(), "start_time": 1.0}
+    started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(1.0))
+    advice = ("and a lock on a path with a scheme is never taken over (no atomic create "
+              "there: two runs could both take it); remove the lock file if that run is gone, "
+              "then run the same command again")
+    for content, named in (
+            (json.dumps(dead), (f"names a run that no longer runs (pid {dead['pid']} on host "
+                                f"{dead['host']}, started {started})")),
+            ("null", "names no run (empty or not a JSON object)")):
+        _gfile_write(path, content)
+        with pytest.raises(UserError) as refused:
+            run_lock.acquire(directory)
+        assert str(refused.value) == f"the lock {path} {named}, {advice}"
+        assert _gfile_text(path) == content  # left as it was
+    tf.io.gfile.remove(path)
+    lock = run_lock.acquire(directory)  # no lock: taken, and released
+    assert json.loads(_gfile_text(path))["pid"] == os.getpid()
+    with pytest.raises(UserError, match=rf"^{directory} is in use by another run \(pid "):
+        _acquire_as_another_process(directory)
+    lock.release()
+    assert not tf.io.gfile.exists(path)
+
+
+def _acquire_as_another_process(directory: str) -> None:
+    """`RunLock.acquire` as a process of another pid would call it."""
+    other = run_lock.RunLock(directory)
+    other.holder = {**other.holder, "pid": other.holder["pid"] + 1}
+    other.acquire()
+
+
+def test_readers_of_a_data_dir_with_a_scheme_leave_notes_that_overwrite_respects(tmp_path):
+    import socket
+
+    import tensorflow as tf
+
+    data_dir = f"ram://{tmp_path}/data"
+    tf.io.gfile.makedirs(data_dir)
+    assert run_lock.refuse_if_read(data_dir) is None  # never read: no note
+    assert run_lock.hold_data_dir(data_dir) is None  # a training run reads it
+    note = f"{data_dir}/{run_lock.READERS_LOCK_NAME}.{socket.gethostname()}.{os.getpid()}"
+    assert json.loads(_gfile_text(note))["pid"] == os.getpid()
+    with pytest.raises(UserError, match=rf"^--overwrite_data: a training run may read "
+                                        rf"--data_dir={data_dir} \(pid {os.getpid()} on host "
+                                        rf".*; its note {note}\); "):
+        run_lock.refuse_if_read(data_dir)
+    assert tf.io.gfile.exists(note)
+    # Another host's note: its run cannot be checked from here.
+    _gfile_write(note, json.dumps({"host": "elsewhere", "pid": os.getpid(), "start_time": 0}))
+    with pytest.raises(UserError, match=r"\(pid \d+ on host elsewhere, "):
+        run_lock.refuse_if_read(data_dir)
+    # A killed run's note on this host: removed, the overwrite goes ahead.
+    _gfile_write(note, json.dumps({"host": socket.gethostname(), "pid": _dead_pid(),
+                                   "start_time": 0}))
+    assert run_lock.refuse_if_read(data_dir) is None
+    assert tf.io.gfile.listdir(data_dir) == []
+
+
 def test_run_card_goes_through_file_io(tmp_path, monkeypatch):
     import tensorflow as tf
 
@@ -133,6 +216,40 @@ def test_outputs_beside_the_run_are_allowed_and_links_are_seen(run_and_data, tmp
         validation.check_output_not_protected(
             "decode_to_file", str(other / "hparams.json"),
             validation.run_folders(str(run), str(other / "ckpt-4")), str(data))
+
+
+@pytest.mark.parametrize("export_dir", [None, "exported"])
+def test_ctranslate2_decode_refuses_an_output_in_the_exported_model(run_and_data, tmp_path,
+                                                                   export_dir):
+    import types
+
+    from t2t_lite import flags as t2t_flags
+    from t2t_lite.bin import t2t_decoder
+
+    run, _ = run_and_data
+    model_dir = tmp_path / export_dir if export_dir else run / "ctranslate2"
+    model_dir.mkdir()
+    for name in ("model.bin", "config.json", "shared_vocabulary.json", "t2t_lite.json"):
+        (model_dir / name).write_text(name)
+    (tmp_path / "in.txt").write_text("a b\n")
+    before = {p.name: p.read_bytes() for p in model_dir.iterdir()}
+    label = f"--export_dir={model_dir}" if export_dir else (
+        f"{model_dir} (--export_dir's default)")
+    values = {f.name: f.default for f in t2t_flags.FLAGS.get_flags_for_module("t2t_lite.flags")}
+    for name in ("model.bin", "shared_vocabulary.json"):
+        values.update(decode_engine="ctranslate2", output_dir=str(run),
+                      export_dir=str(model_dir) if export_dir else None,
+                      decode_from_file=str(tmp_path / "in.txt"),
+                      decode_to_file=str(model_dir / name))
+        with pytest.raises(UserError) as refused:
+            t2t_decoder.decode_ctranslate2(types.SimpleNamespace(**values))
+        assert str(refused.value) == (
+            f"--decode_to_file={model_dir / name} is {model_dir / name}, a file of the exported "
+            f"model {label}: writing it would break it; choose another --decode_to_file")
+    values["decode_to_file"] = str(model_dir)
+    with pytest.raises(UserError, match=rf"^--decode_to_file={model_dir} is or contains "):
+        t2t_decoder.decode_ctranslate2(types.SimpleNamespace(**values))
+    assert {p.name: p.read_bytes() for p in model_dir.iterdir()} == before
 
 
 # --- `~` and BOMs -------------------------------------------------------------------------------

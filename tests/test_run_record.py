@@ -4,6 +4,7 @@ tools that read a run, datagen --overwrite_data under a live run, the one attent
 check and one-line vocabulary errors. Library tests first, then run.py on the tiny run."""
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -258,7 +259,8 @@ def test_datagen_overwrite_refuses_while_a_training_run_reads_the_data(tiny_run_
 
 
 @pytest.mark.slow
-def test_decode_refuses_a_vocabulary_edited_after_training(tmp_path):
+@pytest.mark.parametrize("mode", ["decode", "train"])
+def test_decode_and_resume_refuse_a_vocabulary_edited_after_training(tmp_path, mode):
     from t2t_lite.data_generators import data_marker, text_encoder
 
     data_dir, run_dir = tmp_path / "data", tmp_path / "run"
@@ -273,16 +275,29 @@ def test_decode_refuses_a_vocabulary_edited_after_training(tmp_path):
     encoder = text_encoder.SubwordTextEncoder(str(vocab))
     recorded = data_marker.run_inputs({"inputs": encoder, "targets": encoder}, None, None)
     run_metadata.save_inputs(str(run_dir), recorded)
-    # A checkpoint on disk for run.py's first checks (its contents are never read).
+    # A complete checkpoint on disk, which makes a training run a resume, and a train shard
+    # for run.py's first checks (their contents are never read).
     (run_dir / "ckpt-2.index").write_bytes(b"")
+    (run_dir / "ckpt-2.data-00000-of-00001").write_bytes(b"")
+    (data_dir / "translate_files-train-00000-of-00001").write_bytes(b"")
     vocab.write_text("'<pad>'\n'<EOS>'\n'b_'\n'a_'\n'a'\n'b'\n'_'\n")  # same size, reordered
     (tmp_path / "in.txt").write_text("a b\n")
-    before = {**_snapshot(run_dir), "vocab": vocab.read_bytes()}
-    line = error_line(run("--mode=decode", f"--output_dir={run_dir}",
-                          f"--decode_from_file={tmp_path / 'in.txt'}",
-                          f"--decode_to_file={tmp_path / 'out.txt'}", cwd=tmp_path))
+    before = {**_snapshot(run_dir), **_snapshot(data_dir)}
+    if mode == "decode":
+        flags = [f"--output_dir={run_dir}", f"--decode_from_file={tmp_path / 'in.txt'}",
+                 f"--decode_to_file={tmp_path / 'out.txt'}"]
+    else:
+        flags = ["--problem=translate_files", f"--data_dir={data_dir}",
+                 "--hparams_set=transformer_tiny", f"--hparams={TINY}",
+                 f"--output_dir={run_dir}", "--train_steps=6"]
+    result = run(f"--mode={mode}", *flags, cwd=tmp_path)
+    assert result.returncode == 1
     old = recorded["vocab"][vocab.name]["sha256"][:12]
-    assert line.startswith(f"error: the vocabulary {vocab} changed since run {run_dir} was "
-                           f"trained (sha256 {old}.. now ")
-    assert {**_snapshot(run_dir), "vocab": vocab.read_bytes()} == before
+    new = hashlib.sha256(vocab.read_bytes()).hexdigest()[:12]
+    assert error_line(result) == (
+        f"error: the vocabulary {vocab} changed since run {run_dir} was trained (sha256 "
+        f"{old}.. now {new}..): the model's ids would mean other subwords; restore the "
+        f"vocabulary the run was trained with (--mode={mode} --data_dir=<its data>), or train "
+        "a new run in another --output_dir")
+    assert {**_snapshot(run_dir), **_snapshot(data_dir)} == before
     assert not (tmp_path / "out.txt").exists()

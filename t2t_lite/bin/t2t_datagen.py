@@ -18,7 +18,7 @@ from t2t_lite.data_generators.datagen import (
     select_problems,
     summarize,
 )
-from t2t_lite.errors import SIGINT_EXIT_CODE, RunStopped, UserError
+from t2t_lite.errors import RunStopped, UserError, interrupt_signal
 from t2t_lite.utils import validation
 
 
@@ -69,9 +69,10 @@ def main(flags: Any) -> None:
         try:
             markers = generate_locked(problem, data_dir, tmp_dir, random_seed=seed,
                                       max_cases=max_cases, overwrite=overwrite)
-        except KeyboardInterrupt:  # before any shard was written (while reading inputs)
-            raise RunStopped(f"SIGINT received: datagen of {name} stopped before writing "
-                             "data; run the same command again", SIGINT_EXIT_CODE,
+        except KeyboardInterrupt as e:  # before any shard was written (reading inputs)
+            signal_name, code = interrupt_signal(e)
+            raise RunStopped(f"{signal_name} received: datagen of {name} stopped before "
+                             "writing data; run the same command again", code,
                              label="stopped") from None
         if markers is None:
             print(f"[datagen] {name}: already complete in {data_dir} (completion markers); "

@@ -190,12 +190,13 @@ def decode_ctranslate2(flags) -> str:
         "decode_to_file", output,
         {"decode_from_file": filename,
          "decode_reference": flags.decode_reference or decode_hp.decode_reference})
+    model_dir = ct2.default_model_dir(flags.export_dir, flags.output_dir)
     validation.check_output_not_protected(
-        "decode_to_file", output, {**validation.run_folders(flags.output_dir, None),
-                                   **({f"--export_dir={flags.export_dir}": flags.export_dir}
-                                      if flags.export_dir else {})})
+        "decode_to_file", output, validation.run_folders(flags.output_dir, None),
+        models={f"--export_dir={flags.export_dir}" if flags.export_dir else
+                f"{model_dir} (--export_dir's default)": model_dir})
     _check_reference(flags, decode_hp)
-    translator = ct2.Translator(ct2.default_model_dir(flags.export_dir, flags.output_dir),
+    translator = ct2.Translator(model_dir,
                                 device=flags.ct2_device, compute_type=flags.ct2_compute_type,
                                 inter_threads=flags.ct2_inter_threads,
                                 intra_threads=flags.ct2_intra_threads)

@@ -48,16 +48,19 @@ _SHARD_NAME = re.compile(r"-(\d{5})-of-(\d{5})$")
 
 
 # Test hook: `T2T_LITE_DATAGEN_KILL_AT=<point>` makes datagen SIGKILL itself at that point, so
-# that tests can check that a rerun after a crash at any moment gives the complete data set.
+# that tests can check that a rerun after a crash at any moment gives the complete data set
+# (`<point>:SIGTERM` sends that signal instead, a scheduler's stop at that moment).
 # Points: "vocab" (vocab built, not stored), "generate" (10 examples written), "rename" (one
 # shard renamed), "shuffle" (one shard shuffled), "marker" (one split's marker written).
 KILL_AT_ENV = "T2T_LITE_DATAGEN_KILL_AT"
 
 
 def kill_point(name: str) -> None:
-    """SIGKILLs this process when the test hook `T2T_LITE_DATAGEN_KILL_AT` names `name`."""
-    if os.environ.get(KILL_AT_ENV) == name:
-        os.kill(os.getpid(), signal.SIGKILL)
+    """SIGKILLs this process (or sends it the signal after a colon, "generate:SIGTERM") when
+    the test hook `T2T_LITE_DATAGEN_KILL_AT` names `name`."""
+    point, _, signal_name = os.environ.get(KILL_AT_ENV, "").partition(":")
+    if point == name:
+        os.kill(os.getpid(), getattr(signal, signal_name or "SIGKILL"))
 
 
 def marker_path(data_dir: str, dataset_filename: str, tag: str) -> str:

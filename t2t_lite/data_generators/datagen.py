@@ -379,16 +379,17 @@ def _stopped_cleanly(problem, data_dir: str, complete: dict[str, bool],
       error: what stopped datagen.
 
     Returns:
-      `errors.RunStopped` ("stopped:", exit 130) for KeyboardInterrupt, `UserError` for a
+      `errors.RunStopped` ("stopped:", exit 130; 143 for SIGTERM) for KeyboardInterrupt
+      (`errors.SigtermReceived` included), `UserError` for a
       storage problem (`errors.storage_problem`), else None.
     """
 
     from t2t_lite.data_generators import data_marker
     from t2t_lite.errors import (
-        SIGINT_EXIT_CODE,
         RunStopped,
         UserError,
         describe_storage_problem,
+        interrupt_signal,
         storage_problem,
     )
 
@@ -404,8 +405,9 @@ def _stopped_cleanly(problem, data_dir: str, complete: dict[str, bool],
                "no split complete")
             + (f", the partial {' and '.join(removed)} split(s) removed" if removed else ""))
     if problem_ is None:
-        return RunStopped(f"SIGINT received: datagen stopped; {what}; run the same command to "
-                          "finish", SIGINT_EXIT_CODE, label="stopped")
+        name, code = interrupt_signal(error)
+        return RunStopped(f"{name} received: datagen stopped; {what}; run the same command to "
+                          "finish", code, label="stopped")
     return UserError(describe_storage_problem(
         problem_, f"{what}; make room (or choose a writable --data_dir) and run the same "
                   "command to finish"))
@@ -429,6 +431,7 @@ def generate_locked(problem, data_dir: str, tmp_dir: str,
     Raises:
       UserError: another datagen holds data_dir, or its data was made from other inputs.
     """
+    from t2t_lite.errors import sigterm_interrupts
     from t2t_lite.utils import run_lock
 
     # Locked first, so that a second datagen refuses at once (hashing inputs takes a while).
@@ -437,12 +440,15 @@ def generate_locked(problem, data_dir: str, tmp_dir: str,
     lock.acquire()
     readers = None
     try:
-        if overwrite:  # never under a live training run
-            readers = run_lock.refuse_if_read(data_dir)
-        inputs = made_from(problem, tmp_dir, datagen_settings(problem, max_cases, random_seed))
-        set_random_seed(random_seed)
-        return generate_problem_data(problem, data_dir, tmp_dir, max_cases=max_cases,
-                                     made_from=inputs, overwrite=overwrite)
+        # SIGTERM (a scheduler, `kill`) stops datagen as Ctrl-C does: partial splits removed.
+        with sigterm_interrupts():
+            if overwrite:  # never under a live training run
+                readers = run_lock.refuse_if_read(data_dir)
+            inputs = made_from(problem, tmp_dir,
+                               datagen_settings(problem, max_cases, random_seed))
+            set_random_seed(random_seed)
+            return generate_problem_data(problem, data_dir, tmp_dir, max_cases=max_cases,
+                                         made_from=inputs, overwrite=overwrite)
     finally:
         if readers is not None:
             os.close(readers)

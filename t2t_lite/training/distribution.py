@@ -260,10 +260,16 @@ def leave_cluster(strategy: tf.distribute.Strategy, timeout_secs: float = 600) -
         logging.warning("Leaving without the other workers: %s", e.message.splitlines()[0])
         return
     if is_chief():
-        peers = _peers(strategy.cluster_resolver)
-        deadline = time.time() + SHUTDOWN_BARRIER_TIMEOUT_SECONDS
-        while len(startup_watchdog.unreachable(peers)) < len(peers) and time.time() < deadline:
-            time.sleep(0.2)
+        _wait_for_peers_to_exit(strategy.cluster_resolver)
+
+
+def _wait_for_peers_to_exit(resolver) -> None:
+    """The chief hosts the coordination service: it waits (at most
+    SHUTDOWN_BARRIER_TIMEOUT_SECONDS) until no peer's server answers any more."""
+    peers = _peers(resolver)
+    deadline = time.time() + SHUTDOWN_BARRIER_TIMEOUT_SECONDS
+    while len(startup_watchdog.unreachable(peers)) < len(peers) and time.time() < deadline:
+        time.sleep(0.2)
 
 
 # The collective errors of a cluster that lost a worker.
@@ -276,13 +282,56 @@ LOST_WORKER_ERRORS = (tf.errors.UnavailableError, tf.errors.AbortedError,
 OWN_DISK_ERRORS = tuple(os.strerror(code) for code in (errno.ENOSPC, errno.EDQUOT, errno.EROFS))
 
 
-def own_disk_error(error: Exception) -> str | None:
+def own_disk_error(error: Exception, me: str = "") -> str | None:
     """The disk problem ("No space left on device") an error reports about this process's
     own writes, which no lost worker explains; None for other errors, and for errors another
-    task reported (they name it: "/job:worker/replica:0/task:1")."""
-    if "/job:" in str(error):
+    task reported (they name it: "/job:worker/replica:0/task:1").
+
+    Args:
+      error: the error.
+      me: this task as "job:index" ("worker:0"): TensorFlow's errors of its own ops name it.
+    """
+    tasks = {f"{job}:{task}" for job, task in _TASK_NAMES.findall(str(error))}
+    if tasks - {me}:
         return None
     return next((text for text in OWN_DISK_ERRORS if text in str(error)), None)
+
+
+# How TensorFlow's errors name a task.
+_TASK_NAMES = re.compile(r"/job:(\w+)/replica:\d+/task:(\d+)")
+# What a worker that stops on its own error sends the others (`tell_peers_why`): the
+# coordination service aborts their collectives with this text in the error.
+_PEER_STOPPED = "t2t_lite: {me} stops on its own error: {reason}"
+_PEER_STOPPED_PATTERN = re.compile(r"t2t_lite: (\w+ \d+) stops on its own error: ([^\n]*)")
+
+
+def tell_peers_why(resolver, me: str, reason: str) -> None:
+    """Tells the other workers that this one stops on its own error (a full disk, a diverged
+    loss) and why, so that their line names it instead of a lost worker: the coordination
+    service aborts their collectives with `reason` (`peer_stopped`). The chief, which hosts
+    the service, then waits (at most SHUTDOWN_BARRIER_TIMEOUT_SECONDS) for them to exit.
+
+    Args:
+      resolver: the strategy's cluster resolver.
+      me: this worker's name ("worker 0").
+      reason: one line, e.g. "no space left on device: /run/ckpt-10_temp/...".
+    """
+    from tensorflow.python.eager import context
+
+    try:
+        context.context().report_error_to_cluster(
+            tf.errors.INTERNAL, _PEER_STOPPED.format(me=me, reason=errors.one_line(reason)))
+    except (tf.errors.OpError, ValueError) as e:  # the service is gone: nobody to tell
+        logging.debug("Could not tell the other workers: %s", e)
+        return
+    if is_chief():
+        _wait_for_peers_to_exit(resolver)
+
+
+def peer_stopped(error: Exception) -> tuple[str, str] | None:
+    """(peer, reason) when `error` is the abort a peer's `tell_peers_why` caused, else None."""
+    match = _PEER_STOPPED_PATTERN.search(str(error))
+    return (match.group(1), match.group(2)) if match else None
 
 
 def is_multi_worker(strategy: tf.distribute.Strategy) -> bool:
@@ -350,7 +399,9 @@ def lost_workers_are_one_line(strategy: tf.distribute.Strategy, output_dir: str,
                               step: Callable[[], int], before_exit: Callable[[], None]):
     """Turns the collective errors of a worker that died into one line naming it, the last
     checkpoint and how to restart; this worker's own disk full (or read-only) is one line
-    saying so, blaming no worker. Errors pass unchanged with one worker.
+    saying so, blaming no worker. A worker that stops on its own error (that, or any user
+    error: a failed save, a diverged loss) tells the others why (`tell_peers_why`), and their
+    line names it instead of a lost worker. Errors pass unchanged with one worker.
 
     Args:
       strategy: the run's strategy.
@@ -361,19 +412,31 @@ def lost_workers_are_one_line(strategy: tf.distribute.Strategy, output_dir: str,
     """
     try:
         yield
+    except UserError as e:  # this worker's own error (a failed save, a diverged loss)
+        if is_multi_worker(strategy):
+            tell_peers_why(strategy.cluster_resolver, _me(strategy), str(e).split(";")[0])
+        raise
     except tf.errors.OpError as e:
         if not is_multi_worker(strategy):
             raise
         before_exit()
         resolver = strategy.cluster_resolver
-        me = task_name(resolver.task_type, resolver.task_id)
-        disk = own_disk_error(e)
-        if disk:  # this worker's own write failed: no peer is to blame
-            first_line = (e.message or str(e)).strip().splitlines()[0]
+        me = _me(strategy)
+        stopped = peer_stopped(e)
+        if stopped:
             raise RunStopped(
-                f"{me} could not write a file ({disk}: {first_line}); {me} stops: "
-                f"{last_checkpoint_text(output_dir)}; free space (or make it writable), then "
-                "start every worker again with the same command to resume there", 1,
+                f"{stopped[0]} stopped on its own error ({stopped[1]}); {me} stops with it: "
+                f"{last_checkpoint_text(output_dir)}; fix that ({stopped[0]}'s log says how), "
+                "then start every worker again with the same command to resume there", 1,
+                exit_now=True) from None
+        disk = own_disk_error(e, f"{resolver.task_type}:{resolver.task_id}")
+        if disk:  # this worker's own write failed: no peer is to blame
+            problem = errors.storage_problem(e) or (disk.lower(), None)
+            tell_peers_why(resolver, me, ": ".join(part for part in problem if part))
+            raise RunStopped(errors.describe_storage_problem(
+                problem, f"{me} stops: {last_checkpoint_text(output_dir)}; make room in (or "
+                         f"make writable) --output_dir={output_dir}, then start every worker "
+                         "again with the same command to resume there"), 1,
                 exit_now=True) from None
         if not isinstance(e, LOST_WORKER_ERRORS):
             raise
@@ -413,6 +476,12 @@ def peers_lost_before_training(strategy: tf.distribute.Strategy, output_dir: str
         raise cluster_agreement.lost_before_training(
             task_name(resolver.task_type, resolver.task_id), lost_peers(resolver, e),
             type(e).__name__, last_checkpoint_text(output_dir)) from None
+
+
+def _me(strategy: tf.distribute.Strategy) -> str:
+    """This worker's name ("worker 0")."""
+    resolver = strategy.cluster_resolver
+    return task_name(resolver.task_type, resolver.task_id)
 
 
 def _peers(resolver) -> dict[str, str]:

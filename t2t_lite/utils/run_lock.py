@@ -7,13 +7,18 @@ no longer runs on this host (the run was killed) is stale: it is taken over with
 under a flock of the directory, so that of several processes taking it over at once exactly
 one wins and the others refuse naming it.
 A lock held by another host is never taken over (its process cannot be checked from here).
-Datagen holds its data_dir the same way, with `datagen.lock`.
+Datagen holds its data_dir the same way, with `datagen.lock`. On a path with a scheme
+(`gs://`, any non-local filesystem) there is neither flock nor an atomic create, so two
+processes could both take one stale lock over: there a lock naming no live run is never
+taken over, the refusal names the file to remove by hand.
 
 A training run also holds a shared `flock` on `data_dir/readers.lock` while it trains
 (`hold_data_dir`), and `datagen --overwrite_data` needs it exclusively (`refuse_if_read`), so
 that data is never replaced under a live run. The kernel releases a flock when its process
-dies, so a killed run leaves nothing stale; a data_dir where the file cannot be created
-(read-only, `gs://`) is not guarded.
+dies, so a killed run leaves nothing stale; a local data_dir where the file cannot be created
+(read-only) is not guarded. On a path with a scheme each reader writes a note instead,
+`readers.lock.<host>.<pid>`, removed at its exit; `--overwrite_data` refuses while any note
+names a run that may live (this host's notes of dead pids are removed).
 """
 from __future__ import annotations
 
@@ -46,6 +51,25 @@ def _tf():
 
 def _exists(path: str) -> bool:
     return os.path.exists(path) if "://" not in path else _tf().io.gfile.exists(path)
+
+
+def _remove(path: str) -> None:
+    """Removes `path` if it exists (TensorFlow only for a path with a scheme: a local lock is
+    taken and released without importing it)."""
+    if "://" not in path:
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(path)
+        return
+    tf = _tf()
+    with contextlib.suppress(tf.errors.NotFoundError):
+        tf.io.gfile.remove(path)
+
+
+def _makedirs(directory: str) -> None:
+    if "://" not in directory:
+        os.makedirs(directory, exist_ok=True)
+    else:
+        _tf().io.gfile.makedirs(directory)
 
 
 def pid_alive(pid: int) -> bool:
@@ -106,14 +130,11 @@ def _create_exclusive(path: str, content: str) -> bool:
 
 @contextlib.contextmanager
 def _takeover_guard(directory: str) -> Iterator[None]:
-    """Holds an exclusive flock on `directory` itself (no file is added), so that of the
-    processes taking over one stale lock exactly one reads, removes and re-creates it: the
-    others then read the winner's live lock. The kernel releases the flock of a killed
-    process, so the guard itself is never stale. Paths with a scheme (gs://) and
-    filesystems without flock run unguarded (a narrow race)."""
-    if "://" in directory:
-        yield
-        return
+    """Holds an exclusive flock on local `directory` itself (no file is added), so that of
+    the processes taking over one stale lock exactly one reads, removes and re-creates it:
+    the others then read the winner's live lock. The kernel releases the flock of a killed
+    process, so the guard itself is never stale. Filesystems without flock run unguarded
+    (a narrow race); paths with a scheme never take a lock over (`RunLock.acquire`)."""
     fd = os.open(directory, os.O_RDONLY)
     try:
         try:
@@ -123,6 +144,11 @@ def _takeover_guard(directory: str) -> Iterator[None]:
         yield
     finally:
         os.close(fd)  # releases the flock
+
+
+def _this_process() -> dict:
+    """What a lock says of its holder: host, pid and start time."""
+    return {"host": socket.gethostname(), "pid": os.getpid(), "start_time": time.time()}
 
 
 class RunLock:
@@ -140,8 +166,7 @@ class RunLock:
         self.path = os.path.join(output_dir, lock_name)
         self.holder_kind = holder_kind
         self.flag = flag
-        self.holder = {"host": socket.gethostname(), "pid": os.getpid(),
-                       "start_time": time.time()}
+        self.holder = _this_process()
         self.held = False
 
     def acquire(self) -> RunLock:
@@ -150,22 +175,25 @@ class RunLock:
         Raises:
           UserError: another live run holds it, naming its pid, host and start time.
         """
-        tf = _tf()
-        tf.io.gfile.makedirs(os.path.dirname(self.path))
+        _makedirs(os.path.dirname(self.path))
         content = json.dumps(self.holder)
         for _ in range(3):
             if _create_exclusive(self.path, content):
                 self.held = True
                 atexit.register(self.release)
                 return self
-            with _takeover_guard(os.path.dirname(self.path)):
+            guard = (contextlib.nullcontext() if "://" in self.path
+                     else _takeover_guard(os.path.dirname(self.path)))
+            with guard:
                 # Read under the guard: a racer that took the stale lock over before us has
                 # replaced it with its own live one, which is refused here, never removed.
                 holder = _read(self.path)
-                if not holder and tf.io.gfile.exists(self.path):
+                if not holder and _exists(self.path):
                     time.sleep(1)  # another run may be between creating and writing it
                     holder = _read(self.path)
                 stale = self._refuse_live(holder)
+                if "://" in self.path and (stale or not holder):
+                    self._refuse_takeover(holder)
                 if stale:
                     logging.warning("Taking over the stale lock %s of a %s that no longer "
                                     "runs (%s)", self.path, self.holder_kind,
@@ -173,10 +201,7 @@ class RunLock:
                 elif not holder:
                     logging.warning("Taking over the lock %s: it names no %s (empty or not a "
                                     "JSON object)", self.path, self.holder_kind)
-                try:
-                    tf.io.gfile.remove(self.path)
-                except tf.errors.NotFoundError:
-                    pass
+                _remove(self.path)
                 if _create_exclusive(self.path, content):
                     self.held = True
                     atexit.register(self.release)
@@ -198,6 +223,17 @@ class RunLock:
                 "gone)")
         return stale
 
+    def _refuse_takeover(self, holder: dict) -> None:
+        """Raises the one line refusing to take over a lock that names no live run on a
+        path with a scheme (no flock and no atomic create there: two runs could both take
+        it)."""
+        named = (f"names a {self.holder_kind} that no longer runs ({_describe(holder)})"
+                 if holder else f"names no {self.holder_kind} (empty or not a JSON object)")
+        raise UserError(
+            f"the lock {self.path} {named}, and a lock on a path with a scheme is never taken "
+            "over (no atomic create there: two runs could both take it); remove the lock "
+            f"file if that {self.holder_kind} is gone, then run the same command again")
+
     def refuse_if_held(self) -> None:
         """Raises UserError at once if a live run holds the lock (writes nothing); called
         before the model is built so that a second run refuses within seconds."""
@@ -211,11 +247,7 @@ class RunLock:
         self.held = False
         holder = _read(self.path)
         if holder.get("pid") == self.holder["pid"] and holder.get("host") == self.holder["host"]:
-            tf = _tf()
-            try:
-                tf.io.gfile.remove(self.path)
-            except tf.errors.NotFoundError:
-                pass
+            _remove(self.path)
 
 
 def refuse_if_held(output_dir: str) -> None:
@@ -239,7 +271,13 @@ def _lock_readers_file(data_dir: str, exclusive: bool) -> int | None:
     Raises:
       BlockingIOError: the other kind of holder has it.
     """
-    if not data_dir or "://" in data_dir:  # "": no data_dir (not the current directory)
+    if not data_dir:  # "": no data_dir (not the current directory)
+        return None
+    if "://" in data_dir:
+        if exclusive:
+            _refuse_noted_readers(data_dir)
+        else:
+            _note_reader(data_dir)
         return None
     try:
         fd = os.open(os.path.join(data_dir, READERS_LOCK_NAME),
@@ -254,14 +292,49 @@ def _lock_readers_file(data_dir: str, exclusive: bool) -> int | None:
     return fd
 
 
+def _note_reader(data_dir: str) -> None:
+    """A reader's note on a data_dir with a scheme (no flock there): `readers.lock.<host>.
+    <pid>` naming this process, removed at its exit."""
+    holder = _this_process()
+    path = os.path.join(data_dir, f"{READERS_LOCK_NAME}.{holder['host']}.{holder['pid']}")
+    tf = _tf()
+    try:
+        with tf.io.gfile.GFile(path, "w") as f:
+            f.write(json.dumps(holder))
+    except tf.errors.OpError as e:  # a read-only bucket: not guarded, as a local one
+        logging.debug("No reader's note in %s: %s", data_dir, e)
+        return
+
+    atexit.register(_remove, path)
+
+
+def _refuse_noted_readers(data_dir: str) -> None:
+    """Raises UserError while a reader's note (`_note_reader`) in data_dir names a run that
+    may live: another host's (not checkable from here) or a live pid of this host; this
+    host's notes of dead pids are removed."""
+    tf = _tf()
+    host = socket.gethostname()
+    for path in sorted(tf.io.gfile.glob(os.path.join(data_dir, f"{READERS_LOCK_NAME}.*"))):
+        holder = _read(path)
+        if (holder.get("host") == host and isinstance(holder.get("pid"), int)
+                and not pid_alive(holder["pid"])):
+            _remove(path)  # a killed run's
+            continue
+        raise UserError(
+            f"--overwrite_data: a training run may read --data_dir={data_dir} "
+            f"({_describe(holder)}; its note {path}); replacing its data would change what "
+            "the run trains on: stop the run first, or generate into another --data_dir "
+            "(remove the note only if that run is gone)")
+
+
 def hold_data_dir(data_dir: str) -> int | None:
     """Takes a shared lock on data_dir for this process (a training run reading it), until
     the process exits.
 
     Returns:
-      The lock's descriptor (keep it open), or None where data_dir cannot hold the lock or
-      a datagen holds it exclusively at this moment (its data is being made: not ours to wait
-      for).
+      The lock's descriptor (keep it open), or None where data_dir cannot hold the lock, a
+      datagen holds it exclusively at this moment (its data is being made: not ours to wait
+      for), or data_dir has a scheme (a reader's note is written there instead).
     """
     try:
         return _lock_readers_file(data_dir, exclusive=False)
@@ -275,10 +348,10 @@ def refuse_if_read(data_dir: str) -> int | None:
 
     Returns:
       The descriptor to keep open while the data is replaced (None: no training run has
-      read data_dir, or it cannot hold the lock).
+      read data_dir, it cannot hold the lock, or it has a scheme: readers' notes checked).
 
     Raises:
-      UserError: one line naming data_dir.
+      UserError: one line naming data_dir (and the reader's note, with a scheme).
     """
     try:
         return _lock_readers_file(data_dir, exclusive=True)

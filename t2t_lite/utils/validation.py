@@ -243,12 +243,13 @@ def run_folders(output_dir: str | None, checkpoint_path: str | None) -> dict[str
 
 def check_output_not_protected(flag: str, output: str | None,
                                runs: Mapping[str, str | None],
-                               data_dir: str | None = None) -> None:
+                               data_dir: str | None = None,
+                               models: Mapping[str, str] | None = None) -> None:
     """Refuses an output path that would replace or hold what a run is made of, before
     anything is written: a file of a run (`RUN_FILE_PATTERNS`: hparams.json, flags.json,
     checkpoints, the run card, the lock, ...), any file of the data_dir (shards, vocabulary,
-    markers), or a folder that is, or contains, a run or the data_dir (an export or average
-    replaces its output folder whole).
+    markers) or of an exported model read (a CTranslate2 folder), or a folder that is, or
+    contains, one of them (an export or average replaces its output folder whole).
 
     Args:
       flag: the output's flag, e.g. "decode_to_file".
@@ -256,6 +257,7 @@ def check_output_not_protected(flag: str, output: str | None,
       runs: {flag=value text: folder} of the runs read, e.g. {"--output_dir=r": "r",
         "--checkpoint_path=r2/ckpt-4": "r2"}; None folders are skipped.
       data_dir: the data_dir read (None: none).
+      models: {label: folder} of the exported models read, e.g. {"--export_dir=e": "e"}.
 
     Raises:
       UserError: "--decode_to_file=r/hparams.json is r/hparams.json, a file of the run
@@ -269,6 +271,8 @@ def check_output_not_protected(flag: str, output: str | None,
     if data_dir:
         places.append((f"--data_dir={data_dir}", _real(data_dir), None,
                        "a file of the data (a shard, the vocabulary, a marker)"))
+    places += [(name, _real(folder), None, "a file of the exported model")
+               for name, folder in (models or {}).items()]
     for name, folder, patterns, what in places:
         if _is_within(target, folder):
             raise UserError(f"--{flag}={output} is or contains {name}: writing it would "
