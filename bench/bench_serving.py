@@ -267,6 +267,7 @@ def main(argv=None) -> dict:
         seconds = offline_decode(model_flags, f.name, args.decode_hparams, args.engine)
         results["offline"] = {"sentences_per_sec": len(lines) / seconds, "seconds": seconds,
                               "load": f"{load_before}-{load_average()}"}
+        print(f"offline: {len(lines) / seconds:.1f} sentences/s", flush=True)
     finally:
         os.unlink(f.name)
     # Both servers stay loaded (an idle server takes no CPU) and each client count loads one
