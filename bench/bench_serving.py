@@ -5,9 +5,10 @@
         [--clients=1,4,16,64] [--decode_hparams="beam_size=4,alpha=0.6"] \
         [--engine=ctranslate2 --export_dir=RUN/ctranslate2] [--soak_secs=600] [--quick]
 
-Offline first: `run.py --mode=decode` of the same lines with the same decode hparams (its
-own "Decoded N records in T s" line: decoding only, not loading; for CTranslate2 the same
-`Translator.translate` call, timed). Then two servers are loaded, `--max_batch_size=32` and
+Offline first: what `run.py --mode=decode` runs on the same lines with the same decode
+hparams (`decoding.decode_lines`, or CTranslate2's `Translator.translate`), timed in a fresh
+process after loading and after the decoder's one trace, as the servers are measured after
+their warm-up (`--offline_only`: this alone). Then two servers are loaded, `--max_batch_size=32` and
 `=1`, and for each client count C the first `--lines` lines of `--source` are sent as
 single-sentence requests by C threads to one server, then to the other (neighbouring
 minutes of a shared machine); printed per load: sentences/s, p50 / p95 / p99 latency,
@@ -145,28 +146,53 @@ class Server:
 
 def offline_decode(model_flags: list[str], source: str, decode_hparams: str,
                    engine: str) -> float:
-    """Seconds `--mode=decode` spends decoding `source` (loading excluded): its own "Decoded
-    N records in T s" line (t2t_lite), or for CTranslate2 the same `ct2.Translator.translate`
-    call `--mode=decode` makes, timed in a fresh process after the model is loaded."""
-    with tempfile.TemporaryDirectory() as tmp:
-        if engine == "ctranslate2":
-            export_dir = next(f.split("=", 1)[1] for f in model_flags
-                              if f.startswith("--export_dir="))
-            result = subprocess.run(
-                [sys.executable, "-c", CT2_OFFLINE, str(REPO_ROOT), export_dir, source,
-                 decode_hparams], capture_output=True, text=True, check=False)
-            match = re.search(r"Decoded (\d+) records in ([\d.]+) s", result.stdout)
-        else:
-            result = subprocess.run(
-                [sys.executable, str(REPO_ROOT / "run.py"), "--mode=decode", *model_flags,
-                 f"--decode_hparams={decode_hparams}", f"--decode_from_file={source}",
-                 f"--decode_to_file={tmp}/out.txt"], capture_output=True, text=True,
-                check=False)
-            match = re.search(r"Decoded (\d+) records in ([\d.]+) s", result.stderr)
+    """Seconds `--mode=decode` spends decoding `source`, loading and tracing excluded: the
+    call `--mode=decode` makes (t2t_lite: `decoding.decode_lines` after one traced batch;
+    CTranslate2: `ct2.Translator.translate`), timed in a fresh process."""
+    if engine == "ctranslate2":
+        export_dir = next(f.split("=", 1)[1] for f in model_flags
+                          if f.startswith("--export_dir="))
+        result = subprocess.run(
+            [sys.executable, "-c", CT2_OFFLINE, str(REPO_ROOT), export_dir, source,
+             decode_hparams], capture_output=True, text=True, check=False)
+        match = re.search(r"Decoded (\d+) records in ([\d.]+) s", result.stdout)
+    else:
+        result = subprocess.run(
+            [sys.executable, "-c", T2T_LITE_OFFLINE, str(REPO_ROOT), source, decode_hparams,
+             *model_flags], capture_output=True, text=True, check=False)
+        match = re.search(r"Decoded (\d+) records in ([\d.]+) s", result.stdout)
     if result.returncode or not match:
         raise SystemExit("offline decode failed: " + result.stderr[-2000:])
     return float(match.group(2))
 
+
+# `--mode=decode`'s decoding (decoding.decode_lines, its default parallel batches) timed after
+# the decoder's one trace (a batch of the first line), as the servers trace during warm-up:
+# `--mode=decode`'s own "Decoded" line counts the trace, tens of seconds on a loaded machine.
+T2T_LITE_OFFLINE = """
+import sys, time
+sys.path.insert(0, sys.argv[1])
+from t2t_lite import quiet_start
+quiet_start.import_tensorflow()
+from t2t_lite.decoding import decoding, runs
+flags = dict(arg[2:].split("=", 1) for arg in sys.argv[4:])
+spec = runs.resolve("decode", flags.get("output_dir"), flags.get("problem"),
+                    flags.get("hparams_set"), flags.get("data_dir"), flags.get("model"))
+run = runs.open_run(spec, flags.get("hparams", ""))
+_, model = runs.restore_model(run, flags.get("checkpoint_path"))
+hp = decoding.decode_hparams(sys.argv[3])
+hp.set_hparam("log_results", False)
+infer = decoding.make_infer_fn(model, hp, run.target_space_id)
+lines = [line.strip() for line in open(sys.argv[2], encoding="utf-8")]
+encoders = run.encoders
+decoding.decode_lines(lines[:1], infer, encoders.get("inputs", encoders["targets"]),
+                      encoders["targets"], hp)
+start = time.time()
+decoding.decode_lines(lines, infer, encoders.get("inputs", encoders["targets"]),
+                      encoders["targets"], hp,
+                      parallel_batches=decoding.default_parallel_batches())
+print(f"Decoded {len(lines)} records in {time.time() - start:.2f} s")
+"""
 
 # `--mode=decode --decode_engine=ctranslate2`'s decoding, timed (it logs no time itself).
 CT2_OFFLINE = """
@@ -246,6 +272,8 @@ def main(argv=None) -> dict:
                         help="more run.py flags for both servers (e.g. --batch_timeout_ms=10)")
     parser.add_argument("--soak_secs", type=float, default=0)
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--offline_only", action="store_true",
+                        help="measure offline decoding only")
     parser.add_argument("--output_json", help="also write the results here")
     args = parser.parse_args(argv)
     if args.quick:
@@ -267,7 +295,10 @@ def main(argv=None) -> dict:
         seconds = offline_decode(model_flags, f.name, args.decode_hparams, args.engine)
         results["offline"] = {"sentences_per_sec": len(lines) / seconds, "seconds": seconds,
                               "load": f"{load_before}-{load_average()}"}
-        print(f"offline: {len(lines) / seconds:.1f} sentences/s", flush=True)
+        print(f"offline: {len(lines) / seconds:.1f} sentences/s ({seconds:.2f} s, load "
+              f"{results['offline']['load']})", flush=True)
+        if args.offline_only:
+            return results
     finally:
         os.unlink(f.name)
     # Both servers stay loaded (an idle server takes no CPU) and each client count loads one
