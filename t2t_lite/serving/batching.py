@@ -2,8 +2,8 @@
 and decodes the sentences of concurrent requests together.
 
 Each sentence of a request is a `Job` (its input ids, its decode options, a Future). The
-worker takes the oldest waiting job, waits at most `batch_timeout_secs` after it arrived for
-more jobs with the same options, then decodes up to `max_batch_size` of them whose lengths
+worker takes the oldest waiting job, waits at most `batch_timeout_secs` after it arrived (or
+after the previous decode ended, if later) for more jobs with the same options, then decodes up to `max_batch_size` of them whose lengths
 are closest to the oldest's (t2t-decoder sorts by length for the same reason: little
 padding), as long as rows x padded length stays within `max_batch_tokens`.
 
