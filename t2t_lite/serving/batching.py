@@ -3,9 +3,10 @@ and decodes the sentences of concurrent requests together.
 
 Each sentence of a request is a `Job` (its input ids, its decode options, a Future). The
 worker takes the oldest waiting job, waits at most `batch_timeout_secs` after it arrived (or
-after the previous decode ended, if later) for more jobs with the same options, then decodes up to `max_batch_size` of them whose lengths
-are closest to the oldest's (t2t-decoder sorts by length for the same reason: little
-padding), as long as rows x padded length stays within `max_batch_tokens`.
+after the previous decode ended, if later) for more jobs with the same options, then decodes
+up to `max_batch_size` of them whose lengths are closest to the oldest's (t2t-decoder sorts by
+length for the same reason: little padding), as long as rows x padded length stays within
+`max_batch_tokens`.
 
 A sentence's translation must not depend on its neighbours. t2t's decode length is per
 batch (padded input length + extra_length), so a row shorter than the batch's longest may
