@@ -5,16 +5,21 @@
         [--clients=1,4,16,64] [--decode_hparams="beam_size=4,alpha=0.6"] \
         [--engine=ctranslate2 --export_dir=RUN/ctranslate2] [--soak_secs=600] [--quick]
 
-For each server (`--max_batch_size=32`, then `=1`, one at a time so that they do not share the
-CPU) and each client count C, the first `--lines` lines of `--source` are sent as
-single-sentence requests by C threads; printed: sentences/s, p50 / p95 / p99 latency and
-errors, and how many translations equal those of the first load (the batching server at the
-first client count: a sentence's translation must not depend on its batch). Offline: `run.py --mode=decode` of the same file with the same decode hparams (its
-own "Decoded N records in T s" line: decoding only, not loading). `--soak_secs`: C=16
-clients for that long on the batching server, errors and the server's RSS growth (VmRSS
-after warm-up vs at the end). `--quick`: 24 lines, 1 and 4 clients, a 5 s soak (a smoke
-test of the script, not a measurement). A base-sized model with random weights for speed:
-train one step of `--hparams_set=transformer_base` on the same problem.
+Offline first: what `run.py --mode=decode` runs on the same lines with the same decode
+hparams (`decoding.decode_lines`, or CTranslate2's `Translator.translate`), timed in a fresh
+process after loading and after the decoder's one trace, as the servers are measured after
+their warm-up (`--offline_only`: this alone). Then two servers are loaded, `--max_batch_size=32` and
+`=1`, and for each client count C the first `--lines` lines of `--source` are sent as
+single-sentence requests by C threads to one server, then to the other (neighbouring
+minutes of a shared machine); printed per load: sentences/s, p50 / p95 / p99 latency,
+errors, the 1-minute load average, and how many translations equal those of the first load
+(the batching server at the first client count: a sentence's translation must not depend on
+its batch). At 16 clients: the speed-up over the `=1` server, the fraction of offline
+decoding and p99 / p50. `--soak_secs`: then 16 clients for that long on the batching server
+(after a warm minute), errors and the server's RSS (VmRSS, sampled every 10 s) growth.
+`--quick`: 24 lines, 1 and 4 clients, a 5 s soak (a smoke test of the script, not a
+measurement). A base-sized model with random weights for speed: train one step of
+`--hparams_set=transformer_base` on the same problem.
 """
 from __future__ import annotations
 
@@ -23,6 +28,7 @@ import json
 import os
 import pathlib
 import re
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -138,35 +144,123 @@ class Server:
         self.process.wait(120)
 
 
-def offline_decode(model_flags: list[str], source: str, decode_hparams: str) -> float:
-    """Seconds `--mode=decode` reports for decoding `source` (loading excluded)."""
-    with tempfile.TemporaryDirectory() as tmp:
+def offline_decode(model_flags: list[str], source: str, decode_hparams: str,
+                   engine: str) -> float:
+    """Seconds `--mode=decode` spends decoding `source`, loading and tracing excluded: the
+    call `--mode=decode` makes (t2t_lite: `decoding.decode_lines` after one traced batch;
+    CTranslate2: `ct2.Translator.translate`), timed in a fresh process."""
+    if engine == "ctranslate2":
+        export_dir = next(f.split("=", 1)[1] for f in model_flags
+                          if f.startswith("--export_dir="))
         result = subprocess.run(
-            [sys.executable, str(REPO_ROOT / "run.py"), "--mode=decode", *model_flags,
-             f"--decode_hparams={decode_hparams}", f"--decode_from_file={source}",
-             f"--decode_to_file={tmp}/out.txt"], capture_output=True, text=True, check=False)
-    match = re.search(r"Decoded (\d+) records in ([\d.]+) s", result.stderr)
+            [sys.executable, "-c", CT2_OFFLINE, str(REPO_ROOT), export_dir, source,
+             decode_hparams], capture_output=True, text=True, check=False)
+        match = re.search(r"Decoded (\d+) records in ([\d.]+) s", result.stdout)
+    else:
+        result = subprocess.run(
+            [sys.executable, "-c", T2T_LITE_OFFLINE, str(REPO_ROOT), source, decode_hparams,
+             *model_flags], capture_output=True, text=True, check=False)
+        match = re.search(r"Decoded (\d+) records in ([\d.]+) s", result.stdout)
     if result.returncode or not match:
         raise SystemExit("offline decode failed: " + result.stderr[-2000:])
     return float(match.group(2))
 
 
+# `--mode=decode`'s decoding (decoding.decode_lines, its default parallel batches) timed after
+# the decoder's one trace (a batch of the first line), as the servers trace during warm-up:
+# `--mode=decode`'s own "Decoded" line counts the trace, tens of seconds on a loaded machine.
+T2T_LITE_OFFLINE = """
+import sys, time
+sys.path.insert(0, sys.argv[1])
+from t2t_lite import quiet_start
+quiet_start.import_tensorflow()
+from t2t_lite.decoding import decoding, runs
+flags = dict(arg[2:].split("=", 1) for arg in sys.argv[4:])
+spec = runs.resolve("decode", flags.get("output_dir"), flags.get("problem"),
+                    flags.get("hparams_set"), flags.get("data_dir"), flags.get("model"))
+run = runs.open_run(spec, flags.get("hparams", ""))
+_, model = runs.restore_model(run, flags.get("checkpoint_path"))
+hp = decoding.decode_hparams(sys.argv[3])
+hp.set_hparam("log_results", False)
+infer = decoding.make_infer_fn(model, hp, run.target_space_id)
+lines = [line.strip() for line in open(sys.argv[2], encoding="utf-8")]
+encoders = run.encoders
+decoding.decode_lines(lines[:1], infer, encoders.get("inputs", encoders["targets"]),
+                      encoders["targets"], hp)
+start = time.time()
+decoding.decode_lines(lines, infer, encoders.get("inputs", encoders["targets"]),
+                      encoders["targets"], hp,
+                      parallel_batches=decoding.default_parallel_batches())
+print(f"Decoded {len(lines)} records in {time.time() - start:.2f} s")
+"""
+
+# `--mode=decode --decode_engine=ctranslate2`'s decoding, timed (it logs no time itself).
+CT2_OFFLINE = """
+import sys, time
+sys.path.insert(0, sys.argv[1])
+from t2t_lite.decoding.decoding import decode_hparams
+from t2t_lite.serving import ct2
+hp = decode_hparams(sys.argv[4])
+translator = ct2.Translator(sys.argv[2])
+lines = [line.strip() for line in open(sys.argv[3], encoding="utf-8")]
+start = time.time()
+translator.translate(lines, beam_size=hp.beam_size, alpha=hp.alpha,
+                     extra_length=hp.extra_length, batch_size=hp.batch_size or 32,
+                     max_input_size=hp.max_input_size)
+print(f"Decoded {len(lines)} records in {time.time() - start:.2f} s")
+"""
+
+
+def load_average() -> str:
+    """`uptime`'s 1-minute load average now (the machine is shared)."""
+    return f"{os.getloadavg()[0]:.1f}"
+
+
 def table(rows: list[tuple[str, int, dict]]) -> str:
     """The markdown table of the results."""
-    out = [("| server | clients | sentences/s | p50 ms | p95 ms | p99 ms | errors | identical "
-           "| max score rel. diff |"),
-           "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    out = [("| server | clients | sentences/s | p50 ms | p95 ms | p99 ms | p99/p50 | errors "
+            "| identical | max score rel. diff | load |"),
+           "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for name, clients, r in rows:
         out.append(f"| {name} | {clients} | {r['sentences_per_sec']:.1f} | {r['p50_ms']:.0f} | "
-                   f"{r['p95_ms']:.0f} | {r['p99_ms']:.0f} | {r['errors']} | "
-                   f"{r['identical']}/{r['compared']} | {r['max_score_rel_diff']:.1e} |")
+                   f"{r['p95_ms']:.0f} | {r['p99_ms']:.0f} | "
+                   f"{r['p99_ms'] / max(r['p50_ms'], 1e-9):.1f} | {r['errors']} | "
+                   f"{r['identical']}/{r['compared']} | {r['max_score_rel_diff']:.1e} | "
+                   f"{r['load']} |")
     return "\n".join(out)
+
+
+def soak(server: Server, lines: list[str], seconds: float, clients: int = 16) -> dict:
+    """`clients` clients for `seconds` on a warm server: errors and VmRSS growth (after a
+    first minute, or a tenth of the time, of load vs at the end; sampled every 10 s)."""
+    warm = min(60.0, seconds / 10)
+    load(server.url, lines, clients, until=time.monotonic() + warm)
+    samples = [rss_kb(server.process.pid)]
+    stop = threading.Event()
+
+    def sample() -> None:
+        while not stop.wait(10):
+            samples.append(rss_kb(server.process.pid))
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    r = load(server.url, lines, clients, until=time.monotonic() + seconds)
+    stop.set()
+    sampler.join()
+    samples.append(rss_kb(server.process.pid))
+    r.pop("answers")
+    r.update(rss_before_kb=samples[0], rss_after_kb=samples[-1], rss_max_kb=max(samples),
+             rss_growth=(samples[-1] - samples[0]) / max(samples[0], 1), seconds=seconds,
+             clients=clients, load=load_average())
+    return r
 
 
 def main(argv=None) -> dict:
     """Runs the bench; prints the tables and returns the results."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--output_dir", help="the run to serve (t2t_lite engine)")
+    parser.add_argument("--model_flags", default="",
+                        help="more run.py flags naming the model (e.g. --problem, --data_dir)")
     parser.add_argument("--engine", default="t2t_lite", choices=["t2t_lite", "ctranslate2"])
     parser.add_argument("--export_dir", help="the CTranslate2 directory (--engine=ctranslate2)")
     parser.add_argument("--source", required=True, help="sentences, one per line")
@@ -174,8 +268,12 @@ def main(argv=None) -> dict:
     parser.add_argument("--clients", default="1,4,16,64")
     parser.add_argument("--decode_hparams", default="beam_size=4,alpha=0.6")
     parser.add_argument("--max_batch_size", type=int, default=32)
+    parser.add_argument("--server_flags", default="",
+                        help="more run.py flags for both servers (e.g. --batch_timeout_ms=10)")
     parser.add_argument("--soak_secs", type=float, default=0)
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--offline_only", action="store_true",
+                        help="measure offline decoding only")
     parser.add_argument("--output_json", help="also write the results here")
     args = parser.parse_args(argv)
     if args.quick:
@@ -183,50 +281,71 @@ def main(argv=None) -> dict:
     with open(args.source, encoding="utf-8") as f:
         lines = [line.strip() for line in f][: args.lines]
     model_flags = [f"--output_dir={args.output_dir}"] if args.output_dir else []
+    model_flags += shlex.split(args.model_flags)
     if args.engine == "ctranslate2":
         model_flags += ["--decode_engine=ctranslate2", f"--export_dir={args.export_dir}"]
     common = [*model_flags, f"--decode_hparams={args.decode_hparams}",
-              f"--serve_max_queue={max(1024, 4 * args.lines)}"]
+              f"--serve_max_queue={max(1024, 4 * args.lines)}", *shlex.split(args.server_flags)]
     clients = [int(c) for c in args.clients.split(",")]
     rows, results = [], {"lines": len(lines), "engine": args.engine}
-    for name, batch in ((f"batching ({args.max_batch_size})", args.max_batch_size),
-                        ("max_batch_size=1", 1)):
-        server = Server([*common, f"--max_batch_size={batch}"])
-        try:
-            for count in clients:
-                r = load(server.url, lines, count)
-                rows.append((name, count, r))
-                results[f"{name}/{count}"] = r
-            if args.soak_secs and batch == args.max_batch_size:
-                before = rss_kb(server.process.pid)
-                r = load(server.url, lines, 16, until=time.monotonic() + args.soak_secs)
-                after = rss_kb(server.process.pid)
-                r.update(rss_before_kb=before, rss_after_kb=after,
-                         rss_growth=(after - before) / max(before, 1), seconds=args.soak_secs)
-                results["soak"] = r
-        finally:
-            server.stop()
     with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as f:
         f.write("\n".join(lines) + "\n")
     try:
-        seconds = offline_decode(model_flags, f.name, args.decode_hparams) \
-            if args.engine == "t2t_lite" else None
+        load_before = load_average()
+        seconds = offline_decode(model_flags, f.name, args.decode_hparams, args.engine)
+        results["offline"] = {"sentences_per_sec": len(lines) / seconds, "seconds": seconds,
+                              "load": f"{load_before}-{load_average()}"}
+        print(f"offline: {len(lines) / seconds:.1f} sentences/s ({seconds:.2f} s, load "
+              f"{results['offline']['load']})", flush=True)
+        if args.offline_only:
+            return results
     finally:
         os.unlink(f.name)
+    # Both servers stay loaded (an idle server takes no CPU) and each client count loads one
+    # then the other, so that the ratio comes from neighbouring minutes of the shared machine.
+    batching_name = f"batching ({args.max_batch_size})"
+    servers = {batching_name: Server([*common, f"--max_batch_size={args.max_batch_size}"])}
+    try:
+        servers["max_batch_size=1"] = Server([*common, "--max_batch_size=1"])
+        for count in clients:
+            for name, server in servers.items():
+                r = load(server.url, lines, count)
+                r["load"] = load_average()
+                rows.append((name, count, r))
+                results[f"{name}/{count}"] = r
+                print(f"{name}, {count} clients: {r['sentences_per_sec']:.1f} sentences/s, "
+                      f"p50 {r['p50_ms']:.0f} ms, p99 {r['p99_ms']:.0f} ms, load {r['load']}",
+                      flush=True)
+        servers.pop("max_batch_size=1").stop()
+        if args.soak_secs:
+            results["soak"] = soak(servers[batching_name], lines, args.soak_secs)
+    finally:
+        for server in servers.values():
+            server.stop()
     reference = rows[0][2]["answers"]  # the batching server, first client count
     for name, count, r in rows:
         r.update(agreement(r.pop("answers"), reference))
-    results.get("soak", {}).pop("answers", None)
     print(table(rows))
-    if seconds is not None:
-        results["offline_sentences_per_sec"] = len(lines) / seconds
-        print(f"offline --mode=decode: {len(lines) / seconds:.1f} sentences/s "
-              f"({len(lines)} lines in {seconds:.2f} s)")
+    offline = results["offline"]
+    print(f"offline --mode=decode: {offline['sentences_per_sec']:.1f} sentences/s "
+          f"({len(lines)} lines in {offline['seconds']:.2f} s, load {offline['load']})")
+    if 16 in clients:
+        batched, single = results[f"{batching_name}/16"], results["max_batch_size=1/16"]
+        results["goals"] = {
+            "speedup_vs_max_batch_size_1": batched["sentences_per_sec"]
+            / single["sentences_per_sec"],
+            "fraction_of_offline": batched["sentences_per_sec"] / offline["sentences_per_sec"],
+            "p99_over_p50": batched["p99_ms"] / batched["p50_ms"]}
+        print("at 16 clients: {speedup_vs_max_batch_size_1:.2f}x the max_batch_size=1 server, "
+              "{fraction_of_offline:.0%} of offline decoding, p99/p50 {p99_over_p50:.2f}"
+              .format(**results["goals"]))
     if "soak" in results:
-        soak = results["soak"]
-        print(f"soak: {soak['seconds']:.0f} s at 16 clients, {soak['sentences']} sentences, "
-              f"{soak['errors']} errors, RSS {soak['rss_before_kb']} -> {soak['rss_after_kb']} kB "
-              f"({100 * soak['rss_growth']:+.1f}%)")
+        s = results["soak"]
+        print(f"soak: {s['seconds']:.0f} s at {s['clients']} clients, {s['sentences']} "
+              f"sentences ({s['sentences_per_sec']:.1f}/s, p50 {s['p50_ms']:.0f} ms, p99 "
+              f"{s['p99_ms']:.0f} ms), {s['errors']} errors, RSS {s['rss_before_kb']} -> "
+              f"{s['rss_after_kb']} kB ({100 * s['rss_growth']:+.1f}%, max "
+              f"{s['rss_max_kb']} kB), load {s['load']}")
     if args.output_json:
         with open(args.output_json, "w", encoding="utf-8") as f:
             json.dump(results, f, indent=1)

@@ -9,6 +9,7 @@ from typing import Any
 from absl import flags
 
 from t2t_lite import file_io
+from t2t_lite.serving.config import ServerConfig
 
 MODES = (
     "default",
@@ -308,6 +309,8 @@ flags.DEFINE_integer(
 
 # --- Translation server and its client (--mode=serve / --mode=query; t2t's Insights server
 # and t2t-query-server; t2t_lite.serving.server) ----------------------------------------------
+# The limits' defaults are ServerConfig's (one source; the fields' flags: config.FLAGS).
+_SERVE = ServerConfig()
 flags.DEFINE_string("host", "127.0.0.1", "--mode=serve: the address to listen on.")
 flags.DEFINE_integer("port", 8080, "--mode=serve: the port (0: a free one, printed).")
 flags.DEFINE_string(
@@ -315,26 +318,29 @@ flags.DEFINE_string(
     "--mode=serve: serve this SavedModel (a version folder written by --mode=export, or the "
     "export dir: its newest version) instead of a run; --decode_hparams must state its "
     "export's beam_size, alpha, extra_length and return_beams.")
-flags.DEFINE_integer("max_batch_size", 32, "--mode=serve: sentences decoded together at most.")
+flags.DEFINE_integer("max_batch_size", _SERVE.max_batch_size,
+                     "--mode=serve: sentences decoded together at most.")
 flags.DEFINE_integer(
-    "max_batch_tokens", 4096,
+    "max_batch_tokens", _SERVE.max_batch_tokens,
     "--mode=serve: sentences x padded input length (subwords) per batch at most (0: none).")
 flags.DEFINE_float(
-    "batch_timeout_ms", 5.0,
+    "batch_timeout_ms", _SERVE.batch_timeout_ms,
     "--mode=serve: how long a sentence waits for its batch to fill (ms).")
 flags.DEFINE_float(
-    "request_timeout_secs", 60.0, "--mode=serve: a request not answered by then gets 504.")
+    "request_timeout_secs", _SERVE.request_timeout_secs,
+    "--mode=serve: a request not answered by then gets 504.")
 flags.DEFINE_integer(
-    "serve_max_queue", 1024,
+    "serve_max_queue", _SERVE.max_queue_sentences,
     "--mode=serve: sentences waiting at most; a request that does not fit gets 503.")
-flags.DEFINE_integer("serve_max_sentences", 64, "--mode=serve: sentences per request at most.")
+flags.DEFINE_integer("serve_max_sentences", _SERVE.max_sentences,
+                     "--mode=serve: sentences per request at most.")
 flags.DEFINE_integer(
-    "serve_max_input_tokens", 256,
+    "serve_max_input_tokens", _SERVE.max_input_tokens,
     "--mode=serve: subwords per sentence (EOS included) at most; longer ones get 413.")
-flags.DEFINE_integer("serve_max_beam_size", 16, "--mode=serve: the largest beam_size a "
-                     "request may ask for.")
-flags.DEFINE_integer("serve_max_n_best", 16, "--mode=serve: the most hypotheses a request "
-                     "may ask for.")
+flags.DEFINE_integer("serve_max_beam_size", _SERVE.max_beam_size,
+                     "--mode=serve: the largest beam_size a request may ask for.")
+flags.DEFINE_integer("serve_max_n_best", _SERVE.max_n_best,
+                     "--mode=serve: the most hypotheses a request may ask for.")
 flags.DEFINE_string(
     "server_url", "http://127.0.0.1:8080",
     "--mode=query: the translation server (--mode=serve) to send --decode_from_file (or "

@@ -20,13 +20,21 @@ DECODE_HPARAMS = "beam_size=1,extra_length=3"
 
 
 class ServerProcess:
-    """A started server: `url`, `process`, and the lines it printed so far (`stdout`)."""
+    """A started server: `url`, `process`, and the lines it printed so far (`stdout`).
 
-    def __init__(self, output_dir, *extra: str, cwd):
+    Args:
+      output_dir: the run to serve (None: `extra` names the model, e.g. --saved_model_dir).
+      extra: more run.py flags.
+      cwd: the server's working directory.
+      decode_hparams: the server's --decode_hparams.
+    """
+
+    def __init__(self, output_dir, *extra: str, cwd, decode_hparams: str = DECODE_HPARAMS):
         self.stdout: list[str] = []
+        model = [f"--output_dir={output_dir}"] if output_dir is not None else []
         self.process = subprocess.Popen(
-            [sys.executable, str(REPO_ROOT / "run.py"), "--mode=serve", "--port=0",
-             f"--output_dir={output_dir}", f"--decode_hparams={DECODE_HPARAMS}", *extra],
+            [sys.executable, str(REPO_ROOT / "run.py"), "--mode=serve", "--port=0", *model,
+             f"--decode_hparams={decode_hparams}", *extra],
             cwd=cwd, env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         self._stderr: list[str] = []
         threading.Thread(target=self._drain, args=(self.process.stderr, self._stderr),

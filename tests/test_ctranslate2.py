@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
@@ -201,20 +202,27 @@ def _run_py(*args: str, without_tensorflow: bool = False) -> subprocess.Complete
     return result
 
 
-@pytest.mark.slow
-def test_t2t_checkpoint_exported_by_run_py_decodes_like_t2t_lite(t2t_fixtures, wmt_toy_dir,
-                                                                  tmp_path):
-    data_dir = tmp_path / "data"
-    data_dir.mkdir()
+@pytest.fixture(scope="module")
+def fixture_export(t2t_fixtures, tmp_path_factory):
+    """t2t's fixture checkpoint exported by `run.py --mode=export --export_format=ctranslate2`
+    (the directory)."""
+    data_dir = tmp_path_factory.mktemp("data")
     vocab_name = registry.problem("translate_files").vocab_filename
     (data_dir / vocab_name).write_bytes((t2t_fixtures / VOCAB).read_bytes())
-    lines = (wmt_toy_dir / "dev.en").read_text(encoding="utf-8").splitlines()[:40]
-    source = tmp_path / "src.txt"
-    source.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    export_dir = tmp_path / "ct2"
+    export_dir = data_dir.parent / "ct2"
     _run_py("--mode=export", "--export_format=ctranslate2", "--problem=translate_files",
             f"--data_dir={data_dir}", "--hparams_set=transformer_tiny",
             f"--checkpoint_path={t2t_fixtures / 'ckpt_A_trained'}", f"--export_dir={export_dir}")
+    return export_dir
+
+
+@pytest.mark.slow
+def test_t2t_checkpoint_exported_by_run_py_decodes_like_t2t_lite(t2t_fixtures, wmt_toy_dir,
+                                                                  fixture_export, tmp_path):
+    lines = (wmt_toy_dir / "dev.en").read_text(encoding="utf-8").splitlines()[:40]
+    source = tmp_path / "src.txt"
+    source.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    export_dir = fixture_export
     hyp = tmp_path / "hyp.txt"
     # Serving needs no TensorFlow: the decode process runs with its import blocked.
     _run_py("--mode=decode", "--decode_engine=ctranslate2", f"--export_dir={export_dir}",
@@ -241,6 +249,43 @@ def test_t2t_checkpoint_exported_by_run_py_decodes_like_t2t_lite(t2t_fixtures, w
     assert max(len(row) for row in nbest) == 3
     for row in nbest:
         assert [h.score for h in row] == sorted((h.score for h in row), reverse=True)
+
+
+@pytest.mark.slow
+def test_serve_mode_on_ctranslate2_equals_decode_mode(fixture_export, wmt_toy_dir, tmp_path):
+    # `run.py --mode=serve --decode_engine=ctranslate2` on a free port: 16 dev lines sent by
+    # 8 concurrent clients (batched together) come back as `--mode=decode
+    # --decode_engine=ctranslate2` gives each line alone (batch_size=1: t2t's decode length
+    # is per batch), with beam search.
+    require_extra("fastapi", "serve")
+    from t2t_lite.serving.client import Translator
+    from tests.server_helpers import ServerProcess, request
+
+    hparams = "beam_size=4,alpha=0.6,extra_length=20"
+    lines = (wmt_toy_dir / "dev.en").read_text(encoding="utf-8").splitlines()[:16]
+    source = tmp_path / "src.txt"
+    source.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    served = ServerProcess(None, "--decode_engine=ctranslate2", f"--export_dir={fixture_export}",
+                           "--batch_timeout_ms=200", cwd=tmp_path, decode_hparams=hparams)
+    try:
+        hyp = tmp_path / "hyp.txt"
+        _run_py("--mode=decode", "--decode_engine=ctranslate2", f"--export_dir={fixture_export}",
+                f"--decode_hparams={hparams},batch_size=1", f"--decode_from_file={source}",
+                f"--decode_to_file={hyp}", without_tensorflow=True)
+        expected = hyp.read_text(encoding="utf-8").splitlines()
+        served.wait_ready()
+        status, models, _ = request(served.url + "/v1/models")
+        assert (status, models["models"][0]["engine"]) == (200, "ctranslate2")
+        translator = Translator(served.url)
+        with ThreadPoolExecutor(8) as pool:
+            answers = list(pool.map(lambda line: translator.translate_request([line]), lines))
+        assert [a["outputs"][0] for a in answers] == expected
+        # Short outputs and outputs run to their limit (those decoded again when batched
+        # beside longer lines).
+        assert min(len(line.split()) for line in expected) <= 3
+        assert max(len(line.split()) for line in expected) > 20
+    finally:
+        served.stop()
 
 
 def test_translate_queues_batches_in_parallel_and_keeps_input_order(tmp_path):

@@ -10,6 +10,7 @@ import shutil
 import subprocess
 import sys
 import types
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
@@ -23,7 +24,7 @@ from t2t_lite.errors import UserError
 from t2t_lite.hparams import create_hparams
 from t2t_lite.models import t2t_checkpoint
 from t2t_lite.serving import export
-from tests.conftest import REPO_ROOT
+from tests.conftest import REPO_ROOT, require_extra
 
 VOCAB = "vocab.translate_toy_ende1k.1024.subwords"
 CKPT = "ckpt_A_trained"
@@ -242,6 +243,44 @@ def test_fresh_tensorflow_process_matches_decode_mode(saved_model_path, model_fl
     served = [text for batch in report["outputs"] for text in batch]
     assert [served[sorted_keys[i]] for i in range(len(lines))] == expected
     assert expected[0] == "Die Aussprache ist geschlossen."  # dev line 0 is "The debate is closed."
+
+
+@pytest.mark.slow
+def test_serve_mode_over_the_saved_model_equals_decode_mode(exported, model_flags, wmt_toy_dir,
+                                                             tmp_path):
+    # `run.py --mode=serve --saved_model_dir=<the export dir>` (its newest version) on a free
+    # port: 12 dev lines sent by 6 concurrent clients (batched together) come back as
+    # `--mode=decode` gives each line alone (batch_size=1: t2t's decode length is per batch).
+    require_extra("fastapi", "serve")
+    from t2t_lite.serving.client import Translator
+    from tests.server_helpers import ServerProcess, request
+
+    lines = (wmt_toy_dir / "dev.en").read_text(encoding="utf-8").split("\n")[:12]
+    source = tmp_path / "dev12.en"
+    source.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    served = ServerProcess(None, f"--saved_model_dir={exported}", "--batch_timeout_ms=200",
+                           cwd=tmp_path, decode_hparams=DECODE_HPARAMS)
+    try:
+        decodes = tmp_path / "dev12.decodes"
+        _run_py("--mode=decode", *model_flags, f"--decode_from_file={source}",
+                f"--decode_to_file={decodes}", f"--decode_hparams={DECODE_HPARAMS},batch_size=1")
+        expected = decodes.read_text(encoding="utf-8").split("\n")[:-1]
+        served.wait_ready()
+        status, models, _ = request(served.url + "/v1/models")
+        (version,) = os.listdir(exported)
+        assert (status, models["models"][0]["engine"], models["models"][0]["saved_model"]) == (
+            200, "saved_model", str(exported / version))
+        translator = Translator(served.url)
+        with ThreadPoolExecutor(6) as pool:
+            answers = list(pool.map(lambda line: translator.translate_request([line]), lines))
+        assert [a["outputs"][0] for a in answers] == expected
+        assert expected[0] == "Die Aussprache ist geschlossen."
+        # The export fixed beam_size 4: another is refused with the export's value.
+        status, answer, _ = request(served.url + "/v1/translate",
+                                    {"inputs": [lines[0]], "beam_size": 2})
+        assert status == 422 and "fixed at export" in answer["error"]
+    finally:
+        served.stop()
 
 
 @pytest.mark.slow

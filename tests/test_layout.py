@@ -103,7 +103,7 @@ def _allowed(importer: str, imported: str) -> bool:
         return True
     if target == "bin":
         return False
-    if importer == "run" or source == "bin":
+    if importer in ("run", "t2t_lite.flags") or source == "bin":
         return True
     if source is None:  # a top-level module: only leaves below it
         return target == "utils"

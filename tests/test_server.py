@@ -371,3 +371,83 @@ def test_bench_percentiles_are_numpys():
     assert (summary["sentences_per_sec"], summary["errors"]) == (4.0, 1)
     assert bench.agreement({0: ("a", -1.0), 1: ("b", -2.0)}, {0: ("a", -1.0), 1: ("c", -2.2)}) \
         == {"identical": 1, "compared": 2, "max_score_rel_diff": pytest.approx(0.2 / 2.2)}
+
+
+def test_a_batch_waits_after_the_previous_decode_for_the_clients_it_answered():
+    # Clients that send their next sentence once answered: B came during A's decode and
+    # waited past batch_timeout, but C, sent as soon as A is answered, still joins B's batch
+    # (the wait also counts from the end of the previous decode), so the batches do not
+    # split into halves decoded in turn.
+    class Engine:
+        def __init__(self):
+            self.batches, self.entered = [], threading.Event()
+
+        def decode(self, id_lists, options):
+            self.batches.append(len(id_lists))
+            self.entered.set()
+            time.sleep(0.8 if len(self.batches) == 1 else 0)
+            return [batching.Row([batching.Hypothesis("", 0.0, [])]) for _ in id_lists]
+
+    engine = Engine()
+    batcher = batching.Batcher(engine, max_batch_size=8, batch_timeout_secs=0.3)
+    batcher.start()
+    options = batching.Options(1, 0.6, 1)
+    first, second, third = (batching.jobs_for([[n, 1]], options) for n in (2, 3, 4))
+    batcher.submit(first)
+    assert engine.entered.wait(10)
+    batcher.submit(second)  # waits for the decoder: 0.8 s, more than batch_timeout
+    first[0].future.result(10)
+    batcher.submit(third)
+    batcher.close(10)
+    assert engine.batches == [1, 2]
+    assert all(job.future.done() for job in second + third)
+
+
+def test_ctranslate2_engine_cuts_a_batch_into_one_part_per_replica():
+    from t2t_lite.decoding.decoding import decode_hparams
+    from t2t_lite.serving import ct2, engines
+
+    class Translator:
+        inter_threads = 2
+
+        def __init__(self):
+            self.parts = []
+
+        def translate_id_batches(self, batches, beam_size, alpha, extra_length, num_hypotheses):
+            self.parts.append([[len(ids) for ids in batch] for batch in batches])
+            # Every hypothesis runs to its part's limit: longest input + EOS + extra_length.
+            return [[[ct2.Hypothesis(str(ids), [7] * (max(map(len, batch)) + extra_length),
+                                     -1.0)] for ids in batch] for batch in batches]
+
+    translator = Translator()
+    engine = engines.CTranslate2Engine(translator, decode_hparams("extra_length=3"), {})
+    rows = engine.decode([[5, 1], [5, 6, 7, 8, 1], [5, 6, 1], [5, 6, 7, 1]],
+                         batching.Options(1, 0.6, 1))
+    # Sorted by length and cut in two parts, each decoded with its own limit (inputs without
+    # EOS); a row shorter than its part's longest ran past its own limit: decoded again.
+    assert translator.parts == [[[1, 2], [3, 4]]]
+    assert [row.hypotheses[0].text for row in rows] == ["[5]", "[5, 6, 7, 8]", "[5, 6]",
+                                                       "[5, 6, 7]"]
+    assert [row.depends_on_batch for row in rows] == [True, False, False, True]
+    assert [len(engine.decode([[5, 1]], batching.Options(1, 0.6, 1)))] == [1]
+    assert translator.parts[-1] == [[1]]
+
+
+def test_the_serve_flags_defaults_are_the_server_configs():
+    import dataclasses
+    import types
+
+    from absl import flags as absl_flags
+
+    import t2t_lite.flags  # noqa: F401 - defines the flags
+    from t2t_lite.bin import t2t_server
+    from t2t_lite.decoding.decoding import decode_hparams
+    from t2t_lite.serving.config import FLAGS
+
+    assert set(FLAGS) | {"beam_size", "alpha"} == {
+        field.name for field in dataclasses.fields(server.ServerConfig)}
+    defaults = types.SimpleNamespace(**{name: absl_flags.FLAGS[name].default
+                                        for name in (*FLAGS.values(), "port")})
+    assert t2t_server._config(defaults, decode_hparams("")) == server.ServerConfig()
+    changed = types.SimpleNamespace(**{**vars(defaults), "serve_max_queue": 7})
+    assert t2t_server._config(changed, decode_hparams("")).max_queue_sentences == 7

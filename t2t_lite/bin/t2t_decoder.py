@@ -149,6 +149,21 @@ def parallel_batches(flags, hparams, decode_hp) -> int:
     return count or default_parallel_batches()
 
 
+def _ct2_records(hypotheses: list, return_beams: bool = False,
+                 write_beam_scores: bool = False) -> list[str]:
+    """t2t-decoder's output records of `ct2.Translator.translate`'s hypothesis lists: the
+    best text, or with return_beams all hypotheses tab-joined (each followed by "\\t%.2f"
+    of its score with write_beam_scores)."""
+    records = []
+    for row in hypotheses:
+        if not return_beams:
+            records.append(row[0].text)
+            continue
+        parts = [f"{h.text}\t{h.score:.2f}" if write_beam_scores else h.text for h in row]
+        records.append("\t".join(parts))
+    return records
+
+
 def decode_ctranslate2(flags) -> str:
     """`--mode=decode --decode_engine=ctranslate2`: translates --decode_from_file with the
     CTranslate2 directory (t2t-decoder's batching, decode length and output format).
@@ -212,7 +227,7 @@ def decode_ctranslate2(flags) -> str:
         num_hypotheses=decode_hp.beam_size if decode_hp.return_beams else 1,
         batch_size=decode_hp.batch_size or 32, max_input_size=decode_hp.max_input_size,
         patience=flags.ct2_patience, length_penalty=flags.ct2_length_penalty, prefixes=prefixes)
-    records = ct2.decode_records(hypotheses, decode_hp.return_beams, decode_hp.write_beam_scores)
+    records = _ct2_records(hypotheses, decode_hp.return_beams, decode_hp.write_beam_scores)
     file_io.atomic_write_lines(output, records, decode_hp.delimiter)
     print(f"Decodes written to {output}")
     reference = flags.decode_reference or decode_hp.decode_reference

@@ -25,7 +25,7 @@ def _config(flags, decode_hp):
     Raises:
       UserError: naming the flag.
     """
-    from t2t_lite.serving.server import ServerConfig
+    from t2t_lite.serving.config import FLAGS, ServerConfig
 
     for name, low in (("max_batch_size", 1), ("max_batch_tokens", 0), ("serve_max_queue", 1),
                       ("serve_max_sentences", 1), ("serve_max_input_tokens", 2),
@@ -38,13 +38,8 @@ def _config(flags, decode_hp):
     if decode_hp.beam_size > flags.serve_max_beam_size:
         raise UserError(f"--decode_hparams: beam_size={decode_hp.beam_size} is above "
                         f"--serve_max_beam_size={flags.serve_max_beam_size}")
-    return ServerConfig(
-        max_batch_size=flags.max_batch_size, max_batch_tokens=flags.max_batch_tokens,
-        batch_timeout_ms=flags.batch_timeout_ms, request_timeout_secs=flags.request_timeout_secs,
-        max_queue_sentences=flags.serve_max_queue, max_sentences=flags.serve_max_sentences,
-        max_input_tokens=flags.serve_max_input_tokens, max_beam_size=flags.serve_max_beam_size,
-        max_n_best=flags.serve_max_n_best, beam_size=int(decode_hp.beam_size),
-        alpha=float(decode_hp.alpha))
+    return ServerConfig(**{field: getattr(flags, flag) for field, flag in FLAGS.items()},
+                        beam_size=int(decode_hp.beam_size), alpha=float(decode_hp.alpha))
 
 
 def _t2t_lite_engine(flags, spec: runs.RunSpec, decode_hp) -> Any:

@@ -2,10 +2,11 @@
 and decodes the sentences of concurrent requests together.
 
 Each sentence of a request is a `Job` (its input ids, its decode options, a Future). The
-worker takes the oldest waiting job, waits at most `batch_timeout_secs` after it arrived for
-more jobs with the same options, then decodes up to `max_batch_size` of them whose lengths
-are closest to the oldest's (t2t-decoder sorts by length for the same reason: little
-padding), as long as rows x padded length stays within `max_batch_tokens`.
+worker takes the oldest waiting job, waits at most `batch_timeout_secs` after it arrived (or
+after the previous decode ended, if later) for more jobs with the same options, then decodes
+up to `max_batch_size` of them whose lengths are closest to the oldest's (t2t-decoder sorts by
+length for the same reason: little padding), as long as rows x padded length stays within
+`max_batch_tokens`.
 
 A sentence's translation must not depend on its neighbours. t2t's decode length is per
 batch (padded input length + extra_length), so a row shorter than the batch's longest may
@@ -122,6 +123,8 @@ class Batcher:
         self._in_flight = 0
         self._cond = threading.Condition()
         self._closing = False
+        # When the worker last became free: a batch waits batch_timeout_secs from then too.
+        self._free_since = 0.0
         self._thread = threading.Thread(target=self._work, name="decode-worker", daemon=True)
 
     # ------------------------------------------------------------------------- clients
@@ -159,10 +162,18 @@ class Batcher:
             self._thread.join(timeout)
 
     # -------------------------------------------------------------------------- worker
+    def _deadline(self) -> float:
+        """When the oldest job's batch goes even if not full: batch_timeout_secs after the
+        later of its arrival and the end of the previous decode. (From its arrival alone,
+        clients that wait for their answers before sending again split into two groups
+        decoded in turn, each batch holding the sentences that came during the other's
+        decode: the answered clients get no time to send their next sentences.)"""
+        return max(self._pending[0].enqueued, self._free_since) + self.batch_timeout_secs
+
     def _ready(self, now: float) -> bool:
         """Whether the oldest job's batch should go now (full, waited enough, or draining)."""
         oldest = self._pending[0]
-        if self._closing or now >= oldest.enqueued + self.batch_timeout_secs:
+        if self._closing or now >= self._deadline():
             return True
         same = sum(1 for job in self._pending if job.options == oldest.options)
         return same >= self.max_batch_size
@@ -197,8 +208,7 @@ class Batcher:
                         return
                     wait = None
                     if self._pending:
-                        wait = max(0.0, self._pending[0].enqueued + self.batch_timeout_secs
-                                   - time.monotonic())
+                        wait = max(0.0, self._deadline() - time.monotonic())
                     self._cond.wait(wait)
                 batch = self._take_batch()
                 self._in_flight = len(batch)
@@ -210,6 +220,7 @@ class Batcher:
             finally:
                 with self._cond:
                     self._in_flight = 0
+                    self._free_since = time.monotonic()
 
     def _decode(self, batch: list[Job]) -> None:
         """Decodes a batch and resolves its futures; never raises."""

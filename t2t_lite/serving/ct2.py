@@ -421,6 +421,7 @@ class Translator:
         if device == "auto":  # CTranslate2's choice: CUDA when a GPU is visible
             runs_on = "cuda" if ctranslate2.get_cuda_device_count() > 0 else "cpu"
         inter_threads, intra_threads = thread_counts(runs_on, inter_threads, intra_threads)
+        self.inter_threads = inter_threads
         self.translator = ctranslate2.Translator(
             model_dir, device=device, compute_type=compute_type, inter_threads=inter_threads,
             intra_threads=intra_threads)
@@ -452,9 +453,27 @@ class Translator:
           target encoder). With gnmt_rescore, only finished hypotheses are returned when one
           exists, as t2t returns its finished beams, so a list can be shorter.
         """
-        return self._collect(self._submit(id_lists, beam_size, alpha, extra_length,
-                                          num_hypotheses, gnmt_rescore, patience,
-                                          length_penalty, asynchronous=False, prefixes=prefixes))
+        return self.translate_id_batches(
+            [id_lists], beam_size, alpha, extra_length, num_hypotheses, gnmt_rescore, patience,
+            length_penalty, None if prefixes is None else [prefixes])[0]
+
+    def translate_id_batches(self, batches: Sequence[Sequence[Sequence[int]]],
+                             beam_size: int = 4, alpha: float = 0.6, extra_length: int = 100,
+                             num_hypotheses: int = 1, gnmt_rescore: bool = True,
+                             patience: float = 1.0, length_penalty: float | None = None,
+                             prefixes: Sequence | None = None) -> list[list[list[Hypothesis]]]:
+        """Translates several batches at once, each as `translate_ids` (its own decode
+        length; `prefixes`: one list per batch), queued together so that the translator's
+        `inter_threads` replicas decode them in parallel.
+
+        Returns:
+          For each batch, its `translate_ids` result.
+        """
+        submitted = [self._submit(id_lists, beam_size, alpha, extra_length, num_hypotheses,
+                                  gnmt_rescore, patience, length_penalty, asynchronous=True,
+                                  prefixes=None if prefixes is None else prefixes[number])
+                     for number, id_lists in enumerate(batches)]
+        return [self._collect(batch) for batch in submitted]
 
     def _submit(self, id_lists, beam_size, alpha, extra_length, num_hypotheses, gnmt_rescore,
                 patience, length_penalty, asynchronous: bool, prefixes=None) -> tuple:
@@ -567,34 +586,13 @@ class Translator:
         sorted_lines, sorted_keys = decoding.sort_inputs(lines)
         encoded = None if prefixes is None else [
             self.targets_encoder.encode(text) for text in decoding.follow_sort(prefixes, sorted_keys)]
-        # Every batch is queued at once (each with t2t's decode length for that batch), so
-        # that the translator's inter_threads workers decode batches in parallel.
-        submitted = []
-        for start in range(0, len(sorted_lines), batch_size):
-            batch = []
-            for text in sorted_lines[start:start + batch_size]:
-                ids = self.inputs_encoder.encode(text)
-                batch.append(ids[:max_input_size - 1] if max_input_size > 0 else ids)
-            submitted.append(self._submit(
-                batch, beam_size, alpha, extra_length, num_hypotheses, options["gnmt_rescore"],
-                options["patience"], options["length_penalty"], asynchronous=True,
-                prefixes=encoded and encoded[start:start + batch_size]))
-        results: list[list[Hypothesis]] = []
-        for batch in submitted:
-            results.extend(self._collect(batch))
+        starts = range(0, len(sorted_lines), batch_size)
+        batches = [[ids[:max_input_size - 1] if max_input_size > 0 else ids
+                    for ids in map(self.inputs_encoder.encode,
+                                   sorted_lines[start:start + batch_size])]
+                   for start in starts]
+        results = [row for batch in self.translate_id_batches(
+            batches, beam_size, alpha, extra_length, num_hypotheses, options["gnmt_rescore"],
+            options["patience"], options["length_penalty"],
+            encoded and [encoded[start:start + batch_size] for start in starts]) for row in batch]
         return [results[sorted_keys[i]] for i in range(len(lines))]
-
-
-def decode_records(hypotheses: Sequence[Sequence[Hypothesis]], return_beams: bool = False,
-                   write_beam_scores: bool = False) -> list[str]:
-    """t2t-decoder's output records: the best text, or with return_beams all hypotheses
-    tab-joined (each followed by "\\t%.2f" of its score with write_beam_scores)."""
-    records = []
-    for row in hypotheses:
-        if not return_beams:
-            records.append(row[0].text)
-            continue
-        parts = [f"{h.text}\t{h.score:.2f}" if write_beam_scores else h.text for h in row]
-        records.append("\t".join(parts))
-    return records
-

@@ -207,18 +207,28 @@ class CTranslate2Engine(_ExportEngine):
         return ids
 
     def decode(self, id_lists: Sequence[Sequence[int]], options: Options) -> list[Row]:
-        """Decodes one batch with `Translator.translate_ids` (t2t's scores and decode length)."""
-        results = self.translator.translate_ids(
-            [list(ids[:-1]) for ids in id_lists], beam_size=options.beam_size,
-            alpha=options.alpha, extra_length=self.extra_length, num_hypotheses=options.n_best)
-        padded = max(len(ids) for ids in id_lists)
-        rows = []
-        for ids, hypotheses in zip(id_lists, results):
-            limit = len(ids) + self.extra_length
-            # A hypothesis of n ids ended with EOS at position n, or ran to the batch's limit.
-            depends = len(ids) < padded and any(len(h.ids) + 1 > limit for h in hypotheses)
-            rows.append(Row([Hypothesis(h.text, float(h.score), list(h.ids))
-                             for h in hypotheses], depends))
+        """Decodes one batch with `Translator.translate_id_batches` (t2t's scores and decode
+        length). One CTranslate2 batch runs on one of its `inter_threads` replicas (one core
+        each on CPU), so the batch is cut into that many parts of neighbouring lengths,
+        decoded at once, each with its own decode length."""
+        order = sorted(range(len(id_lists)), key=lambda i: len(id_lists[i]))
+        size = -(-len(order) // max(1, min(self.translator.inter_threads, len(order))))
+        parts = [order[start: start + size] for start in range(0, len(order), size)]
+        results = self.translator.translate_id_batches(
+            [[list(id_lists[i][:-1]) for i in part] for part in parts],
+            beam_size=options.beam_size, alpha=options.alpha, extra_length=self.extra_length,
+            num_hypotheses=options.n_best)
+        rows: list[Row | None] = [None] * len(id_lists)
+        for part, hypothesis_lists in zip(parts, results):
+            padded = max(len(id_lists[i]) for i in part)
+            for i, hypotheses in zip(part, hypothesis_lists):
+                limit = len(id_lists[i]) + self.extra_length
+                # A hypothesis of n ids ended with EOS at position n, or ran to its part's
+                # limit.
+                depends = len(id_lists[i]) < padded and any(len(h.ids) + 1 > limit
+                                                            for h in hypotheses)
+                rows[i] = Row([Hypothesis(h.text, float(h.score), list(h.ids))
+                               for h in hypotheses], depends)
         return rows
 
 

@@ -40,41 +40,13 @@ from pydantic import ValidationError
 from starlette.exceptions import HTTPException
 
 from t2t_lite.serving import api, batching
+from t2t_lite.serving.config import ServerConfig
 from t2t_lite.serving.engines import SentenceError, Unsupported
 from t2t_lite.serving.metrics import Metrics
 
 STATIC_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "static")
 # How often a waiting request checks that its client is still connected.
 DISCONNECT_POLL_SECS = 0.25
-
-
-@dataclasses.dataclass(frozen=True)
-class ServerConfig:
-    """The server's limits and batching (each field is the flag of the same name).
-
-    Attributes:
-      max_batch_size: sentences decoded together at most.
-      max_batch_tokens: rows x padded input length per batch at most (0: no limit).
-      batch_timeout_ms: how long a sentence waits for its batch to fill.
-      request_timeout_secs: a request not answered by then gets 504.
-      max_queue_sentences: sentences waiting at most (beyond: 503).
-      max_sentences: sentences per request at most (413).
-      max_input_tokens: subwords per sentence, EOS included, at most (413).
-      max_beam_size: largest beam a request may ask for (422).
-      max_n_best: most hypotheses a request may ask for (422).
-      beam_size, alpha: the defaults (the server's --decode_hparams).
-    """
-    max_batch_size: int = 32
-    max_batch_tokens: int = 4096
-    batch_timeout_ms: float = 5.0
-    request_timeout_secs: float = 60.0
-    max_queue_sentences: int = 1024
-    max_sentences: int = 64
-    max_input_tokens: int = 256
-    max_beam_size: int = 16
-    max_n_best: int = 16
-    beam_size: int = 4
-    alpha: float = 0.6
 
 
 class RequestRefused(Exception):

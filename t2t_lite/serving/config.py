@@ -1,0 +1,43 @@
+"""The translation server's limits and batching, with their defaults: the one source of the
+defaults of `run.py --mode=serve`'s flags (t2t_lite/flags.py reads them from here, before
+anything heavy is imported: this module imports nothing but the standard library)."""
+from __future__ import annotations
+
+import dataclasses
+
+
+@dataclasses.dataclass(frozen=True)
+class ServerConfig:
+    """The server's limits and batching (each field's flag is in FLAGS).
+
+    Attributes:
+      max_batch_size: sentences decoded together at most.
+      max_batch_tokens: rows x padded input length per batch at most (0: no limit).
+      batch_timeout_ms: how long a sentence waits for its batch to fill.
+      request_timeout_secs: a request not answered by then gets 504.
+      max_queue_sentences: sentences waiting at most (beyond: 503).
+      max_sentences: sentences per request at most (413).
+      max_input_tokens: subwords per sentence, EOS included, at most (413).
+      max_beam_size: largest beam a request may ask for (422).
+      max_n_best: most hypotheses a request may ask for (422).
+      beam_size, alpha: the defaults (the server's --decode_hparams).
+    """
+    max_batch_size: int = 32
+    max_batch_tokens: int = 4096
+    batch_timeout_ms: float = 5.0
+    request_timeout_secs: float = 60.0
+    max_queue_sentences: int = 1024
+    max_sentences: int = 64
+    max_input_tokens: int = 256
+    max_beam_size: int = 16
+    max_n_best: int = 16
+    beam_size: int = 4
+    alpha: float = 0.6
+
+
+# The run.py flag of each field (beam_size and alpha come from --decode_hparams).
+FLAGS = {"max_batch_size": "max_batch_size", "max_batch_tokens": "max_batch_tokens",
+         "batch_timeout_ms": "batch_timeout_ms", "request_timeout_secs": "request_timeout_secs",
+         "max_queue_sentences": "serve_max_queue", "max_sentences": "serve_max_sentences",
+         "max_input_tokens": "serve_max_input_tokens", "max_beam_size": "serve_max_beam_size",
+         "max_n_best": "serve_max_n_best"}
