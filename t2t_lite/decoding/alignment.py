@@ -119,6 +119,23 @@ def _until(ids: Sequence[int], stops: tuple[int, ...]) -> list[int]:
     return kept
 
 
+def alignment_line(attention: np.ndarray, source_ids: Sequence[int],
+                   target_ids: Sequence[int], inputs_encoder: Any, targets_encoder: Any) -> str:
+    """The Pharaoh line of one output.
+
+    Args:
+      attention: float [T, L] (target pieces x source pieces, extra rows / columns ignored).
+      source_ids: the input's subword ids without EOS.
+      target_ids: the output's subword ids without EOS.
+      inputs_encoder, targets_encoder: decode ids to text.
+
+    Returns:
+      `i-j ...`.
+    """
+    return pharaoh(hard_alignment(attention, piece_words(inputs_encoder, source_ids),
+                                  piece_words(targets_encoder, target_ids)))
+
+
 def alignment_lines(inputs: np.ndarray, outputs: np.ndarray, attention: np.ndarray,
                     inputs_encoder: Any, targets_encoder: Any, eos_id: int = 1) -> list[str]:
     """The Pharaoh line of every row of a decoded batch.
@@ -137,11 +154,8 @@ def alignment_lines(inputs: np.ndarray, outputs: np.ndarray, attention: np.ndarr
     outputs = np.asarray(outputs)
     if outputs.ndim == 3:
         outputs = outputs[:, 0]
-    lines = []
-    for row, (source, target) in enumerate(zip(inputs, outputs)):
-        # The source up to its EOS (then padding); the target as the decodes file has it
-        # (`decoding.save_until_eos`).
-        source_words = piece_words(inputs_encoder, _until(source, (eos_id, 0)))
-        target_words = piece_words(targets_encoder, _until(target, (eos_id,)))
-        lines.append(pharaoh(hard_alignment(attention[row], source_words, target_words)))
-    return lines
+    # The source up to its EOS (then padding); the target as the decodes file has it
+    # (`decoding.save_until_eos`).
+    return [alignment_line(attention[row], _until(source, (eos_id, 0)),
+                           _until(target, (eos_id,)), inputs_encoder, targets_encoder)
+            for row, (source, target) in enumerate(zip(inputs, outputs))]
