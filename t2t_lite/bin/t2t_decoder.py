@@ -235,7 +235,7 @@ def _ct2_sampling(flags, decode_hp) -> dict:
     has no run to read hparams from; `ct2.sampling_options`), seeded by --random_seed."""
     from t2t_lite.serving import ct2
 
-    items = [item for item in (flags.hparams or "").split(",")
+    items = [item for item in (getattr(flags, "hparams", "") or "").split(",")
              if item.strip().startswith("sampling_")]
     hparams = HParams(sampling_method="argmax", sampling_temp=1.0, sampling_keep_top_k=-1,
                       sampling_keep_top_p=1.0)

@@ -249,7 +249,7 @@ class ServingModule(tf.Module):
         with tf.control_dependencies(checks):
             inputs = tf.identity(inputs)
         inputs = limit_input_ids(inputs, self._max_input_length)
-        result = self._infer(inputs)
+        result = self._infer(inputs, attention=False)
         outputs = result["outputs"]
         # Zero everything after the first EOS (greedy decoding keeps producing tokens).
         after_eos = tf.cumsum(tf.cast(tf.equal(outputs, EOS_ID), tf.int32), axis=-1,
@@ -270,14 +270,15 @@ class ServingModule(tf.Module):
 
     # ----------------------------------------------------------------------------- helpers
     def _infer(self, inputs: tf.Tensor, prefixes: tf.Tensor | None = None,
-               sampling: sampling_lib.Sampling | None = None) -> dict[str, tf.Tensor]:
+               sampling: sampling_lib.Sampling | None = None,
+               attention: bool = True) -> dict[str, tf.Tensor]:
         """The model's decode of ids [B, L] (with target prefixes [B, P], another sampling),
-        and "attention" [B, T, L] with return_alignment."""
+        and "attention" [B, T, L] with return_alignment (unless `attention` is False)."""
         features = {"inputs": inputs, "target_space_id": self._target_space_id}
         if prefixes is not None:
             features["prefixes"] = prefixes
         options = {} if sampling is None else {"sampling": sampling}
-        if self._alignment_layer is not None:
+        if self._alignment_layer is not None and attention:
             options["alignment_layer"] = self._alignment_layer
         return self._model_infer(
             features, decode_length=self._extra_length, beam_size=self._beam_size,
