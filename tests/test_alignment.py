@@ -116,6 +116,15 @@ def test_copy_model_aligns_on_the_diagonal(copy_model, copy_lines, tmp_path):
         model, encoder, copy_lines, tmp_path,
         "beam_size=4,extra_length=3,return_alignment=true,alignment_layer=0")
     assert beam_decodes == copy_lines and beam_aligned == aligned
+    # An ensemble aligns by its members' mean attention: of two equal members, theirs.
+    from t2t_lite.models.ensemble import TransformerEnsemble
+
+    inputs = copy_task.batch(np.random.default_rng(5), rows=2)
+    np.testing.assert_allclose(
+        TransformerEnsemble([model, model]).encdec_attention(inputs, inputs),
+        model.encdec_attention(inputs, inputs), rtol=1e-6, atol=1e-7)
+    with pytest.raises(ValueError, match="alignment_layer=1 is outside"):
+        model.encdec_attention(inputs, inputs, layer=1)
 
 
 @pytest.mark.slow
@@ -175,6 +184,8 @@ def test_saved_model_prefixes_top_p_and_alignments(copy_model, copy_lines, tmp_p
     assert strings(translate([""] * len(copy_lines), 1e-6)["outputs"]) == copy_lines
     sampled = strings(translate([""] * len(copy_lines), 1.0)["outputs"])
     assert all(re.fullmatch(r"[0-9]( [0-9])*", text) for text in sampled)
+    with pytest.raises(tf.errors.InvalidArgumentError, match="sampling_keep_top_p must be <= 1"):
+        translate([""] * len(copy_lines), 1.5)
 
 
 @pytest.mark.slow

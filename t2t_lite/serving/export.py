@@ -206,9 +206,12 @@ class ServingModule(tf.Module):
                                 "export): pass 0")
             with tf.control_dependencies([check]):
                 return self._texts(ids, self._infer(ids, prefix_ids))
+        check = tf.debugging.assert_less_equal(
+            p, 1.0, message="translate_options: sampling_keep_top_p must be <= 1 (1: all)")
+        with tf.control_dependencies([check]):
+            p = tf.identity(p)
         nucleus = dataclasses.replace(self._sampling, method="random",
-                                      temp=self._sampling.temp or 1.0,
-                                      keep_top_p=tf.minimum(p, 1.0))
+                                      temp=self._sampling.temp or 1.0, keep_top_p=p)
         result = tf.cond(p > 0.0, lambda: self._infer(ids, prefix_ids, nucleus),
                          lambda: self._infer(ids, prefix_ids))
         return self._texts(ids, result)
