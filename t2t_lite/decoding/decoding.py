@@ -662,7 +662,7 @@ def decode_interactively(infer_fn: InferFn, encoders: dict, decode_hp: HParams,
             sys.stderr.write(f"error: {e}\n")
             continue
         batch = pad_batch([encode_input(text, inputs_encoder, decode_hp.max_input_size)])
-        outputs, scores = infer_fn(batch)
+        outputs, scores = infer_fn(batch)[:2]
         if decode_hp.return_beams:
             beams = np.asarray(outputs).reshape(-1, np.asarray(outputs).shape[-1])
             beam_scores = np.asarray(scores).reshape(-1)
@@ -694,7 +694,7 @@ def decode_examples(infer_fn: InferFn, examples: Iterable[dict], encoders: dict,
 
     def flush():
         batch = pad_batch([list(np.asarray(ex["inputs"]).reshape(-1)) for ex in chunk])
-        outputs, scores = infer_fn(batch)
+        outputs, scores = infer_fn(batch)[:2]
         decodes.extend(format_decodes(outputs, scores, encoders["targets"],
                                       **format_options(decode_hp)))
         for ex in chunk:
