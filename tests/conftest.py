@@ -153,3 +153,14 @@ def tiny_run_trained(tiny_run_data_dir, tmp_path_factory):
             (output_dir.parent / "trained.stderr").write_text(result.stderr, encoding="utf-8")
     assert steps(output_dir) == [2, 4]
     return output_dir
+
+
+@pytest.fixture(scope="session")
+def copy_model(tmp_path_factory):
+    """(model, encoder, vocab file): a tiny Transformer trained in-process to copy digit
+    strings, once per session (`tests/copy_task.py`)."""
+    from t2t_lite.data_generators import text_encoder
+    from tests import copy_task
+
+    vocab = copy_task.write_vocab(tmp_path_factory.mktemp("copy_task") / "digits.subwords")
+    return copy_task.train(), text_encoder.SubwordTextEncoder(str(vocab)), vocab

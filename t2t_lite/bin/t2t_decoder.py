@@ -13,7 +13,7 @@ import sys
 from absl import logging
 
 from t2t_lite import file_io
-from t2t_lite.decoding import runs
+from t2t_lite.decoding import alignment, runs
 from t2t_lite.decoding.decoding import (
     add_shard_to_filename,
     check_id_inputs,
@@ -35,6 +35,7 @@ from t2t_lite.decoding.decoding import (
 from t2t_lite.decoding.score_file import read_score_file, score_pairs
 from t2t_lite.errors import UserError, one_line
 from t2t_lite.evaluation import mt_metrics
+from t2t_lite.hparams import HParams
 from t2t_lite.utils import validation
 
 
@@ -64,6 +65,9 @@ def main(flags) -> None:
             raise UserError("--score_file needs --decode_to_file for the scores")
     with runs.one_line_errors():
         decode_hp = decode_hparams(flags.decode_hparams or "")
+    if alignment.layer(decode_hp) is not None and (score_file or not flags.decode_from_file):
+        raise UserError("--decode_hparams: return_alignment=true writes <decodes>.align beside "
+                        "the decodes of --decode_from_file: give --decode_from_file")
     if getattr(flags, "random_seed", None) is not None:
         import keras
 
@@ -221,14 +225,18 @@ def decode_ctranslate2(flags) -> str:
                                  len(lines), decode_hp.delimiter)
     except (FileNotFoundError, ValueError) as e:
         raise UserError(one_line(e)) from e
+    sampling = _ct2_sampling(flags, decode_hp)
     hypotheses = translator.translate(
         lines, beam_size=decode_hp.beam_size, alpha=decode_hp.alpha,
         extra_length=decode_hp.extra_length,
         num_hypotheses=decode_hp.beam_size if decode_hp.return_beams else 1,
         batch_size=decode_hp.batch_size or 32, max_input_size=decode_hp.max_input_size,
-        patience=flags.ct2_patience, length_penalty=flags.ct2_length_penalty, prefixes=prefixes)
+        patience=flags.ct2_patience, length_penalty=flags.ct2_length_penalty, prefixes=prefixes,
+        return_alignment=alignment.layer(decode_hp) is not None, **sampling)
     records = _ct2_records(hypotheses, decode_hp.return_beams, decode_hp.write_beam_scores)
     file_io.atomic_write_lines(output, records, decode_hp.delimiter)
+    if alignment.layer(decode_hp) is not None:
+        _write_ct2_alignments(translator, lines, hypotheses, decode_hp, output)
     print(f"Decodes written to {output}")
     reference = flags.decode_reference or decode_hp.decode_reference
     if reference:
@@ -236,6 +244,36 @@ def decode_ctranslate2(flags) -> str:
         for line in bleu_hook.bleu_report(reference, output, metrics=metrics):
             print(line)
     return output
+
+
+def _ct2_sampling(flags, decode_hp) -> dict:
+    """CTranslate2's sampling options from the sampling hparams in --hparams (the engine
+    has no run to read hparams from; `ct2.sampling_options`), seeded by --random_seed."""
+    from t2t_lite.serving import ct2
+
+    items = [item for item in (getattr(flags, "hparams", "") or "").split(",")
+             if item.strip().startswith("sampling_")]
+    hparams = HParams(sampling_method="argmax", sampling_temp=1.0, sampling_keep_top_k=-1,
+                      sampling_keep_top_p=1.0)
+    try:
+        hparams.parse(",".join(items))
+        check_sampling(hparams, decode_hp)
+    except ValueError as e:
+        raise UserError(one_line(e)) from None
+    if getattr(flags, "random_seed", None) is not None:
+        ct2.import_ctranslate2().set_random_seed(int(flags.random_seed))
+    return ct2.sampling_options(hparams)
+
+
+def _write_ct2_alignments(translator, lines, hypotheses, decode_hp, output) -> None:
+    """`<output>.align`: the Pharaoh line of each line's best hypothesis from CTranslate2's
+    attention (the layer chosen at export)."""
+    cut = decode_hp.max_input_size - 1 if decode_hp.max_input_size > 0 else None
+    aligned = [alignment.alignment_line(
+        row[0].attention, translator.inputs_encoder.encode(line)[:cut], row[0].ids,
+        translator.inputs_encoder, translator.targets_encoder) if row else ""
+        for line, row in zip(lines, hypotheses)]
+    file_io.atomic_write_lines(output + ".align", aligned)
 
 
 def _decode_inputs(flags, decode_hp) -> tuple[str, list[str]] | None:

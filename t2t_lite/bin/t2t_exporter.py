@@ -11,7 +11,7 @@ import time
 
 from absl import logging
 
-from t2t_lite.decoding import decoding, runs
+from t2t_lite.decoding import alignment, decoding, runs
 from t2t_lite.errors import UserError
 from t2t_lite.serving.export import ServingModule, export, graph_vocabulary
 from t2t_lite.utils import validation
@@ -97,10 +97,15 @@ def export_ctranslate2(flags) -> str:
     validation.check_output_not_protected(
         "export_dir", model_dir, validation.run_folders(flags.output_dir, checkpoint),
         spec.data_dir)
+    try:  # the decoder layer of word alignments (return_attention) is fixed at export
+        layer = alignment.layer(decoding.decode_hparams(flags.decode_hparams or ""))
+    except ValueError as e:
+        raise UserError(str(e)) from None
     path = ct2.export(model, model_dir,
                       encoders.get("inputs", encoders["targets"]), encoders["targets"],
                       run.target_space_id,
-                      quantization=flags.quantization, max_position=flags.ct2_max_position)
+                      quantization=flags.quantization, max_position=flags.ct2_max_position,
+                      alignment_layer=-1 if layer is None else layer)
     logging.info("Exported %s to %s", checkpoint, path)
     print(f"CTranslate2 model written to {path}")
     return path

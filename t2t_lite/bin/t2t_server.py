@@ -127,6 +127,9 @@ def serve(flags) -> None:
 
     with runs.one_line_errors():
         decode_hp = decode_hparams(flags.decode_hparams or "")
+    if decode_hp.get("return_alignment"):
+        raise UserError("--decode_hparams: return_alignment is for --mode=decode and the "
+                        "exports; the server gives attention per request (return_attention)")
     config = _config(flags, decode_hp)
     if flags.decode_engine == "ctranslate2":
         def factory():

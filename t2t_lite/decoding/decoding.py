@@ -56,6 +56,8 @@ from absl import logging
 
 from t2t_lite import file_io, hparams_support
 from t2t_lite.data_generators.text_encoder import EOS_ID
+from t2t_lite.decoding import alignment
+from t2t_lite.decoding.input_files import read_inputs, read_prefixes
 from t2t_lite.errors import UserError, one_line
 from t2t_lite.hparams import HParams
 from t2t_lite.utils import progress
@@ -146,7 +148,8 @@ def decode_hparams(overrides: str = "") -> HParams:
     log_results, num_decodes, force_decode_length, skip_eos_postprocess, identity_output,
     summaries_log_dir, and decode_in_memory (t2t_lite always decodes in memory, the only
     thing t2t's flag changes for text). The others (`UNSUPPORTED_DECODE_HPARAMS`) are refused
-    when set to anything but their default.
+    when set to anything but their default. t2t_lite's own `return_alignment` and
+    `alignment_layer` (`alignment.DECODE_HPARAMS`) join the set when `overrides` sets them.
 
     Args:
       overrides: "beam_size=4,alpha=0.6,..." (t2t's override syntax).
@@ -159,7 +162,7 @@ def decode_hparams(overrides: str = "") -> HParams:
     """
     hp = _t2t_decode_hparams()
     if overrides:
-        hp.parse(overrides)
+        alignment.parse_decode_hparams(hp, overrides)
     defaults = _t2t_decode_hparams()
     for name, reason in UNSUPPORTED_DECODE_HPARAMS.items():
         if hp.get(name) != defaults.get(name):
@@ -212,54 +215,6 @@ def check_sampling(model_hparams: HParams, decode_hp: HParams) -> None:
 
 
 # ------------------------------------------------------------------------------ pure steps
-def read_inputs(filename: str, delimiter: str = "\n") -> list[str]:
-    """The records of `filename` as t2t reads them.
-
-    Args:
-      filename: UTF-8 text file.
-      delimiter: record separator.
-
-    Returns:
-      Records split on `delimiter`, each stripped, a final empty record dropped.
-
-    Raises:
-      UserError: the file is not UTF-8, naming file:line.
-    """
-    with open(filename, "rb") as f:
-        data = f.read()
-    try:
-        text = file_io.strip_bom(data.decode("utf-8"))
-    except UnicodeDecodeError as e:
-        line = data.count(b"\n", 0, e.start) + 1
-        column = e.start - (data.rfind(b"\n", 0, e.start) + 1) + 1
-        raise UserError(f"{filename}:{line}: invalid UTF-8 (byte 0x{data[e.start]:02x} at "
-                        f"column {column}); decode input must be UTF-8 text") from e
-    records = [record.strip() for record in text.split(delimiter)]
-    if records and not records[-1]:
-        records.pop()
-    return records
-
-
-def read_prefixes(prefix_file: str | None, filename: str, count: int,
-                  delimiter: str = "\n") -> list[str] | None:
-    """The target prefixes of `--decode_prefix_file`, one per input record (None without).
-
-    Raises:
-      FileNotFoundError, ValueError: one line naming the file (missing, or another number of
-        records than the `count` of `--decode_from_file=filename`).
-    """
-    if not prefix_file:
-        return None
-    if not os.path.isfile(prefix_file):
-        raise FileNotFoundError(f"--decode_prefix_file={prefix_file}: no such file")
-    prefixes = read_inputs(prefix_file, delimiter)
-    if len(prefixes) != count:
-        raise ValueError(f"--decode_prefix_file={prefix_file} has {len(prefixes)} lines, "
-                         f"--decode_from_file={filename} {count}: give one prefix "
-                         "(or an empty line) per input line")
-    return prefixes
-
-
 def check_id_inputs(records: Sequence[str], encoder: Any, source: str,
                     delimiter: str = "\n", first_line: int = 1) -> None:
     """Refuses a record holding a token that is not an integer id, when the problem's input
@@ -534,7 +489,8 @@ class _Pair(tuple):
 def decode_lines(lines: Sequence[str], infer_fn: InferFn, inputs_encoder: Any,
                  targets_encoder: Any, decode_hp: HParams,
                  parallel_batches: int = 1, nbest: list | None = None,
-                 prefixes: Sequence[str] | None = None) -> list[str]:
+                 prefixes: Sequence[str] | None = None,
+                 alignments: list | None = None) -> list[str]:
     """Decodes `lines` as t2t's decode_from_file does and returns the results in input order.
 
     Args:
@@ -553,13 +509,15 @@ def decode_lines(lines: Sequence[str], infer_fn: InferFn, inputs_encoder: Any,
         (text, score) pairs (`beam_texts`), for `nbest_lines`.
       prefixes: target prefixes parallel to `lines` (encoded with `targets_encoder`, "":
         none), passed to `infer_fn(inputs, prefixes=int32 [B, P])`.
+      alignments: a list that receives each line's Pharaoh alignment, in the order of
+        `lines` (`alignment.alignment_lines`; `infer_fn` then returns the attention third).
 
     Returns:
       One output record per line, in the order of `lines`.
     """
     sorted_inputs, sorted_keys = sort_inputs(lines)
     batch_size = decode_hp.batch_size or 32
-    decodes, beams = [], []
+    decodes, beams, aligned = [], [], []
     start_time = time.time()
     batches = batch_inputs(sorted_inputs, inputs_encoder, batch_size, decode_hp.max_input_size)
     call = infer_fn
@@ -572,8 +530,13 @@ def decode_lines(lines: Sequence[str], infer_fn: InferFn, inputs_encoder: Any,
         batches = (_Pair(pair) for pair in zip(batches, prefix_batches))
         call = lambda pair: infer_fn(pair[0], prefixes=pair[1])
     decoded = _decoded_batches(batches, call, parallel_batches)
-    for number, (batch, (outputs, scores)) in enumerate(progress.track(
+    for number, (batch, result) in enumerate(progress.track(
             decoded, len(lines), "Decoding", "lines", size=lambda item: len(item[0]))):
+        outputs, scores = result[:2]
+        if alignments is not None:
+            aligned.extend(alignment.alignment_lines(
+                batch[0] if prefixes is not None else batch, outputs, result[2],
+                inputs_encoder, targets_encoder))
         records = format_decodes(outputs, scores, targets_encoder, **format_options(decode_hp))
         if nbest is not None:
             beams.extend(beam_texts(outputs, scores, targets_encoder,
@@ -590,6 +553,8 @@ def decode_lines(lines: Sequence[str], infer_fn: InferFn, inputs_encoder: Any,
                      len(lines) / max(duration, 1e-9))
     if nbest is not None:
         nbest.extend(beams[sorted_keys[i]] for i in range(len(lines)))
+    if alignments is not None:
+        alignments.extend(aligned[sorted_keys[i]] for i in range(len(lines)))
     return [decodes[sorted_keys[i]] for i in range(len(lines))]
 
 
@@ -646,9 +611,10 @@ def decode_from_file(infer_fn: InferFn, filename: str, encoders: dict, decode_hp
     prefixes = read_prefixes(prefix_file, filename, len(lines), decode_hp.delimiter)
     # With t2t's return_beams and write_beam_scores, also fairseq's / Marian's n-best file.
     nbest = [] if decode_hp.return_beams and decode_hp.write_beam_scores else None
+    aligned = None if alignment.layer(decode_hp) is None else []
     decodes = decode_lines(lines, infer_fn, encoders.get("inputs", encoders["targets"]),
                            encoders["targets"], decode_hp, parallel_batches, nbest=nbest,
-                           prefixes=prefixes)
+                           prefixes=prefixes, alignments=aligned)
     if decode_to_file:
         output = add_shard_to_filename(decode_to_file, decode_hp)
     else:
@@ -658,6 +624,8 @@ def decode_from_file(infer_fn: InferFn, filename: str, encoders: dict, decode_hp
     if nbest is not None:
         file_io.atomic_write_lines(output + ".nbest", nbest_lines(nbest))
         logging.info("Wrote the n-best list to %s.nbest", output)
+    if aligned is not None:
+        file_io.atomic_write_lines(output + ".align", aligned)
     return output
 
 
@@ -694,7 +662,7 @@ def decode_interactively(infer_fn: InferFn, encoders: dict, decode_hp: HParams,
             sys.stderr.write(f"error: {e}\n")
             continue
         batch = pad_batch([encode_input(text, inputs_encoder, decode_hp.max_input_size)])
-        outputs, scores = infer_fn(batch)
+        outputs, scores = infer_fn(batch)[:2]
         if decode_hp.return_beams:
             beams = np.asarray(outputs).reshape(-1, np.asarray(outputs).shape[-1])
             beam_scores = np.asarray(scores).reshape(-1)
@@ -726,7 +694,7 @@ def decode_examples(infer_fn: InferFn, examples: Iterable[dict], encoders: dict,
 
     def flush():
         batch = pad_batch([list(np.asarray(ex["inputs"]).reshape(-1)) for ex in chunk])
-        outputs, scores = infer_fn(batch)
+        outputs, scores = infer_fn(batch)[:2]
         decodes.extend(format_decodes(outputs, scores, encoders["targets"],
                                       **format_options(decode_hp)))
         for ex in chunk:
@@ -902,6 +870,7 @@ def make_infer_fn(model: Any, decode_hp: HParams, target_space_id: int = 0,
     import tensorflow as tf
 
     top_beams = decode_hp.beam_size if decode_hp.return_beams else 1
+    layer = alignment.layer(decode_hp)
     if jit_compile and decode_hp.beam_size == 1 and model.hparams.sampling_method == "random":
         raise ValueError("--xla_compile decodes with argmax or beam search; it does not "
                          "sample (hparams sampling_method=random)")
@@ -916,8 +885,9 @@ def make_infer_fn(model: Any, decode_hp: HParams, target_space_id: int = 0,
             decode_length=decode_hp.extra_length, beam_size=decode_hp.beam_size,
             alpha=decode_hp.alpha, top_beams=top_beams,
             force_decode_length=decode_hp.force_decode_length, jit_compile=jit_compile,
-        )
-        return np.asarray(result["outputs"]), np.asarray(result["scores"])
+            **({} if layer is None else {"alignment_layer": layer}))
+        return tuple(np.asarray(result[name]) for name in ("outputs", "scores", "attention")
+                     if name in result)
 
     return infer_fn
 

@@ -83,6 +83,13 @@ class TransformerEnsemble(tf.Module):
             storage = tuple({} if d.storage is None else d.storage for d in decoders)
         return Decoder(step, tuple(d.states for d in decoders), storage)
 
+    def encdec_attention(self, inputs, targets, layer: int = -1,
+                         target_space_id=0) -> tf.Tensor:
+        """`Transformer.encdec_attention` averaged over the members (float32 [B, T, L])."""
+        return tf.reduce_mean(tf.stack([
+            member.encdec_attention(inputs, targets, layer, target_space_id)
+            for member in self.members]), axis=0)
+
     def infer(self, features: dict, decode_length=50, beam_size: int = 1, alpha: float = 0.6,
               top_beams: int = 1, use_cache: bool = True, eos_id: int = beam_search.EOS_ID,
               jit_compile: bool = False, force_decode_length: bool = False,

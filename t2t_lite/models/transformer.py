@@ -294,6 +294,33 @@ class Transformer(keras.Model):
         scores.update({f"decoder/{name}": w for name, w in decoder_scores.items()})
         return tf.cast(self.modality.top(x, matrices), tf.float32), scores
 
+    def encdec_attention(self, inputs, targets, layer: int = -1,
+                         target_space_id=0) -> tf.Tensor:
+        """The encoder-decoder attention of one decoder layer, mean over its heads,
+        teacher-forced on `targets` (word alignments, `decoding/alignment.py`): row t is
+        what the decoder read when it produced target t, as in incremental decoding.
+
+        Args:
+          inputs: int [B, L] source ids.
+          targets: int [B, T] target ids (EOS, then anything: rows before it do not see it).
+          layer: decoder layer index (negative: from the last).
+          target_space_id: int scalar.
+
+        Returns:
+          float32 [B, T, L].
+        """
+        layers = len(self.body.decoder.layers_)
+        if not -layers <= layer < layers:
+            raise ValueError(f"alignment_layer={layer} is outside the decoder's {layers} "
+                             f"layers (0 to {layers - 1}, or -1 for the last)")
+        matrices = self.modality.matrices()
+        encoder_output, encdec_bias = self.encode(inputs, target_space_id, training=False,
+                                                  matrices=matrices)
+        _, scores = self._decoder_output(targets, encoder_output, encdec_bias, False,
+                                         matrices, None, return_attention_scores=True)
+        weights = scores[f"layer_{layer % layers}/encdec_attention"]
+        return tf.reduce_mean(tf.cast(weights, tf.float32), axis=1)
+
     def training_loss(self, features: dict, label_smoothing: float,
                       training: bool | None = None,
                       skip_padding: bool = True) -> tuple[tf.Tensor, tf.Tensor]:

@@ -54,8 +54,14 @@ import numpy as np
 
 from t2t_lite.data_generators import sentencepiece_encoder
 from t2t_lite.data_generators.text_encoder import EOS_ID, PAD_ID
-from t2t_lite.decoding.decoding import usable_cores
 from t2t_lite.errors import UserError
+from t2t_lite.serving.ct2_options import (  # noqa: F401 (ct2's API)
+    SEARCH_OPTIONS,
+    default_model_dir,
+    gnmt_score,
+    sampling_options,
+    thread_counts,
+)
 
 METADATA_FILE = "t2t_lite_serving.json"
 INPUTS_VOCAB_FILE = "t2t_inputs.subwords"
@@ -187,7 +193,8 @@ def _vocabulary(subtokens: Sequence[str], rows: int) -> list[str]:
 
 
 def build_spec(model, inputs_subtokens: Sequence[str], targets_subtokens: Sequence[str],
-               target_space_id: int = 0, max_position: int = DEFAULT_MAX_POSITION):
+               target_space_id: int = 0, max_position: int = DEFAULT_MAX_POSITION,
+               alignment_layer: int = -1):
     """The CTranslate2 `TransformerSpec` of a t2t_lite Transformer (see the module docstring).
 
     Args:
@@ -197,6 +204,8 @@ def build_spec(model, inputs_subtokens: Sequence[str], targets_subtokens: Sequen
       target_space_id: the problem's target space id (folded into the encoder positions).
       max_position: rows of the position tables: the longest input (EOS included) and the
         longest decode the model directory can serve.
+      alignment_layer: the decoder layer whose encoder-decoder attention, mean over all
+        its heads, CTranslate2 returns (`return_attention`; word alignments), -1 = last.
 
     Returns:
       A validated `ctranslate2.specs.TransformerSpec` with its vocabularies registered.
@@ -210,9 +219,15 @@ def build_spec(model, inputs_subtokens: Sequence[str], targets_subtokens: Sequen
     encoder = transformer_spec.TransformerEncoderSpec(
         body.encoder.num_layers, hparams.num_heads, pre_norm=pre_norm,
         activation=common_spec.Activation.RELU)
+    layers = body.decoder.num_layers
+    if not -layers <= alignment_layer < layers:
+        raise UserError(f"--decode_hparams: alignment_layer={alignment_layer} is outside the "
+                        f"decoder's {layers} layers (0 to {layers - 1}, or -1 for the last)")
+    # CTranslate2 averages the first `alignment_heads` heads: all of them, as t2t_lite.
     decoder = transformer_spec.TransformerDecoderSpec(
-        body.decoder.num_layers, hparams.num_heads, pre_norm=pre_norm,
-        activation=common_spec.Activation.RELU)
+        layers, hparams.num_heads, pre_norm=pre_norm,
+        activation=common_spec.Activation.RELU, alignment_layer=alignment_layer % layers,
+        alignment_heads=hparams.num_heads)
     spec = transformer_spec.TransformerSpec(encoder, decoder)
 
     matrices = {name: _array(m) for name, m in model.modality.matrices().items()}
@@ -267,7 +282,8 @@ def build_spec(model, inputs_subtokens: Sequence[str], targets_subtokens: Sequen
 
 
 def export(model, output_dir: str, inputs_encoder, targets_encoder, target_space_id: int = 0,
-           quantization: str = "none", max_position: int = DEFAULT_MAX_POSITION) -> str:
+           quantization: str = "none", max_position: int = DEFAULT_MAX_POSITION,
+           alignment_layer: int = -1) -> str:
     """Writes a CTranslate2 model directory for `model` (see the module docstring).
 
     The directory is written under a temporary name and renamed; an existing `output_dir` is
@@ -281,6 +297,7 @@ def export(model, output_dir: str, inputs_encoder, targets_encoder, target_space
       target_space_id: the problem's target space id.
       quantization: one of QUANTIZATIONS ("none" = float32 weights).
       max_position: rows of the position tables (longest input / decode served).
+      alignment_layer: the decoder layer of the word alignments (`build_spec`).
 
     Returns:
       output_dir.
@@ -292,7 +309,8 @@ def export(model, output_dir: str, inputs_encoder, targets_encoder, target_space
             raise UserError(f"the problem's {what} encoder is {type(encoder).__name__}: the "
                             "CTranslate2 export needs SubwordTextEncoders (text problems)")
     spec = build_spec(model, inputs_encoder.all_subtoken_strings,
-                      targets_encoder.all_subtoken_strings, target_space_id, max_position)
+                      targets_encoder.all_subtoken_strings, target_space_id, max_position,
+                      alignment_layer)
     output_dir = os.path.abspath(output_dir)
     if os.path.exists(output_dir) and os.listdir(output_dir) and not os.path.exists(
             os.path.join(output_dir, METADATA_FILE)):
@@ -319,6 +337,7 @@ def export(model, output_dir: str, inputs_encoder, targets_encoder, target_space
             "max_position": int(max_position),
             "quantization": quantization,
             "pre_norm": model.hparams.layer_preprocess_sequence == "n",
+            "alignment_layer": int(alignment_layer),
         }
         with open(os.path.join(tmp, METADATA_FILE), "w", encoding="utf-8") as f:
             json.dump(metadata, f, indent=1)
@@ -331,54 +350,19 @@ def export(model, output_dir: str, inputs_encoder, targets_encoder, target_space
     return output_dir
 
 
-def default_model_dir(export_dir: str | None, output_dir: str | None,
-                      checkpoint: str | None = None) -> str:
-    """Where the CTranslate2 directory of a run goes: `export_dir`, else
-    `<output_dir>/ctranslate2`, else `ctranslate2/` beside the checkpoint.
-
-    Raises:
-      UserError: none of the three is given.
-    """
-    if export_dir:
-        return os.path.expanduser(export_dir)
-    if output_dir:
-        return os.path.join(output_dir, "ctranslate2")
-    if checkpoint:
-        return os.path.join(os.path.dirname(checkpoint), "ctranslate2")
-    raise UserError("the CTranslate2 engine needs --export_dir (the directory written by "
-                    "--mode=export --export_format=ctranslate2) or --output_dir")
-
-
 # ------------------------------------------------------------------------------ decoding
 @dataclass
 class Hypothesis:
     """One translation: `text`, its subtoken `ids` (no EOS) and t2t's `score` (greedy: the
     summed log-probability up to and including EOS; beam: that sum divided by GNMT's
-    ((5 + length) / 6) ** alpha, length counting EOS)."""
+    ((5 + length) / 6) ** alpha, length counting EOS); with `return_alignment`, the
+    `attention` [T][L] of the export's alignment layer (mean over its heads; a row per
+    output subword, a column per input subword, EOS last)."""
 
     text: str
     ids: list[int]
     score: float
-
-
-def thread_counts(device: str, inter_threads: int, intra_threads: int) -> tuple[int, int]:
-    """CTranslate2's (inter_threads, intra_threads), 0 meaning chosen here.
-
-    On CPU: one thread per batch and as many parallel batches as usable cores (see
-    `Translator`); on GPU one batch at a time with CTranslate2's default threads.
-    """
-    if inter_threads < 0 or intra_threads < 0:
-        raise UserError(f"CTranslate2 threads must be >= 0, got inter_threads={inter_threads}, "
-                        f"intra_threads={intra_threads}")
-    if device != "cpu":
-        return inter_threads or 1, intra_threads
-    intra_threads = intra_threads or 1
-    return inter_threads or max(1, usable_cores() // intra_threads), intra_threads
-
-
-def gnmt_score(log_prob: float, length: int, alpha: float) -> float:
-    """t2t's beam score: log_prob / ((5 + length) / 6) ** alpha (length includes EOS)."""
-    return log_prob / ((5.0 + length) / 6.0) ** alpha
+    attention: list | None = None
 
 
 class Translator:
@@ -430,7 +414,8 @@ class Translator:
                       alpha: float = 0.6, extra_length: int = 100, num_hypotheses: int = 1,
                       gnmt_rescore: bool = True, patience: float = 1.0,
                       length_penalty: float | None = None,
-                      prefixes: Sequence[Sequence[int]] | None = None) -> list[list[Hypothesis]]:
+                      prefixes: Sequence[Sequence[int]] | None = None,
+                      **sampling) -> list[list[Hypothesis]]:
         """Translates ONE batch of encoded inputs (t2t's decode length is per batch).
 
         Args:
@@ -447,6 +432,9 @@ class Translator:
             alpha; with gnmt_rescore it only steers which hypotheses finish).
           prefixes: B lists of target ids each output starts with ([]: none; CTranslate2's
             `target_prefix`, t2t_lite's `--decode_prefix_file`).
+          **sampling: CTranslate2's sampling_topk, sampling_topp, sampling_temperature
+            (greedy decoding, `sampling_options`), and return_alignment (CTranslate2's
+            `return_attention`: each Hypothesis gets its `attention`).
 
         Returns:
           B lists of up to `num_hypotheses` Hypothesis, best first (text decoded with the
@@ -455,28 +443,32 @@ class Translator:
         """
         return self.translate_id_batches(
             [id_lists], beam_size, alpha, extra_length, num_hypotheses, gnmt_rescore, patience,
-            length_penalty, None if prefixes is None else [prefixes])[0]
+            length_penalty, None if prefixes is None else [prefixes], **sampling)[0]
 
     def translate_id_batches(self, batches: Sequence[Sequence[Sequence[int]]],
                              beam_size: int = 4, alpha: float = 0.6, extra_length: int = 100,
                              num_hypotheses: int = 1, gnmt_rescore: bool = True,
                              patience: float = 1.0, length_penalty: float | None = None,
-                             prefixes: Sequence | None = None) -> list[list[list[Hypothesis]]]:
+                             prefixes: Sequence | None = None,
+                             **sampling) -> list[list[list[Hypothesis]]]:
         """Translates several batches at once, each as `translate_ids` (its own decode
-        length; `prefixes`: one list per batch), queued together so that the translator's
-        `inter_threads` replicas decode them in parallel.
+        length; `prefixes`: one list per batch; `**sampling` as there), queued together so
+        that the translator's `inter_threads` replicas decode them in parallel.
 
         Returns:
           For each batch, its `translate_ids` result.
         """
         submitted = [self._submit(id_lists, beam_size, alpha, extra_length, num_hypotheses,
                                   gnmt_rescore, patience, length_penalty, asynchronous=True,
-                                  prefixes=None if prefixes is None else prefixes[number])
+                                  prefixes=None if prefixes is None else prefixes[number],
+                                  **sampling)
                      for number, id_lists in enumerate(batches)]
         return [self._collect(batch) for batch in submitted]
 
     def _submit(self, id_lists, beam_size, alpha, extra_length, num_hypotheses, gnmt_rescore,
-                patience, length_penalty, asynchronous: bool, prefixes=None) -> tuple:
+                patience, length_penalty, asynchronous: bool, prefixes=None,
+                sampling_topk: int = 1, sampling_topp: float = 1.0,
+                sampling_temperature: float = 1.0, return_alignment: bool = False) -> tuple:
         """Starts CTranslate2 on one batch (arguments of `translate_ids`); returns what
         `_collect` needs: the results (or futures when `asynchronous`) and the options."""
         if not 1 <= num_hypotheses <= beam_size:
@@ -512,6 +504,8 @@ class Translator:
             asynchronous=asynchronous,
             target_prefix=None if prefixes is None else [
                 [self._target_tokens[i] for i in ids] or None for ids in prefixes],
+            sampling_topk=sampling_topk, sampling_topp=sampling_topp,
+            sampling_temperature=sampling_temperature, return_attention=return_alignment,
         )
         return results, (num_hypotheses, rescore, search_penalty, alpha)
 
@@ -526,7 +520,8 @@ class Translator:
             if hasattr(result, "result"):  # an asynchronous result
                 result = result.result()
             ranked, ended = [], []
-            for tokens, score in zip(result.hypotheses, result.scores):
+            attention = result.attention or [None] * len(result.hypotheses)
+            for tokens, score, weights in zip(result.hypotheses, result.scores, attention):
                 ids = [self._target_ids[t] for t in tokens]
                 # return_end_token: a finished hypothesis ends with EOS, and CTranslate2's
                 # length normalization counted it.
@@ -539,7 +534,7 @@ class Translator:
                     if search_penalty:
                         raw_score = score * float(length) ** search_penalty
                     score = gnmt_score(raw_score, length, alpha)
-                ranked.append((ids, float(score), float(raw_score)))
+                ranked.append((ids, float(score), float(raw_score), weights))
             if rescore:
                 # t2t returns an unfinished beam (scored by its raw log-probability) only
                 # when no hypothesis reached EOS; CTranslate2 registers the beams alive at
@@ -548,11 +543,11 @@ class Translator:
                 if finished:
                     ranked = finished
                 else:
-                    ranked = [(ids, raw, raw) for ids, _, raw in ranked]
+                    ranked = [(ids, raw, raw, weights) for ids, _, raw, weights in ranked]
                 ranked.sort(key=lambda h: -h[1])
             # Detokenized only when returned (beam search returns 1 of 4 by default).
-            out.append([Hypothesis(self.targets_encoder.decode(ids), ids, score)
-                        for ids, score, _ in ranked[:num_hypotheses]])
+            out.append([Hypothesis(self.targets_encoder.decode(ids), ids, score, weights)
+                        for ids, score, _, weights in ranked[:num_hypotheses]])
         return out
 
     def translate(self, lines: Sequence[str], beam_size: int = 4, alpha: float = 0.6,
@@ -571,14 +566,14 @@ class Translator:
           batch_size: inputs per batch (t2t's decode batch_size, default 32).
           max_input_size: t2t's decode hparam (<= 0: no cut).
           prefixes: target prefixes parallel to `lines` ("": none; `--decode_prefix_file`).
-          **search_options: gnmt_rescore, patience, length_penalty of `translate_ids`.
+          **search_options: `SEARCH_OPTIONS` (those of `translate_ids`).
 
         Returns:
           One list of `num_hypotheses` Hypothesis per line, in input order.
         """
         from t2t_lite.decoding import decoding
 
-        options = {"gnmt_rescore": True, "patience": 1.0, "length_penalty": None}
+        options = dict(SEARCH_OPTIONS)
         unknown = set(search_options) - set(options)
         if unknown:
             raise TypeError(f"translate: unknown search options {sorted(unknown)}")
@@ -592,7 +587,7 @@ class Translator:
                                    sorted_lines[start:start + batch_size])]
                    for start in starts]
         results = [row for batch in self.translate_id_batches(
-            batches, beam_size, alpha, extra_length, num_hypotheses, options["gnmt_rescore"],
-            options["patience"], options["length_penalty"],
-            encoded and [encoded[start:start + batch_size] for start in starts]) for row in batch]
+            batches, beam_size, alpha, extra_length, num_hypotheses,
+            prefixes=encoded and [encoded[start:start + batch_size] for start in starts],
+            **options) for row in batch]
         return [results[sorted_keys[i]] for i in range(len(lines))]

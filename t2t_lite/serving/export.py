@@ -18,6 +18,16 @@ version folder is the layout TensorFlow Serving's `--model_base_path` expects) w
   as t2t's clients sent them) -> `outputs` int32 [B, T] (or [B, K, T]) cut after the first EOS
   (later positions 0) and `scores`. Ids outside [0, input vocab size) are an
   InvalidArgumentError that names the vocab size.
+* `translate_options`: `inputs` string [B], `prefixes` string [B] (target prefixes: every
+  output starts with the prefix's subwords and the search continues from there; "" = none)
+  and `sampling_keep_top_p` float32 scalar (<= 0: decode as exported; in (0, 1]: sample
+  each token from the nucleus of probability p, with the model's `sampling_temp` and
+  `sampling_keep_top_k`; exports with beam_size=1 only) -> `outputs`, `scores` as
+  `serving_default`.
+* With `return_alignment=true` in `--decode_hparams`, `serving_default` and
+  `translate_options` also return `alignments` string [B]: the Pharaoh line `i-j ...` of
+  the best output (`decoding/alignment.py`: the encoder-decoder attention of decode
+  hparam `alignment_layer`, mean over heads, pieces merged to words).
 * `encode`: `inputs` string [B] -> `outputs` int32 [B, L], the ids that `serving_default` feeds
   to the model (EOS included, 0-padded). `decode`: `inputs` int32 [B, T] -> `outputs`
   string [B] (ids cut at the first EOS, then decoded).
@@ -45,6 +55,7 @@ TensorFlow Serving needs a binary with tensorflow-text's ops:
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging as std_logging
 import os
 import time
@@ -53,8 +64,10 @@ from collections.abc import Iterator
 import tensorflow as tf
 
 from t2t_lite.data_generators import sentencepiece_encoder, text_encoder
+from t2t_lite.decoding import alignment
+from t2t_lite.decoding.search import sampling as sampling_lib
 from t2t_lite.hparams import HParams
-from t2t_lite.serving import sentencepiece_graph, subword_graph
+from t2t_lite.serving import alignment_graph, sentencepiece_graph, subword_graph
 from t2t_lite.utils import checkpoint_guard
 
 EOS_ID = text_encoder.EOS_ID
@@ -140,6 +153,9 @@ class ServingModule(tf.Module):
         self._top_beams = self._beam_size if decode_hparams.return_beams else 1
         self._max_input_length = max_input_length
         self._target_space_id = int(target_space_id)
+        self._alignment_layer = alignment.layer(decode_hparams)
+        # The nucleus draws of `translate_options` use the model's temperature and top-k.
+        self._sampling = sampling_lib.Sampling.from_hparams(model.hparams)
         self.text = inputs_vocab is not None and targets_vocab is not None
         if self.text:
             self.inputs_encoder = _graph_encoder(inputs_vocab, subword_segmenter)
@@ -152,6 +168,9 @@ class ServingModule(tf.Module):
                 self._encode_text, input_signature=[tf.TensorSpec([None], tf.string)])
             self.decode = tf.function(
                 self._decode_text, input_signature=[tf.TensorSpec([None, None], tf.int32)])
+            self.translate_options = tf.function(self._translate_options, input_signature=[
+                tf.TensorSpec([None], tf.string), tf.TensorSpec([None], tf.string),
+                tf.TensorSpec([], tf.float32)])
         self.encode_decode_ids = tf.function(
             self._translate_ids, input_signature=[tf.TensorSpec([None, None], tf.int32)])
 
@@ -159,7 +178,8 @@ class ServingModule(tf.Module):
     def signature_names(self) -> list[str]:
         """The signatures this module exports."""
         if self.text:
-            return ["serving_default", "encode_decode_ids", "encode", "decode"]
+            return ["serving_default", "encode_decode_ids", "encode", "decode",
+                    "translate_options"]
         return ["encode_decode_ids"]
 
     def signatures(self) -> dict:
@@ -169,15 +189,55 @@ class ServingModule(tf.Module):
 
     # -------------------------------------------------------------------------- signatures
     def _translate(self, inputs: tf.Tensor) -> dict[str, tf.Tensor]:
-        """string [B] -> {"outputs": string [B] or [B, K], "scores": float32 [B] or [B, K]}."""
-        result = self._infer(self._encode_text(inputs)["outputs"])
+        """string [B] -> {"outputs": string [B] or [B, K], "scores": float32 [B] or [B, K]}
+        (and "alignments" string [B] with return_alignment)."""
+        ids = self._encode_text(inputs)["outputs"]
+        return self._texts(ids, self._infer(ids))
+
+    def _translate_options(self, inputs: tf.Tensor, prefixes: tf.Tensor,
+                           sampling_keep_top_p: tf.Tensor) -> dict[str, tf.Tensor]:
+        """`_translate` with target prefixes (string [B], "" = none) and nucleus sampling
+        (float32 scalar p; <= 0: the export's own decoding)."""
+        ids = self._encode_text(inputs)["outputs"]
+        prefix_ids = self.targets_encoder.encode(prefixes).to_tensor(default_value=0)
+        p = sampling_keep_top_p
+        if self._beam_size > 1:
+            check = tf.debugging.assert_less_equal(
+                p, 0.0, message=f"sampling_keep_top_p applies to greedy decoding; this "
+                                f"SavedModel decodes with beam_size={self._beam_size} (set at "
+                                "export): pass 0")
+            with tf.control_dependencies([check]):
+                return self._texts(ids, self._infer(ids, prefix_ids))
+        check = tf.debugging.assert_less_equal(
+            p, 1.0, message="translate_options: sampling_keep_top_p must be <= 1 (1: all)")
+        with tf.control_dependencies([check]):
+            p = tf.identity(p)
+        nucleus = dataclasses.replace(self._sampling, method="random",
+                                      temp=self._sampling.temp or 1.0, keep_top_p=p)
+        result = tf.cond(p > 0.0, lambda: self._infer(ids, prefix_ids, nucleus),
+                         lambda: self._infer(ids, prefix_ids))
+        return self._texts(ids, result)
+
+    def _texts(self, ids: tf.Tensor, result: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
+        """The signature outputs of `_infer(ids)`'s result: texts, scores, alignments."""
         outputs = result["outputs"]
         if self._top_beams > 1:
             flat = tf.reshape(outputs, [-1, tf.shape(outputs)[2]])
             text = tf.reshape(self._decode_text(flat)["outputs"], tf.shape(outputs)[:2])
         else:
             text = self._decode_text(outputs)["outputs"]
-        return {"outputs": text, "scores": result["scores"]}
+        texts = {"outputs": text, "scores": result["scores"]}
+        if "attention" in result:
+            best = outputs if outputs.shape.rank == 2 else outputs[:, 0]
+            decode = self.inputs_encoder.decode
+            source_words = alignment_graph.piece_words(
+                decode, ids, alignment_graph.length_before(ids, (EOS_ID, 0)))
+            target_words = alignment_graph.piece_words(
+                self.targets_encoder.decode, best,
+                alignment_graph.length_before(best, (EOS_ID,)))
+            texts["alignments"] = alignment_graph.alignment_lines(
+                result["attention"], source_words, target_words)
+        return texts
 
     def _translate_ids(self, inputs: tf.Tensor) -> dict[str, tf.Tensor]:
         """int32 [B, L] (ids, EOS, 0-padding) -> {"outputs": int32 [B, (K,) T], "scores"}."""
@@ -194,7 +254,7 @@ class ServingModule(tf.Module):
         with tf.control_dependencies(checks):
             inputs = tf.identity(inputs)
         inputs = limit_input_ids(inputs, self._max_input_length)
-        result = self._infer(inputs)
+        result = self._infer(inputs, attention=False)
         outputs = result["outputs"]
         # Zero everything after the first EOS (greedy decoding keeps producing tokens).
         after_eos = tf.cumsum(tf.cast(tf.equal(outputs, EOS_ID), tf.int32), axis=-1,
@@ -214,11 +274,20 @@ class ServingModule(tf.Module):
         return {"outputs": self.targets_encoder.decode(cut_at_eos(inputs))}
 
     # ----------------------------------------------------------------------------- helpers
-    def _infer(self, inputs: tf.Tensor) -> dict[str, tf.Tensor]:
+    def _infer(self, inputs: tf.Tensor, prefixes: tf.Tensor | None = None,
+               sampling: sampling_lib.Sampling | None = None,
+               attention: bool = True) -> dict[str, tf.Tensor]:
+        """The model's decode of ids [B, L] (with target prefixes [B, P], another sampling),
+        and "attention" [B, T, L] with return_alignment (unless `attention` is False)."""
+        features = {"inputs": inputs, "target_space_id": self._target_space_id}
+        if prefixes is not None:
+            features["prefixes"] = prefixes
+        options = {} if sampling is None else {"sampling": sampling}
+        if self._alignment_layer is not None and attention:
+            options["alignment_layer"] = self._alignment_layer
         return self._model_infer(
-            {"inputs": inputs, "target_space_id": self._target_space_id},
-            decode_length=self._extra_length, beam_size=self._beam_size, alpha=self._alpha,
-            top_beams=self._top_beams)
+            features, decode_length=self._extra_length, beam_size=self._beam_size,
+            alpha=self._alpha, top_beams=self._top_beams, **options)
 
 
 def _graph_encoder(vocab, segmenter: str) -> tf.Module:

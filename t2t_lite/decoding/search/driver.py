@@ -11,7 +11,8 @@ from collections.abc import Callable
 
 import tensorflow as tf
 
-from t2t_lite.decoding.search import beam_search, greedy, sampling
+from t2t_lite.decoding.search import beam_search, greedy
+from t2t_lite.decoding.search import sampling as sampling_lib
 from t2t_lite.decoding.search.interface import StepOptions, ids_2d
 
 
@@ -71,14 +72,16 @@ def _cache(beam_size: int, use_cache: bool, fixed: bool, beam_slots: bool) -> st
 def infer_graph(model, inputs, target_space_id, decode_length, beam_size: int,
                 top_beams: int, alpha: float, use_cache: bool, eos_id: int,
                 force_decode_length: bool = False, input_length=None,
-                buffer_length: int | None = None, beam_slots: bool = True, prefixes=None):
+                buffer_length: int | None = None, beam_slots: bool = True, prefixes=None,
+                sampling: sampling_lib.Sampling | None = None):
     """The decoding graph of `infer`.
 
     With `buffer_length` (a Python int) every loop tensor has a static shape, so the
     graph compiles with XLA: `inputs` may then carry extra padding columns beyond the
     batch's own padded length `input_length`, which still sets the number of steps as in
     t2t, and the result is the whole buffer with "steps" (see `infer`). `prefixes`
-    (int32 [B, P]) forces the first tokens (see `infer`).
+    (int32 [B, P]) forces the first tokens (see `infer`); `sampling` replaces the model's
+    sampling hparams in greedy decoding.
     """
     inputs = ids_2d(inputs)
     batch_size = tf.shape(inputs)[0]
@@ -100,10 +103,10 @@ def infer_graph(model, inputs, target_space_id, decode_length, beam_size: int,
             logits, states, storage = decoder.step(ids, i, *states_and_storage)
             return logits, (states, storage)
     if beam_size == 1:
-        choice = sampling.Sampling.from_hparams(model.hparams)
+        choice = sampling or sampling_lib.Sampling.from_hparams(model.hparams)
         outputs, scores, steps = greedy.greedy(
             step, batch_size, max_length, decoder.states,
-            lambda logits: sampling.sample(logits, choice), full_ids=not use_cache,
+            lambda logits: sampling_lib.sample(logits, choice), full_ids=not use_cache,
             eos_id=eos_id, force_decode_length=force_decode_length,
             buffer_length=buffer_length, prefixes=prefixes,
         )
@@ -134,31 +137,45 @@ def infer_graph(model, inputs, target_space_id, decode_length, beam_size: int,
     return result
 
 
+def _pad_rows(ids: tf.Tensor, rows: int, columns: int) -> tf.Tensor:
+    """[B, C] -> [rows, columns]: zero columns, then copies of row 0 (which finish with it)."""
+    padded = tf.pad(ids, [[0, 0], [0, columns - int(ids.shape[1])]])
+    if rows > int(ids.shape[0]):
+        padded = tf.concat(
+            [padded, tf.repeat(padded[:1], rows - int(ids.shape[0]), axis=0)], axis=0)
+    return padded
+
+
 def _infer_xla(model, functions: CompiledDecoders, inputs: tf.Tensor,
                target_space_id: tf.Tensor, decode_length: int, key: tuple,
-               settings: dict) -> dict[str, tf.Tensor]:
+               settings: dict, prefixes: tf.Tensor | None = None) -> dict[str, tf.Tensor]:
     """`infer` through one XLA-compiled decoder per bucket shape.
 
     The batch [B, L] is padded to [xla_batch_bucket(B), xla_length_bucket(L)] (extra rows
     copy row 0, so they finish with it; extra columns are padding, masked as any other),
     which bounds the number of compilations; the number of steps still comes from L, as
-    in t2t, and the extra rows are dropped from the result.
+    in t2t, and the extra rows are dropped from the result. Prefixes [B, P] are padded
+    the same way, to [xla_batch_bucket(B), xla_length_bucket(P)] (zero columns are no
+    prefix).
     """
     batch, length = (int(d) for d in inputs.shape)
-    padded_batch, padded_length = xla_batch_bucket(batch), xla_length_bucket(length)
-    padded = tf.pad(inputs, [[0, 0], [0, padded_length - length]])
-    if padded_batch > batch:
-        padded = tf.concat(
-            [padded, tf.repeat(padded[:1], padded_batch - batch, axis=0)], axis=0)
+    padded_batch = xla_batch_bucket(batch)
+    padded = _pad_rows(inputs, padded_batch, xla_length_bucket(length))
     # No input signature: one trace and compilation per bucket shape.
-    function = functions.get_or_make(key + ("xla", decode_length), lambda: tf.function(
-        lambda inputs, target_space_id, input_length: infer_graph(
-            model, inputs, target_space_id, decode_length, **settings,
-            input_length=input_length, buffer_length=int(inputs.shape[1]) + decode_length,
-        ),
-        autograph=False, jit_compile=True,
-    ))
-    result = function(padded, target_space_id, tf.constant(length))
+    function = functions.get_or_make(
+        key + ("xla", decode_length, prefixes is not None), lambda: tf.function(
+            lambda inputs, target_space_id, input_length, prefixes=None: infer_graph(
+                model, inputs, target_space_id, decode_length, **settings,
+                input_length=input_length, buffer_length=int(inputs.shape[1]) + decode_length,
+                prefixes=prefixes,
+            ),
+            autograph=False, jit_compile=True,
+        ))
+    if prefixes is None:
+        result = function(padded, target_space_id, tf.constant(length))
+    else:
+        result = function(padded, target_space_id, tf.constant(length), _pad_rows(
+            prefixes, padded_batch, xla_length_bucket(int(prefixes.shape[1]))))
     steps = int(result["steps"])
     return {"outputs": result["outputs"][:batch, ..., :steps],
             "scores": result["scores"][:batch]}
@@ -167,7 +184,9 @@ def _infer_xla(model, functions: CompiledDecoders, inputs: tf.Tensor,
 def infer(model, functions: CompiledDecoders, features: dict, decode_length=50,
           beam_size: int = 1, alpha: float = 0.6, top_beams: int = 1, use_cache: bool = True,
           eos_id: int = beam_search.EOS_ID, jit_compile: bool = False,
-          force_decode_length: bool = False, beam_slots: bool = True) -> dict[str, tf.Tensor]:
+          force_decode_length: bool = False, beam_slots: bool = True,
+          sampling: sampling_lib.Sampling | None = None,
+          alignment_layer: int | None = None) -> dict[str, tf.Tensor]:
     """Autoregressive decoding of `model` (t2t's `infer` with fast incremental decoding).
 
     At most `L_in + decode_length` tokens are generated (L_in = padded input length).
@@ -183,8 +202,8 @@ def infer(model, functions: CompiledDecoders, features: dict, decode_length=50,
       features: {"inputs": int [B, L_in], optional "target_space_id": int scalar,
         optional "prefixes": int [B, P]: target prefixes, 0-padded subword ids without
         EOS; every output of row b starts with its prefix and the search continues from
-        it (greedy and beam search; scores are those of the whole output, prefix included,
-        as the search scores any output; not with jit_compile)}.
+        it (greedy and beam search, also with jit_compile; scores are those of the whole
+        output, prefix included, as the search scores any output)}.
       decode_length: extra length (int or int32 scalar).
       beam_size: 1 = greedy (`hparams.sampling_method`), >1 = beam search.
       alpha: length-penalty exponent of beam search.
@@ -199,11 +218,17 @@ def infer(model, functions: CompiledDecoders, features: dict, decode_length=50,
         when every row has emitted EOS (t2t's decode hparam; beam search ignores it).
       beam_slots: beam search keeps the caches in beam slots (False: growing caches
         reordered with the hypotheses, t2t's way; the same results).
+      sampling: greedy decoding chooses tokens by these settings instead of the model's
+        sampling hparams (inside a tf.function its keep_top_p may be a float32 tensor).
+      alignment_layer: also return "attention", the encoder-decoder attention of this
+        decoder layer (-1: the last), mean over its heads, for the best output
+        (`model.encdec_attention`, teacher-forced on that output; word alignments).
 
     Returns:
       {"outputs": int32 [B, T'] (or [B, top_beams, T']), "scores": float32 [B] (or
-      [B, top_beams])}. Greedy scores sum the log-probs up to and including the first EOS;
-      beam scores are t2t's length-normalized log-probs.
+      [B, top_beams])}, and with `alignment_layer` "attention" float32 [B, T', L_in].
+      Greedy scores sum the log-probs up to and including the first EOS; beam scores are
+      t2t's length-normalized log-probs.
     """
     check_beams(beam_size, top_beams)
     inputs = ids_2d(features["inputs"])
@@ -215,38 +240,67 @@ def infer(model, functions: CompiledDecoders, features: dict, decode_length=50,
     if not beam_slots:
         settings["beam_slots"] = False
         key += ("growing caches",)
+    if sampling is not None:
+        settings["sampling"] = sampling
+        key += (sampling,)
     prefixes = features.get("prefixes")
+    prefixes = None if prefixes is None else ids_2d(prefixes)
+    result = _search(model, functions, inputs, target_space_id, decode_length, key, settings,
+                     prefixes, jit_compile)
+    if alignment_layer is not None:
+        result = dict(result, attention=_attention(model, functions, inputs, result["outputs"],
+                                                   target_space_id, alignment_layer, eos_id))
+    return result
+
+
+def _search(model, functions: CompiledDecoders, inputs, target_space_id, decode_length,
+            key: tuple, settings: dict, prefixes, jit_compile: bool) -> dict[str, tf.Tensor]:
+    """The search of `infer`: in the caller's graph, XLA-compiled, or a traced function."""
     if tf.inside_function():
         return infer_graph(model, inputs, target_space_id, tf.cast(decode_length, tf.int32),
-                           **settings, prefixes=None if prefixes is None else ids_2d(prefixes))
+                           **settings, prefixes=prefixes)
+    if jit_compile:
+        if not settings["use_cache"] or not isinstance(decode_length, int):
+            raise ValueError(
+                "jit_compile=True needs the cached decoder and a Python int decode_length; "
+                f"got use_cache={settings['use_cache']}, decode_length={decode_length!r}"
+            )
+        return _infer_xla(model, functions, inputs, target_space_id, decode_length, key,
+                          settings, prefixes)
+    signature = [tf.TensorSpec([None, None], tf.int32), tf.TensorSpec(None, tf.int32),
+                 tf.TensorSpec([], tf.int32)]
     if prefixes is not None:
-        if jit_compile:
-            raise ValueError("jit_compile=True decodes without target prefixes; decode "
-                             "prefixes without XLA")
         function = functions.get_or_make(key + ("prefixes",), lambda: tf.function(
             lambda inputs, target_space_id, decode_length, prefixes: infer_graph(
                 model, inputs, target_space_id, decode_length, **settings, prefixes=prefixes),
             autograph=False,
-            input_signature=[tf.TensorSpec([None, None], tf.int32),
-                             tf.TensorSpec(None, tf.int32), tf.TensorSpec([], tf.int32),
-                             tf.TensorSpec([None, None], tf.int32)],
+            input_signature=signature + [tf.TensorSpec([None, None], tf.int32)],
         ))
-        return function(inputs, target_space_id, tf.cast(decode_length, tf.int32),
-                        ids_2d(prefixes))
-    if jit_compile:
-        if not use_cache or not isinstance(decode_length, int):
-            raise ValueError(
-                "jit_compile=True needs the cached decoder and a Python int decode_length; "
-                f"got use_cache={use_cache}, decode_length={decode_length!r}"
-            )
-        return _infer_xla(model, functions, inputs, target_space_id, decode_length, key,
-                          settings)
+        return function(inputs, target_space_id, tf.cast(decode_length, tf.int32), prefixes)
     function = functions.get_or_make(key, lambda: tf.function(
         lambda inputs, target_space_id, decode_length: infer_graph(
             model, inputs, target_space_id, decode_length, **settings),
         # The loops are explicit tf.while_loops; autograph would only slow tracing.
         autograph=False,
-        input_signature=[tf.TensorSpec([None, None], tf.int32), tf.TensorSpec(None, tf.int32),
-                         tf.TensorSpec([], tf.int32)],
+        input_signature=signature,
     ))
     return function(inputs, target_space_id, tf.cast(decode_length, tf.int32))
+
+
+def _attention(model, functions: CompiledDecoders, inputs, outputs, target_space_id,
+               layer: int, eos_id: int) -> tf.Tensor:
+    """`model.encdec_attention` of `layer` over the best of `outputs` ([B, T] or
+    [B, K, T]) with the ids after its first EOS zeroed: float32 [B, T, L]."""
+    best = outputs if outputs.shape.rank == 2 else outputs[:, 0]
+    after_eos = tf.cumsum(tf.cast(tf.equal(best, eos_id), tf.int32), axis=1, exclusive=True)
+    targets = tf.where(after_eos > 0, 0, best)
+    if tf.inside_function():
+        return model.encdec_attention(inputs, targets, layer, target_space_id)
+    function = functions.get_or_make(("alignment", layer), lambda: tf.function(
+        lambda inputs, targets, target_space_id: model.encdec_attention(
+            inputs, targets, layer, target_space_id),
+        autograph=False,
+        input_signature=[tf.TensorSpec([None, None], tf.int32),
+                         tf.TensorSpec([None, None], tf.int32), tf.TensorSpec(None, tf.int32)],
+    ))
+    return function(inputs, targets, target_space_id)

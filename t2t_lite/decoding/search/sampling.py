@@ -21,7 +21,8 @@ class Sampling:
       temp: temperature of the draw; 0.0 = argmax.
       keep_top_k: draw among the k largest logits only (-1 = all).
       keep_top_p: draw among the smallest set of most probable tokens whose probability
-        (after the temperature and top-k) reaches p (nucleus sampling); 1.0 = all.
+        (after the temperature and top-k) reaches p (nucleus sampling); 1.0 = all. A
+        float32 scalar tensor in (0, 1] is read at run time.
     """
 
     method: str = "argmax"
@@ -77,10 +78,13 @@ def sample(logits: tf.Tensor, sampling: Sampling) -> tf.Tensor:
             raise ValueError("hparams.sampling_keep_top_k must be -1 or positive")
         kth = tf.math.top_k(logits, sampling.keep_top_k).values[:, -1:]
         logits = tf.where(logits < kth, REMOVED_LOGIT, logits)
-    if not 0.0 < sampling.keep_top_p <= 1.0:
-        raise ValueError(f"hparams.sampling_keep_top_p={sampling.keep_top_p} must be in (0, 1]")
     scaled = logits / sampling.temp
-    if sampling.keep_top_p < 1.0:
-        scaled = keep_top_p(scaled, sampling.keep_top_p)
+    p = sampling.keep_top_p
+    if isinstance(p, tf.Tensor):  # chosen at run time (the SavedModel's input)
+        scaled = tf.cond(p < 1.0, lambda: keep_top_p(scaled, p), lambda: scaled)
+    elif not 0.0 < p <= 1.0:
+        raise ValueError(f"hparams.sampling_keep_top_p={p} must be in (0, 1]")
+    elif p < 1.0:
+        scaled = keep_top_p(scaled, p)
     draws = tf.random.categorical(scaled, 1, dtype=tf.int32)
     return draws[:, 0]
