@@ -279,9 +279,11 @@ def _time(step, count: int) -> float:
     return (time.perf_counter() - start) / count
 
 
-# Op types of the matmuls whose FLOPs `train_flops` counts (oneDNN's kernels on this CPU).
+# Op types of the matmuls whose FLOPs `train_flops` counts: oneDNN's kernels, and Eigen's
+# where TensorFlow leaves oneDNN off (CPUs without AVX512-VNNI/BF16 or AMX, e.g. AVX2 only),
+# whose matmul + bias (+ relu) is `_FusedMatMul`.
 _MATMUL_TYPES = ("MatMul", "_MklMatMul", "_MklNativeFusedMatMul", "_MklFusedMatMul",
-                 "BatchMatMulV2", "_MklBatchMatMulV2")
+                 "_FusedMatMul", "BatchMatMulV2", "_MklBatchMatMulV2")
 
 
 def op_category(op_name: str, op_type: str) -> str:
