@@ -272,16 +272,25 @@ def t2t_lite_step(hp: HParams, batch: dict, vocab: int, output_dir: str,
     return step
 
 
+# Process CPU seconds per step of each `_time` call, by step function: on a shared machine
+# the wall time includes the seconds other processes held the cores; the CPU time does not
+# (it does include TensorFlow's worker threads spinning while they wait for work).
+_CPU_SECONDS = collections.defaultdict(list)
+
+
 def _time(step, count: int) -> float:
-    start = time.perf_counter()
+    start, start_cpu = time.perf_counter(), time.process_time()
     for _ in range(count):
         step()
+    _CPU_SECONDS[step].append((time.process_time() - start_cpu) / count)
     return (time.perf_counter() - start) / count
 
 
-# Op types of the matmuls whose FLOPs `train_flops` counts (oneDNN's kernels on this CPU).
+# Op types of the matmuls whose FLOPs `train_flops` counts: oneDNN's kernels, and Eigen's
+# where TensorFlow leaves oneDNN off (CPUs without AVX512-VNNI/BF16 or AMX, e.g. AVX2 only),
+# whose matmul + bias (+ relu) is `_FusedMatMul`.
 _MATMUL_TYPES = ("MatMul", "_MklMatMul", "_MklNativeFusedMatMul", "_MklFusedMatMul",
-                 "BatchMatMulV2", "_MklBatchMatMulV2")
+                 "_FusedMatMul", "BatchMatMulV2", "_MklBatchMatMulV2")
 
 
 def op_category(op_name: str, op_type: str) -> str:
@@ -405,7 +414,10 @@ def main():
             if dtype in rates:
                 rate = max(r[0] for r in rates[dtype])
                 line += f"= {flops / best / rate:6.1%} of its matmul rate "
-            print(line + f"(median round {np.median(seconds) * 1e3:.0f} ms/step)", flush=True)
+            cpu = _CPU_SECONDS[impls[impl]][1:]  # the rounds (the first call warms up)
+            print(line + f"(median round {np.median(seconds) * 1e3:.0f} ms/step; process CPU "
+                  f"time best {min(cpu) * 1e3:.0f}, median {np.median(cpu) * 1e3:.0f} ms/step)",
+                  flush=True)
         if "plain Keras" in times and "t2t_lite" in times:
             ratio = min(times["plain Keras"]) / min(times["t2t_lite"])
             print(f"{name:17s} t2t_lite / plain Keras speed: {ratio:.2f}x", flush=True)

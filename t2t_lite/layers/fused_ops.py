@@ -246,19 +246,30 @@ def softmax_cross_entropy(
     than `chunk_size` rows of logits.
 
     The same loss as `common_layers.padded_cross_entropy(x @ matrixᵀ, labels, eps)[0]` (the
-    plain path) for labels that are
-    all non-padding, and the same gradients: the output is a sum, so its upstream gradient is
-    one scalar g, and the gradients `g * dlogitsᵀ x` and `g * dlogits · matrix` can be
-    accumulated chunk by chunk in the forward pass (each chunk's `dlogits = softmax - q` is
-    computed with its loss from one softmax). The backward pass only scales them. The
-    `[N, V]` logits and their gradient exist one chunk at a time: ~4 x N x V floats less at
-    the peak (~450 MB for 3.4k tokens x 8k vocab), and no extra matmul.
+    plain path) for labels that are all non-padding, and the same gradients: the output is a
+    sum, so its upstream gradient is one scalar g, and the gradients `g * dlogitsᵀ x` and
+    `g * dlogits · matrix` can be accumulated chunk by chunk in the forward pass. The backward
+    pass only scales them. The `[N, V]` logits and their gradient exist one chunk at a time:
+    ~4 x N x V floats less at the peak (~450 MB for 3.4k tokens x 8k vocab), and no extra
+    matmul.
+
+    A chunk's logits are read by as few passes as possible (each pass over a [512, 8192]
+    chunk is memory-bound; on an AVX2 CPU, where TensorFlow runs Eigen's kernels, the
+    chunk's passes were a fifth of a `transformer_tiny` step): its row maxima, `exp(logits -
+    max)`, and its row sums s, nothing else. With q = low + (conf - low) one_hot(label) the
+    logit gradient is `p - q = e / s - low - (conf - low) one_hot`, and its products are
+    formed from the parts: `(p - q) · matrix = (e · matrix) / s - low Σ_v matrix_v - (conf -
+    low) matrix[label]` and `xᵀ (p - q) = (x / s)ᵀ e - low Σ_i x_i - (conf - low) Σ_{i:
+    label = v} x_i` (float32; in half precision p is formed and cast, as the matmuls' inputs
+    must be of one dtype), so p, p - q and the one-hot entries never exist as [N, V]
+    tensors. The loss is `-(low (Σ logits - V Σ lse) + (conf - low) Σ (logit_label - lse))`
+    with lse = max + log s, and Σ logits = (Σ_i x_i) · (Σ_v matrix_v).
 
     Args:
       x: [N, D] decoder outputs of the (non-padding) target positions.
       matrix: [V, D] softmax weights (float32; cast to x's dtype for the matmuls).
       labels: int [N] target ids.
-      label_smoothing: eps.
+      label_smoothing: eps (0: plain cross-entropy).
       chunk_size: rows of logits computed at a time.
 
     Returns:
@@ -267,32 +278,10 @@ def softmax_cross_entropy(
     vocab_size = matrix.shape[0]
     labels = tf.cast(labels, tf.int32)
     if label_smoothing > 0:
-        confidence, low_confidence, normalizing = smoothing_targets(label_smoothing, vocab_size)
-
-    def chunk_loss_and_gradient(logits, chunk_labels):
-        if label_smoothing > 0:
-            # The soft-target cross-entropy -sum_j q_j log p_j and its gradient p - q, with
-            # q = low + (confidence - low) * one_hot(label), without materializing q or
-            # log p: with lse = logsumexp(logits), log p_j = logit_j - lse, so
-            # sum_j log p_j = sum_j logit_j - V * lse; lse = max logit - log(max p) (the
-            # largest probability is >= 1/V, so its log is exact). 4.1 ms against 6.8 ms
-            # for one_hot + the fused SoftmaxCrossEntropyWithLogits kernel on a [512, 8085]
-            # chunk (same values to float rounding, tested against the full-logits form).
-            probs = tf.nn.softmax(logits)
-            lse = tf.reduce_max(logits, axis=-1) - tf.math.log(tf.reduce_max(probs, axis=-1))
-            at_label = tf.stack([tf.range(tf.shape(logits)[0]), chunk_labels], axis=1)
-            rows = tf.cast(tf.shape(logits)[0], tf.float32)
-            sum_log_probs = tf.reduce_sum(logits) - float(vocab_size) * tf.reduce_sum(lse)
-            label_log_probs = tf.reduce_sum(tf.gather_nd(logits, at_label) - lse)
-            loss = -(low_confidence * sum_log_probs
-                     + (confidence - low_confidence) * label_log_probs)
-            dlogits = tf.tensor_scatter_nd_sub(
-                probs - low_confidence, at_label,
-                tf.fill(tf.shape(chunk_labels), confidence - low_confidence))
-            return loss - normalizing * rows, dlogits
-        loss, dlogits = tf.raw_ops.SparseSoftmaxCrossEntropyWithLogits(
-            features=logits, labels=chunk_labels)
-        return tf.reduce_sum(loss), dlogits
+        confidence, low, normalizing = smoothing_targets(label_smoothing, vocab_size)
+    else:
+        confidence, low, normalizing = 1.0, 0.0, 0.0
+    at_label = confidence - low  # q's extra mass at the label
 
     @tf.custom_gradient
     def fused(x, matrix):
@@ -300,31 +289,52 @@ def softmax_cross_entropy(
         weights = tf.cast(matrix, x.dtype)
         num_chunks = (rows + chunk_size - 1) // chunk_size
 
-        def body(c, total, d_matrix_t, d_x):
+        def body(c, lse_sum, label_log_prob_sum, d_matrix_t, d_x):
             start = c * chunk_size
             size = tf.minimum(chunk_size, rows - start)
             x_chunk = tf.slice(x, [start, 0], [size, -1])
-            logits = tf.matmul(x_chunk, weights, transpose_b=True)
-            loss, dlogits = chunk_loss_and_gradient(
-                tf.cast(logits, tf.float32), tf.slice(labels, [start], [size]))
-            dlogits = tf.cast(dlogits, x.dtype)
-            d_matrix_t += tf.cast(tf.matmul(x_chunk, dlogits, transpose_a=True), tf.float32)
-            d_x = d_x.write(c, tf.matmul(dlogits, weights))
-            return c + 1, total + loss, d_matrix_t, d_x
+            logits = tf.cast(tf.matmul(x_chunk, weights, transpose_b=True), tf.float32)
+            row_max = tf.reduce_max(logits, axis=-1, keepdims=True)
+            exp = tf.exp(logits - row_max)
+            row_sum = tf.reduce_sum(exp, axis=-1, keepdims=True)  # [size, 1]
+            lse = row_max + tf.math.log(row_sum)
+            lse_sum += tf.reduce_sum(lse)
+            # log p at the labels, each row's before the sum (Σ lse alone is ~8x the loss).
+            label_log_prob_sum += tf.reduce_sum(tf.gather_nd(logits, tf.stack(
+                [tf.range(size), tf.slice(labels, [start], [size])], axis=1)) - lse[:, 0])
+            if x.dtype == tf.float32:  # 1 / s scales the [size, D] sides, not the [size, V]
+                d_matrix_t += tf.matmul(x_chunk / row_sum, exp, transpose_a=True)
+                d_x = d_x.write(c, tf.matmul(exp, weights) / row_sum)
+            else:
+                probs = tf.cast(exp / row_sum, x.dtype)
+                d_matrix_t += tf.cast(tf.matmul(x_chunk, probs, transpose_a=True), tf.float32)
+                d_x = d_x.write(c, tf.matmul(probs, weights))
+            return c + 1, lse_sum, label_log_prob_sum, d_matrix_t, d_x
 
-        _, total, d_matrix_t, d_x = tf.while_loop(
+        _, lse_sum, label_log_prob_sum, d_matrix_t, d_x = tf.while_loop(
             lambda c, *unused: c < num_chunks, body,
-            [tf.constant(0), tf.constant(0.0), tf.zeros(matrix.shape[::-1], tf.float32),
+            [tf.constant(0), tf.constant(0.0), tf.constant(0.0),
+             tf.zeros(matrix.shape[::-1], tf.float32),
              tf.TensorArray(x.dtype, size=num_chunks, infer_shape=False,
                             element_shape=tf.TensorShape([None, x.shape[-1]]))],
             parallel_iterations=1,
         )
-        d_x = d_x.concat()
-        d_matrix = tf.transpose(d_matrix_t)
+        x32, matrix32 = tf.cast(x, tf.float32), tf.cast(matrix, tf.float32)
+        sum_x = tf.reduce_sum(x32, axis=0)  # [D]
+        sum_matrix = tf.reduce_sum(matrix32, axis=0)  # [D]
+        rows_f = tf.cast(rows, tf.float32)
+        sum_logits = tf.reduce_sum(sum_x * sum_matrix)
+        total = -(low * (sum_logits - float(vocab_size) * lse_sum)
+                  + at_label * label_log_prob_sum) - normalizing * rows_f
+        # p - q's products from p's: q = low everywhere + at_label at each row's label.
+        d_x = (tf.cast(d_x.concat(), tf.float32) - low * sum_matrix
+               - at_label * tf.gather(matrix32, labels))
+        d_matrix = (tf.transpose(d_matrix_t) - low * sum_x
+                    - at_label * tf.math.unsorted_segment_sum(x32, labels, vocab_size))
 
         @_grad_scope("softmax_cross_entropy_grad")
         def grad(g):
-            return tf.cast(g, x.dtype) * d_x, tf.cast(g * d_matrix, matrix.dtype)
+            return tf.cast(g * d_x, x.dtype), tf.cast(g * d_matrix, matrix.dtype)
 
         return total, grad
 
