@@ -20,17 +20,14 @@ with the same sampling and a budget of 1 MB × the number of t2t corpora per lan
 """
 from __future__ import annotations
 
-import functools
-import gzip
 import os
-import shutil
 import tarfile
 from collections.abc import Iterator
 
 from absl import logging
 
 from t2t_lite import file_io
-from t2t_lite.data_generators import generator_utils, problem, text_problems
+from t2t_lite.data_generators import corpus_io, generator_utils, problem, text_problems
 from t2t_lite.data_generators.text_problems import CorpusError
 
 # t2t's per-file character budget for vocab text (`generate_lines_for_vocab`).
@@ -45,15 +42,9 @@ _TFDS_SPLITS = {problem.DatasetSplit.TRAIN: "train", problem.DatasetSplit.EVAL: 
 LINES_PER_SHARD = 100
 
 
-@functools.cache
 def _count_lines(path: str) -> int:
-    """Lines of a local file (newlines, plus an unterminated last line)."""
-    count, last = 0, b"\n"
-    with open(path, "rb") as f:
-        while chunk := f.read(1 << 20):
-            count += chunk.count(b"\n")
-            last = chunk[-1:]
-    return count + (last != b"\n")
+    """Lines of a local file, plain or compressed (`corpus_io.count_lines`, cached)."""
+    return corpus_io.count_lines(path)
 
 
 def _preprocess_sgm(line: str, is_sgm: bool) -> str | None:
@@ -78,7 +69,7 @@ def cleaned_pairs(source_path: str, target_path: str) -> Iterator[tuple[str, str
     Yields:
       (source, target) stripped str pairs, both non-empty.
     """
-    is_sgm = source_path.endswith("sgm") and target_path.endswith("sgm")
+    is_sgm = all(corpus_io.plain_name(p).endswith("sgm") for p in (source_path, target_path))
     for sample in text_problems.text2text_txt_iterator(source_path, target_path):
         # t2t strips a <seg> text when it reads the compiled file back; strip it here already.
         source = (_preprocess_sgm(sample["inputs"], is_sgm) or "").strip()
@@ -108,11 +99,6 @@ def _extract(archive: str, tmp_dir: str) -> None:
         tar.extractall(tmp_dir, filter="data")
 
 
-def _gunzip(gz_path: str, out_path: str) -> None:
-    with gzip.open(gz_path, "rb") as src, file_io.atomic_open(out_path, "wb") as dst:
-        shutil.copyfileobj(src, dst)
-
-
 def raw_corpus_files(tmp_dir: str, datasets: list) -> list[tuple[str, str]] | None:
     """Local paths of t2t's raw corpus files, extracting archives found in tmp_dir.
 
@@ -121,23 +107,23 @@ def raw_corpus_files(tmp_dir: str, datasets: list) -> list[tuple[str, str]] | No
       datasets: t2t's `[url, (lang1_file, lang2_file)]` entries.
 
     Returns:
-      [(lang1_path, lang2_path)] for every entry, or None when any file (or its archive,
-      named like the last part of the url) is absent. Nothing is downloaded.
+      [(lang1_path, lang2_path)] for every entry (a ".gz" file as it is: it is read
+      decompressed), or None when any file (or its archive, named like the last part of
+      the url) is absent. Nothing is downloaded.
     """
     pairs = []
     for url, names in datasets:
         archive = os.path.join(tmp_dir, os.path.basename(url))
-        # A ".gz" corpus file (giga-fren) is read once gunzipped next to itself.
+        # A ".gz" corpus file (giga-fren) is read compressed (t2t gunzipped it next to
+        # itself: such a copy, left by an earlier run, is read when the .gz is gone).
         stored = [os.path.join(tmp_dir, name) for name in names]
-        final = [p.removesuffix(".gz") for p in stored]
-        if not all(os.path.exists(f) or os.path.exists(s) for s, f in zip(stored, final)):
+        unzipped = [p.removesuffix(".gz") for p in stored]
+        if not all(os.path.exists(f) or os.path.exists(s) for s, f in zip(stored, unzipped)):
             if not os.path.exists(archive):
                 return None
             _extract(archive, tmp_dir)
+        final = [s if os.path.exists(s) else f for s, f in zip(stored, unzipped)]
         for stored_path, final_path in zip(stored, final):
-            gunzip = stored_path != final_path and os.path.exists(stored_path)
-            if gunzip and not os.path.exists(final_path):
-                _gunzip(stored_path, final_path)
             if not os.path.exists(final_path):
                 raise CorpusError(
                     f"{archive} does not contain {os.path.relpath(stored_path, tmp_dir)}"
