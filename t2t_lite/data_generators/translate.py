@@ -22,12 +22,19 @@ from __future__ import annotations
 
 import os
 import tarfile
+from collections import Counter
 from collections.abc import Iterator
 
 from absl import logging
 
 from t2t_lite import file_io
-from t2t_lite.data_generators import corpus_io, generator_utils, problem, text_problems
+from t2t_lite.data_generators import (
+    corpus_filters,
+    corpus_io,
+    generator_utils,
+    problem,
+    text_problems,
+)
 from t2t_lite.data_generators.text_problems import CorpusError
 
 # t2t's per-file character budget for vocab text (`generate_lines_for_vocab`).
@@ -59,22 +66,24 @@ def _preprocess_sgm(line: str, is_sgm: bool) -> str | None:
     return None
 
 
-def cleaned_pairs(source_path: str, target_path: str) -> Iterator[tuple[str, str]]:
+def cleaned_pairs(source_path: str, target_path: str,
+                  keep_empty: bool = False) -> Iterator[tuple[str, str]]:
     """Sentence pairs of two parallel files, cleaned like t2t's `compile_data`.
 
     Args:
       source_path: inputs file (`.sgm` files are stripped of their markup).
       target_path: targets file, parallel to source_path.
+      keep_empty: also yield the pairs with an empty side (for `corpus_filters` to count).
 
     Yields:
-      (source, target) stripped str pairs, both non-empty.
+      (source, target) stripped str pairs, both non-empty unless keep_empty.
     """
     is_sgm = all(corpus_io.plain_name(p).endswith("sgm") for p in (source_path, target_path))
     for sample in text_problems.text2text_txt_iterator(source_path, target_path):
         # t2t strips a <seg> text when it reads the compiled file back; strip it here already.
         source = (_preprocess_sgm(sample["inputs"], is_sgm) or "").strip()
         target = (_preprocess_sgm(sample["targets"], is_sgm) or "").strip()
-        if source and target:
+        if (source and target) or keep_empty:
             yield source, target
 
 
@@ -194,6 +203,11 @@ class TranslateProblem(text_problems.Text2TextProblem):
         super().__init__(was_reversed, was_copy, approx_vocab_size)
         self._user_files: dict[str, tuple[str, str]] = {}
         self.tfds_data_dir: str | None = None
+        # Cleaning filters of the training pairs (None: t2t's data), the filtered files once
+        # written, and the pairs each filter dropped.
+        self.corpus_filters: corpus_filters.FilterSettings | None = None
+        self._filtered_train: tuple[str, str] | None = None
+        self.filter_counts: Counter = Counter()
 
     @property
     def is_generate_per_split(self) -> bool:
@@ -296,6 +310,27 @@ class TranslateProblem(text_problems.Text2TextProblem):
         return looked_for
 
     def split_files(self, tmp_dir: str, dataset_split: str) -> tuple[str, str]:
+        """The (inputs, targets) files of a split: with `corpus_filters`, the training pairs
+        that pass them (`<tmp_dir>/<problem>-filtered-train.lang1/.lang2`, written once per
+        datagen, every drop counted in `filter_counts`), else `_unfiltered_split_files`."""
+        if self.corpus_filters is None or dataset_split != problem.DatasetSplit.TRAIN:
+            return self._unfiltered_split_files(tmp_dir, dataset_split)
+        if self._filtered_train is None:
+            source, target = self._unfiltered_split_files(tmp_dir, dataset_split)
+            if dataset_split in self._user_files:
+                pairs = cleaned_pairs(source, target, keep_empty=True)
+            else:
+                pairs = ((s["inputs"], s["targets"])
+                         for s in text_problems.text2text_txt_iterator(source, target))
+            base = os.path.join(tmp_dir, f"{self.name}-filtered-train")
+            self.filter_counts = Counter()
+            _write_compiled(corpus_filters.filter_pairs(pairs, self.corpus_filters,
+                                                        self.filter_counts), base)
+            logging.info(corpus_filters.summary_line(self.name, self.filter_counts))
+            self._filtered_train = (base + ".lang1", base + ".lang2")
+        return self._filtered_train
+
+    def _unfiltered_split_files(self, tmp_dir: str, dataset_split: str) -> tuple[str, str]:
         """The (inputs, targets) files of a split, compiling them when needed.
 
         Args:
@@ -400,7 +435,7 @@ class TranslateProblem(text_problems.Text2TextProblem):
         train = problem.DatasetSplit.TRAIN
         corpora = self.vocab_data_files()
         raw = None
-        if train not in self._user_files and corpora:
+        if train not in self._user_files and corpora and self.corpus_filters is None:
             raw = raw_corpus_files(tmp_dir, corpora)
         if raw is not None:
             files = [path for pair in raw for path in pair]
