@@ -56,10 +56,15 @@ _VARINTS = [_varint(i) for i in range(_VARINT_TABLE_SIZE)]
 
 
 def _ids_bytes(ids: list[int]) -> bytes:
-    try:
-        return b"".join([_VARINTS[i] if i >= 0 else _varint(i) for i in ids])
-    except IndexError:
+    # The table lookup runs in C (map); a negative index would silently pick a wrong entry,
+    # so ids out of the table's range take the slow path.
+    if ids and (min(ids) < 0 or max(ids) >= _VARINT_TABLE_SIZE):
         return b"".join(map(_varint, ids))
+    return b"".join(map(_VARINTS.__getitem__, ids))
+
+
+def _length(n: int) -> bytes:
+    return _VARINTS[n] if n < _VARINT_TABLE_SIZE else _varint(n)
 
 
 def serialize_example(features: dict[str, list[int]]) -> bytes:
@@ -77,14 +82,14 @@ def serialize_example(features: dict[str, list[int]]) -> bytes:
     entries = []
     for name in sorted(features):
         packed = _ids_bytes(features[name])
-        int64_list = b"\x0a" + _varint(len(packed)) + packed          # Int64List.value
-        feature = b"\x1a" + _varint(len(int64_list)) + int64_list     # Feature.int64_list
+        int64_list = b"\x0a" + _length(len(packed)) + packed          # Int64List.value
+        feature = b"\x1a" + _length(len(int64_list)) + int64_list     # Feature.int64_list
         key = name.encode("utf-8")
-        entry = (b"\x0a" + _varint(len(key)) + key                     # map key
-                 + b"\x12" + _varint(len(feature)) + feature)          # map value
-        entries.append(b"\x0a" + _varint(len(entry)) + entry)         # Features.feature
+        entry = (b"\x0a" + _length(len(key)) + key                     # map key
+                 + b"\x12" + _length(len(feature)) + feature)          # map value
+        entries.append(b"\x0a" + _length(len(entry)) + entry)         # Features.feature
     body = b"".join(entries)
-    return b"\x0a" + _varint(len(body)) + body                        # Example.features
+    return b"\x0a" + _length(len(body)) + body                        # Example.features
 
 
 def _masked_crc(data: bytes) -> bytes:
