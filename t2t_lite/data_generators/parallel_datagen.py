@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import gc
 import multiprocessing
 import os
 import struct
@@ -225,12 +226,18 @@ def _run_workers(make_samples, encoder, has_inputs, paths, max_cases, workers) -
     _JOB.update(make_samples=make_samples, encoder=encoder, has_inputs=has_inputs,
                 paths=paths, max_cases=max_cases, workers=workers)
     start = time.time()
+    # The workers share the parent's memory pages until they write to them; the cyclic
+    # garbage collector would write to every object's header it scans (copying the page).
+    # Frozen objects are never scanned, so the parent's pages stay shared.
+    gc.collect()
+    gc.freeze()
     try:
         context = multiprocessing.get_context("fork")
         with concurrent.futures.ProcessPoolExecutor(workers, mp_context=context) as pool:
             results = [pool.submit(_run_worker, w) for w in range(workers)]
             per_worker = [future.result() for future in results]
     finally:
+        gc.unfreeze()
         _JOB.clear()
     counts = [sum(column) for column in zip(*per_worker)]
     logging.info("%d workers wrote %d examples into %d shards in %.1fs", workers, sum(counts),
