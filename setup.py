@@ -40,6 +40,8 @@ setup(
         "tensorboard",
         # Progress bars with a total and a rate on long work (t2t_lite.utils.progress).
         "tqdm",
+        # TFRecord framing of datagen's shards without TensorFlow (parallel_datagen.py).
+        "google-crc32c",
     ],
     extras_require={
         # The in-graph encoder's FastWordpiece segmenter (--export_subword_segmenter).

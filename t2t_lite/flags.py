@@ -155,6 +155,31 @@ flags.DEFINE_string(
     "Datagen of translate_files and the WMT problems: encode with a parent's vocabulary, a "
     "training run folder (the vocab files its run_inputs.json records) or one vocab / .model "
     "file, copied into --data_dir; then train with --warm_start_from=<that run>.")
+# --- Datagen for big corpora (data_generators/parallel_datagen.py, corpus_filters.py) -------
+flags.DEFINE_integer(
+    "num_datagen_workers", None,
+    "Datagen (not t2t's): processes encoding the training shards in parallel (translation "
+    "problems); the shards are byte-identical for any number. Given (or any --filter_*): "
+    "datagen_report.json is written in --data_dir. Unset: one process, t2t's outputs only.")
+flags.DEFINE_integer(
+    "filter_min_length", 0,
+    "Datagen: drop training pairs with a side of fewer whitespace tokens (0 = off).")
+flags.DEFINE_integer(
+    "filter_max_length", 0,
+    "Datagen: drop training pairs with a side of more whitespace tokens, e.g. 250 (0 = off; "
+    "OpenNMT's src/tgt_seq_length, Moses clean-corpus-n's max).")
+flags.DEFINE_float(
+    "filter_length_ratio", 0.0,
+    "Datagen: drop training pairs whose longer side has more than this many times the "
+    "tokens of the shorter, e.g. 9 (Moses clean-corpus-n's -ratio; 0 = off).")
+flags.DEFINE_bool(
+    "filter_duplicates", False, "Datagen: drop repeated (source, target) training pairs.")
+flags.DEFINE_bool(
+    "filter_copies", False, "Datagen: drop training pairs whose target equals the source.")
+flags.DEFINE_string(
+    "filter_languages", "",
+    "Datagen: source,target ISO 639-1 codes, e.g. en,de: drop training pairs with a side "
+    "whose letters are mostly not in its language's Unicode script (no model needed).")
 
 # --- WSJ parsing datagen (problems/wsj_parsing.py) ----------------------------------------
 flags.DEFINE_string(

@@ -152,16 +152,23 @@ def test_ende_from_t2t_raw_archives_compiles_like_t2t(wmt_toy_dir, tmp_path):
     assert sum(_decoded_split(str(data_dir), "translate_ende_wmt32k", "dev", encoder).values()) == 30
 
 
-def test_raw_corpus_files_gunzips_giga_fren_and_reports_absence(tmp_path):
+def test_raw_corpus_files_reads_giga_fren_compressed_and_reports_absence(tmp_path):
     entry = translate_enfr._ENFR_TRAIN_LARGE_DATA[3]
     assert translate.raw_corpus_files(str(tmp_path), [entry]) is None
     _tgz(tmp_path / "training-giga-fren.tar", {
         "giga-fren.release2.fixed.en.gz": gzip.compress(b"Hello .\n"),
         "giga-fren.release2.fixed.fr.gz": gzip.compress(b"Bonjour .\n")})
     (pair,) = translate.raw_corpus_files(str(tmp_path), [entry])
-    assert pair == (str(tmp_path / "giga-fren.release2.fixed.en"),
-                    str(tmp_path / "giga-fren.release2.fixed.fr"))
-    assert _lines(pair[1]) == ["Bonjour ."]
+    # Read as they are (t2t gunzipped a copy next to each): no copy is made.
+    assert pair == (str(tmp_path / "giga-fren.release2.fixed.en.gz"),
+                    str(tmp_path / "giga-fren.release2.fixed.fr.gz"))
+    assert not (tmp_path / "giga-fren.release2.fixed.fr").exists()
+    assert list(translate.cleaned_pairs(*pair)) == [("Hello .", "Bonjour .")]
+    # A copy gunzipped by an earlier t2t run is read when the .gz is gone.
+    (tmp_path / "giga-fren.release2.fixed.en").write_text("Hi .\n")
+    (tmp_path / "giga-fren.release2.fixed.en.gz").unlink()
+    (pair,) = translate.raw_corpus_files(str(tmp_path), [entry])
+    assert pair[0] == str(tmp_path / "giga-fren.release2.fixed.en")
 
 
 def test_sgm_files_are_stripped_like_t2t(tmp_path):

@@ -136,10 +136,27 @@ def check(mode: str, flags_obj: Any) -> None:
         # peers say it was lost instead of waiting for it until their start-up timeout.
         if _single_process():
             _check_training(mode, flags_obj)
+    elif mode == "datagen":
+        check_datagen_flags(flags_obj)
     elif mode in CHECKPOINT_MODES and not flags_obj.checkpoint_path:
         if mode == "decode" and flags_obj.decode_engine == "ctranslate2":
             return
         _check_run_reader(mode, flags_obj)
+
+
+def check_datagen_flags(flags_obj: Any) -> None:
+    """Refuses a bad --num_datagen_workers or --filter_* value before datagen starts.
+
+    Raises:
+      UserError: one line naming the flag.
+    """
+    from t2t_lite.bin import t2t_datagen
+
+    workers = getattr(flags_obj, "num_datagen_workers", None)
+    if workers is not None and workers < 1:
+        raise UserError(f"--num_datagen_workers={workers}: must be at least 1 (processes "
+                        "encoding the shards)")
+    t2t_datagen.filter_settings_from_flags(flags_obj)
 
 
 def _check_training(mode: str, flags_obj: Any) -> None:

@@ -10,6 +10,7 @@ import sys
 import time
 from typing import Any
 
+from t2t_lite.data_generators import datagen_report
 from t2t_lite.data_generators.datagen import (
     DEFAULT_DATA_DIR,
     DEFAULT_RANDOM_SEED,
@@ -78,6 +79,9 @@ def main(flags: Any) -> None:
             print(f"[datagen] {name}: already complete in {data_dir} (completion markers); "
                   "nothing to do", flush=True)
             continue
+        if getattr(problem, "datagen_report_wanted", False):
+            print(datagen_report.write(data_dir, name, datagen_report.build(
+                problem, time.time() - start)), flush=True)
         records = ", ".join(f"{tag} {sum(s['records'] for s in m['shards'])} examples in "
                             f"{len(m['shards'])} shard(s)" for tag, m in markers.items())
         print(
@@ -100,8 +104,9 @@ def _flag(flags: Any, name: str, default: Any = None) -> Any:
 def configure_problem_from_flags(name: str, flags: Any):
     """`datagen.configure_problem` with --approx_vocab_size, --train_src/--train_tgt/
     --dev_src/--dev_tgt, --tfds_data_dir and --wsj_dir/--wsj_train_sections/
-    --wsj_dev_sections, --subword_dropout/--subword_dropout_copies and the vocabulary flags
-    of `vocab_sources.datagen_settings` (each used when defined and set)."""
+    --wsj_dev_sections, --subword_dropout/--subword_dropout_copies, the --filter_* flags,
+    --num_datagen_workers and the vocabulary flags of `vocab_sources.datagen_settings` (each
+    used when defined and set)."""
     try:
         return _configure_problem(name, flags)
     except ValueError as e:
@@ -127,4 +132,23 @@ def _configure_problem(name: str, flags: Any):
                     _flag(flags, "wsj_dev_sections")),
         subword_dropout=_flag(flags, "subword_dropout", 0.0),
         subword_dropout_copies=_flag(flags, "subword_dropout_copies", 1),
+        filters=filter_settings_from_flags(flags),
+        num_workers=_flag(flags, "num_datagen_workers"),
     )
+
+
+def filter_settings_from_flags(flags: Any):
+    """The checked `corpus_filters.FilterSettings` of the --filter_* flags.
+
+    Raises:
+      UserError: a value out of range or an unknown language (names the flag).
+    """
+    from t2t_lite.data_generators import corpus_filters
+
+    return corpus_filters.parse_settings(
+        min_length=_flag(flags, "filter_min_length", 0),
+        max_length=_flag(flags, "filter_max_length", 0),
+        length_ratio=_flag(flags, "filter_length_ratio", 0.0),
+        copies=_flag(flags, "filter_copies", False),
+        duplicates=_flag(flags, "filter_duplicates", False),
+        languages=_flag(flags, "filter_languages", ""))

@@ -38,6 +38,7 @@ import tensorflow as tf
 from absl import logging
 
 from t2t_lite import file_io
+from t2t_lite.data_generators import corpus_io
 from t2t_lite.errors import DataError
 
 SPLIT_TAGS = ("train", "dev", "test")
@@ -134,18 +135,20 @@ def fingerprint(paths: list[str]) -> dict[str, Any]:
     Returns:
       {"path": absolute path of the first file, "files": count, "bytes": total size,
       "sha256": hex digest of the contents in order, "lines": number of lines as
-      `text_problems.count_lines` counts them (all files together)}.
+      `text_problems.count_lines` counts them (all files together, gzip/xz decompressed)}.
     """
     digest, size, lines = hashlib.sha256(), 0, 0
     for path in paths:
-        last = b"\n"
+        last, file_lines = b"\n", 0
         with open(path, "rb") as f:
             while chunk := f.read(1 << 20):
                 digest.update(chunk)
                 size += len(chunk)
-                lines += chunk.count(b"\n")
+                file_lines += chunk.count(b"\n")
                 last = chunk[-1:]
-        lines += last != b"\n"  # a last line without its newline
+        file_lines += last != b"\n"  # a last line without its newline
+        # A gzip/xz file: the lines of its text, not of its compressed bytes.
+        lines += corpus_io.count_lines(path) if corpus_io.compression(path) else file_lines
     return {"path": os.path.abspath(paths[0]), "files": len(paths), "bytes": size,
             "sha256": digest.hexdigest(), "lines": lines}
 

@@ -79,6 +79,8 @@ def configure_problem(
     subword_dropout: float = 0.0,
     subword_dropout_copies: int = 1,
     vocab_settings=None,
+    filters=None,
+    num_workers: int | None = None,
 ):
     """The problem instance for `name`, with datagen's source and vocab settings applied.
 
@@ -94,6 +96,10 @@ def configure_problem(
         `Text2TextProblem.set_subword_dropout`).
       vocab_settings: a `vocab_sources.VocabSettings` (SentencePiece, a parent's vocab) for
         translation problems; None: t2t's vocab.
+      filters: `corpus_filters.FilterSettings` of the training pairs (None or all off:
+        t2t's data); translation problems only.
+      num_workers: processes encoding the shards (`parallel_datagen`; None: one, and no
+        datagen_report.json unless filters are on); above 1 for translation problems only.
 
     Returns:
       A Problem instance.
@@ -126,11 +132,43 @@ def configure_problem(
                 "name the parallel text files of translation problems"
             )
         problem.set_source_files(**source_files)
+    _set_big_corpus_options(problem, name, filters, num_workers)
     if hasattr(problem, "tfds_data_dir"):
         problem.tfds_data_dir = tfds_data_dir
     if hasattr(problem, "set_wsj_source"):
         problem.set_wsj_source(*wsj_source)
     return problem
+
+
+def _set_big_corpus_options(problem, name: str, filters, num_workers: int | None) -> None:
+    """Applies the cleaning filters and the number of encoding workers (see
+    `configure_problem`); marks the problem for datagen_report.json when either is asked."""
+    from t2t_lite.data_generators import text_problems, translate
+
+    filters = filters if filters is not None and filters.active else None
+    is_translation = isinstance(problem, translate.TranslateProblem)
+    if filters is not None and not is_translation:
+        raise ValueError(f"--filter_* flags apply to translation problems; {name} is not one")
+    if num_workers is not None:
+        if num_workers < 1:
+            raise ValueError(f"--num_datagen_workers={num_workers}: must be at least 1")
+        if num_workers > 1 and not is_translation:
+            raise ValueError(f"--num_datagen_workers={num_workers}: {name} is not a "
+                             "translation problem (its samples are not files that workers "
+                             "can read again); use 1")
+        if not isinstance(problem, text_problems.Text2TextProblem):
+            raise ValueError(f"--num_datagen_workers does not apply to {name} (no text "
+                             "to encode)")
+        if num_workers > 1 and problem.vocab_type == text_problems.VocabType.SENTENCEPIECE:
+            raise ValueError(f"--num_datagen_workers={num_workers}: SentencePiece data "
+                             "(--vocab_type=sentencepiece) is encoded by one process; use 1")
+        if num_workers > 1 and problem.subword_dropout[0] > 0:
+            raise ValueError(f"--num_datagen_workers={num_workers}: the training passes of "
+                             "--subword_dropout are encoded by one process; use 1")
+        problem.datagen_workers = num_workers
+    if filters is not None:
+        problem.corpus_filters = filters
+    problem.datagen_report_wanted = filters is not None or num_workers is not None
 
 
 def summarize(data_dir: str, name: str) -> str:
@@ -200,6 +238,8 @@ def datagen_settings(problem, max_cases: int | None, random_seed: int) -> dict[s
                         else {})
         settings["--subword_dropout"], settings["--subword_dropout_copies"] = (
             problem.subword_dropout)
+    if getattr(problem, "corpus_filters", None) is not None:
+        settings.update(problem.corpus_filters.as_flags())
     return settings
 
 

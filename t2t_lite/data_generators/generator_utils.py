@@ -2,10 +2,9 @@
 from __future__ import annotations
 
 import glob
-import gzip
+import io
 import os
 import random
-import shutil
 import struct
 import tarfile
 from collections.abc import Iterable, Iterator, Sequence
@@ -15,7 +14,7 @@ import tensorflow as tf
 from absl import logging
 
 from t2t_lite import file_io
-from t2t_lite.data_generators import text_encoder
+from t2t_lite.data_generators import corpus_io, text_encoder
 from t2t_lite.data_generators.data_marker import kill_point
 from t2t_lite.utils import progress
 
@@ -130,7 +129,8 @@ def generate_files(
                 break
             if counter and counter % 100000 == 0:
                 logging.info("Generating case %d.", counter)
-            writers[shard].write(to_example(case).SerializeToString())
+            # deterministic: the features in one order (upb's map order varies per process).
+            writers[shard].write(to_example(case).SerializeToString(deterministic=True))
             counter += 1
             if counter == 10:
                 kill_point("generate")
@@ -452,16 +452,9 @@ def _source_files(tmp_dir: str, source) -> list[str]:
                     tar.extractall(tmp_dir, filter="data")
                 else:
                     tar.extractall(tmp_dir)
-        if lang_file.endswith(".gz"):
-            unpacked = os.path.join(tmp_dir, lang_file[: -len(".gz")])
-            if not os.path.exists(unpacked):
-                logging.info("Unpacking %s", filepath)
-                with (
-                    gzip.open(filepath, "rb") as src,
-                    file_io.atomic_open(unpacked, "wb") as dst,
-                ):
-                    shutil.copyfileobj(src, dst)
-            filepath = unpacked
+        if lang_file.endswith(".gz") and not os.path.exists(filepath):
+            # t2t gunzipped it next to itself: read that copy (the .gz is read compressed).
+            filepath = filepath.removesuffix(".gz")
         paths.append(filepath)
     return paths
 
@@ -480,8 +473,8 @@ def generate_lines_for_vocab(
       tmp_dir: directory of the corpus files.
       sources: a list whose items are file paths (relative to `tmp_dir`, or absolute) or t2t's
         `[url, [lang_file, ...]]` pairs, whose files are taken from `tmp_dir` or extracted from
-        the archive `basename(url)` already in `tmp_dir` (".gz" lang files are gunzipped next
-        to themselves). Nothing is downloaded.
+        the archive `basename(url)` already in `tmp_dir`. Gzip and xz files are read
+        decompressed (`corpus_io`). Nothing is downloaded.
       file_byte_budget: characters to yield per file.
 
     Yields:
@@ -497,9 +490,11 @@ def generate_lines_for_vocab(
             logging.info("Reading file: %s", filepath)
             budget = file_byte_budget
             counter = 0
-            countermax = int(os.path.getsize(filepath) / budget / 2)
+            # The decompressed size of a gzip/xz file: the same sample as from the plain one.
+            countermax = int(corpus_io.text_size(filepath) / budget / 2)
             # newline="\n": lines end at "\n" only, as tf.gfile reads them.
-            with open(filepath, encoding=file_io.TEXT_ENCODING, newline="\n") as source_file:
+            with io.TextIOWrapper(corpus_io.open_binary(filepath), encoding=file_io.TEXT_ENCODING,
+                                  newline="\n") as source_file:
                 lineno = 0
                 try:
                     for line in source_file:

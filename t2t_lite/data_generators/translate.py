@@ -21,17 +21,22 @@ with the same sampling and a budget of 1 MB × the number of t2t corpora per lan
 from __future__ import annotations
 
 import contextlib
-import functools
-import gzip
 import os
-import shutil
 import tarfile
+from collections import Counter
 from collections.abc import Iterator
 
 from absl import logging
 
 from t2t_lite import file_io
-from t2t_lite.data_generators import generator_utils, problem, text_problems, vocab_sources
+from t2t_lite.data_generators import (
+    corpus_filters,
+    corpus_io,
+    generator_utils,
+    problem,
+    text_problems,
+    vocab_sources,
+)
 from t2t_lite.data_generators.text_problems import CorpusError
 
 # t2t's per-file character budget for vocab text (`generate_lines_for_vocab`).
@@ -46,15 +51,9 @@ _TFDS_SPLITS = {problem.DatasetSplit.TRAIN: "train", problem.DatasetSplit.EVAL: 
 LINES_PER_SHARD = 100
 
 
-@functools.cache
 def _count_lines(path: str) -> int:
-    """Lines of a local file (newlines, plus an unterminated last line)."""
-    count, last = 0, b"\n"
-    with open(path, "rb") as f:
-        while chunk := f.read(1 << 20):
-            count += chunk.count(b"\n")
-            last = chunk[-1:]
-    return count + (last != b"\n")
+    """Lines of a local file, plain or compressed (`corpus_io.count_lines`, cached)."""
+    return corpus_io.count_lines(path)
 
 
 def _preprocess_sgm(line: str, is_sgm: bool) -> str | None:
@@ -69,22 +68,24 @@ def _preprocess_sgm(line: str, is_sgm: bool) -> str | None:
     return None
 
 
-def cleaned_pairs(source_path: str, target_path: str) -> Iterator[tuple[str, str]]:
+def cleaned_pairs(source_path: str, target_path: str,
+                  keep_empty: bool = False) -> Iterator[tuple[str, str]]:
     """Sentence pairs of two parallel files, cleaned like t2t's `compile_data`.
 
     Args:
       source_path: inputs file (`.sgm` files are stripped of their markup).
       target_path: targets file, parallel to source_path.
+      keep_empty: also yield the pairs with an empty side (for `corpus_filters` to count).
 
     Yields:
-      (source, target) stripped str pairs, both non-empty.
+      (source, target) stripped str pairs, both non-empty unless keep_empty.
     """
-    is_sgm = source_path.endswith("sgm") and target_path.endswith("sgm")
+    is_sgm = all(corpus_io.plain_name(p).endswith("sgm") for p in (source_path, target_path))
     for sample in text_problems.text2text_txt_iterator(source_path, target_path):
         # t2t strips a <seg> text when it reads the compiled file back; strip it here already.
         source = (_preprocess_sgm(sample["inputs"], is_sgm) or "").strip()
         target = (_preprocess_sgm(sample["targets"], is_sgm) or "").strip()
-        if source and target:
+        if (source and target) or keep_empty:
             yield source, target
 
 
@@ -109,11 +110,6 @@ def _extract(archive: str, tmp_dir: str) -> None:
         tar.extractall(tmp_dir, filter="data")
 
 
-def _gunzip(gz_path: str, out_path: str) -> None:
-    with gzip.open(gz_path, "rb") as src, file_io.atomic_open(out_path, "wb") as dst:
-        shutil.copyfileobj(src, dst)
-
-
 def raw_corpus_files(tmp_dir: str, datasets: list) -> list[tuple[str, str]] | None:
     """Local paths of t2t's raw corpus files, extracting archives found in tmp_dir.
 
@@ -122,23 +118,23 @@ def raw_corpus_files(tmp_dir: str, datasets: list) -> list[tuple[str, str]] | No
       datasets: t2t's `[url, (lang1_file, lang2_file)]` entries.
 
     Returns:
-      [(lang1_path, lang2_path)] for every entry, or None when any file (or its archive,
-      named like the last part of the url) is absent. Nothing is downloaded.
+      [(lang1_path, lang2_path)] for every entry (a ".gz" file as it is: it is read
+      decompressed), or None when any file (or its archive, named like the last part of
+      the url) is absent. Nothing is downloaded.
     """
     pairs = []
     for url, names in datasets:
         archive = os.path.join(tmp_dir, os.path.basename(url))
-        # A ".gz" corpus file (giga-fren) is read once gunzipped next to itself.
+        # A ".gz" corpus file (giga-fren) is read compressed (t2t gunzipped it next to
+        # itself: such a copy, left by an earlier run, is read when the .gz is gone).
         stored = [os.path.join(tmp_dir, name) for name in names]
-        final = [p.removesuffix(".gz") for p in stored]
-        if not all(os.path.exists(f) or os.path.exists(s) for s, f in zip(stored, final)):
+        unzipped = [p.removesuffix(".gz") for p in stored]
+        if not all(os.path.exists(f) or os.path.exists(s) for s, f in zip(stored, unzipped)):
             if not os.path.exists(archive):
                 return None
             _extract(archive, tmp_dir)
+        final = [s if os.path.exists(s) else f for s, f in zip(stored, unzipped)]
         for stored_path, final_path in zip(stored, final):
-            gunzip = stored_path != final_path and os.path.exists(stored_path)
-            if gunzip and not os.path.exists(final_path):
-                _gunzip(stored_path, final_path)
             if not os.path.exists(final_path):
                 raise CorpusError(
                     f"{archive} does not contain {os.path.relpath(stored_path, tmp_dir)}"
@@ -210,6 +206,11 @@ class TranslateProblem(text_problems.Text2TextProblem):
         self._user_files: dict[str, tuple[str, str]] = {}
         self.tfds_data_dir: str | None = None
         self._vocab_settings = vocab_sources.VocabSettings()
+        # Cleaning filters of the training pairs (None: t2t's data), the filtered files once
+        # written, and the pairs each filter dropped.
+        self.corpus_filters: corpus_filters.FilterSettings | None = None
+        self._filtered_train: tuple[str, str] | None = None
+        self.filter_counts: Counter = Counter()
 
     @property
     def is_generate_per_split(self) -> bool:
@@ -312,6 +313,27 @@ class TranslateProblem(text_problems.Text2TextProblem):
         return looked_for
 
     def split_files(self, tmp_dir: str, dataset_split: str) -> tuple[str, str]:
+        """The (inputs, targets) files of a split: with `corpus_filters`, the training pairs
+        that pass them (`<tmp_dir>/<problem>-filtered-train.lang1/.lang2`, written once per
+        datagen, every drop counted in `filter_counts`), else `_unfiltered_split_files`."""
+        if self.corpus_filters is None or dataset_split != problem.DatasetSplit.TRAIN:
+            return self._unfiltered_split_files(tmp_dir, dataset_split)
+        if self._filtered_train is None:
+            source, target = self._unfiltered_split_files(tmp_dir, dataset_split)
+            if dataset_split in self._user_files:
+                pairs = cleaned_pairs(source, target, keep_empty=True)
+            else:
+                pairs = ((s["inputs"], s["targets"])
+                         for s in text_problems.text2text_txt_iterator(source, target))
+            base = os.path.join(tmp_dir, f"{self.name}-filtered-train")
+            self.filter_counts = Counter()
+            _write_compiled(corpus_filters.filter_pairs(pairs, self.corpus_filters,
+                                                        self.filter_counts), base)
+            logging.info(corpus_filters.summary_line(self.name, self.filter_counts))
+            self._filtered_train = (base + ".lang1", base + ".lang2")
+        return self._filtered_train
+
+    def _unfiltered_split_files(self, tmp_dir: str, dataset_split: str) -> tuple[str, str]:
         """The (inputs, targets) files of a split, compiling them when needed.
 
         Args:
@@ -416,7 +438,7 @@ class TranslateProblem(text_problems.Text2TextProblem):
         train = problem.DatasetSplit.TRAIN
         corpora = self.vocab_data_files()
         raw = None
-        if train not in self._user_files and corpora:
+        if train not in self._user_files and corpora and self.corpus_filters is None:
             raw = raw_corpus_files(tmp_dir, corpora)
         if raw is not None:
             files = [path for pair in raw for path in pair]
@@ -511,6 +533,12 @@ class TranslateProblem(text_problems.Text2TextProblem):
         if data_dir is not None and self._vocab_settings.sentencepiece:
             return self._sentencepiece_encoders(data_dir, None, force_get=True)
         return super().feature_encoders(data_dir)
+
+    def _encodes_with_one_vocab(self) -> bool:
+        """t2t's shared subword vocab (not SentencePiece, whose two sides may have their own
+        models), unless a subclass encodes its own way."""
+        return (self.vocab_type != text_problems.VocabType.SENTENCEPIECE
+                and type(self).generate_encoded_samples is TranslateProblem.generate_encoded_samples)
 
     def generate_encoded_samples(self, data_dir: str, tmp_dir: str, dataset_split: str):
         if self.vocab_type != text_problems.VocabType.SENTENCEPIECE:
