@@ -430,8 +430,8 @@ def test_bfloat16_train_step_runs_every_matmul_in_bfloat16(tmp_path, fused):
     assert len(matmuls) == 3 * (7 + 4 + 6) + 3, [op.name for op in matmuls]
     assert {op.get_attr("T") for op in matmuls} == {tf.bfloat16}, [
         op.name for op in matmuls if op.get_attr("T") != tf.bfloat16]
-    if fused:  # the chunked loss's softmax (the plain loss uses the fused xent kernel)
-        assert tf.float32 in {op.get_attr("T") for op in ops if op.type == "Softmax"}
+    if fused:  # the chunked loss's exp(logits - row max) (the plain loss: the xent kernel)
+        assert tf.float32 in {op.get_attr("T") for op in ops if op.type == "Exp"}
     assert float(step(next(iterator))["loss"]) > 0
 
 
