@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 import os
 import random
+import time
 import types
 from collections.abc import Iterable, Iterator
 from typing import Any
@@ -21,7 +22,7 @@ from typing import Any
 from absl import logging
 
 from t2t_lite import file_io
-from t2t_lite.data_generators import corpus_io, problem
+from t2t_lite.data_generators import corpus_io, parallel_datagen, problem
 from t2t_lite.errors import UserError
 from t2t_lite.hparams import HParams
 
@@ -528,19 +529,13 @@ class Text2TextProblem(problem.Problem):
             )
 
     def _encodes_with_one_vocab(self) -> bool:
-        """Whether this problem's encoded samples are t2t's: its samples, each side encoded
-        by `get_or_create_vocab`'s one encoder, EOS appended (what `parallel_datagen` writes
-        in its place)."""
+        """Whether `generate_encoded_samples` is t2t's (`parallel_datagen` can stand in)."""
         return type(self).generate_encoded_samples is Text2TextProblem.generate_encoded_samples
 
     def _write_split_fast(self, data_dir, tmp_dir, split, paths, max_cases) -> int:
         """The split's shards by `parallel_datagen` (same records as `generate_files` over
         `generate_encoded_samples`), timing the vocab and the encoding into
         `datagen_stats[split]`."""
-        import time
-
-        from t2t_lite.data_generators import parallel_datagen
-
         start = time.time()
         if hasattr(self, "split_files"):  # compiled/filtered once, before workers read it
             self.split_files(tmp_dir, split)
