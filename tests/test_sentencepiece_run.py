@@ -182,7 +182,7 @@ def test_ctranslate2_export_decodes_as_decode_mode(trained, decoded, corpus, tmp
     path = t2t_exporter.export_ctranslate2(types.SimpleNamespace(
         output_dir=str(trained.output_dir), problem=None, hparams_set=None, data_dir=None,
         model=None, hparams="", checkpoint_path=None, export_dir=str(tmp_path / "ct2"),
-        quantization="none", ct2_max_position=256))
+        quantization="none", ct2_max_position=256, decode_hparams=""))
     assert "t2t_inputs.sentencepiece.model" in os.listdir(path), os.listdir(path)
     translator = ct2.Translator(path, intra_threads=1)
     lines = (corpus / "dev.en").read_text(encoding="utf-8").split("\n")[:-1]
