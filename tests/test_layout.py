@@ -32,10 +32,25 @@ def _source_files() -> dict[str, pathlib.Path]:
     return files
 
 
+def _parse(path: pathlib.Path) -> ast.Module:
+    """The syntax tree of a source file, parsed again after CPython 3.11's spurious
+    "AST constructor recursion depth mismatch" SystemError (python/cpython#106905: the
+    interpreter-wide AST state is shared with threads that parse at the same moment, such as
+    those an earlier test of the same pytest-xdist worker left running)."""
+    source = path.read_text(encoding="utf-8")
+    for attempt in range(3):
+        try:
+            return ast.parse(source, str(path))
+        except SystemError:
+            if attempt == 2:
+                raise
+    raise AssertionError("unreachable")
+
+
 def _imports(path: pathlib.Path) -> set[str]:
     """Every module name `path` imports (for `from a import b`: both a and a.b)."""
     names = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    for node in ast.walk(_parse(path)):
         if isinstance(node, ast.Import):
             names.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
