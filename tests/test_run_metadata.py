@@ -165,7 +165,8 @@ def test_run_card_history_adds_one_entry_per_resume(tmp_path):
 
 
 # --- The classification of the hparams ---------------------------------------------------------
-_BASE = "hidden_size=8,filter_size=8,num_heads=2,num_hidden_layers=1,symbol_modality_num_shards=1"
+_BASE = ("hidden_size=8,filter_size=8,num_heads=2,num_hidden_layers=1,symbol_modality_num_shards=1,"
+         "batch_shuffle_size=4")
 # A value other than transformer_tiny's for each hparam built below, among those t2t_lite
 # supports; `_other_value` steps a number or flips a bool for the others.
 _OTHER_VALUES = {

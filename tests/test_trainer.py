@@ -372,7 +372,8 @@ def test_run_py_datagen_then_train_and_eval_then_restart(tmp_path):
 
     run("--mode=datagen", *common)
     run("--schedule=train_and_evaluate", "--train_steps=6",
-        "--hparams=hidden_size=32,filter_size=64,num_heads=2,symbol_modality_num_shards=4",
+        "--hparams=hidden_size=32,filter_size=64,num_heads=2,symbol_modality_num_shards=4,"
+        "batch_shuffle_size=4",
         *train)
     hparams = json.loads((tmp_path / "train" / "hparams.json").read_text())
     assert hparams["hidden_size"] == 32
@@ -485,7 +486,8 @@ def test_train_eval_and_decode_decodes_the_dev_set_after_each_eval(tmp_path, cap
     output_dir = tmp_path / "train"
     flags = _flags(
         schedule="train_eval_and_decode", problem=problem, hparams_set="transformer_tiny",
-        hparams="hidden_size=32,filter_size=64,num_heads=2,symbol_modality_num_shards=4",
+        hparams="hidden_size=32,filter_size=64,num_heads=2,symbol_modality_num_shards=4,"
+                "batch_shuffle_size=4",
         data_dir=str(tmp_path / "data"), output_dir=str(output_dir), train_steps=12,
         local_eval_frequency=6, eval_steps=2, random_seed=3,
         decode_hparams="num_samples=20,batch_size=8")

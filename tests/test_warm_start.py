@@ -86,7 +86,8 @@ def test_t2t_checkpoint_of_another_architecture_fails_with_the_list(t2t_fixtures
 def _flags(tmp_path, output, **overrides):
     values = {
         "problem": "algorithmic_reverse_binary40_test", "hparams_set": "transformer_tiny",
-        "hparams": "hidden_size=32,filter_size=64,num_heads=2,symbol_modality_num_shards=4",
+        "hparams": "hidden_size=32,filter_size=64,num_heads=2,symbol_modality_num_shards=4,"
+                   "batch_shuffle_size=4",
         "output_dir": str(tmp_path / output), "data_dir": str(tmp_path / "data"),
         "model": "transformer", "generate_data": False, "tmp_dir": str(tmp_path / "tmp"),
         "train_steps": 2, "eval_steps": 1, "local_eval_frequency": 2,

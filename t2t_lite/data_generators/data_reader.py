@@ -259,19 +259,20 @@ def _is_ragged(spec) -> bool:
     return isinstance(spec, tf.RaggedTensorSpec)
 
 
-def to_dense_batch(batch: dict) -> dict:
-    """Pads each ragged feature of a batch with 0 to its own longest row.
+def dense_examples(dataset: tf.data.Dataset) -> tf.data.Dataset:
+    """Gives unbatched ragged rows (ragged-rank 0, from `unbatch` of ragged batches) a plain
+    TensorSpec; datasets of dense examples are returned as they are.
 
     Args:
-      batch: dict of int32 RaggedTensor [B, None] (dense tensors pass through).
+      dataset: examples, dicts of 1-D int32 values.
 
     Returns:
-      dict of int32 [B, L_feature].
+      Dataset of dicts of int32 [L_feature].
     """
-    return {
-        name: value.to_tensor() if isinstance(value, tf.RaggedTensor) else value
-        for name, value in batch.items()
-    }
+    if not any(_is_ragged(s) for s in dataset.element_spec.values()):
+        return dataset
+    # A ragged-rank-0 row is a dense vector already; the identity only changes its spec.
+    return dataset.map(lambda example: {k: tf.identity(v) for k, v in example.items()})
 
 
 def batch_examples(dataset: tf.data.Dataset, batch_size: int) -> tf.data.Dataset:
@@ -284,9 +285,7 @@ def batch_examples(dataset: tf.data.Dataset, batch_size: int) -> tf.data.Dataset
     Returns:
       Dataset of dicts of int32 [B, L_feature].
     """
-    if all(_is_ragged(s) for s in dataset.element_spec.values()):
-        return dataset.batch(batch_size).map(to_dense_batch)
-    return dataset.padded_batch(batch_size)
+    return dense_examples(dataset).padded_batch(batch_size)
 
 
 def bucket_by_length(
@@ -300,8 +299,9 @@ def bucket_by_length(
     feature is padded with 0 to its own longest example in the batch. Partial batches are
     emitted when the input ends, so a finite input is covered exactly once.
 
-    Examples coming from `unbatch` of ragged batches are batched as ragged and densified
-    once per batch, which keeps the per-example work to the bucket lookup.
+    Examples coming from `unbatch` of ragged batches are made dense first: `group_by_window`
+    over ragged elements delays the first batch by 14-28 s on a tiny problem and runs 2.4x
+    slower after it (bench/README.md, "Input pipeline start-up").
 
     With `pad_to_boundaries` every feature of a batch from bucket i < n is padded to the
     bucket's longest possible length `b_i - 1` instead, so that full batches come in one
@@ -326,25 +326,18 @@ def bucket_by_length(
         return batch_examples(dataset, batch_sizes[0])
     boundaries_t = tf.constant(boundaries, tf.int32)
     sizes_t = tf.constant(batch_sizes, tf.int64)
-    ragged = all(_is_ragged(s) for s in dataset.element_spec.values())
+    dataset = dense_examples(dataset)
 
     def key_func(example):
         length = example_length(example)
         # Number of boundaries <= length = index of the bucket [b_{i-1}, b_i).
         return tf.searchsorted(boundaries_t, tf.reshape(length, [1]), side="right")[0]
 
-    def reduce_func(key, window):
-        if ragged:
-            return window.batch(sizes_t[key])
-        return window.padded_batch(sizes_t[key])
-
     batches = dataset.group_by_window(
         key_func=lambda ex: tf.cast(key_func(ex), tf.int64),
-        reduce_func=reduce_func,
+        reduce_func=lambda key, window: window.padded_batch(sizes_t[key]),
         window_size_func=lambda key: sizes_t[key],
     )
-    if ragged:
-        batches = batches.map(to_dense_batch)
     if not pad_to_boundaries:
         return batches
     # All examples of a batch share a bucket: the batch's longest example names it. The last

@@ -501,10 +501,7 @@ class Problem:
             .unbatch()
         )
         if not batch:
-            # Unbatched ragged rows are dense vectors already; the identity gives them a
-            # plain TensorSpec for the caller.
-            dense = examples.map(lambda ex: {k: tf.identity(v) for k, v in ex.items()})
-            return dense.prefetch(tf.data.AUTOTUNE)
+            return data_reader.dense_examples(examples).prefetch(tf.data.AUTOTUNE)
 
         batches = self._batch_examples(examples, hparams, pad_to_bucket_boundaries)
         batch_shuffle_size = hparams.get("batch_shuffle_size", 0)

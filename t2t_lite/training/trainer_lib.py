@@ -500,7 +500,8 @@ class Trainer:
     def _make_train_step(self, element_spec, update: bool, with_grads: bool = False):
         strategy = self.strategy
 
-        @tf.function(input_signature=[element_spec], jit_compile=self.config.xla_compile or None)
+        @tf.function(input_signature=[element_spec], jit_compile=self.config.xla_compile or None,
+                     autograph=False)
         def train_step(features):
             out = strategy.run(self._replica_train_step, args=(features, update, with_grads))
             num = strategy.reduce(tf.distribute.ReduceOp.SUM, out["num"], axis=None)
@@ -728,7 +729,7 @@ class Trainer:
     def _make_eval_step(self, element_spec):
         strategy = self.strategy
 
-        @tf.function(input_signature=[element_spec])
+        @tf.function(input_signature=[element_spec], autograph=False)
         def eval_step(features):
             out = strategy.run(self._replica_eval_step, args=(features,))
             summed = {
