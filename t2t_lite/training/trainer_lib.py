@@ -500,6 +500,8 @@ class Trainer:
     def _make_train_step(self, element_spec, update: bool, with_grads: bool = False):
         strategy = self.strategy
 
+        # autograph=False: the step's control flow is explicit (tf ops, Python values), and
+        # converting the model's source cost ~3.5 s of CPU at every start (bench/README.md).
         @tf.function(input_signature=[element_spec], jit_compile=self.config.xla_compile or None,
                      autograph=False)
         def train_step(features):
@@ -729,7 +731,7 @@ class Trainer:
     def _make_eval_step(self, element_spec):
         strategy = self.strategy
 
-        @tf.function(input_signature=[element_spec], autograph=False)
+        @tf.function(input_signature=[element_spec], autograph=False)  # as the train step
         def eval_step(features):
             out = strategy.run(self._replica_eval_step, args=(features,))
             summed = {
