@@ -161,14 +161,14 @@ def test_lost_workers_partial_restart_and_separate_output_dirs(cluster, tmp_path
     assert saved >= 5 and failed_step - 1 - saved <= 5
 
     # The chief restarted alone waits for worker 1, says so, and gives up.
-    alone = cluster.start(0, out, "--startup_timeout", "20")
+    alone = cluster.start(0, out, "--startup_timeout", "8")
     started = time.time()
     alone.wait(timeout=180)
     assert time.time() - started < 150
     log = _log(alone.log)
     assert f"worker 0 waits for worker 1 ({cluster.spec['worker'][1]})" in log
     assert _last_line(alone, "error") == (
-        f"error: worker 0 gave up after 20 s waiting for worker 1 ({cluster.spec['worker'][1]}): "
+        f"error: worker 0 gave up after 8 s waiting for worker 1 ({cluster.spec['worker'][1]}): "
         "start every worker of TF_CONFIG (the same command on each), or raise "
         "--worker_startup_timeout_secs")
 
