@@ -65,8 +65,9 @@ DEFAULTS = {
 QUICK = {
     "problem": "parsing_english_ptb_words",
     "hparams_set": "transformer_tiny",
+    # batch_shuffle_size=4: t2t's 512-batch shuffle buffer would be filled before step 1.
     "hparams": ("num_hidden_layers=1,hidden_size=32,filter_size=64,num_heads=2,batch_size=1024,"
-                "learning_rate_warmup_steps=10"),
+                "learning_rate_warmup_steps=10,batch_shuffle_size=4"),
     "train_steps": 20,
     "decode_hparams": "beam_size=2,alpha=0.6,extra_length=20,batch_size=32",
     "max_dev_sentences": 20,

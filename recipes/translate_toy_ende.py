@@ -50,10 +50,11 @@ TUNED = {"approx_vocab_size": 4096, "hparams_set": "transformer_small",
                     "rsqrt_hidden_size*linear_decay,learning_rate_decay_steps=1600",
          "train_steps": 4800, "eval_every": 500, "decode_hparams": "beam_size=4,alpha=1.0",
          "average_last": 5}
-# --quick: a model of seconds, to check the path.
+# --quick: a model of seconds, to check the path (batch_shuffle_size=4: t2t's 512-batch
+# shuffle buffer would be filled before step 1).
 QUICK = {"approx_vocab_size": 8192, "hparams_set": "transformer_tiny",
          "hparams": "hidden_size=32,filter_size=64,num_heads=2,num_hidden_layers=1,"
-                    "batch_size=1024,learning_rate_warmup_steps=10",
+                    "batch_size=1024,learning_rate_warmup_steps=10,batch_shuffle_size=4",
          "train_steps": 12, "eval_every": 6, "decode_hparams": "beam_size=2,alpha=0.6",
          "average_last": 3}
 QUICK_DEV_LINES = 12
