@@ -5,7 +5,7 @@ The pure rules (pieces to words, the hard alignment, Pharaoh lines, the decode h
 checked on hand-computed cases before TensorFlow is imported. A tiny Transformer trained to
 copy digit strings (`copy_model`, conftest.py) must align each output digit with the input
 digit it copied: the diagonal, for >= 95% of the words, through run.py's decode path, the
-SavedModel (exported once) and CTranslate2.
+SavedModel (exported once) and CTranslate2; asked to reverse them, the anti-diagonal.
 """
 import re
 
@@ -116,6 +116,17 @@ def test_copy_model_aligns_on_the_diagonal(copy_model, copy_lines, tmp_path):
         model, encoder, copy_lines, tmp_path,
         "beam_size=4,extra_length=3,return_alignment=true,alignment_layer=0")
     assert beam_decodes == copy_lines and beam_aligned == aligned
+    # Asked to reverse (target_space_id 1), it aligns on the anti-diagonal.
+    reverse_lines = copy_task.lines(np.random.default_rng(8), 24, copy_task.REVERSE_LENGTH)
+    reversed_decodes, reverse_aligned = _align_file(
+        model, encoder, reverse_lines, tmp_path, "beam_size=1,extra_length=3,return_alignment=true",
+        target_space_id=copy_task.REVERSE_SPACE)
+    assert reversed_decodes == [" ".join(line.split()[::-1]) for line in reverse_lines]
+    assert all(PHARAOH.match(line) for line in reverse_aligned)
+    pairs = [pair.split("-") for line in reverse_aligned for pair in line.split()]
+    assert len(pairs) == len(reverse_lines) * copy_task.REVERSE_LENGTH
+    last = copy_task.REVERSE_LENGTH - 1
+    assert sum(int(i) == last - int(j) for i, j in pairs) / len(pairs) >= 0.95
     # An ensemble aligns by its members' mean attention: of two equal members, theirs.
     from t2t_lite.models.ensemble import TransformerEnsemble
 
