@@ -158,7 +158,8 @@ def tiny_run_trained(tiny_run_data_dir, tmp_path_factory):
 @pytest.fixture(scope="session")
 def copy_model(tmp_path_factory):
     """(model, encoder, vocab file): a tiny Transformer trained in-process to copy digit
-    strings, once per session (`tests/copy_task.py`)."""
+    strings (and to reverse them with target_space_id 1), once per session
+    (`tests/copy_task.py`)."""
     from t2t_lite.data_generators import text_encoder
     from tests import copy_task
 

@@ -5,7 +5,7 @@ The pure rules (pieces to words, the hard alignment, Pharaoh lines, the decode h
 checked on hand-computed cases before TensorFlow is imported. A tiny Transformer trained to
 copy digit strings (`copy_model`, conftest.py) must align each output digit with the input
 digit it copied: the diagonal, for >= 95% of the words, through run.py's decode path, the
-SavedModel (exported once) and CTranslate2.
+SavedModel (exported once) and CTranslate2; asked to reverse them, the anti-diagonal.
 """
 import re
 
@@ -116,6 +116,17 @@ def test_copy_model_aligns_on_the_diagonal(copy_model, copy_lines, tmp_path):
         model, encoder, copy_lines, tmp_path,
         "beam_size=4,extra_length=3,return_alignment=true,alignment_layer=0")
     assert beam_decodes == copy_lines and beam_aligned == aligned
+    # Asked to reverse (target_space_id 1), it aligns on the anti-diagonal.
+    reverse_lines = copy_task.lines(np.random.default_rng(8), 24, copy_task.REVERSE_LENGTH)
+    reversed_decodes, reverse_aligned = _align_file(
+        model, encoder, reverse_lines, tmp_path, "beam_size=1,extra_length=3,return_alignment=true",
+        target_space_id=copy_task.REVERSE_SPACE)
+    assert reversed_decodes == [" ".join(line.split()[::-1]) for line in reverse_lines]
+    assert all(PHARAOH.match(line) for line in reverse_aligned)
+    pairs = [pair.split("-") for line in reverse_aligned for pair in line.split()]
+    assert len(pairs) == len(reverse_lines) * copy_task.REVERSE_LENGTH
+    last = copy_task.REVERSE_LENGTH - 1
+    assert sum(int(i) == last - int(j) for i, j in pairs) / len(pairs) >= 0.95
     # An ensemble aligns by its members' mean attention: of two equal members, theirs.
     from t2t_lite.models.ensemble import TransformerEnsemble
 
@@ -148,6 +159,7 @@ def test_xla_decodes_prefixes_as_without_xla(copy_model):
 def test_saved_model_prefixes_top_p_and_alignments(copy_model, copy_lines, tmp_path):
     import tensorflow as tf
 
+    from t2t_lite.decoding.search import sampling
     from t2t_lite.serving import export
 
     model, encoder, _ = copy_model
@@ -166,9 +178,10 @@ def test_saved_model_prefixes_top_p_and_alignments(copy_model, copy_lines, tmp_p
     assert strings(served["outputs"]) == copy_lines
     assert strings(served["alignments"]) == aligned
 
-    def translate(prefixes, p):
+    def translate(prefixes, p, seed=-1, inputs=texts):
         return loaded.signatures["translate_options"](
-            inputs=texts, prefixes=tf.constant(prefixes), sampling_keep_top_p=tf.constant(p))
+            inputs=inputs, prefixes=tf.constant(prefixes), sampling_keep_top_p=tf.constant(p),
+            seed=tf.constant(seed, tf.int64))
 
     no_prefix = translate([""] * len(copy_lines), 0.0)
     assert strings(no_prefix["outputs"]) == copy_lines
@@ -186,6 +199,26 @@ def test_saved_model_prefixes_top_p_and_alignments(copy_model, copy_lines, tmp_p
     assert all(re.fullmatch(r"[0-9]( [0-9])*", text) for text in sampled)
     with pytest.raises(tf.errors.InvalidArgumentError, match="sampling_keep_top_p must be <= 1"):
         translate([""] * len(copy_lines), 1.5)
+    # A seed makes the draws reproducible: the same seed, the same outputs; p = 1 draws as
+    # plain sampling with that seed does in the library (stateless draws seeded by (seed,
+    # step), `sampling.Sampling.seed`). Lines twice as long as any it was trained on leave
+    # the copy model unsure after its 8th word, so that its draws there vary.
+    long_lines = [f"{line} {line}" for line in copy_lines]
+    none = [""] * len(copy_lines)
+    seeded = {seed: translate(none, 1.0, seed, tf.constant(long_lines)) for seed in (5, 6)}
+    again = translate(none, 1.0, 5, tf.constant(long_lines))
+    assert strings(again["outputs"]) == strings(seeded[5]["outputs"])
+    assert strings(seeded[5]["outputs"]) != strings(seeded[6]["outputs"])
+    rows = [encoder.encode(line) + [1] for line in long_lines]
+    ids = np.array([row + [0] * (max(map(len, rows)) - len(row)) for row in rows], np.int32)
+    plain = model.infer({"inputs": ids}, decode_length=3,
+                        sampling=sampling.Sampling("random", 1.0, -1, 1.0, seed=5))
+    assert strings(seeded[5]["outputs"]) == [
+        encoder.decode(decoding.save_until_eos(row)) for row in plain["outputs"].numpy()]
+    np.testing.assert_allclose(seeded[5]["scores"], plain["scores"], rtol=1e-5)
+    argmax = model.infer({"inputs": ids}, decode_length=3)["outputs"].numpy()
+    assert strings(seeded[5]["outputs"]) != [
+        encoder.decode(decoding.save_until_eos(row)) for row in argmax]
 
 
 @pytest.mark.slow

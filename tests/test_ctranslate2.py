@@ -224,20 +224,32 @@ def test_t2t_checkpoint_exported_by_run_py_decodes_like_t2t_lite(t2t_fixtures, w
     source.write_text("\n".join(lines) + "\n", encoding="utf-8")
     export_dir = fixture_export
     hyp = tmp_path / "hyp.txt"
-    # Serving needs no TensorFlow: the decode process runs with its import blocked.
+    # Serving needs no TensorFlow: the decode process runs with its import blocked. With word
+    # alignments from CTranslate2's attention (the export's default layer, the last) and a
+    # target prefix on every fourth line.
+    prefixes = ["Die" if i % 4 == 0 else "" for i in range(len(lines))]
+    prefix_file = tmp_path / "prefix.txt"
+    prefix_file.write_text("\n".join(prefixes) + "\n", encoding="utf-8")
     _run_py("--mode=decode", "--decode_engine=ctranslate2", f"--export_dir={export_dir}",
-            "--decode_hparams=beam_size=1,extra_length=20", f"--decode_from_file={source}",
-            f"--decode_to_file={hyp}", f"--decode_reference={source}",
+            "--decode_hparams=beam_size=1,extra_length=20,return_alignment=true",
+            f"--decode_from_file={source}", f"--decode_to_file={hyp}",
+            f"--decode_prefix_file={prefix_file}", f"--decode_reference={source}",
             without_tensorflow=True)
     got = hyp.read_text(encoding="utf-8").splitlines()
 
     encoder = text_encoder.SubwordTextEncoder(str(t2t_fixtures / VOCAB))
     model = t2t_checkpoint.load_model(str(t2t_fixtures / "ckpt_A_trained"),
                                       create_hparams("transformer_tiny"))
-    decode_hp = decoding.decode_hparams("beam_size=1,extra_length=20,log_results=False")
+    decode_hp = decoding.decode_hparams(
+        "beam_size=1,extra_length=20,log_results=False,return_alignment=true")
+    aligned = []  # the t2t_lite engine's alignments (run.py's decode_from_file writes them)
     expected = decoding.decode_lines(lines, decoding.make_infer_fn(model, decode_hp), encoder,
-                                     encoder, decode_hp)
+                                     encoder, decode_hp, prefixes=prefixes, alignments=aligned)
     assert got == expected
+    assert all(text.startswith("Die ") for text in got[::4])
+    assert (tmp_path / "hyp.txt.align").read_text(encoding="utf-8").splitlines() == aligned
+    assert len(aligned) == len(lines) and all(
+        len(line.split()) == len(text.split()) for line, text in zip(aligned, got))
     # The trained fixture emits EOS on some lines and repeats a token up to the limit on others.
     assert min(len(line.split()) for line in got) <= 3
     assert max(len(line.split()) for line in got) > 20

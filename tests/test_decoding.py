@@ -2,6 +2,7 @@
 formats with a fake model; end to end with a real Transformer on the t2t fixture checkpoint."""
 import io
 import json
+import re
 import shutil
 import threading
 import time
@@ -381,6 +382,7 @@ def test_end_to_end_greedy_matches_t2t_and_checkpoint_round_trip(t2t_fixtures, w
 @pytest.mark.slow
 def test_end_to_end_beam_search_n_best(t2t_fixtures, wmt_toy_dir, tmp_path):
     data_dir, src, _ = _fixture_setup(t2t_fixtures, wmt_toy_dir, tmp_path)
+    # With write_beam_scores, also the n-best file <decodes>.nbest (docs/decoding.md).
     t2t_decoder.main(_flags(
         problem="translate_files", hparams_set="transformer_tiny", data_dir=str(data_dir),
         checkpoint_path=str(t2t_fixtures / "ckpt_A_trained"),
@@ -398,6 +400,10 @@ def test_end_to_end_beam_search_n_best(t2t_fixtures, wmt_toy_dir, tmp_path):
         assert scores == sorted(scores, reverse=True)
         assert all(len(s.split(".")[1]) == 2 for s in fields[1::2])
     assert lines[2].split("\t")[0] == "Die Aussprache ist geschlossen."
+    nbest = _read(out_default + ".nbest").split("\n")[:-1]
+    assert [line.split(" ||| ")[:2] for line in nbest] == [
+        [str(i), text] for i, line in enumerate(lines) for text in line.split("\t")[::2]]
+    assert all(re.fullmatch(r"-\d+\.\d{6}", line.split(" ||| ")[2]) for line in nbest)
 
 
 @pytest.mark.slow

@@ -59,6 +59,26 @@ def test_nucleus_at_one_draws_as_plain_sampling_and_near_zero_as_argmax():
     np.testing.assert_array_equal(draws(1e-6), tf.argmax(logits, -1).numpy())
     with pytest.raises(ValueError, match="sampling_keep_top_p=0.0 must be in"):
         sampling.sample(logits, sampling.Sampling("random", 1.0, -1, 0.0))
+    # Seeded: TensorFlow's stateless draws, seeded by (seed, step), whatever the global seed;
+    # p = 1 (also as a run-time tensor, the SavedModel's input) draws as plain sampling.
+    def seeded(top_p, seed, step=3):
+        tf.random.set_seed(int(np.random.default_rng().integers(1 << 30)))
+        return sampling.sample(logits, sampling.Sampling("random", 1.0, -1, top_p, seed),
+                               step).numpy()
+
+    stateless = tf.random.stateless_categorical(logits, 1, [5, 3], dtype=tf.int32)[:, 0]
+    np.testing.assert_array_equal(seeded(1.0, 5), stateless.numpy())
+    np.testing.assert_array_equal(seeded(tf.constant(1.0), tf.constant(5, tf.int64)), stateless)
+    np.testing.assert_array_equal(seeded(1 - 1e-7, 5), stateless)
+    assert (seeded(1.0, 6) != stateless.numpy()).any()
+    assert (seeded(1.0, 5, step=4) != stateless.numpy()).any()
+    # A negative run-time seed is none: the stateful generator's draws.
+    tf.random.set_seed(7)
+    unseeded = sampling.sample(logits, sampling.Sampling("random", 1.0, -1, 1.0,
+                                                         tf.constant(-1, tf.int64))).numpy()
+    np.testing.assert_array_equal(unseeded, plain)
+    with pytest.raises(ValueError, match="seed=-1 must be >= 0"):
+        sampling.sample(logits, sampling.Sampling("random", 1.0, -1, 1.0, -1))
 
 
 @pytest.mark.slow

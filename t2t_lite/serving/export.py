@@ -19,11 +19,13 @@ version folder is the layout TensorFlow Serving's `--model_base_path` expects) w
   (later positions 0) and `scores`. Ids outside [0, input vocab size) are an
   InvalidArgumentError that names the vocab size.
 * `translate_options`: `inputs` string [B], `prefixes` string [B] (target prefixes: every
-  output starts with the prefix's subwords and the search continues from there; "" = none)
-  and `sampling_keep_top_p` float32 scalar (<= 0: decode as exported; in (0, 1]: sample
+  output starts with the prefix's subwords and the search continues from there; "" = none),
+  `sampling_keep_top_p` float32 scalar (<= 0: decode as exported; in (0, 1]: sample
   each token from the nucleus of probability p, with the model's `sampling_temp` and
-  `sampling_keep_top_k`; exports with beam_size=1 only) -> `outputs`, `scores` as
-  `serving_default`.
+  `sampling_keep_top_k`; exports with beam_size=1 only) and `seed` int64 scalar (< 0:
+  unseeded draws from TensorFlow's stateful generator, different at every call; >= 0: the
+  stateless draws seeded by (seed, step), the same outputs for the same seed and inputs)
+  -> `outputs`, `scores` as `serving_default`.
 * With `return_alignment=true` in `--decode_hparams`, `serving_default` and
   `translate_options` also return `alignments` string [B]: the Pharaoh line `i-j ...` of
   the best output (`decoding/alignment.py`: the encoder-decoder attention of decode
@@ -170,7 +172,7 @@ class ServingModule(tf.Module):
                 self._decode_text, input_signature=[tf.TensorSpec([None, None], tf.int32)])
             self.translate_options = _function(self._translate_options, input_signature=[
                 tf.TensorSpec([None], tf.string), tf.TensorSpec([None], tf.string),
-                tf.TensorSpec([], tf.float32)])
+                tf.TensorSpec([], tf.float32), tf.TensorSpec([], tf.int64)])
         self.encode_decode_ids = _function(
             self._translate_ids, input_signature=[tf.TensorSpec([None, None], tf.int32)])
 
@@ -195,9 +197,11 @@ class ServingModule(tf.Module):
         return self._texts(ids, self._infer(ids))
 
     def _translate_options(self, inputs: tf.Tensor, prefixes: tf.Tensor,
-                           sampling_keep_top_p: tf.Tensor) -> dict[str, tf.Tensor]:
-        """`_translate` with target prefixes (string [B], "" = none) and nucleus sampling
-        (float32 scalar p; <= 0: the export's own decoding)."""
+                           sampling_keep_top_p: tf.Tensor,
+                           seed: tf.Tensor) -> dict[str, tf.Tensor]:
+        """`_translate` with target prefixes (string [B], "" = none), nucleus sampling
+        (float32 scalar p; <= 0: the export's own decoding) and the draws' seed (int64
+        scalar; < 0: unseeded)."""
         ids = self._encode_text(inputs)["outputs"]
         prefix_ids = self.targets_encoder.encode(prefixes).to_tensor(default_value=0)
         p = sampling_keep_top_p
@@ -213,9 +217,11 @@ class ServingModule(tf.Module):
         with tf.control_dependencies([check]):
             p = tf.identity(p)
         nucleus = dataclasses.replace(self._sampling, method="random",
-                                      temp=self._sampling.temp or 1.0, keep_top_p=p)
+                                      temp=self._sampling.temp or 1.0, keep_top_p=p, seed=seed)
+        # p <= 0: the export's own choice (argmax, or its sampling hparams' draws, seeded too).
+        exported = dataclasses.replace(self._sampling, seed=seed)
         result = tf.cond(p > 0.0, lambda: self._infer(ids, prefix_ids, nucleus),
-                         lambda: self._infer(ids, prefix_ids))
+                         lambda: self._infer(ids, prefix_ids, exported))
         return self._texts(ids, result)
 
     def _texts(self, ids: tf.Tensor, result: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:

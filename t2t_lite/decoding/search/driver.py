@@ -106,7 +106,7 @@ def infer_graph(model, inputs, target_space_id, decode_length, beam_size: int,
         choice = sampling or sampling_lib.Sampling.from_hparams(model.hparams)
         outputs, scores, steps = greedy.greedy(
             step, batch_size, max_length, decoder.states,
-            lambda logits: sampling_lib.sample(logits, choice), full_ids=not use_cache,
+            lambda logits, i: sampling_lib.sample(logits, choice, i), full_ids=not use_cache,
             eos_id=eos_id, force_decode_length=force_decode_length,
             buffer_length=buffer_length, prefixes=prefixes,
         )

@@ -23,7 +23,8 @@ def greedy(step: Callable, batch_size, max_length, states: Any,
       max_length: the number of steps (int32 scalar).
       states: the step's states; they may grow along every axis but the last unless
         `buffer_length` is given.
-      choose: `fn(logits [B, V]) -> int32 [B]`, the next token (argmax or a draw).
+      choose: `fn(logits [B, V], i) -> int32 [B]`, the next token at step i (argmax or a
+        draw).
       full_ids: pass the whole prefix to `step`.
       eos_id: the id that ends a row.
       force_decode_length: run all `max_length` steps.
@@ -52,7 +53,7 @@ def greedy(step: Callable, batch_size, max_length, states: Any,
             ids = next_id
         logits, states = step(ids, i, states)
         log_probs = beam_search.log_prob_from_logits(logits)
-        token = choose(logits)
+        token = choose(logits, i)
         if prefixes is not None:
             forced = tf.gather(prefixes, tf.minimum(i, tf.shape(prefixes)[1] - 1), axis=1)
             token = tf.where(i < prefix_lengths, forced, token)

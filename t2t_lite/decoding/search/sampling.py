@@ -1,8 +1,14 @@
 """Choosing the next token of greedy decoding: argmax, or a draw (t2t's
-`sample_with_temperature`, with t2t's top-k and the nucleus, top-p, beside it)."""
+`sample_with_temperature`, with t2t's top-k and the nucleus, top-p, beside it).
+
+A draw comes from TensorFlow's stateful generator, as t2t's (reproducible through
+`tf.random.set_seed`, run.py's `--random_seed`), or, given a seed, from the stateless one
+seeded by (seed, step): the same seed, logits and step give the same draw in any process and
+inside a SavedModel, where a stateful op's seed is fixed when the graph is built."""
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import tensorflow as tf
 
@@ -23,12 +29,16 @@ class Sampling:
       keep_top_p: draw among the smallest set of most probable tokens whose probability
         (after the temperature and top-k) reaches p (nucleus sampling); 1.0 = all. A
         float32 scalar tensor in (0, 1] is read at run time.
+      seed: None draws from TensorFlow's stateful generator; an int >= 0 draws with
+        `tf.random.stateless_categorical` seeded by (seed, step). An int64 scalar tensor is
+        read at run time, a negative value meaning None (the SavedModel's input).
     """
 
     method: str = "argmax"
     temp: float = 1.0
     keep_top_k: int = -1
     keep_top_p: float = 1.0
+    seed: Any = None
 
     @classmethod
     def from_hparams(cls, hparams) -> Sampling:
@@ -57,13 +67,14 @@ def keep_top_p(logits: tf.Tensor, p: float) -> tf.Tensor:
     return tf.where(logits < threshold, tf.cast(REMOVED_LOGIT, logits.dtype), logits)
 
 
-def sample(logits: tf.Tensor, sampling: Sampling) -> tf.Tensor:
+def sample(logits: tf.Tensor, sampling: Sampling, step=0) -> tf.Tensor:
     """The next token of each row: argmax, or a draw from `logits / temp` after top-k
     (t2t's order) and top-p.
 
     Args:
       logits: float32 [N, V].
       sampling: the settings.
+      step: int32 scalar, the decoding step (with `sampling.seed`, the draw's second seed).
 
     Returns:
       int32 [N].
@@ -86,5 +97,23 @@ def sample(logits: tf.Tensor, sampling: Sampling) -> tf.Tensor:
         raise ValueError(f"hparams.sampling_keep_top_p={p} must be in (0, 1]")
     elif p < 1.0:
         scaled = keep_top_p(scaled, p)
-    draws = tf.random.categorical(scaled, 1, dtype=tf.int32)
-    return draws[:, 0]
+    return _draw(scaled, sampling.seed, step)
+
+
+def _draw(logits: tf.Tensor, seed, step) -> tf.Tensor:
+    """One draw per row of `logits` [N, V] (int32 [N]): stateless, seeded by (seed, step),
+    or from the stateful generator when `seed` is None or a negative tensor."""
+    def stateful():
+        return tf.random.categorical(logits, 1, dtype=tf.int32)[:, 0]
+
+    def stateless():
+        seeds = tf.stack([tf.cast(seed, tf.int64), tf.cast(step, tf.int64)])
+        return tf.random.stateless_categorical(logits, 1, seeds, dtype=tf.int32)[:, 0]
+
+    if seed is None:
+        return stateful()
+    if isinstance(seed, tf.Tensor):
+        return tf.cond(seed >= 0, stateless, stateful)
+    if seed < 0:
+        raise ValueError(f"sampling seed={seed} must be >= 0 (None: unseeded)")
+    return stateless()
