@@ -15,6 +15,7 @@ than it would alone; the t2t_lite engine gives each row its own decode length in
 """
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -76,6 +77,13 @@ class T2tLiteEngine:
         self.attention_fn = attention_fn
         self.labels_fn = labels_fn or (lambda encoder, ids: [encoder.decode([i]) for i in ids])
         self._infer_fns: dict[tuple, Callable] = {}
+        self._lock = threading.Lock()  # the batcher's workers decode at the same time
+
+    @property
+    def default_workers(self) -> int:
+        """Batches to decode at the same time: one per usable core, as `--mode=decode`'s
+        parallel batches (`decoding.default_parallel_batches`)."""
+        return decoding.default_parallel_batches()
 
     @property
     def has_attention(self) -> bool:
@@ -101,13 +109,15 @@ class T2tLiteEngine:
 
     def _infer_fn(self, options: Options) -> Callable:
         key = (options.beam_size, options.alpha, options.n_best > 1)
-        if key not in self._infer_fns:
-            hp = self.decode_hp.copy()
-            hp.set_hparam("beam_size", options.beam_size)
-            hp.set_hparam("alpha", options.alpha)
-            hp.set_hparam("return_beams", options.n_best > 1)
-            self._infer_fns[key] = decoding.make_infer_fn(self.model, hp, self.target_space_id)
-        return self._infer_fns[key]
+        with self._lock:
+            if key not in self._infer_fns:
+                hp = self.decode_hp.copy()
+                hp.set_hparam("beam_size", options.beam_size)
+                hp.set_hparam("alpha", options.alpha)
+                hp.set_hparam("return_beams", options.n_best > 1)
+                self._infer_fns[key] = decoding.make_infer_fn(self.model, hp,
+                                                              self.target_space_id)
+            return self._infer_fns[key]
 
     def decode(self, id_lists: Sequence[Sequence[int]], options: Options) -> list[Row]:
         """Decodes one batch (see `batching.Engine`); outputs as `--mode=decode` formats them.

@@ -93,7 +93,8 @@ def _load(state: State, engine_factory: Callable[[], Any], on_failure: Callable[
             batch_timeout_secs=config.batch_timeout_ms / 1000.0,
             max_queue=config.max_queue_sentences,
             on_batch=state.metrics.batch_size.observe,
-            on_redecode=state.metrics.redecoded.inc)
+            on_redecode=state.metrics.redecoded.inc,
+            workers=config.decode_workers or getattr(engine, "default_workers", 1))
         batcher.start()
         state.engine, state.batcher = engine, batcher
         options = batching.Options(config.beam_size, float(config.alpha), 1)
