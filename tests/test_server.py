@@ -360,6 +360,40 @@ def test_batcher_decodes_again_rows_whose_batch_limit_was_longer():
         batcher.submit(jobs)
 
 
+def test_two_workers_decode_two_batches_at_once_and_time_them():
+    class Engine:
+        def __init__(self):
+            self.running = self.most = 0
+            self.lock = threading.Lock()
+
+        def decode(self, id_lists, options):
+            with self.lock:
+                self.running += 1
+                self.most = max(self.most, self.running)
+            time.sleep(0.3)
+            with self.lock:
+                self.running -= 1
+            return [batching.Row([batching.Hypothesis(str(options.beam_size), 0.0, [])])
+                    for _ in id_lists]
+
+    engine, waits, decodes = Engine(), [], []
+    batcher = batching.Batcher(engine, max_batch_size=8, batch_timeout_secs=0.01, workers=2,
+                               on_wait=waits.append, on_decode=decodes.append)
+    # Other options cannot share a batch: two batches, decoded side by side.
+    jobs = [*batching.jobs_for([[2, 1], [3, 1]], batching.Options(1, 0.6, 1)),
+            *batching.jobs_for([[4, 1]], batching.Options(2, 0.6, 1))]
+    batcher.submit(jobs)
+    start = time.monotonic()
+    batcher.start()
+    batcher.close(10)
+    assert [job.future.result(0).row.hypotheses[0].text for job in jobs] == ["1", "1", "2"]
+    assert engine.most == 2 and time.monotonic() - start < 0.55
+    assert len(waits) == 3 and all(0 <= w < 0.25 for w in waits)
+    assert len(decodes) == 2 and all(d >= 0.3 for d in decodes)
+    with pytest.raises(ValueError, match="workers=0"):
+        batching.Batcher(engine, workers=0)
+
+
 def test_bench_percentiles_are_numpys():
     from tests.conftest import load_script
 

@@ -107,12 +107,16 @@ class Batcher:
       on_batch: called with each decoded batch's size (metrics).
       on_redecode: called with the number of rows decoded again (metrics).
       workers: batches decoded at the same time, one thread each.
+      on_wait: called with each sentence's seconds in the queue (metrics).
+      on_decode: called with each batch's seconds in `engine.decode` (metrics).
     """
 
     def __init__(self, engine: Engine, max_batch_size: int = 32, max_batch_tokens: int = 0,
                  batch_timeout_secs: float = 0.005, max_queue: int = 1024,
                  on_batch: Callable[[int], None] | None = None,
-                 on_redecode: Callable[[int], None] | None = None, workers: int = 1):
+                 on_redecode: Callable[[int], None] | None = None, workers: int = 1,
+                 on_wait: Callable[[float], None] | None = None,
+                 on_decode: Callable[[float], None] | None = None):
         if max_batch_size < 1:
             raise ValueError(f"max_batch_size={max_batch_size} must be >= 1")
         if max_queue < 1:
@@ -124,8 +128,11 @@ class Batcher:
         self.max_batch_tokens = max_batch_tokens
         self.batch_timeout_secs = batch_timeout_secs
         self.max_queue = max_queue
+        self.workers = workers
         self._on_batch = on_batch or (lambda size: None)
         self._on_redecode = on_redecode or (lambda size: None)
+        self._on_wait = on_wait or (lambda seconds: None)
+        self._on_decode = on_decode or (lambda seconds: None)
         self._pending: list[Job] = []
         self._in_flight = 0
         self._cond = threading.Condition()
@@ -229,6 +236,9 @@ class Batcher:
             try:
                 # A job whose request gave up (timeout, client gone) is dropped here.
                 batch = [job for job in batch if job.future.set_running_or_notify_cancel()]
+                started = time.monotonic()
+                for job in batch:
+                    self._on_wait(started - job.enqueued)
                 if batch:
                     self._decode(batch)
             finally:
@@ -236,10 +246,16 @@ class Batcher:
                     self._in_flight -= len(taken)
                     self._free_since = time.monotonic()
 
+    def _timed_decode(self, batch: list[Job]) -> list[Row]:
+        start = time.monotonic()
+        rows = self.engine.decode([job.ids for job in batch], batch[0].options)
+        self._on_decode(time.monotonic() - start)
+        return rows
+
     def _decode(self, batch: list[Job]) -> None:
         """Decodes a batch and resolves its futures; never raises."""
         try:
-            rows = self.engine.decode([job.ids for job in batch], batch[0].options)
+            rows = self._timed_decode(batch)
         except Exception as error:  # noqa: BLE001 - one bad sentence must not fail the others
             if len(batch) == 1:
                 batch[0].future.set_exception(error)
@@ -263,7 +279,7 @@ class Batcher:
 
     def _decode_exact(self, group: list[Job]) -> None:
         try:
-            rows = self.engine.decode([job.ids for job in group], group[0].options)
+            rows = self._timed_decode(group)
         except Exception as error:  # noqa: BLE001
             for job in group:
                 job.future.set_exception(error)

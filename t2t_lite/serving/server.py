@@ -94,7 +94,8 @@ def _load(state: State, engine_factory: Callable[[], Any], on_failure: Callable[
             max_queue=config.max_queue_sentences,
             on_batch=state.metrics.batch_size.observe,
             on_redecode=state.metrics.redecoded.inc,
-            workers=config.decode_workers or getattr(engine, "default_workers", 1))
+            workers=config.decode_workers or getattr(engine, "default_workers", 1),
+            on_wait=state.metrics.queue_wait.observe, on_decode=state.metrics.decode.observe)
         batcher.start()
         state.engine, state.batcher = engine, batcher
         options = batching.Options(config.beam_size, float(config.alpha), 1)
@@ -345,7 +346,8 @@ def create_app(engine_factory: Callable[[], Any], config: ServerConfig,
         """What is loaded, its decode defaults and the request limits."""
         if state.engine is None:
             return error_response(503, "the model is still loading")
-        limits = dataclasses.asdict(config)
+        # The decode workers in use (the flag's 0 is the engine's choice).
+        limits = dict(dataclasses.asdict(config), decode_workers=state.batcher.workers)
         return {"models": [dict(state.engine.description,
                                 attention=bool(state.engine.has_attention),
                                 limits=limits)]}
