@@ -117,7 +117,8 @@ def agreement(answers: dict, reference: dict) -> dict:
 
 
 # The server's /metrics sums and counts that say where the time of a load went.
-PROFILE = ("batch_size", "queue_wait_seconds", "decode_seconds", "request_latency_seconds")
+PROFILE = ("batch_size", "queue_wait_seconds", "decode_seconds", "request_latency_seconds",
+           "sentence_decode_seconds")
 
 
 def server_counters(url: str) -> dict:
@@ -127,21 +128,21 @@ def server_counters(url: str) -> dict:
     for line in text.splitlines():
         name, _, value = line.partition(" ")
         short = name.removeprefix("t2t_lite_serving_")
-        if short.rsplit("_", 1)[0] in PROFILE and short.endswith(("_sum", "_count")):
+        if short.rsplit("_", 1)[0] in PROFILE and short.endswith(("_sum", "_count", "_total")):
             values[short] = float(value)
     return values
 
 
 def profile(before: dict, after: dict, seconds: float, workers: int) -> dict:
     """Where a load's time went, from the server's counters before and after it: mean
-    sentences per batch, mean queue wait and decode time per batch (ms), the share of the
-    decode workers' time spent decoding, and the mean request latency beyond queue wait and
-    decode (HTTP, JSON, encoding; ms)."""
+    sentences per batch, a sentence's mean queue wait and mean decode time of its batch (ms),
+    the share of the decode workers' time spent decoding, and the mean request latency beyond
+    those two (HTTP, JSON, encoding, answering; ms)."""
     delta = {name: after.get(name, 0.0) - before.get(name, 0.0) for name in after}
-    batches = max(delta.get("decode_seconds_count", 0.0), 1.0)
     sentences = max(delta.get("queue_wait_seconds_count", 0.0), 1.0)
     requests = max(delta.get("request_latency_seconds_count", 0.0), 1.0)
-    decode_per_sentence = delta.get("decode_seconds_sum", 0.0) / batches
+    # A sentence waits for its whole batch: the mean over sentences of their batch's time.
+    decode_per_sentence = delta.get("sentence_decode_seconds_total", 0.0) / sentences
     return {
         "mean_batch": delta.get("batch_size_sum", 0.0) / max(
             delta.get("batch_size_count", 0.0), 1.0),

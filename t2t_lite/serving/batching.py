@@ -108,7 +108,8 @@ class Batcher:
       on_redecode: called with the number of rows decoded again (metrics).
       workers: batches decoded at the same time, one thread each.
       on_wait: called with each sentence's seconds in the queue (metrics).
-      on_decode: called with each batch's seconds in `engine.decode` (metrics).
+      on_decode: called with each batch's seconds in `engine.decode` and its number of
+        sentences (metrics).
     """
 
     def __init__(self, engine: Engine, max_batch_size: int = 32, max_batch_tokens: int = 0,
@@ -116,7 +117,7 @@ class Batcher:
                  on_batch: Callable[[int], None] | None = None,
                  on_redecode: Callable[[int], None] | None = None, workers: int = 1,
                  on_wait: Callable[[float], None] | None = None,
-                 on_decode: Callable[[float], None] | None = None):
+                 on_decode: Callable[[float, int], None] | None = None):
         if max_batch_size < 1:
             raise ValueError(f"max_batch_size={max_batch_size} must be >= 1")
         if max_queue < 1:
@@ -132,7 +133,7 @@ class Batcher:
         self._on_batch = on_batch or (lambda size: None)
         self._on_redecode = on_redecode or (lambda size: None)
         self._on_wait = on_wait or (lambda seconds: None)
-        self._on_decode = on_decode or (lambda seconds: None)
+        self._on_decode = on_decode or (lambda seconds, size: None)
         self._pending: list[Job] = []
         self._in_flight = 0
         self._cond = threading.Condition()
@@ -249,7 +250,7 @@ class Batcher:
     def _timed_decode(self, batch: list[Job]) -> list[Row]:
         start = time.monotonic()
         rows = self.engine.decode([job.ids for job in batch], batch[0].options)
-        self._on_decode(time.monotonic() - start)
+        self._on_decode(time.monotonic() - start, len(batch))
         return rows
 
     def _decode(self, batch: list[Job]) -> None:

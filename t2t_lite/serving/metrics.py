@@ -46,9 +46,19 @@ class Metrics:
         self.decode = Histogram(
             f"{PREFIX}_decode_seconds", "Time the engine took to decode a batch.",
             registry=self.registry, buckets=seconds)
+        # A sentence waits for its whole batch: its share of a latency is the batch's time.
+        self.sentence_decode = Counter(
+            f"{PREFIX}_sentence_decode_seconds", "Decode time of each sentence's batch, "
+            "summed over the sentences (divided by _sentences: the mean a sentence waited "
+            "for its batch's decode).", registry=self.registry)
         self.queue_depth = Gauge(f"{PREFIX}_queue_depth", "Sentences waiting or being "
                                  "decoded.", registry=self.registry)
         self.queue_depth.set_function(queue_depth)
+
+    def decoded(self, seconds: float, sentences: int) -> None:
+        """Counts one decoded batch of `sentences` that took `seconds`."""
+        self.decode.observe(seconds)
+        self.sentence_decode.inc(seconds * sentences)
 
     def answered(self, status: int, seconds: float) -> None:
         """Counts one answered translation request."""

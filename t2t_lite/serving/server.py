@@ -95,7 +95,7 @@ def _load(state: State, engine_factory: Callable[[], Any], on_failure: Callable[
             on_batch=state.metrics.batch_size.observe,
             on_redecode=state.metrics.redecoded.inc,
             workers=config.decode_workers or getattr(engine, "default_workers", 1),
-            on_wait=state.metrics.queue_wait.observe, on_decode=state.metrics.decode.observe)
+            on_wait=state.metrics.queue_wait.observe, on_decode=state.metrics.decoded)
         batcher.start()
         state.engine, state.batcher = engine, batcher
         options = batching.Options(config.beam_size, float(config.alpha), 1)
