@@ -1,4 +1,4 @@
-"""The translation server (`run.py --mode=serve`): FastAPI on uvicorn, one decode worker.
+"""The translation server (`run.py --mode=serve`): FastAPI on uvicorn, decode workers (`batching`).
 
     POST /v1/translate   translations (see `api`), dynamically batched (`batching`)
     GET  /healthz        200 while the process serves HTTP
@@ -14,7 +14,7 @@ with its status: 400 body not UTF-8 JSON, 422 wrong fields or types, an empty li
 sentence or option, 413 a limit passed (naming the flag), 503 loading, draining or a full
 queue (with Retry-After), 504 past --request_timeout_secs, 500 anything else (the server
 keeps serving). SIGTERM / SIGINT: uvicorn stops accepting, requests in flight finish, the
-worker drains its queue, the process exits 0.
+workers drain the queue, the process exits 0.
 """
 from __future__ import annotations
 
@@ -82,7 +82,7 @@ class State:
 
 
 def _load(state: State, engine_factory: Callable[[], Any], on_failure: Callable[[], None]):
-    """Builds the engine, starts the worker and warms it up (one decode of an empty line with
+    """Builds the engine, starts the workers and warms it up (one decode of an empty line with
     the default options); then the server is ready. On failure, asks the server to stop."""
     try:
         engine = engine_factory()
