@@ -12,9 +12,12 @@ their warm-up (`--offline_only`: this alone). Then two servers are loaded, `--ma
 `=1`, and for each client count C the first `--lines` lines of `--source` are sent as
 single-sentence requests by C threads to one server, then to the other (neighbouring
 minutes of a shared machine); printed per load: sentences/s, p50 / p95 / p99 latency,
-errors, the 1-minute load average, and how many translations equal those of the first load
+errors, the 1-minute load average, how many translations equal those of the first load
 (the batching server at the first client count: a sentence's translation must not depend on
-its batch). At 16 clients: the speed-up over the `=1` server, the fraction of offline
+its batch), and where the time went (the servers' /metrics: mean sentences per batch, mean
+queue wait per sentence, mean decode time per batch, the share of the decode workers' time
+spent decoding, and the rest of a request's latency: HTTP, JSON, encoding). Both servers run
+their default decode workers (one per usable core; "xN" in the table). At 16 clients: the speed-up over the `=1` server, the fraction of offline
 decoding and p99 / p50. `--soak_secs`: then 16 clients for that long on the batching server
 (after a warm minute), errors and the server's RSS (VmRSS, sampled every 10 s) growth.
 `--quick`: 24 lines, 1 and 4 clients, a 5 s soak (a smoke test of the script, not a
@@ -34,6 +37,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -112,6 +116,44 @@ def agreement(answers: dict, reference: dict) -> dict:
     return {"identical": same, "compared": len(common), "max_score_rel_diff": gap}
 
 
+# The server's /metrics sums and counts that say where the time of a load went.
+PROFILE = ("batch_size", "queue_wait_seconds", "decode_seconds", "request_latency_seconds",
+           "sentence_decode_seconds")
+
+
+def server_counters(url: str) -> dict:
+    """{name_sum / name_count: value} of the server's PROFILE histograms (GET /metrics)."""
+    text = urllib.request.urlopen(url + "/metrics", timeout=60).read().decode("utf-8")
+    values = {}
+    for line in text.splitlines():
+        name, _, value = line.partition(" ")
+        short = name.removeprefix("t2t_lite_serving_")
+        if short.rsplit("_", 1)[0] in PROFILE and short.endswith(("_sum", "_count", "_total")):
+            values[short] = float(value)
+    return values
+
+
+def profile(before: dict, after: dict, seconds: float, workers: int) -> dict:
+    """Where a load's time went, from the server's counters before and after it: mean
+    sentences per batch, a sentence's mean queue wait and mean decode time of its batch (ms),
+    the share of the decode workers' time spent decoding, and the mean request latency beyond
+    those two (HTTP, JSON, encoding, answering; ms)."""
+    delta = {name: after.get(name, 0.0) - before.get(name, 0.0) for name in after}
+    sentences = max(delta.get("queue_wait_seconds_count", 0.0), 1.0)
+    requests = max(delta.get("request_latency_seconds_count", 0.0), 1.0)
+    # A sentence waits for its whole batch: the mean over sentences of their batch's time.
+    decode_per_sentence = delta.get("sentence_decode_seconds_total", 0.0) / sentences
+    return {
+        "mean_batch": delta.get("batch_size_sum", 0.0) / max(
+            delta.get("batch_size_count", 0.0), 1.0),
+        "wait_ms": 1000 * delta.get("queue_wait_seconds_sum", 0.0) / sentences,
+        "decode_ms": 1000 * decode_per_sentence,
+        "workers_busy": delta.get("decode_seconds_sum", 0.0) / max(seconds * workers, 1e-9),
+        "other_ms": 1000 * max(0.0, delta.get("request_latency_seconds_sum", 0.0) / requests
+                               - delta.get("queue_wait_seconds_sum", 0.0) / sentences
+                               - decode_per_sentence)}
+
+
 def rss_kb(pid: int) -> int:
     """VmRSS of a process in kB (Linux)."""
     with open(f"/proc/{pid}/status", encoding="utf-8") as f:
@@ -137,6 +179,16 @@ class Server:
             if self.process.poll() is not None:
                 raise SystemExit("the server stopped while loading: " + " ".join(flags))
             time.sleep(0.5)
+        with urllib.request.urlopen(self.url + "/v1/models", timeout=60) as answer:
+            self.workers = json.load(answer)["models"][0]["limits"]["decode_workers"]
+
+    def load(self, lines: list[str], clients: int) -> dict:
+        """`load` on this server, with the `profile` of its time."""
+        before, start = server_counters(self.url), time.monotonic()
+        r = load(self.url, lines, clients)
+        r.update(profile(before, server_counters(self.url), time.monotonic() - start,
+                         self.workers))
+        return r
 
     def stop(self) -> None:
         """SIGTERM, then wait for it."""
@@ -217,16 +269,18 @@ def load_average() -> str:
 
 
 def table(rows: list[tuple[str, int, dict]]) -> str:
-    """The markdown table of the results."""
+    """The markdown table of the results (the server's name says its decode workers: xN)."""
     out = [("| server | clients | sentences/s | p50 ms | p95 ms | p99 ms | p99/p50 | errors "
-            "| identical | max score rel. diff | load |"),
-           "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+            "| identical | max score rel. diff | mean batch | wait ms | decode ms | busy "
+            "| other ms | load |"),
+           "| --- |" + " ---: |" * 15]
     for name, clients, r in rows:
         out.append(f"| {name} | {clients} | {r['sentences_per_sec']:.1f} | {r['p50_ms']:.0f} | "
                    f"{r['p95_ms']:.0f} | {r['p99_ms']:.0f} | "
                    f"{r['p99_ms'] / max(r['p50_ms'], 1e-9):.1f} | {r['errors']} | "
                    f"{r['identical']}/{r['compared']} | {r['max_score_rel_diff']:.1e} | "
-                   f"{r['load']} |")
+                   f"{r['mean_batch']:.1f} | {r['wait_ms']:.0f} | {r['decode_ms']:.0f} | "
+                   f"{r['workers_busy']:.0%} | {r['other_ms']:.0f} | {r['load']} |")
     return "\n".join(out)
 
 
@@ -303,20 +357,26 @@ def main(argv=None) -> dict:
         os.unlink(f.name)
     # Both servers stay loaded (an idle server takes no CPU) and each client count loads one
     # then the other, so that the ratio comes from neighbouring minutes of the shared machine.
-    batching_name = f"batching ({args.max_batch_size})"
-    servers = {batching_name: Server([*common, f"--max_batch_size={args.max_batch_size}"])}
+    servers = {}
     try:
-        servers["max_batch_size=1"] = Server([*common, "--max_batch_size=1"])
+        batching_server = Server([*common, f"--max_batch_size={args.max_batch_size}"])
+        batching_name = f"batching ({args.max_batch_size}) x{batching_server.workers}"
+        servers[batching_name] = batching_server
+        single_server = Server([*common, "--max_batch_size=1"])
+        single_name = f"max_batch_size=1 x{single_server.workers}"
+        servers[single_name] = single_server
         for count in clients:
             for name, server in servers.items():
-                r = load(server.url, lines, count)
+                r = server.load(lines, count)
                 r["load"] = load_average()
                 rows.append((name, count, r))
                 results[f"{name}/{count}"] = r
                 print(f"{name}, {count} clients: {r['sentences_per_sec']:.1f} sentences/s, "
-                      f"p50 {r['p50_ms']:.0f} ms, p99 {r['p99_ms']:.0f} ms, load {r['load']}",
-                      flush=True)
-        servers.pop("max_batch_size=1").stop()
+                      f"p50 {r['p50_ms']:.0f} ms, p99 {r['p99_ms']:.0f} ms, mean batch "
+                      f"{r['mean_batch']:.1f}, wait {r['wait_ms']:.0f} ms, decode "
+                      f"{r['decode_ms']:.0f} ms, workers busy {r['workers_busy']:.0%}, other "
+                      f"{r['other_ms']:.0f} ms, load {r['load']}", flush=True)
+        servers.pop(single_name).stop()
         if args.soak_secs:
             results["soak"] = soak(servers[batching_name], lines, args.soak_secs)
     finally:
@@ -330,7 +390,7 @@ def main(argv=None) -> dict:
     print(f"offline --mode=decode: {offline['sentences_per_sec']:.1f} sentences/s "
           f"({len(lines)} lines in {offline['seconds']:.2f} s, load {offline['load']})")
     if 16 in clients:
-        batched, single = results[f"{batching_name}/16"], results["max_batch_size=1/16"]
+        batched, single = results[f"{batching_name}/16"], results[f"{single_name}/16"]
         results["goals"] = {
             "speedup_vs_max_batch_size_1": batched["sentences_per_sec"]
             / single["sentences_per_sec"],

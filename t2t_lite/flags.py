@@ -366,6 +366,10 @@ flags.DEFINE_integer("serve_max_beam_size", _SERVE.max_beam_size,
                      "--mode=serve: the largest beam_size a request may ask for.")
 flags.DEFINE_integer("serve_max_n_best", _SERVE.max_n_best,
                      "--mode=serve: the most hypotheses a request may ask for.")
+flags.DEFINE_integer(
+    "serve_decode_workers", _SERVE.decode_workers,
+    "--mode=serve: batches decoded at the same time, one thread each (0: one per usable CPU "
+    "core with a t2t_lite model, as --decode_parallel_batches; 1 for an export).")
 flags.DEFINE_string(
     "server_url", "http://127.0.0.1:8080",
     "--mode=query: the translation server (--mode=serve) to send --decode_from_file (or "

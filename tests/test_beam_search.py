@@ -472,3 +472,43 @@ def test_beam_search_eos_id_is_the_vocabularies_eos_id():
     from t2t_lite.data_generators import text_encoder
 
     assert beam_search.EOS_ID == text_encoder.EOS_ID == 1
+
+
+@pytest.mark.parametrize("stop_early", [True, False])
+def test_a_decode_length_per_row_gives_each_row_its_result_alone(stop_early):
+    # Rows that never finish run to their own length; row 0 finishes early. With
+    # row_decode_lengths each row equals a search of that row alone with its own length,
+    # and columns past a row's length stay 0; without them row 1 would run 4 steps.
+    tables, rows, lengths = [GREEDY_IS_WRONG, NEVER_FINISHES], [0, 1, 1], [3, 2, 4]
+    ids, scores, _, steps = beam_search.beam_search_buffers(
+        markov_fn(np.stack(tables)), tf.zeros([3], tf.int32), 2, 4, V, 0.6,
+        states={"row": tf.constant(rows, tf.int32)}, stop_early=stop_early,
+        row_decode_lengths=tf.constant(lengths))
+    assert int(steps) == 4
+    for b, (row, length) in enumerate(zip(rows, lengths)):
+        alone_ids, alone_scores = run([tables[row]], [0], 2, length, 0.6, stop_early)
+        width = alone_ids.shape[2]
+        np.testing.assert_array_equal(ids.numpy()[b, :, 1: width + 1], alone_ids[0])
+        assert not ids.numpy()[b, :, width + 1:].any()
+        np.testing.assert_allclose(scores.numpy()[b], alone_scores[0], rtol=1e-6)
+    np.testing.assert_array_equal(ids.numpy()[1, :, 1:3], [[A, D], [B, A]])  # as above
+    batch_ids, _ = run(tables, rows, 2, 4, 0.6, stop_early)
+    assert batch_ids[1, 0, 3] != 0  # without: the row decodes to the batch's length
+
+
+def test_greedy_with_a_decode_length_per_row_stops_each_row_at_its_own():
+    from t2t_lite.decoding.search import greedy
+
+    fn = markov_fn(np.stack([NEVER_FINISHES, GREEDY_IS_WRONG]))
+    states = {"row": tf.constant([0, 0, 1], tf.int32)}
+    ids, scores, steps = greedy.greedy(
+        lambda ids, i, s: fn(ids, i, s), 3, 5, states,
+        lambda logits: tf.argmax(logits, -1, output_type=tf.int32), full_ids=False, eos_id=EOS,
+        row_lengths=tf.constant([2, 4, 5]))
+    # Argmax of NEVER_FINISHES: a d a d ... (ties to the lower id), cut at the row lengths 2
+    # and 4; GREEDY_IS_WRONG: a EOS, then (as t2t) tokens after EOS while other rows run.
+    np.testing.assert_array_equal(ids.numpy()[:2, :5], [[A, D, 0, 0, 0], [A, D, A, D, 0]])
+    np.testing.assert_array_equal(ids.numpy()[2, :2], [A, EOS])
+    assert int(steps) == 4  # every row stopped: EOS or its own length
+    np.testing.assert_allclose(scores.numpy(), [math.log(0.35), math.log(0.35 * 0.25 * 0.7),
+                                                math.log(0.24)], rtol=1e-5)

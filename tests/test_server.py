@@ -360,6 +360,41 @@ def test_batcher_decodes_again_rows_whose_batch_limit_was_longer():
         batcher.submit(jobs)
 
 
+def test_two_workers_decode_two_batches_at_once_and_time_them():
+    class Engine:
+        def __init__(self):
+            self.running = self.most = 0
+            self.lock = threading.Lock()
+
+        def decode(self, id_lists, options):
+            with self.lock:
+                self.running += 1
+                self.most = max(self.most, self.running)
+            time.sleep(0.3)
+            with self.lock:
+                self.running -= 1
+            return [batching.Row([batching.Hypothesis(str(options.beam_size), 0.0, [])])
+                    for _ in id_lists]
+
+    engine, waits, decodes = Engine(), [], []
+    batcher = batching.Batcher(engine, max_batch_size=8, batch_timeout_secs=0.01, workers=2,
+                               on_wait=waits.append,
+                               on_decode=lambda seconds, size: decodes.append((seconds, size)))
+    # Other options cannot share a batch: two batches, decoded side by side.
+    jobs = [*batching.jobs_for([[2, 1], [3, 1]], batching.Options(1, 0.6, 1)),
+            *batching.jobs_for([[4, 1]], batching.Options(2, 0.6, 1))]
+    batcher.submit(jobs)
+    start = time.monotonic()
+    batcher.start()
+    batcher.close(10)
+    assert [job.future.result(0).row.hypotheses[0].text for job in jobs] == ["1", "1", "2"]
+    assert engine.most == 2 and time.monotonic() - start < 0.55
+    assert len(waits) == 3 and all(0 <= w < 0.25 for w in waits)
+    assert sorted(size for _, size in decodes) == [1, 2] and all(d >= 0.3 for d, _ in decodes)
+    with pytest.raises(ValueError, match="workers=0"):
+        batching.Batcher(engine, workers=0)
+
+
 def test_bench_percentiles_are_numpys():
     from tests.conftest import load_script
 
@@ -371,6 +406,15 @@ def test_bench_percentiles_are_numpys():
     assert (summary["sentences_per_sec"], summary["errors"]) == (4.0, 1)
     assert bench.agreement({0: ("a", -1.0), 1: ("b", -2.0)}, {0: ("a", -1.0), 1: ("c", -2.2)}) \
         == {"identical": 1, "compared": 2, "max_score_rel_diff": pytest.approx(0.2 / 2.2)}
+    # 10 sentences in 4 batches, 2 s of decoding over 2 s on 2 workers; each sentence waited
+    # 0.6 s for its batch's decode on average, 50 ms in the queue, 1.2 s in all.
+    after = {"batch_size_sum": 10, "batch_size_count": 4, "queue_wait_seconds_sum": 0.5,
+             "queue_wait_seconds_count": 10, "decode_seconds_sum": 2.0,
+             "sentence_decode_seconds_total": 6.0, "request_latency_seconds_sum": 12.0,
+             "request_latency_seconds_count": 10}
+    assert bench.profile({}, after, 2.0, 2) == pytest.approx(
+        {"mean_batch": 2.5, "wait_ms": 50, "decode_ms": 600, "workers_busy": 0.5,
+         "other_ms": 550})
 
 
 def test_a_batch_waits_after_the_previous_decode_for_the_clients_it_answered():

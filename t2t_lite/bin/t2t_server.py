@@ -30,6 +30,7 @@ def _config(flags, decode_hp):
     for name, low in (("max_batch_size", 1), ("max_batch_tokens", 0), ("serve_max_queue", 1),
                       ("serve_max_sentences", 1), ("serve_max_input_tokens", 2),
                       ("serve_max_beam_size", 1), ("serve_max_n_best", 1),
+                      ("serve_decode_workers", 0),
                       ("batch_timeout_ms", 0), ("request_timeout_secs", 0.001)):
         if getattr(flags, name) < low:
             raise UserError(f"--{name}={getattr(flags, name)}: must be >= {low}")

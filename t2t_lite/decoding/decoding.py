@@ -875,11 +875,13 @@ def make_infer_fn(model: Any, decode_hp: HParams, target_space_id: int = 0,
         raise ValueError("--xla_compile decodes with argmax or beam search; it does not "
                          "sample (hparams sampling_method=random)")
 
-    def infer_fn(inputs: np.ndarray,
-                 prefixes: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    def infer_fn(inputs: np.ndarray, prefixes: np.ndarray | None = None,
+                 input_lengths: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         features = {"inputs": tf.constant(inputs, tf.int32), "target_space_id": target_space_id}
         if prefixes is not None:
             features["prefixes"] = tf.constant(prefixes, tf.int32)
+        if input_lengths is not None:  # [B]: a decode length per row (driver.infer)
+            features["input_lengths"] = tf.constant(input_lengths, tf.int32)
         result = model.infer(
             features,
             decode_length=decode_hp.extra_length, beam_size=decode_hp.beam_size,

@@ -1,5 +1,7 @@
-"""Dynamic batching for the translation server: one worker thread owns the engine (the model)
-and decodes the sentences of concurrent requests together.
+"""Dynamic batching for the translation server: worker threads share the engine (the model)
+and decode the sentences of concurrent requests together, one batch per worker at a time
+(`workers`: on a CPU, one per core keeps every core busy, as `--mode=decode`'s parallel
+batches do; the engines are thread-safe).
 
 Each sentence of a request is a `Job` (its input ids, its decode options, a Future). The
 worker takes the oldest waiting job, waits at most `batch_timeout_secs` after it arrived (or
@@ -10,8 +12,9 @@ length for the same reason: little padding), as long as rows x padded length sta
 
 A sentence's translation must not depend on its neighbours. t2t's decode length is per
 batch (padded input length + extra_length), so a row shorter than the batch's longest may
-decode further than it would alone; the engine flags such rows (`Row.depends_on_batch`) and
-the worker decodes them again among rows of their own length, where the limit is their own.
+decode further than it would alone; an engine that cannot give each row its own limit (the
+t2t_lite engine does) flags such rows (`Row.depends_on_batch`) and the worker decodes them
+again among rows of their own length, where the limit is their own.
 What remains is float rounding over padded positions (measured in docs/serving.md).
 
 Nothing here imports TensorFlow: the engine is any object with `decode(id_lists, options)`.
@@ -102,35 +105,49 @@ class Batcher:
       batch_timeout_secs: how long the oldest waiting sentence may wait for a batch to fill.
       max_queue: sentences waiting at most; `submit` raises QueueFull beyond.
       on_batch: called with each decoded batch's size (metrics).
+      on_redecode: called with the number of rows decoded again (metrics).
+      workers: batches decoded at the same time, one thread each.
+      on_wait: called with each sentence's seconds in the queue (metrics).
+      on_decode: called with each batch's seconds in `engine.decode` and its number of
+        sentences (metrics).
     """
 
     def __init__(self, engine: Engine, max_batch_size: int = 32, max_batch_tokens: int = 0,
                  batch_timeout_secs: float = 0.005, max_queue: int = 1024,
                  on_batch: Callable[[int], None] | None = None,
-                 on_redecode: Callable[[int], None] | None = None):
+                 on_redecode: Callable[[int], None] | None = None, workers: int = 1,
+                 on_wait: Callable[[float], None] | None = None,
+                 on_decode: Callable[[float, int], None] | None = None):
         if max_batch_size < 1:
             raise ValueError(f"max_batch_size={max_batch_size} must be >= 1")
         if max_queue < 1:
             raise ValueError(f"max_queue={max_queue} must be >= 1")
+        if workers < 1:
+            raise ValueError(f"workers={workers} must be >= 1")
         self.engine = engine
         self.max_batch_size = max_batch_size
         self.max_batch_tokens = max_batch_tokens
         self.batch_timeout_secs = batch_timeout_secs
         self.max_queue = max_queue
+        self.workers = workers
         self._on_batch = on_batch or (lambda size: None)
         self._on_redecode = on_redecode or (lambda size: None)
+        self._on_wait = on_wait or (lambda seconds: None)
+        self._on_decode = on_decode or (lambda seconds, size: None)
         self._pending: list[Job] = []
         self._in_flight = 0
         self._cond = threading.Condition()
         self._closing = False
-        # When the worker last became free: a batch waits batch_timeout_secs from then too.
+        # When a worker last became free: a batch waits batch_timeout_secs from then too.
         self._free_since = 0.0
-        self._thread = threading.Thread(target=self._work, name="decode-worker", daemon=True)
+        self._threads = [threading.Thread(target=self._work, name=f"decode-worker-{n}",
+                                          daemon=True) for n in range(workers)]
 
     # ------------------------------------------------------------------------- clients
     def start(self) -> None:
-        """Starts the worker thread."""
-        self._thread.start()
+        """Starts the worker threads."""
+        for thread in self._threads:
+            thread.start()
 
     def depth(self) -> int:
         """Sentences waiting or being decoded."""
@@ -154,12 +171,14 @@ class Batcher:
             self._cond.notify_all()
 
     def close(self, timeout: float | None = None) -> None:
-        """Takes no new jobs, lets the worker finish every queued one, then joins it."""
+        """Takes no new jobs, lets the workers finish every queued one, then joins them
+        (`timeout` for each)."""
         with self._cond:
             self._closing = True
             self._cond.notify_all()
-        if self._thread.is_alive():
-            self._thread.join(timeout)
+        for thread in self._threads:
+            if thread.is_alive():
+                thread.join(timeout)
 
     # -------------------------------------------------------------------------- worker
     def _deadline(self) -> float:
@@ -211,21 +230,33 @@ class Batcher:
                         wait = max(0.0, self._deadline() - time.monotonic())
                     self._cond.wait(wait)
                 batch = self._take_batch()
-                self._in_flight = len(batch)
+                self._in_flight += len(batch)
+                # Another worker may take what is left now.
+                self._cond.notify_all()
+            taken = batch
             try:
                 # A job whose request gave up (timeout, client gone) is dropped here.
                 batch = [job for job in batch if job.future.set_running_or_notify_cancel()]
+                started = time.monotonic()
+                for job in batch:
+                    self._on_wait(started - job.enqueued)
                 if batch:
                     self._decode(batch)
             finally:
                 with self._cond:
-                    self._in_flight = 0
+                    self._in_flight -= len(taken)
                     self._free_since = time.monotonic()
+
+    def _timed_decode(self, batch: list[Job]) -> list[Row]:
+        start = time.monotonic()
+        rows = self.engine.decode([job.ids for job in batch], batch[0].options)
+        self._on_decode(time.monotonic() - start, len(batch))
+        return rows
 
     def _decode(self, batch: list[Job]) -> None:
         """Decodes a batch and resolves its futures; never raises."""
         try:
-            rows = self.engine.decode([job.ids for job in batch], batch[0].options)
+            rows = self._timed_decode(batch)
         except Exception as error:  # noqa: BLE001 - one bad sentence must not fail the others
             if len(batch) == 1:
                 batch[0].future.set_exception(error)
@@ -249,7 +280,7 @@ class Batcher:
 
     def _decode_exact(self, group: list[Job]) -> None:
         try:
-            rows = self.engine.decode([job.ids for job in group], group[0].options)
+            rows = self._timed_decode(group)
         except Exception as error:  # noqa: BLE001
             for job in group:
                 job.future.set_exception(error)

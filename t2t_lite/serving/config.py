@@ -14,6 +14,8 @@ class ServerConfig:
       max_batch_size: sentences decoded together at most.
       max_batch_tokens: rows x padded input length per batch at most (0: no limit).
       batch_timeout_ms: how long a sentence waits for its batch to fill.
+      decode_workers: batches decoded at the same time (0: the engine's choice, one per
+        usable core for the t2t_lite engine, as --mode=decode's parallel batches).
       request_timeout_secs: a request not answered by then gets 504.
       max_queue_sentences: sentences waiting at most (beyond: 503).
       max_sentences: sentences per request at most (413).
@@ -25,6 +27,7 @@ class ServerConfig:
     max_batch_size: int = 32
     max_batch_tokens: int = 4096
     batch_timeout_ms: float = 5.0
+    decode_workers: int = 0
     request_timeout_secs: float = 60.0
     max_queue_sentences: int = 1024
     max_sentences: int = 64
@@ -37,7 +40,8 @@ class ServerConfig:
 
 # The run.py flag of each field (beam_size and alpha come from --decode_hparams).
 FLAGS = {"max_batch_size": "max_batch_size", "max_batch_tokens": "max_batch_tokens",
-         "batch_timeout_ms": "batch_timeout_ms", "request_timeout_secs": "request_timeout_secs",
+         "batch_timeout_ms": "batch_timeout_ms", "decode_workers": "serve_decode_workers",
+         "request_timeout_secs": "request_timeout_secs",
          "max_queue_sentences": "serve_max_queue", "max_sentences": "serve_max_sentences",
          "max_input_tokens": "serve_max_input_tokens", "max_beam_size": "serve_max_beam_size",
          "max_n_best": "serve_max_n_best"}

@@ -11,10 +11,11 @@ Each engine encodes a sentence (`encode`: ids ending in EOS, or a `SentenceError
 is wrong with it), decodes a batch (`decode`, see `batching.Engine`) and says for each row
 whether its result may depend on the batch (t2t's decode length is the batch's padded input
 length + extra_length: a shorter row that did not end within its own limit decoded further
-than it would alone).
+than it would alone; the t2t_lite engine gives each row its own decode length instead).
 """
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -76,6 +77,13 @@ class T2tLiteEngine:
         self.attention_fn = attention_fn
         self.labels_fn = labels_fn or (lambda encoder, ids: [encoder.decode([i]) for i in ids])
         self._infer_fns: dict[tuple, Callable] = {}
+        self._lock = threading.Lock()  # the batcher's workers decode at the same time
+
+    @property
+    def default_workers(self) -> int:
+        """Batches to decode at the same time: one per usable core, as `--mode=decode`'s
+        parallel batches (`decoding.default_parallel_batches`)."""
+        return decoding.default_parallel_batches()
 
     @property
     def has_attention(self) -> bool:
@@ -101,18 +109,26 @@ class T2tLiteEngine:
 
     def _infer_fn(self, options: Options) -> Callable:
         key = (options.beam_size, options.alpha, options.n_best > 1)
-        if key not in self._infer_fns:
-            hp = self.decode_hp.copy()
-            hp.set_hparam("beam_size", options.beam_size)
-            hp.set_hparam("alpha", options.alpha)
-            hp.set_hparam("return_beams", options.n_best > 1)
-            self._infer_fns[key] = decoding.make_infer_fn(self.model, hp, self.target_space_id)
-        return self._infer_fns[key]
+        with self._lock:
+            if key not in self._infer_fns:
+                hp = self.decode_hp.copy()
+                hp.set_hparam("beam_size", options.beam_size)
+                hp.set_hparam("alpha", options.alpha)
+                hp.set_hparam("return_beams", options.n_best > 1)
+                self._infer_fns[key] = decoding.make_infer_fn(self.model, hp,
+                                                              self.target_space_id)
+            return self._infer_fns[key]
 
     def decode(self, id_lists: Sequence[Sequence[int]], options: Options) -> list[Row]:
-        """Decodes one batch (see `batching.Engine`); outputs as `--mode=decode` formats them."""
+        """Decodes one batch (see `batching.Engine`); outputs as `--mode=decode` formats them.
+
+        Each row decodes with its own decode length (its input length + extra_length: the
+        search's `input_lengths`) and stops where it would alone, so no row depends on its
+        batch, except with force_decode_length, skip_eos_postprocess or identity_output
+        (the tokens after EOS are then part of the output and follow the batch's steps)."""
         batch = decoding.pad_batch(id_lists)
-        outputs, scores = self._infer_fn(options)(batch)
+        lengths = np.array([len(ids) for ids in id_lists], np.int32)
+        outputs, scores = self._infer_fn(options)(batch, input_lengths=lengths)
         outputs = np.asarray(outputs)
         if outputs.ndim == 2:
             outputs = outputs[:, None, :]
@@ -121,19 +137,17 @@ class T2tLiteEngine:
         exact_only = hp.force_decode_length or hp.skip_eos_postprocess or hp.identity_output
         rows = []
         for r, ids in enumerate(id_lists):
+            # The search writes nothing past the row's own decode length.
+            limit = len(ids) + self.extra_length
             hypotheses = []
             for k in range(min(options.n_best, outputs.shape[1])):
                 text = decoding.format_decodes(
-                    outputs[r: r + 1, k], None, self.targets_encoder,
+                    outputs[r: r + 1, k, :limit], None, self.targets_encoder,
                     skip_eos_postprocess=hp.skip_eos_postprocess,
                     identity_output=hp.identity_output)[0]
-                target = [int(i) for i in decoding.save_until_eos(outputs[r, k])]
+                target = [int(i) for i in decoding.save_until_eos(outputs[r, k, :limit])]
                 hypotheses.append(Hypothesis(text, float(scores[r, k]), target))
-            limit = len(ids) + self.extra_length
-            depends = len(ids) < batch.shape[1] and (
-                exact_only or not all(_ended_within(outputs[r, k], limit)
-                                      for k in range(len(hypotheses))))
-            rows.append(Row(hypotheses, depends))
+            rows.append(Row(hypotheses, bool(exact_only and len(ids) < batch.shape[1])))
         return rows
 
     def attention(self, input_ids: Sequence[int], output_ids: Sequence[int]) -> dict:

@@ -10,7 +10,8 @@ PREFIX = "t2t_lite_serving"
 
 
 class Metrics:
-    """Requests by status, errors, sentences, latency, batch sizes, queue depth.
+    """Requests by status, errors, sentences, latency, batch sizes, queue waits, decode
+    times, queue depth.
 
     Args:
       queue_depth: returns the sentences waiting or being decoded (read at each scrape).
@@ -36,9 +37,28 @@ class Metrics:
             f"{PREFIX}_redecoded_sentences", "Sentences decoded again among sentences of their "
             "own length (their batch's decode limit was longer than their own).",
             registry=self.registry)
+        # Where a request's time goes: waiting for its batch, then decoding (the rest of its
+        # latency is HTTP, JSON and encoding).
+        seconds = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
+        self.queue_wait = Histogram(
+            f"{PREFIX}_queue_wait_seconds", "Time a sentence waited in the queue for its "
+            "batch.", registry=self.registry, buckets=seconds)
+        self.decode = Histogram(
+            f"{PREFIX}_decode_seconds", "Time the engine took to decode a batch.",
+            registry=self.registry, buckets=seconds)
+        # A sentence waits for its whole batch: its share of a latency is the batch's time.
+        self.sentence_decode = Counter(
+            f"{PREFIX}_sentence_decode_seconds", "Decode time of each sentence's batch, "
+            "summed over the sentences (divided by _sentences: the mean a sentence waited "
+            "for its batch's decode).", registry=self.registry)
         self.queue_depth = Gauge(f"{PREFIX}_queue_depth", "Sentences waiting or being "
                                  "decoded.", registry=self.registry)
         self.queue_depth.set_function(queue_depth)
+
+    def decoded(self, seconds: float, sentences: int) -> None:
+        """Counts one decoded batch of `sentences` that took `seconds`."""
+        self.decode.observe(seconds)
+        self.sentence_decode.inc(seconds * sentences)
 
     def answered(self, status: int, seconds: float) -> None:
         """Counts one answered translation request."""

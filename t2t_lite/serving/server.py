@@ -1,4 +1,4 @@
-"""The translation server (`run.py --mode=serve`): FastAPI on uvicorn, one decode worker.
+"""The translation server (`run.py --mode=serve`): FastAPI on uvicorn, decode workers (`batching`).
 
     POST /v1/translate   translations (see `api`), dynamically batched (`batching`)
     GET  /healthz        200 while the process serves HTTP
@@ -14,7 +14,7 @@ with its status: 400 body not UTF-8 JSON, 422 wrong fields or types, an empty li
 sentence or option, 413 a limit passed (naming the flag), 503 loading, draining or a full
 queue (with Retry-After), 504 past --request_timeout_secs, 500 anything else (the server
 keeps serving). SIGTERM / SIGINT: uvicorn stops accepting, requests in flight finish, the
-worker drains its queue, the process exits 0.
+workers drain the queue, the process exits 0.
 """
 from __future__ import annotations
 
@@ -82,7 +82,7 @@ class State:
 
 
 def _load(state: State, engine_factory: Callable[[], Any], on_failure: Callable[[], None]):
-    """Builds the engine, starts the worker and warms it up (one decode of an empty line with
+    """Builds the engine, starts the workers and warms it up (one decode of an empty line with
     the default options); then the server is ready. On failure, asks the server to stop."""
     try:
         engine = engine_factory()
@@ -93,7 +93,9 @@ def _load(state: State, engine_factory: Callable[[], Any], on_failure: Callable[
             batch_timeout_secs=config.batch_timeout_ms / 1000.0,
             max_queue=config.max_queue_sentences,
             on_batch=state.metrics.batch_size.observe,
-            on_redecode=state.metrics.redecoded.inc)
+            on_redecode=state.metrics.redecoded.inc,
+            workers=config.decode_workers or getattr(engine, "default_workers", 1),
+            on_wait=state.metrics.queue_wait.observe, on_decode=state.metrics.decoded)
         batcher.start()
         state.engine, state.batcher = engine, batcher
         options = batching.Options(config.beam_size, float(config.alpha), 1)
@@ -344,7 +346,8 @@ def create_app(engine_factory: Callable[[], Any], config: ServerConfig,
         """What is loaded, its decode defaults and the request limits."""
         if state.engine is None:
             return error_response(503, "the model is still loading")
-        limits = dataclasses.asdict(config)
+        # The decode workers in use (the flag's 0 is the engine's choice).
+        limits = dict(dataclasses.asdict(config), decode_workers=state.batcher.workers)
         return {"models": [dict(state.engine.description,
                                 attention=bool(state.engine.has_attention),
                                 limits=limits)]}

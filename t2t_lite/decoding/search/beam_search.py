@@ -185,6 +185,7 @@ def beam_search_buffers(
     max_decode_length: int | None = None,
     unordered_states: Any = None,
     prefixes: tf.Tensor | None = None,
+    row_decode_lengths: tf.Tensor | None = None,
 ) -> tuple[tf.Tensor, tf.Tensor, Any, tf.Tensor]:
     """`beam_search` on fixed-shape buffers: the same search, XLA-compilable.
 
@@ -215,6 +216,13 @@ def beam_search_buffers(
         i may extend a hypothesis (the others score `FORBIDDEN`), so the search continues
         from the prefix; scores are those of the whole sequence, prefix included, as
         t2t's search scores any sequence.
+      row_decode_lengths: optional int32 [B], each batch element's own maximum number of
+        steps (<= `decode_length`): an element stops (its hypotheses and scores stay as
+        they are) once it reaches its own length or its own bound is met, exactly where a
+        search of that element alone with `decode_length` = its length would have stopped,
+        so its result does not depend on the other elements (a translation server batches
+        sentences of different lengths, each with its own t2t decode length). The loop
+        ends when every element has stopped.
 
     Returns:
       (ids, scores, states, steps): ids int32 [B, K, max_decode_length + 1] with the start
@@ -254,6 +262,31 @@ def beam_search_buffers(
         prefix_lengths = tf.reduce_sum(tf.cast(tf.not_equal(prefixes, 0), tf.int32), axis=1)
     if has_unordered:
         unordered_states = tf.nest.map_structure(tf.convert_to_tensor, unordered_states)
+    per_row = row_decode_lengths is not None
+    if per_row:
+        row_decode_lengths = tf.convert_to_tensor(row_decode_lengths, tf.int32)
+
+    def bound_met(alive_log_probs, finished_scores, lengths):
+        # The best alive hypothesis can at most keep its log-prob and get the largest
+        # length-penalty divisor; if a finished score already beats that, the element is
+        # done. [B] bool.
+        max_length_penalty = tf.pow((5.0 + tf.cast(lengths, tf.float32)) / 6.0, alpha)
+        lower_bound_alive_scores = alive_log_probs[:, 0] / max_length_penalty
+        if stop_early:
+            best_finished = tf.reduce_max(finished_scores, axis=1)
+        elif per_row:
+            # Alone, the whole batch is the element: its own lowest finished score.
+            best_finished = tf.reduce_min(finished_scores, axis=1)
+        else:
+            # t2t's choice: the lowest finished score over the whole batch, so decoding
+            # goes on while any batch element has an empty finished slot.
+            best_finished = tf.reduce_min(finished_scores)
+        return tf.greater(best_finished, lower_bound_alive_scores)
+
+    def rows_stopped(i, alive_log_probs, finished_scores):
+        # [B] bool: the elements whose own search would have ended before step i.
+        return tf.logical_or(tf.greater_equal(i, row_decode_lengths),
+                             bound_met(alive_log_probs, finished_scores, row_decode_lengths))
 
     def inner_loop(i, alive_seq, alive_log_probs, finished_seq, finished_scores,
                    finished_flags, flat_states, unordered):
@@ -310,6 +343,17 @@ def beam_search_buffers(
         new_finished_seq = tf.gather(all_seq, finished_index, batch_dims=1)
         new_finished_scores = tf.gather(all_scores, finished_index, batch_dims=1)
         new_finished_flags = tf.gather(all_flags, finished_index, batch_dims=1)
+        if per_row:
+            # Elements that have stopped keep their hypotheses (their states are not read
+            # again for their results).
+            stopped = rows_stopped(i, alive_log_probs, finished_scores)
+            new_alive_seq = tf.where(stopped[:, None, None], alive_seq, new_alive_seq)
+            new_alive_log_probs = tf.where(stopped[:, None], alive_log_probs,
+                                           new_alive_log_probs)
+            new_finished_seq = tf.where(stopped[:, None, None], finished_seq, new_finished_seq)
+            new_finished_scores = tf.where(stopped[:, None], finished_scores,
+                                           new_finished_scores)
+            new_finished_flags = tf.where(stopped[:, None], finished_flags, new_finished_flags)
         outputs = (new_alive_seq, new_alive_log_probs, new_finished_seq,
                    new_finished_scores, new_finished_flags, new_states)
         inputs = (alive_seq, alive_log_probs, finished_seq, finished_scores,
@@ -325,18 +369,11 @@ def beam_search_buffers(
 
     def _is_not_finished(i, alive_seq, alive_log_probs, finished_seq, finished_scores,
                          finished_flags, flat_states, unordered):
-        # The best alive hypothesis can at most keep its log-prob and get the largest
-        # length-penalty divisor; if a finished score already beats that everywhere, stop.
-        max_length_penalty = tf.pow((5.0 + tf.cast(decode_length, tf.float32)) / 6.0, alpha)
-        lower_bound_alive_scores = alive_log_probs[:, 0] / max_length_penalty
-        if stop_early:
-            best_finished = tf.reduce_max(finished_scores, axis=1)
+        if per_row:
+            done = tf.reduce_all(rows_stopped(i, alive_log_probs, finished_scores))
         else:
-            # t2t's choice: the lowest finished score over the whole batch, so decoding
-            # goes on while any batch element has an empty finished slot.
-            best_finished = tf.reduce_min(finished_scores)
-        bound_is_met = tf.reduce_all(tf.greater(best_finished, lower_bound_alive_scores))
-        return tf.logical_and(tf.less(i, decode_length), tf.logical_not(bound_is_met))
+            done = tf.reduce_all(bound_met(alive_log_probs, finished_scores, decode_length))
+        return tf.logical_and(tf.less(i, decode_length), tf.logical_not(done))
 
     loop_vars = [tf.constant(0), alive_seq, alive_log_probs, finished_seq, finished_scores,
                  finished_flags, flat_states, unordered_states if has_unordered else {}]

@@ -73,7 +73,7 @@ def infer_graph(model, inputs, target_space_id, decode_length, beam_size: int,
                 top_beams: int, alpha: float, use_cache: bool, eos_id: int,
                 force_decode_length: bool = False, input_length=None,
                 buffer_length: int | None = None, beam_slots: bool = True, prefixes=None,
-                sampling: sampling_lib.Sampling | None = None):
+                sampling: sampling_lib.Sampling | None = None, input_lengths=None):
     """The decoding graph of `infer`.
 
     With `buffer_length` (a Python int) every loop tensor has a static shape, so the
@@ -81,7 +81,8 @@ def infer_graph(model, inputs, target_space_id, decode_length, beam_size: int,
     batch's own padded length `input_length`, which still sets the number of steps as in
     t2t, and the result is the whole buffer with "steps" (see `infer`). `prefixes`
     (int32 [B, P]) forces the first tokens (see `infer`); `sampling` replaces the model's
-    sampling hparams in greedy decoding.
+    sampling hparams in greedy decoding; `input_lengths` (int32 [B]) gives each row its own
+    decode length, its input length + decode_length (see `infer`).
     """
     inputs = ids_2d(inputs)
     batch_size = tf.shape(inputs)[0]
@@ -90,6 +91,9 @@ def infer_graph(model, inputs, target_space_id, decode_length, beam_size: int,
     # t2t: decode_length = padded input length + extra length.
     max_length = input_length + tf.cast(decode_length, tf.int32)
     buffers = max_length if buffer_length is None else buffer_length
+    row_lengths = None
+    if input_lengths is not None:
+        row_lengths = tf.cast(input_lengths, tf.int32) + tf.cast(decode_length, tf.int32)
     options = StepOptions(beam_size, buffers,
                           _cache(beam_size, use_cache, buffer_length is not None, beam_slots),
                           float32_logits=beam_size == 1)
@@ -108,7 +112,7 @@ def infer_graph(model, inputs, target_space_id, decode_length, beam_size: int,
             step, batch_size, max_length, decoder.states,
             lambda logits, i: sampling_lib.sample(logits, choice, i), full_ids=not use_cache,
             eos_id=eos_id, force_decode_length=force_decode_length,
-            buffer_length=buffer_length, prefixes=prefixes,
+            buffer_length=buffer_length, prefixes=prefixes, row_lengths=row_lengths,
         )
         if buffer_length is not None:
             return {"outputs": outputs, "scores": scores, "steps": steps}
@@ -119,12 +123,14 @@ def infer_graph(model, inputs, target_space_id, decode_length, beam_size: int,
             step, initial_ids, beam_size, max_length, model.vocab_size, alpha,
             states=decoder.states, eos_id=eos_id, stop_early=top_beams == 1,
             max_decode_length=buffer_length, unordered_states=decoder.storage,
-            prefixes=prefixes,
+            prefixes=prefixes, row_decode_lengths=row_lengths,
         )
         # Without the start column; t2t's length (the steps run) unless the caller
         # wants the static buffer (XLA).
         ids = ids[:, :, 1:] if buffer_length is not None else ids[:, :, 1: steps + 1]
     else:
+        if row_lengths is not None:
+            raise ValueError("input_lengths needs the cached decoder (use_cache=True)")
         ids, scores, _ = beam_search.beam_search(
             step, initial_ids, beam_size, max_length, model.vocab_size,
             alpha, states=decoder.states, eos_id=eos_id, stop_early=top_beams == 1,
@@ -203,7 +209,12 @@ def infer(model, functions: CompiledDecoders, features: dict, decode_length=50,
         optional "prefixes": int [B, P]: target prefixes, 0-padded subword ids without
         EOS; every output of row b starts with its prefix and the search continues from
         it (greedy and beam search, also with jit_compile; scores are those of the whole
-        output, prefix included, as the search scores any output)}.
+        output, prefix included, as the search scores any output), optional
+        "input_lengths": int [B], each row's own input length (EOS included, no padding):
+        row b then decodes at most input_lengths[b] + decode_length tokens and stops where
+        it would alone, so that its output and score do not depend on the rows it is
+        batched with (beyond float rounding over padded positions); its output is 0 after
+        its own length (not with jit_compile)}.
       decode_length: extra length (int or int32 scalar).
       beam_size: 1 = greedy (`hparams.sampling_method`), >1 = beam search.
       alpha: length-penalty exponent of beam search.
@@ -245,8 +256,14 @@ def infer(model, functions: CompiledDecoders, features: dict, decode_length=50,
         key += (sampling,)
     prefixes = features.get("prefixes")
     prefixes = None if prefixes is None else ids_2d(prefixes)
+    input_lengths = features.get("input_lengths")
+    if input_lengths is not None:
+        if jit_compile and not tf.inside_function():
+            raise ValueError("input_lengths (a decode length per row) is not offered with "
+                             "jit_compile=True")
+        input_lengths = tf.reshape(tf.cast(input_lengths, tf.int32), [-1])
     result = _search(model, functions, inputs, target_space_id, decode_length, key, settings,
-                     prefixes, jit_compile)
+                     prefixes, jit_compile, input_lengths)
     if alignment_layer is not None:
         result = dict(result, attention=_attention(model, functions, inputs, result["outputs"],
                                                    target_space_id, alignment_layer, eos_id))
@@ -254,11 +271,12 @@ def infer(model, functions: CompiledDecoders, features: dict, decode_length=50,
 
 
 def _search(model, functions: CompiledDecoders, inputs, target_space_id, decode_length,
-            key: tuple, settings: dict, prefixes, jit_compile: bool) -> dict[str, tf.Tensor]:
+            key: tuple, settings: dict, prefixes, jit_compile: bool,
+            input_lengths=None) -> dict[str, tf.Tensor]:
     """The search of `infer`: in the caller's graph, XLA-compiled, or a traced function."""
     if tf.inside_function():
         return infer_graph(model, inputs, target_space_id, tf.cast(decode_length, tf.int32),
-                           **settings, prefixes=prefixes)
+                           **settings, prefixes=prefixes, input_lengths=input_lengths)
     if jit_compile:
         if not settings["use_cache"] or not isinstance(decode_length, int):
             raise ValueError(
@@ -269,22 +287,25 @@ def _search(model, functions: CompiledDecoders, inputs, target_space_id, decode_
                           settings, prefixes)
     signature = [tf.TensorSpec([None, None], tf.int32), tf.TensorSpec(None, tf.int32),
                  tf.TensorSpec([], tf.int32)]
-    if prefixes is not None:
-        function = functions.get_or_make(key + ("prefixes",), lambda: tf.function(
-            lambda inputs, target_space_id, decode_length, prefixes: infer_graph(
-                model, inputs, target_space_id, decode_length, **settings, prefixes=prefixes),
-            autograph=False,
-            input_signature=signature + [tf.TensorSpec([None, None], tf.int32)],
-        ))
-        return function(inputs, target_space_id, tf.cast(decode_length, tf.int32), prefixes)
-    function = functions.get_or_make(key, lambda: tf.function(
-        lambda inputs, target_space_id, decode_length: infer_graph(
-            model, inputs, target_space_id, decode_length, **settings),
+    # The optional inputs, in this order, each with its own traced function.
+    extras = {name: value for name, value in (("prefixes", prefixes),
+                                              ("input_lengths", input_lengths))
+              if value is not None}
+    shapes = {"prefixes": [None, None], "input_lengths": [None]}
+    names = tuple(extras)
+
+    def search(inputs, target_space_id, decode_length, *values):
+        return infer_graph(model, inputs, target_space_id, decode_length, **settings,
+                           **dict(zip(names, values)))
+
+    function = functions.get_or_make(key + names, lambda: tf.function(
+        search,
         # The loops are explicit tf.while_loops; autograph would only slow tracing.
         autograph=False,
-        input_signature=signature,
+        input_signature=signature + [tf.TensorSpec(shapes[name], tf.int32) for name in names],
     ))
-    return function(inputs, target_space_id, tf.cast(decode_length, tf.int32))
+    return function(inputs, target_space_id, tf.cast(decode_length, tf.int32),
+                    *extras.values())
 
 
 def _attention(model, functions: CompiledDecoders, inputs, outputs, target_space_id,

@@ -12,7 +12,7 @@ from t2t_lite.decoding.search import beam_search
 def greedy(step: Callable, batch_size, max_length, states: Any,
            choose: Callable[[tf.Tensor], tf.Tensor], full_ids: bool, eos_id: int,
            force_decode_length: bool = False, buffer_length: int | None = None,
-           prefixes: tf.Tensor | None = None):
+           prefixes: tf.Tensor | None = None, row_lengths: tf.Tensor | None = None):
     """t2t's greedy loop: runs until `max_length` steps or every row has emitted EOS
     (only the former with `force_decode_length`).
 
@@ -31,6 +31,10 @@ def greedy(step: Callable, batch_size, max_length, states: Any,
       buffer_length: the static length of the id buffer (XLA); default `max_length`.
       prefixes: optional int32 [B, P], 0-padded: row b's first tokens are its prefix (not
         chosen; their log-probs count in the score), the steps after it choose.
+      row_lengths: optional int32 [B], each row's own number of steps (<= `max_length`):
+        a row writes no token and adds no log-prob from its own length on, and the loop
+        ends once every row has emitted EOS or reached its length, so that a row's tokens
+        and score are those of the row decoded alone with `max_length` = its length.
 
     Returns:
       (ids int32 [B, buffer_length], scores float32 [B], steps int32 scalar): the ids
@@ -58,12 +62,24 @@ def greedy(step: Callable, batch_size, max_length, states: Any,
             forced = tf.gather(prefixes, tf.minimum(i, tf.shape(prefixes)[1] - 1), axis=1)
             token = tf.where(i < prefix_lengths, forced, token)
         chosen = tf.gather(log_probs, token, axis=1, batch_dims=1)
-        log_prob += chosen * (1.0 - tf.cast(hit_eos, tf.float32))
-        hit_eos = tf.logical_or(hit_eos, tf.equal(token, eos_id))
-        decoded = tf.where(tf.equal(columns, i)[tf.newaxis, :], token[:, tf.newaxis], decoded)
+        column = tf.equal(columns, i)[tf.newaxis, :]
+        if row_lengths is None:
+            log_prob += chosen * (1.0 - tf.cast(hit_eos, tf.float32))
+            hit_eos = tf.logical_or(hit_eos, tf.equal(token, eos_id))
+        else:
+            writing = i < row_lengths
+            log_prob += tf.where(writing, chosen * (1.0 - tf.cast(hit_eos, tf.float32)), 0.0)
+            hit_eos = tf.logical_or(hit_eos, tf.logical_and(writing, tf.equal(token, eos_id)))
+            column = tf.logical_and(column, writing[:, tf.newaxis])
+        decoded = tf.where(column, token[:, tf.newaxis], decoded)
         return i + 1, hit_eos, token[:, tf.newaxis], decoded, states, log_prob
 
     def not_finished(i, hit_eos, *unused):
+        if row_lengths is not None:
+            stopped = tf.greater_equal(i, row_lengths)
+            if not force_decode_length:
+                stopped = tf.logical_or(stopped, hit_eos)
+            return tf.logical_and(i < max_length, tf.logical_not(tf.reduce_all(stopped)))
         if force_decode_length:
             return i < max_length
         return tf.logical_and(i < max_length, tf.logical_not(tf.reduce_all(hit_eos)))
