@@ -503,7 +503,7 @@ def test_greedy_with_a_decode_length_per_row_stops_each_row_at_its_own():
     states = {"row": tf.constant([0, 0, 1], tf.int32)}
     ids, scores, steps = greedy.greedy(
         lambda ids, i, s: fn(ids, i, s), 3, 5, states,
-        lambda logits: tf.argmax(logits, -1, output_type=tf.int32), full_ids=False, eos_id=EOS,
+        lambda logits, _: tf.argmax(logits, -1, output_type=tf.int32), full_ids=False, eos_id=EOS,
         row_lengths=tf.constant([2, 4, 5]))
     # Argmax of NEVER_FINISHES: a d a d ... (ties to the lower id), cut at the row lengths 2
     # and 4; GREEDY_IS_WRONG: a EOS, then (as t2t) tokens after EOS while other rows run.
