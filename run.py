@@ -84,7 +84,11 @@ def choose_onednn(flags_obj) -> None:
     from t2t_lite.hparams import create_hparams
     from t2t_lite.utils import onednn
 
-    hparams = create_hparams(flags_obj.hparams_set or "transformer_tiny", flags_obj.hparams)
+    try:  # the model's width sizes the benchmark; the tool reports a bad --hparams itself
+        hparams = create_hparams(flags_obj.hparams_set or "transformer_tiny", flags_obj.hparams)
+        width = (getattr(hparams, "hidden_size", 512), getattr(hparams, "filter_size", 2048))
+    except ValueError:  # HParamsError, UserError
+        width = (512, 2048)
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as f:
             cpuinfo = f.read()
@@ -97,9 +101,7 @@ def choose_onednn(flags_obj) -> None:
         return onednn.measure_in_children(hidden_size, filter_size)
 
     choice = onednn.decide(flags_obj.onednn, os.environ, cpuinfo, onednn.tensorflow_version(),
-                           getattr(hparams, "hidden_size", 512),
-                           getattr(hparams, "filter_size", 2048),
-                           onednn.cache_path(os.environ), measure)
+                           *width, onednn.cache_path(os.environ), measure)
     onednn.apply(choice, os.environ)
     if choice.log:
         logging.info("%s", choice.line())
