@@ -50,7 +50,7 @@ def run(cmd, log, cwd=None, env=None):
 def main():
     """Runs the rounds and prints the table's figures."""
     ap = argparse.ArgumentParser()
-    ap.add_argument("--t2t_python", default=os.path.join(os.path.dirname(SHARED), "t2t-venv", "bin", "python"))
+    ap.add_argument("--t2t_python", default=os.path.join(os.path.dirname(os.path.realpath(SHARED)), "t2t-venv", "bin", "python"))
     ap.add_argument("--lite_python", default=sys.executable)
     ap.add_argument("--project", default=os.getcwd())
     ap.add_argument("--work", required=True, help="compare_train_speed.py's --work folder")

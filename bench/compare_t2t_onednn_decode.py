@@ -19,7 +19,7 @@ from compare_t2t_onednn import SHARED, run, uptime
 from compare_train_speed import CORPUS, HERE
 
 ap = argparse.ArgumentParser()
-ap.add_argument("--t2t_python", default=os.path.join(os.path.dirname(SHARED), "t2t-venv", "bin", "python"))
+ap.add_argument("--t2t_python", default=os.path.join(os.path.dirname(os.path.realpath(SHARED)), "t2t-venv", "bin", "python"))
 ap.add_argument("--lite_python", default=sys.executable)
 ap.add_argument("--project", default=os.getcwd())
 ap.add_argument("--work", required=True)
