@@ -89,18 +89,14 @@ def choose_onednn(flags_obj) -> None:
         width = (getattr(hparams, "hidden_size", 512), getattr(hparams, "filter_size", 2048))
     except ValueError:  # HParamsError, UserError
         width = (512, 2048)
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            cpuinfo = f.read()
-    except OSError:
-        cpuinfo = ""
 
     def measure(hidden_size: int, filter_size: int):
         logging.info("oneDNN: timing the model's matmuls with Eigen and with oneDNN, once for "
                      "this CPU (two child processes)")
         return onednn.measure_in_children(hidden_size, filter_size)
 
-    choice = onednn.decide(flags_obj.onednn, os.environ, cpuinfo, onednn.tensorflow_version(),
+    choice = onednn.decide(flags_obj.onednn, os.environ, onednn.read_cpuinfo(),
+                           onednn.tensorflow_version(),
                            *width, onednn.cache_path(os.environ), measure)
     onednn.apply(choice, os.environ)
     if choice.log:

@@ -14,16 +14,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 # default on this CPU (a TF_ENABLE_ONEDNN_OPTS given to pytest still applies to both).
 from t2t_lite.utils import onednn as _onednn
 
-
-def _tensorflow_default_onednn() -> bool | None:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            return _onednn.tensorflow_default(_onednn.cpu_info(f.read())[1])
-    except OSError:
-        return None
-
-
-_TF_DEFAULT_ONEDNN = _tensorflow_default_onednn()
+_TF_DEFAULT_ONEDNN = _onednn.tensorflow_default(_onednn.cpu_info(_onednn.read_cpuinfo())[1])
 if _TF_DEFAULT_ONEDNN is not None:
     os.environ.setdefault(_onednn.ENV, "1" if _TF_DEFAULT_ONEDNN else "0")
 

@@ -72,6 +72,15 @@ def env_value(text: str) -> bool | None:
     return True if value in ("1", "true") else False if value in ("0", "false") else None
 
 
+def read_cpuinfo(path: str = "/proc/cpuinfo") -> str:
+    """The text of /proc/cpuinfo ("" where there is none: not Linux)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read()
+    except OSError:
+        return ""
+
+
 def cpu_info(text: str) -> tuple[str, set[str]]:
     """The CPU model name and flags of /proc/cpuinfo's text (its first processor)."""
     model, flags = "", set()
