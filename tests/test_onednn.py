@@ -105,6 +105,9 @@ def test_a_failed_measurement_is_not_cached_and_keeps_tensorflows_default(tmp_pa
 def test_cache_path_and_tensorflow_version_need_no_tensorflow(tmp_path):
     assert onednn.cache_path({"XDG_CACHE_HOME": str(tmp_path)}) == str(
         tmp_path / "t2t_lite" / "onednn.json")
+    (tmp_path / "cpuinfo").write_text(AVX2)
+    assert onednn.cpu_info(onednn.read_cpuinfo(str(tmp_path / "cpuinfo")))[0] == "AMD EPYC 7B12"
+    assert onednn.read_cpuinfo(str(tmp_path / "absent")) == ""
     code = ("import sys; from t2t_lite.utils import onednn; v = onednn.tensorflow_version(); "
             "assert 'tensorflow' not in sys.modules; print(v)")
     result = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True,
