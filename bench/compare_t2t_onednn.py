@@ -47,6 +47,13 @@ def run(cmd, log, cwd=None, env=None):
     return rc, wall, rss, cpu
 
 
+def t2t_command(t2t_python: str, tool: str, t2t_data: str, hparams_set: str) -> list[str]:
+    """The start of a t2t tool's command on the toy problem (compare_train_speed.py's)."""
+    return [t2t_python, os.path.join(HERE, "t2t_run.py"), tool,
+            "--t2t_usr_dir=" + os.path.join(HERE, "usr_dir"), "--problem=translate_toy_ende8k",
+            "--data_dir=" + t2t_data, "--model=transformer", "--hparams_set=" + hparams_set]
+
+
 def main():
     """Runs the rounds and prints the table's figures."""
     ap = argparse.ArgumentParser()
@@ -72,10 +79,7 @@ def main():
             log = out + ".log"
             env = dict(base_env)
             if side == "t2t":
-                cmd = [a.t2t_python, os.path.join(HERE, "t2t_run.py"), "trainer",
-                       "--t2t_usr_dir=" + os.path.join(HERE, "usr_dir"),
-                       "--problem=translate_toy_ende8k", "--data_dir=" + t2t_data,
-                       "--model=transformer", "--hparams_set=" + a.hparams_set,
+                cmd = t2t_command(a.t2t_python, "trainer", t2t_data, a.hparams_set) + [
                        "--output_dir=" + out, "--schedule=train", f"--train_steps={a.steps}",
                        f"--log_step_count_steps={every}", "--save_checkpoints_secs=100000",
                        "--random_seed=1"]

@@ -15,8 +15,8 @@ import statistics
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from compare_t2t_onednn import SHARED, run, uptime
-from compare_train_speed import CORPUS, HERE
+from compare_t2t_onednn import SHARED, run, t2t_command, uptime
+from compare_train_speed import CORPUS
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--t2t_python", default=os.path.join(os.path.dirname(os.path.realpath(SHARED)), "t2t-venv", "bin", "python"))
@@ -38,10 +38,7 @@ for r in range(a.rounds):
         out = os.path.join(a.work, f"decode_{side}_{r}.txt")
         env = dict(base_env)
         if side == "t2t":
-            cmd = [a.t2t_python, os.path.join(HERE, "t2t_run.py"), "decoder",
-                   "--t2t_usr_dir=" + os.path.join(HERE, "usr_dir"),
-                   "--problem=translate_toy_ende8k", "--data_dir=" + t2t_data,
-                   "--model=transformer", "--hparams_set=" + a.hparams_set,
+            cmd = t2t_command(a.t2t_python, "decoder", t2t_data, a.hparams_set) + [
                    "--output_dir=" + os.path.dirname(a.checkpoint),
                    "--checkpoint_path=" + a.checkpoint,
                    "--decode_hparams=" + a.decode_hparams,
