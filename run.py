@@ -18,7 +18,7 @@ import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-from absl import app
+from absl import app, logging
 from absl import flags as absl_flags
 
 from t2t_lite import flags as t2t_flags
@@ -78,6 +78,31 @@ def check_names(flags_obj) -> None:
         registry.hparams(flags_obj.hparams_set)
 
 
+def choose_onednn(flags_obj) -> None:
+    """Sets TF_ENABLE_ONEDNN_OPTS from --onednn before TensorFlow is imported (the choice:
+    t2t_lite.utils.onednn) and logs it; a value already in the environment is left alone."""
+    from t2t_lite.hparams import create_hparams
+    from t2t_lite.utils import onednn
+
+    try:  # the model's width sizes the benchmark; the tool reports a bad --hparams itself
+        hparams = create_hparams(flags_obj.hparams_set or "transformer_tiny", flags_obj.hparams)
+        width = (getattr(hparams, "hidden_size", 512), getattr(hparams, "filter_size", 2048))
+    except ValueError:  # HParamsError, UserError
+        width = (512, 2048)
+
+    def measure(hidden_size: int, filter_size: int):
+        logging.info("oneDNN: timing the model's matmuls with Eigen and with oneDNN, once for "
+                     "this CPU (two child processes)")
+        return onednn.measure_in_children(hidden_size, filter_size)
+
+    choice = onednn.decide(flags_obj.onednn, os.environ, onednn.read_cpuinfo(),
+                           onednn.tensorflow_version(),
+                           *width, onednn.cache_path(os.environ), measure)
+    onednn.apply(choice, os.environ)
+    if choice.log:
+        logging.info("%s", choice.line())
+
+
 def _main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
@@ -88,6 +113,8 @@ def _main(argv):
         check_names(FLAGS)
         importlib.import_module(EARLY_CHECKS).check(mode, FLAGS)
         quiet_start.drop_routine_info_lines()
+        if needs_tensorflow(mode, FLAGS) or mode == "serve":
+            choose_onednn(FLAGS)
         if needs_tensorflow(mode, FLAGS):
             quiet_start.import_tensorflow()
         module_name, function_name = MODE_FUNCTIONS[mode].split(":")

@@ -95,6 +95,14 @@ flags.DEFINE_bool(
     "length bucket's boundary so that it compiles once per bucket. In decode mode: compile "
     "the decoder (greedy or beam search), once per bucket of input shapes.")
 
+# --- oneDNN or Eigen kernels, chosen before TensorFlow is imported (t2t_lite.utils.onednn) ---
+flags.DEFINE_enum(
+    "onednn", "auto", ["auto", "on", "off"],
+    "TensorFlow's oneDNN kernels (TF_ENABLE_ONEDNN_OPTS). auto: TensorFlow's default, except on "
+    "x86 CPUs where it leaves them off (no AVX512-VNNI/BF16, AVX-VNNI or AMX): there a short "
+    "benchmark of the model's matmuls decides once per CPU, TensorFlow version and model width "
+    "(cached in ~/.cache/t2t_lite/onednn.json). A TF_ENABLE_ONEDNN_OPTS of the environment wins.")
+
 # --- t2t-datagen ----------------------------------------------------------------------------
 flags.DEFINE_integer("max_cases", 0, "Maximum examples per split for datagen (0 = all).")
 

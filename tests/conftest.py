@@ -9,6 +9,15 @@ import subprocess
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
+# run.py's --onednn=auto may turn oneDNN on where TensorFlow leaves it off (after a benchmark);
+# tests compare run.py subprocesses with in-process results, so both keep TensorFlow's own
+# default on this CPU (a TF_ENABLE_ONEDNN_OPTS given to pytest still applies to both).
+from t2t_lite.utils import onednn as _onednn
+
+_TF_DEFAULT_ONEDNN = _onednn.tensorflow_default(_onednn.cpu_info(_onednn.read_cpuinfo())[1])
+if _TF_DEFAULT_ONEDNN is not None:
+    os.environ.setdefault(_onednn.ENV, "1" if _TF_DEFAULT_ONEDNN else "0")
+
 import pytest
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
