@@ -10,7 +10,7 @@ from t2t_lite.decoding.search import beam_search
 
 
 def greedy(step: Callable, batch_size, max_length, states: Any,
-           choose: Callable[[tf.Tensor], tf.Tensor], full_ids: bool, eos_id: int,
+           choose: Callable[[tf.Tensor, tf.Tensor], tf.Tensor], full_ids: bool, eos_id: int,
            force_decode_length: bool = False, buffer_length: int | None = None,
            prefixes: tf.Tensor | None = None, row_lengths: tf.Tensor | None = None):
     """t2t's greedy loop: runs until `max_length` steps or every row has emitted EOS
