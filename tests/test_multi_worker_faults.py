@@ -242,33 +242,41 @@ def test_a_full_shared_disk_stops_the_chief_naming_what_was_kept_and_its_peer_na
         out = disk / "run"
         workers = [cluster.start(i, out, "--save_checkpoints_steps", "5") for i in range(2)]
         _wait_for(workers[0], r"Saved checkpoint .*ckpt-5\b")
-        kept = _checkpoint_files(out, 5)
         fill_up(disk)
         filled = time.time()
+        # Five tiny steps can end before the disk is full: ckpt-10 may then be saved too. The
+        # newest complete checkpoint at the fill is the one that must be kept and named.
+        on_disk = {p.name: p.read_bytes() for p in sorted(out.iterdir())
+                   if p.name.startswith("ckpt-") or p.name == "checkpoint"}
         assert [_exit_status(w, filled) for w in workers] == [1, 1]
-        # The save of ckpt-10 or an event file's write fails first, whichever reaches the
-        # full disk first: either way the path and the kept checkpoint are named.
+        step = int(re.search(r'model_checkpoint_path: "ckpt-(\d+)"',
+                             (out / "checkpoint").read_text())[1])
+        assert step % 5 == 0 and step >= 5, step
+        # The save of the next checkpoint or an event file's write fails first, whichever
+        # reaches the full disk first: either way the path and the kept checkpoint are named.
         chief = _last_line(workers[0], "error")
         path = re.escape(f"{out}/") + r"\S+"
         assert re.fullmatch(
-            rf"error: no space left on device: {path}; checkpoint ckpt-5 kept; ckpt-10 not "
-            r"written \(its partial files removed\); make room in "
-            rf"--output_dir={re.escape(str(out))} and run the same command to resume at step 5",
-            chief) or re.fullmatch(
+            rf"error: no space left on device: {path}; checkpoint ckpt-{step} kept; "
+            rf"ckpt-{step + 5} not written \(its partial files removed\); make room in "
+            rf"--output_dir={re.escape(str(out))} and run the same command to resume at step "
+            rf"{step}", chief) or re.fullmatch(
             rf"error: no space left on device: {path}; worker 0 stops: the last checkpoint is "
-            rf"{re.escape(str(out))}/ckpt-5 \(step 5\); make room in \(or make writable\) "
-            rf"--output_dir={re.escape(str(out))}, then start every worker again with the same "
-            "command to resume there", chief), chief
+            rf"{re.escape(str(out))}/ckpt-{step} \(step {step}\); make room in \(or make "
+            rf"writable\) --output_dir={re.escape(str(out))}, then start every worker again "
+            "with the same command to resume there", chief), chief
         reason = chief.split("; ")[0][len("error: "):]
         assert _last_line(workers[1], "error") == (
             f"error: worker 0 stopped on its own error ({reason}); worker 1 stops with it: the "
-            f"last checkpoint is {out}/ckpt-5 (step 5); fix that (worker 0's log says how), "
-            "then start every worker again with the same command to resume there")
+            f"last checkpoint is {out}/ckpt-{step} (step {step}); fix that (worker 0's log says "
+            "how), then start every worker again with the same command to resume there")
         assert "lost contact" not in _log(workers[1].log, tail=10**6)
-        # Nothing lost, nothing half-written: ckpt-5 and the state file as saved, no trace
-        # of ckpt-10, no non-chief copies.
-        assert _checkpoint_files(out, 5) == kept
-        assert not [p.name for p in out.iterdir() if "ckpt-10" in p.name or "tmp" in p.name]
+        # Nothing lost, nothing half-written: the kept checkpoint and the state file as they
+        # were when the disk filled, no trace of the next one, no non-chief copies.
+        kept = _checkpoint_files(out, step)
+        assert kept == {name: on_disk[name] for name in kept}
+        assert not [p.name for p in out.iterdir()
+                    if f"ckpt-{step + 5}" in p.name or "tmp" in p.name]
 
 
 @pytest.mark.slow
