@@ -12,6 +12,7 @@ import shutil
 import subprocess
 import sys
 import types
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -148,21 +149,27 @@ def test_a_changed_model_in_data_dir_is_refused(trained, corpus, tmp_path):
         runs.open_run(spec)
 
 
-def test_saved_model_from_plain_tensorflow_with_tensorflow_text(trained, decoded, corpus,
-                                                                tmp_path):
+@pytest.fixture(scope="module")
+def exported(trained, tmp_path_factory):
+    """(the SavedModel's version folder, its in-process module) of the trained run."""
     run_ = runs.open_run(runs.resolve("export", str(trained.output_dir)))
     _, model = runs.restore_model(run_)
     vocab = export.graph_vocabulary(run_.encoders["inputs"])
     hp = decoding.decode_hparams(DECODE_HPARAMS)
     module = export.ServingModule(model, vocab, vocab, hp, decoding.input_length_limit(hp),
                                   run_.target_space_id)
-    path = export.export(module, str(tmp_path / "export"))
+    path = export.export(module, str(tmp_path_factory.mktemp("sp_export") / "export"))
+    return types.SimpleNamespace(path=path, module=module)
+
+
+def test_saved_model_from_plain_tensorflow_with_tensorflow_text(trained, decoded, corpus,
+                                                                exported, tmp_path):
     lines = (corpus / "dev.en").read_text(encoding="utf-8").split("\n")[:-1]
     # Decode mode's one batch: sorted by word count, longest first.
     sorted_lines, sorted_keys = decoding.sort_inputs(lines)
     (tmp_path / "lines.json").write_text(json.dumps(sorted_lines + [UNSEEN]), encoding="utf-8")
     result = subprocess.run(
-        [sys.executable, "-c", FRESH_PROCESS_SCRIPT, path, str(tmp_path / "lines.json")],
+        [sys.executable, "-c", FRESH_PROCESS_SCRIPT, exported.path, str(tmp_path / "lines.json")],
         check=False, capture_output=True, text=True, timeout=300, cwd=tmp_path,
         env=dict(os.environ, PYTHONPATH=""))
     assert result.returncode == 0, result.stderr[-3000:]
@@ -173,6 +180,37 @@ def test_saved_model_from_plain_tensorflow_with_tensorflow_text(trained, decoded
         assert ids[:len(expected)] == expected and not any(ids[len(expected):])
     served = report["outputs"][:len(lines)]
     assert [served[sorted_keys[i]] for i in range(len(lines))] == decoded.lines
+
+
+def test_served_by_the_run_and_by_its_saved_model_as_each_line_decoded_alone(
+        trained, corpus, exported, tmp_path):
+    """`--mode=serve` of the SentencePiece run (t2t_lite engine) and of its SavedModel (which
+    the server loads after registering tensorflow-text's ops): lines sent by concurrent
+    clients come back as the SavedModel decodes each line alone (the 4-step model runs each
+    line to its own limit, so a batch-dependent length would show)."""
+    require_extra("fastapi", "serve")
+    from t2t_lite.serving import client
+    from tests.server_helpers import ServerProcess
+
+    lines = (corpus / "dev.en").read_text(encoding="utf-8").split("\n")[:5] + [UNSEEN]
+    servers = [ServerProcess(trained.output_dir, "--batch_timeout_ms=200", cwd=tmp_path,
+                             decode_hparams=DECODE_HPARAMS),
+               ServerProcess(None, f"--saved_model_dir={exported.path}",
+                             "--batch_timeout_ms=200", cwd=tmp_path,
+                             decode_hparams=DECODE_HPARAMS)]
+    try:
+        alone = [exported.module.serving_default(tf.constant([line]))["outputs"][0]
+                 .numpy().decode("utf-8") for line in lines]
+        assert alone[-1] and all(alone)
+        for server in servers:
+            server.wait_ready()
+            translator = client.Translator(server.url)
+            with ThreadPoolExecutor(len(lines)) as pool:
+                served = list(pool.map(translator.translate, [[line] for line in lines]))
+            assert [outputs[0] for outputs in served] == alone, server.stdout
+    finally:
+        for server in servers:
+            server.stop()
 
 
 def test_ctranslate2_export_decodes_as_decode_mode(trained, decoded, corpus, tmp_path):

@@ -100,13 +100,51 @@ def _saved_model_engine(flags, decode_hp) -> Any:
                             "there nor in a numbered version folder; write one with "
                             "--mode=export")
         path = os.path.join(path, str(versions[0]))
-    loaded = tf.saved_model.load(path)
+    loaded = load_saved_model(tf, path)
     for name in ("encode", "encode_decode_ids", "decode"):
         if name not in loaded.signatures:
             raise UserError(f"--saved_model_dir={path}: no '{name}' signature (an export of a "
                             "text problem by --mode=export has it)")
     return SavedModelEngine(loaded, decode_hp, {
         "saved_model": path, "decode_hparams": _decode_values(decode_hp)})
+
+
+def _unregistered_op(error: RuntimeError) -> str | None:
+    """The op a graph uses that this process has not registered (None: another error)."""
+    import re
+
+    missing = re.search(r"Op type not registered '([^']+)'", str(error))
+    return missing.group(1) if missing else None
+
+
+def load_saved_model(tf: Any, path: str) -> Any:
+    """`tf.saved_model.load(path)`, with tensorflow-text's ops registered first when the graph
+    uses them (a SentencePiece vocabulary's `SentencepieceTokenizer`, or
+    `--export_subword_segmenter=tensorflow_text`): only then is tensorflow_text imported.
+
+    Raises:
+      UserError: the graph needs ops that neither TensorFlow nor tensorflow-text has, or
+        tensorflow-text is not installed.
+    """
+    try:
+        return tf.saved_model.load(path)
+    except RuntimeError as e:
+        op = _unregistered_op(e)
+        if op is None:
+            raise
+    try:
+        import tensorflow_text  # noqa: F401  registers its ops with TensorFlow
+    except ImportError:
+        raise UserError(f"--saved_model_dir={path}: its graph uses the op {op}, which is "
+                        "tensorflow-text's; install it: pip install -e \".[text]\"") from None
+    try:
+        return tf.saved_model.load(path)
+    except RuntimeError as e:
+        op = _unregistered_op(e)
+        if op is None:
+            raise
+        raise UserError(f"--saved_model_dir={path}: its graph uses the op {op}, which neither "
+                        "TensorFlow nor tensorflow-text registers") from None
 
 
 def _decode_values(decode_hp) -> dict:
