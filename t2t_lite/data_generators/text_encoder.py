@@ -501,14 +501,12 @@ class SubwordTextEncoder(TextEncoder):
           [T] ids in [0, vocab_size).
         """
         tokens = tokenizer.encode(native_to_unicode(s))
-        # Cache lookups and the concatenation run in C; only unseen tokens take the slow path.
-        parts = list(map(self._cache.get, tokens))
-        if None in parts:
-            parts = [
-                ids if ids is not None else self._token_to_subtoken_ids(token)
-                for ids, token in zip(parts, tokens)
-            ]
-        return list(itertools.chain.from_iterable(parts))
+        # Cache lookups and the concatenation run in C in one pass; a line with an unseen
+        # token takes the slow path once (its tokens are cached for the next lines).
+        try:
+            return list(itertools.chain.from_iterable(map(self._cache.__getitem__, tokens)))
+        except KeyError:
+            return list(itertools.chain.from_iterable(map(self._token_to_subtoken_ids, tokens)))
 
     def encode_with_dropout(self, s: str | bytes, dropout: float, rng) -> list[int]:
         """Converts text to subtoken ids with MaxMatch-dropout (no EOS).
