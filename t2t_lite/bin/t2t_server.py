@@ -126,25 +126,21 @@ def load_saved_model(tf: Any, path: str) -> Any:
       UserError: the graph needs ops that neither TensorFlow nor tensorflow-text has, or
         tensorflow-text is not installed.
     """
-    try:
-        return tf.saved_model.load(path)
-    except RuntimeError as e:
-        op = _unregistered_op(e)
-        if op is None:
-            raise
-    try:
-        import tensorflow_text  # noqa: F401  registers its ops with TensorFlow
-    except ImportError:
-        raise UserError(f"--saved_model_dir={path}: its graph uses the op {op}, which is "
-                        "tensorflow-text's; install it: pip install -e \".[text]\"") from None
-    try:
-        return tf.saved_model.load(path)
-    except RuntimeError as e:
-        op = _unregistered_op(e)
-        if op is None:
-            raise
-        raise UserError(f"--saved_model_dir={path}: its graph uses the op {op}, which neither "
-                        "TensorFlow nor tensorflow-text registers") from None
+    for attempt in ("core", "tensorflow_text"):
+        try:
+            return tf.saved_model.load(path)
+        except RuntimeError as e:
+            op = _unregistered_op(e)
+            if op is None:
+                raise
+        if attempt == "tensorflow_text":
+            raise UserError(f"--saved_model_dir={path}: its graph uses the op {op}, which "
+                            "neither TensorFlow nor tensorflow-text registers")
+        try:
+            import tensorflow_text  # noqa: F401  registers its ops with TensorFlow
+        except ImportError:
+            raise UserError(f"--saved_model_dir={path}: its graph uses the op {op}, which is "
+                            "tensorflow-text's; install it: pip install -e \".[text]\"") from None
 
 
 def _decode_values(decode_hp) -> dict:
