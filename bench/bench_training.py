@@ -27,7 +27,12 @@ prints each dtype's speed against float32. For every dtype it also times `tf.mat
 model's own shapes at the batch used (`model_matmul_rate`: the Q/K/V/output projections, the
 two FFN matmuls and the softmax layer, each forward and its two gradient matmuls, weighted by
 how many the step runs) and prints the step's FLOP rate as a fraction of that rate: how close
-the step comes to its own matmuls run back to back. `--no_baseline` skips the plain Keras
+the step comes to its own matmuls run back to back. The matmuls are timed before each round's
+steps and after the last round (matmuls, steps, matmuls, ...), and each round's fraction is
+printed with the load twice: by wall time and by process CPU time (`time.process_time`, all
+threads), each against the mean of the matmul rates just before and after. On a shared
+machine the wall figure moves with the other processes' share of the cores; the CPU figure
+(the same threads on both sides) moves far less. The summary line gives the median round. `--no_baseline` skips the plain Keras
 model (slow on 2 cores at transformer_base); `--profile_steps N` traces N more steps of each
 dtype with `tf.profiler` and prints their op time by category (matmuls, dropout masks, casts,
 layer norms, optimizer, ...), by op type and by op name. `--hparams` overrides every set's
@@ -306,34 +311,44 @@ def matmul_rate_fractions(flops: float, step_seconds: tuple[float, float],
     return fractions[0], fractions[1]
 
 
-# Op types of the matmuls whose FLOPs `train_flops` counts: oneDNN's kernels, and Eigen's
-# where TensorFlow leaves oneDNN off (CPUs without AVX512-VNNI/BF16 or AMX, e.g. AVX2 only),
-# whose matmul + bias (+ relu) is `_FusedMatMul`.
+# Op types of the matmuls whose FLOPs `train_flops` counts: oneDNN's kernels (`_Mkl*`, and
+# `_MklNative*` for the ones TensorFlow runs on its native layout), and Eigen's where
+# TensorFlow leaves oneDNN off (CPUs without AVX512-VNNI/BF16 or AMX, e.g. AVX2 only), whose
+# matmul + bias (+ relu) is `_FusedMatMul`.
 _MATMUL_TYPES = ("MatMul", "_MklMatMul", "_MklNativeFusedMatMul", "_MklFusedMatMul",
-                 "_FusedMatMul", "BatchMatMulV2", "_MklBatchMatMulV2")
+                 "_FusedMatMul", "BatchMatMulV2", "BatchMatMulV3", "_MklBatchMatMulV2",
+                 "_MklBatchMatMulV3", "_MklFusedBatchMatMulV2", "_MklNativeBatchMatMulV2")
+# Moving data between layouts: head transposes, splits and concats, and oneDNN's conversions
+# between its blocked layout and TensorFlow's (`_MklToTf`, `_MklInputConversion`; none ran
+# in TensorFlow 2.21's native-format oneDNN ops here, but older builds insert them).
+_LAYOUT_TYPES = ("Transpose", "_MklTranspose", "_MklNativeTranspose", "SplitV", "Split",
+                 "ConcatV2", "_MklConcatV2", "_MklNativeConcatV2", "Slice", "StridedSlice",
+                 "Pack", "TensorListConcatV2", "_MklToTf", "_MklInputConversion")
 
 
 def op_category(op_name: str, op_type: str) -> str:
-    """A profiled op's share of the step: the matmuls or one kind of overhead around them."""
-    if op_name.startswith("adam") or "VariableOp" in op_type or op_type.startswith("ResourceApply"):
+    """A profiled op's share of the step: the matmuls or one kind of overhead around them.
+    Knows Eigen's and oneDNN's op types (TF_ENABLE_ONEDNN_OPTS=1: `_Mkl*`)."""
+    if (op_name.startswith("adam") or "VariableOp" in op_type
+            or op_type.startswith(("ResourceApply", "_MklResourceApply", "_MklApply"))):
         return "optimizer update (Adam, float32)"
     if op_type in _MATMUL_TYPES:
         return "matmuls (counted FLOPs)"
     if op_type.startswith("StatelessRandom"):
         return "dropout masks (Philox draws)"
-    if op_type == "Cast":
+    if op_type in ("Cast", "_MklCast"):
         return "casts"
-    if op_type in ("Transpose", "_MklTranspose", "SplitV", "Split", "ConcatV2", "Slice",
-                   "StridedSlice", "Pack", "TensorListConcatV2"):
+    if op_type in _LAYOUT_TYPES:
         return "layout (head transposes, split, concat)"
-    if "layer_norm" in op_name:
+    if "layer_norm" in op_name or op_type in ("_MklLayerNorm", "_MklFusedLayerNorm"):
         return "layer norms (forward + backward, float32 statistics)"
     if op_name.startswith(("while/", "softmax_cross_entropy_grad")):
         return "softmax layer: chunk loss (float32) besides its matmuls"
+    if "softmax_dropout_matmul" in op_name or op_type in ("Softmax", "_MklSoftmax"):
+        return "attention softmax (forward + backward, with its dropout)"
     if "stateless_random_uniform" in op_name or "dropout" in op_name:
         return "dropout apply (masks: compare, select, scale; forward + backward)"
-    return "other elementwise / reductions (attention softmax, residual, relu, bias " \
-           "gradients, gradient norm)"
+    return "other elementwise / reductions (residual, relu, bias gradients, gradient norm)"
 
 
 def profile_steps(step, count: int) -> tuple:

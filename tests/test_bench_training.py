@@ -40,6 +40,19 @@ def test_op_categories():
     assert category("encoder/layer_norm/mul", "Mul").startswith("layer norms")
     assert category("encoder/layer_norm/Cast", "Cast") == "casts"
     assert category("while/body/_1/while/Softmax", "_MklSoftmax").startswith("softmax layer")
+    # oneDNN's op types (TF_ENABLE_ONEDNN_OPTS=1) as a profile names them.
+    assert category("decoder/ffn/dense/BiasAdd", "_MklNativeFusedMatMul").startswith("matmuls")
+    assert category("encoder/multihead_attention/MatMul", "_MklBatchMatMulV2").startswith(
+        "matmuls")
+    assert category("encoder/multihead_attention/transpose", "_MklTranspose").startswith(
+        "layout")
+    assert category("x/mkl_to_tf", "_MklToTf").startswith("layout")
+    assert category("encoder/norm", "_MklLayerNorm").startswith("layer norms")
+    assert category("encoder/multihead_attention/Softmax", "_MklSoftmax").startswith(
+        "attention softmax")
+    assert category("softmax_dropout_matmul_grad_5/SelectV2", "SelectV2").startswith(
+        "attention softmax")
+    assert category("encoder/residual/add", "AddV2").startswith("other elementwise")
 
 
 @pytest.mark.slow
