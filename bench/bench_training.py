@@ -27,7 +27,12 @@ prints each dtype's speed against float32. For every dtype it also times `tf.mat
 model's own shapes at the batch used (`model_matmul_rate`: the Q/K/V/output projections, the
 two FFN matmuls and the softmax layer, each forward and its two gradient matmuls, weighted by
 how many the step runs) and prints the step's FLOP rate as a fraction of that rate: how close
-the step comes to its own matmuls run back to back. `--no_baseline` skips the plain Keras
+the step comes to its own matmuls run back to back. The matmuls are timed before each round's
+steps and after the last round (matmuls, steps, matmuls, ...), and each round's fraction is
+printed with the load twice: by wall time and by process CPU time (`time.process_time`, all
+threads), each against the mean of the matmul rates just before and after. On a shared
+machine the wall figure moves with the other processes' share of the cores; the CPU figure
+(the same threads on both sides) moves far less. The summary line gives the median round. `--no_baseline` skips the plain Keras
 model (slow on 2 cores at transformer_base); `--profile_steps N` traces N more steps of each
 dtype with `tf.profiler` and prints their op time by category (matmuls, dropout masks, casts,
 layer norms, optimizer, ...), by op type and by op name. `--hparams` overrides every set's
@@ -92,12 +97,17 @@ def model_matmul_shapes(hp: HParams, batch: int, length: int,
 
 
 def model_matmul_rate(hp: HParams, batch: int, length: int, vocab: int, dtype: tf.DType,
-                      repeats: int = 5) -> tuple[float, dict[str, float]]:
+                      repeats: int = 5) -> tuple[float, dict[str, float], float, float]:
     """FLOP/s of `tf.matmul` in `dtype` on the model's own shapes, run as training runs them:
     each shape's forward [m, k] x [k, n] and its two gradients (dx = dy wᵀ, dw = xᵀ dy),
-    best of `repeats`; the overall rate weights each shape by its products per step (total
-    FLOPs / total time). Returns (overall rate, rate by shape name)."""
-    total_flops, total_seconds, by_shape = 0.0, 0.0, {}
+    `repeats` calls after one warm-up call; the overall rate weights each shape by its products
+    per step (total FLOPs / total time).
+
+    Returns (overall rate from the best call of each shape, that rate by shape name, overall
+    rate from the mean wall time of the calls, overall rate per second of process CPU time
+    (all threads) of the calls). The last two time the calls as a step is timed (all of them,
+    not the best), so that a step's FLOP rate over them is a like-for-like fraction."""
+    total_flops, best_seconds, wall_seconds, cpu_seconds, by_shape = 0.0, 0.0, 0.0, 0.0, {}
     for name, (m, k, n, count) in model_matmul_shapes(hp, batch, length, vocab).items():
         x = tf.cast(tf.random.normal([m, k]), dtype)
         w = tf.cast(tf.random.normal([k, n]) * 0.05, dtype)
@@ -109,16 +119,21 @@ def model_matmul_rate(hp: HParams, batch: int, length: int, vocab: int, dtype: t
                     tf.matmul(x, dy, transpose_a=True))
 
         forward_backward(x, w, dy)
-        best = math.inf
+        best, start_wall, start_cpu = math.inf, time.perf_counter(), time.process_time()
         for _ in range(repeats):
             start = time.perf_counter()
-            forward_backward(x, w, dy)
+            forward_backward(x, w, dy)  # eager call of a CPU function: returns when done
             best = min(best, time.perf_counter() - start)
+        wall = (time.perf_counter() - start_wall) / repeats
+        cpu = (time.process_time() - start_cpu) / repeats
         flops = 6.0 * m * k * n
         by_shape[name] = flops / best
         total_flops += count * flops
-        total_seconds += count * best
-    return total_flops / total_seconds, by_shape
+        best_seconds += count * best
+        wall_seconds += count * wall
+        cpu_seconds += count * cpu
+    return (total_flops / best_seconds, by_shape, total_flops / wall_seconds,
+            total_flops / cpu_seconds)
 
 
 def train_flops(hp: HParams, batch: int, length: int, vocab: int) -> float:
@@ -272,48 +287,68 @@ def t2t_lite_step(hp: HParams, batch: dict, vocab: int, output_dir: str,
     return step
 
 
-# Process CPU seconds per step of each `_time` call, by step function: on a shared machine
-# the wall time includes the seconds other processes held the cores; the CPU time does not
-# (it does include TensorFlow's worker threads spinning while they wait for work).
-_CPU_SECONDS = collections.defaultdict(list)
-
-
-def _time(step, count: int) -> float:
+def _time(step, count: int) -> tuple[float, float]:
+    """(wall seconds, process CPU seconds) per call of `count` calls of `step`. On a shared
+    machine the wall time includes the seconds other processes held the cores; the CPU time
+    does not (it does include TensorFlow's worker threads spinning while they wait for work)."""
     start, start_cpu = time.perf_counter(), time.process_time()
     for _ in range(count):
         step()
-    _CPU_SECONDS[step].append((time.process_time() - start_cpu) / count)
-    return (time.perf_counter() - start) / count
+    return (time.perf_counter() - start) / count, (time.process_time() - start_cpu) / count
 
 
-# Op types of the matmuls whose FLOPs `train_flops` counts: oneDNN's kernels, and Eigen's
-# where TensorFlow leaves oneDNN off (CPUs without AVX512-VNNI/BF16 or AMX, e.g. AVX2 only),
-# whose matmul + bias (+ relu) is `_FusedMatMul`.
+def matmul_rate_fractions(flops: float, step_seconds: tuple[float, float],
+                          rates_before: tuple, rates_after: tuple) -> tuple[float, float]:
+    """A round's step FLOP rate as fractions of its matmul rate, (by wall time, by process CPU
+    time): the step's `flops` over its (wall, CPU) seconds, against the matmul rates measured
+    just before and just after the round's steps (`model_matmul_rate`'s results: their mean
+    wall and CPU rates; averaged as times, i.e. harmonically), so both sides share the same
+    minutes of a shared machine and, by CPU time, the same threads."""
+    fractions = []
+    for seconds, index in zip(step_seconds, (2, 3)):
+        matmul_seconds_per_flop = (1 / rates_before[index] + 1 / rates_after[index]) / 2
+        fractions.append(flops / seconds * matmul_seconds_per_flop)
+    return fractions[0], fractions[1]
+
+
+# Op types of the matmuls whose FLOPs `train_flops` counts: oneDNN's kernels (`_Mkl*`, and
+# `_MklNative*` for the ones TensorFlow runs on its native layout), and Eigen's where
+# TensorFlow leaves oneDNN off (CPUs without AVX512-VNNI/BF16 or AMX, e.g. AVX2 only), whose
+# matmul + bias (+ relu) is `_FusedMatMul`.
 _MATMUL_TYPES = ("MatMul", "_MklMatMul", "_MklNativeFusedMatMul", "_MklFusedMatMul",
-                 "_FusedMatMul", "BatchMatMulV2", "_MklBatchMatMulV2")
+                 "_FusedMatMul", "BatchMatMulV2", "BatchMatMulV3", "_MklBatchMatMulV2",
+                 "_MklBatchMatMulV3", "_MklFusedBatchMatMulV2", "_MklNativeBatchMatMulV2")
+# Moving data between layouts: head transposes, splits and concats, and oneDNN's conversions
+# between its blocked layout and TensorFlow's (`_MklToTf`, `_MklInputConversion`; none ran
+# in TensorFlow 2.21's native-format oneDNN ops here, but older builds insert them).
+_LAYOUT_TYPES = ("Transpose", "_MklTranspose", "_MklNativeTranspose", "SplitV", "Split",
+                 "ConcatV2", "_MklConcatV2", "_MklNativeConcatV2", "Slice", "StridedSlice",
+                 "Pack", "TensorListConcatV2", "_MklToTf", "_MklInputConversion")
 
 
 def op_category(op_name: str, op_type: str) -> str:
-    """A profiled op's share of the step: the matmuls or one kind of overhead around them."""
-    if op_name.startswith("adam") or "VariableOp" in op_type or op_type.startswith("ResourceApply"):
+    """A profiled op's share of the step: the matmuls or one kind of overhead around them.
+    Knows Eigen's and oneDNN's op types (TF_ENABLE_ONEDNN_OPTS=1: `_Mkl*`)."""
+    if (op_name.startswith("adam") or "VariableOp" in op_type
+            or op_type.startswith(("ResourceApply", "_MklResourceApply", "_MklApply"))):
         return "optimizer update (Adam, float32)"
     if op_type in _MATMUL_TYPES:
         return "matmuls (counted FLOPs)"
     if op_type.startswith("StatelessRandom"):
         return "dropout masks (Philox draws)"
-    if op_type == "Cast":
+    if op_type in ("Cast", "_MklCast"):
         return "casts"
-    if op_type in ("Transpose", "_MklTranspose", "SplitV", "Split", "ConcatV2", "Slice",
-                   "StridedSlice", "Pack", "TensorListConcatV2"):
+    if op_type in _LAYOUT_TYPES:
         return "layout (head transposes, split, concat)"
-    if "layer_norm" in op_name:
+    if "layer_norm" in op_name or op_type in ("_MklLayerNorm", "_MklFusedLayerNorm"):
         return "layer norms (forward + backward, float32 statistics)"
     if op_name.startswith(("while/", "softmax_cross_entropy_grad")):
         return "softmax layer: chunk loss (float32) besides its matmuls"
+    if "softmax_dropout_matmul" in op_name or op_type in ("Softmax", "_MklSoftmax"):
+        return "attention softmax (forward + backward, with its dropout)"
     if "stateless_random_uniform" in op_name or "dropout" in op_name:
         return "dropout apply (masks: compare, select, scale; forward + backward)"
-    return "other elementwise / reductions (attention softmax, residual, relu, bias " \
-           "gradients, gradient norm)"
+    return "other elementwise / reductions (residual, relu, bias gradients, gradient norm)"
 
 
 def profile_steps(step, count: int) -> tuple:
@@ -387,45 +422,63 @@ def main():
                                             os.path.join(output_dir, dtype), dtype=dtype)
             for step in impls.values():  # trace and warm up
                 _time(step, 2)
-            # Interleaved rounds: the machine may be shared, so keep each one's best round.
-            # The matmul rates of the model's shapes are measured between the rounds too.
-            times = {impl: [] for impl in impls}
+            # Interleaved rounds, the matmul rates of the model's shapes measured before each
+            # round's steps and after the last (matmuls, steps, matmuls, ...): the machine may
+            # be shared, so each round's step is set against the matmuls of its own minutes.
+            times = {impl: [] for impl in impls}  # (wall, CPU) seconds per step, by round
             rates = {dtype: [] for dtype in dtypes}
-            for _ in range(args.rounds):
-                for impl, step in impls.items():
-                    times[impl].append(_time(step, n))
+            loads = []
+            for _ in range(args.rounds + 1):
                 for dtype in dtypes:
                     rates[dtype].append(model_matmul_rate(
                         hp, batch_size, args.length, args.vocab_size, tf.as_dtype(dtype)))
+                if len(loads) == args.rounds:
+                    break
+                loads.append(os.getloadavg()[0])
+                for impl, step in impls.items():
+                    times[impl].append(_time(step, n))
             profiles = {impl: profile_steps(step, args.profile_steps)
                         for impl, step in impls.items() if args.profile_steps}
         for dtype in dtypes:
             best = max(rates[dtype], key=lambda r: r[0])
             shapes = ", ".join(f"{shape} {rate / 1e9:.0f}" for shape, rate in best[1].items())
             print(f"{name:17s} {dtype} tf.matmul on the model's shapes: "
-                  f"{best[0] / 1e9:.1f} GFLOP/s (best round; {shapes} GFLOP/s; shapes "
-                  f"{model_matmul_shapes(hp, batch_size, args.length, args.vocab_size)})")
+                  f"{best[0] / 1e9:.1f} GFLOP/s (best call of each shape; {shapes} GFLOP/s; "
+                  f"shapes {model_matmul_shapes(hp, batch_size, args.length, args.vocab_size)})")
         for impl, seconds in times.items():
-            best = min(seconds)
+            dtype = impl.split(" ")[1] if impl.startswith("t2t_lite ") else "float32"
+            walls, cpus = [s[0] for s in seconds], [s[1] for s in seconds]
+            best = min(walls)
             line = (f"{name:17s} batch {batch_size}x{args.length} {impl:17s} "
                     f"{batch_size * args.length / best:8.0f} tokens/s {1 / best:7.3f} steps/s "
                     f"{flops / best / 1e9:6.1f} GFLOP/s = {flops / best / peak:6.1%} of peak ")
-            dtype = impl.split(" ")[1] if impl.startswith("t2t_lite ") else "float32"
             if dtype in rates:
-                rate = max(r[0] for r in rates[dtype])
-                line += f"= {flops / best / rate:6.1%} of its matmul rate "
-            cpu = _CPU_SECONDS[impls[impl]][1:]  # the rounds (the first call warms up)
-            print(line + f"(median round {np.median(seconds) * 1e3:.0f} ms/step; process CPU "
-                  f"time best {min(cpu) * 1e3:.0f}, median {np.median(cpu) * 1e3:.0f} ms/step)",
+                fractions = []
+                for i, (wall, cpu) in enumerate(seconds):
+                    fractions.append(matmul_rate_fractions(
+                        flops, (wall, cpu), rates[dtype][i], rates[dtype][i + 1]))
+                    around = rates[dtype][i:i + 2]
+                    print(f"{name:17s} {impl} round {i}: load {loads[i]:.2f}; step "
+                          f"{wall * 1e3:.0f} ms wall, {cpu * 1e3:.0f} ms CPU; matmuls "
+                          f"before/after {around[0][2] / 1e9:.1f}/{around[1][2] / 1e9:.1f} "
+                          f"GFLOP/s wall, {around[0][3] / 1e9:.1f}/{around[1][3] / 1e9:.1f} "
+                          f"per CPU second; step = {fractions[-1][0]:.1%} of its matmul rate "
+                          f"by wall time, {fractions[-1][1]:.1%} by CPU time", flush=True)
+                line += (f"= {np.median([f[0] for f in fractions]):6.1%} of its matmul rate "
+                         f"(median round, wall time; by CPU time "
+                         f"{np.median([f[1] for f in fractions]):.1%}) ")
+            print(line + f"(median round {np.median(walls) * 1e3:.0f} ms/step; process CPU "
+                  f"time best {min(cpus) * 1e3:.0f}, median {np.median(cpus) * 1e3:.0f} ms/step)",
                   flush=True)
         if "plain Keras" in times and "t2t_lite" in times:
-            ratio = min(times["plain Keras"]) / min(times["t2t_lite"])
+            ratio = min(times["plain Keras"])[0] / min(times["t2t_lite"])[0]
             print(f"{name:17s} t2t_lite / plain Keras speed: {ratio:.2f}x", flush=True)
         if "t2t_lite" in times:
             for impl, seconds in times.items():
                 if impl.startswith("t2t_lite "):
-                    ratio = min(times["t2t_lite"]) / min(seconds)
-                    median = np.median(times["t2t_lite"]) / np.median(seconds)
+                    ratio = min(times["t2t_lite"])[0] / min(seconds)[0]
+                    median = (np.median([t[0] for t in times["t2t_lite"]])
+                              / np.median([t[0] for t in seconds]))
                     print(f"{name:17s} {impl} / t2t_lite float32 speed: {ratio:.2f}x "
                           f"(medians {median:.2f}x)", flush=True)
         for impl, (by_type, by_name, by_category) in profiles.items():
