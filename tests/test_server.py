@@ -80,6 +80,7 @@ def test_api_contract(served):
     assert (model["engine"], model["problem"], model["hparams_set"], model["step"]) == (
         "t2t_lite", PROBLEM, "transformer_tiny", 4)
     assert model["decode_hparams"]["beam_size"] == 1 and model["attention"] is True
+    assert model["limits"]["batching"] == "continuous"  # the default, for a t2t_lite model
     status, answer, _ = request(url + "/v1/translate", {"inputs": ["0 1 1 0", "1"]})
     assert status == 200 and set(answer) == {"outputs", "scores"}
     assert len(answer["outputs"]) == len(answer["scores"]) == 2
