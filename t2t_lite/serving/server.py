@@ -88,14 +88,15 @@ def _load(state: State, engine_factory: Callable[[], Any], on_failure: Callable[
     try:
         engine = engine_factory()
         config = state.config
-        settings = dict(
-            max_batch_size=config.max_batch_size, max_batch_tokens=config.max_batch_tokens,
-            batch_timeout_secs=config.batch_timeout_ms / 1000.0,
-            max_queue=config.max_queue_sentences,
-            on_batch=state.metrics.batch_size.observe,
-            on_redecode=state.metrics.redecoded.inc,
-            workers=config.decode_workers or getattr(engine, "default_workers", 1),
-            on_wait=state.metrics.queue_wait.observe, on_decode=state.metrics.decoded)
+        settings = {
+            "max_batch_size": config.max_batch_size,
+            "max_batch_tokens": config.max_batch_tokens,
+            "batch_timeout_secs": config.batch_timeout_ms / 1000.0,
+            "max_queue": config.max_queue_sentences,
+            "on_batch": state.metrics.batch_size.observe,
+            "on_redecode": state.metrics.redecoded.inc,
+            "workers": config.decode_workers or getattr(engine, "default_workers", 1),
+            "on_wait": state.metrics.queue_wait.observe, "on_decode": state.metrics.decoded}
         if continuous(engine, config):
             batcher = ContinuousBatcher(engine, config.max_input_tokens, **settings)
         else:

@@ -151,7 +151,7 @@ class SlotSearch:
         encode = self._function("encode", self._encode_graph, [
             tf.TensorSpec([None, None], tf.int32), tf.TensorSpec([], tf.int32)])
         parts = []
-        for length, members in groups.items():
+        for members in groups.values():
             ids = tf.constant(np.array([list(id_lists[i]) for i in members], np.int32))
             memory_kv, encdec_bias = encode(ids, tf.constant(self.target_space_id))
             parts.append((memory_kv, encdec_bias))
