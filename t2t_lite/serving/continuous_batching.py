@@ -11,9 +11,9 @@ no more sentences until its search has drained, then starts one with those optio
 Each sentence's translation is that of the sentence decoded alone (the search's contract).
 
 The queue, its limits, `submit`, `close` and the metrics callbacks are `batching.Batcher`'s;
-`on_batch` is called with the live sentences of each call, `on_decode` with its seconds and
-live sentences (a sentence's share is the time of the calls it was live in), `on_wait` with
-each sentence's time in the queue. Nothing here imports TensorFlow.
+`on_batch` is called with the live sentences of each call, `on_decode` with its seconds
+(the admissions before it included) and live sentences (a sentence's share is the time of
+the calls it was live in), `on_wait` with each sentence's time in the queue. Nothing here imports TensorFlow.
 """
 from __future__ import annotations
 
@@ -79,12 +79,13 @@ class ContinuousBatcher(Batcher):
                 self._live += len(jobs)
                 self._cond.notify_all()
             jobs = self._admissible(jobs)
+            started = time.monotonic()  # admitting (encoding) is the workers' time too
             if jobs:
                 if search is None:
                     search = searches[options] = self._open(jobs, options)
                 if search is not None:
                     self._admit(search, jobs, tokens)
-            if search is not None and len(search) and not self._run(search, tokens):
+            if search is not None and len(search) and not self._run(search, tokens, started):
                 search = searches.pop(options)  # its state is unknown after an error
                 search = None
 
@@ -119,11 +120,11 @@ class ContinuousBatcher(Batcher):
             return
         tokens.update((id(job), job) for job in jobs)
 
-    def _run(self, search: Any, tokens: dict[int, Job]) -> bool:
+    def _run(self, search: Any, tokens: dict[int, Job], started: float) -> bool:
         """Runs a few steps and answers the sentences that ended; False when the search
-        failed (its sentences are answered with the error; the worker starts a new one)."""
+        failed (its sentences are answered with the error; the worker starts a new one).
+        The call is timed from `started` (before its admissions)."""
         live = len(search)
-        started = time.monotonic()
         try:
             finished = search.run()
         except Exception as error:  # noqa: BLE001 - the search's sentences fail, not the server

@@ -122,6 +122,7 @@ class SlotSearch:
         self._state: dict | None = None  # the rows' tensors
         self._first = np.zeros([0], np.int32)  # cache position of each row's step 0
         self._limit = np.zeros([0], np.int32)  # each row's number of steps at most
+        self._lengths = np.zeros([0], np.int32)  # each row's input length
         self._tokens: list = []
         self._g = 0  # the cache position the next step writes
         self._capacity = 0  # M
@@ -148,40 +149,21 @@ class SlotSearch:
         groups: dict[int, list[int]] = {}
         for i in order:
             groups.setdefault(len(id_lists[i]), []).append(i)
-        encode = self._function("encode", self._encode_graph, [
-            tf.TensorSpec([None, None], tf.int32), tf.TensorSpec([], tf.int32)])
-        parts = []
-        for members in groups.values():
-            ids = tf.constant(np.array([list(id_lists[i]) for i in members], np.int32))
-            memory_kv, encdec_bias = encode(ids, tf.constant(self.target_space_id))
-            parts.append((memory_kv, encdec_bias))
-        width = max(int(bias.shape[-1]) for _, bias in parts)
-        if self._state is not None:
-            width = max(width, int(self._state["encdec_bias"].shape[-1]))
-        memory_kv = [{name: tf.concat([_pad_axis(m[layer][name], 2, width) for m, _ in parts],
-                                      axis=0) for name in ("k", "v")}
-                     for layer in range(len(parts[0][0]))]
-        encdec_bias = tf.concat([_pad_axis(b, 3, width, LARGE_NEGATIVE)
-                                 for _, b in parts], axis=0)
-        new = dict(self._initial_rows(len(id_lists)), memory_kv=memory_kv,
-                   encdec_bias=encdec_bias)
         if self._state is None:
             self._g, self._capacity = 0, self.steps_per_call + CACHE_SLACK
-        new["cache"] = self._zero_cache(len(id_lists) * self.beam_size, self._capacity)
-        if self._state is None:
-            self._state = new
-        else:
-            old = self._state
-            old["memory_kv"] = [{name: _pad_axis(layer[name], 2, width) for name in layer}
-                                for layer in old["memory_kv"]]
-            old["encdec_bias"] = _pad_axis(old["encdec_bias"], 3, width,
-                                           LARGE_NEGATIVE)
-            self._state = tf.nest.map_structure(lambda a, b: tf.concat([a, b], axis=0),
-                                                old, new)
+            self._state = self._empty_state()
+        append = self._function("append", self._append_graph, [
+            _state_spec(self._state), tf.TensorSpec([None, None], tf.int32),
+            tf.TensorSpec([], tf.int32)])
+        for members in groups.values():
+            # One encoder call per input length: no padding in the encoder.
+            ids = tf.constant(np.array([list(id_lists[i]) for i in members], np.int32))
+            self._state = append(self._state, ids, tf.constant(self.target_space_id))
         sorted_lists = [id_lists[i] for members in groups.values() for i in members]
         self._first = np.concatenate([self._first, np.full(len(id_lists), self._g, np.int32)])
-        self._limit = np.concatenate([self._limit, np.array(
-            [len(ids) + self.extra_length for ids in sorted_lists], np.int32)])
+        lengths = np.array([len(ids) for ids in sorted_lists], np.int32)
+        self._lengths = np.concatenate([self._lengths, lengths])
+        self._limit = np.concatenate([self._limit, lengths + self.extra_length])
         self._tokens += [tokens[i] for members in groups.values() for i in members]
 
     def run(self) -> list[Finished]:
@@ -206,10 +188,12 @@ class SlotSearch:
         if keep.size == 0:
             self._state, self._tokens = None, []
             self._first, self._limit = self._first[:0], self._limit[:0]
+            self._lengths = self._lengths[:0]
             return finished
-        self._state = self._gather(self._state, keep)
         self._first, self._limit = self._first[keep], self._limit[keep]
+        self._lengths = self._lengths[keep]
         self._tokens = [self._tokens[i] for i in keep]
+        self._state = self._gather(self._state, keep)
         return finished
 
     def _results(self, rows: np.ndarray) -> list[Finished]:
@@ -243,11 +227,25 @@ class SlotSearch:
         self._state["cache"] = cache
 
     def _gather(self, state: dict, rows: np.ndarray) -> dict:
+        """The state of `rows` (the live ones, whose `_first` and `_lengths` are set), its
+        cache cut to the positions they use (from the oldest one's start, shifted to 0)
+        and its memory to their longest input: the steps' cost follows M and L."""
         beam_rows = (rows[:, None] * self.beam_size + np.arange(self.beam_size)).reshape(-1)
-        cache = tf.nest.map_structure(lambda c: tf.gather(c, beam_rows), state["cache"])
-        rest = tf.nest.map_structure(lambda t: tf.gather(t, rows),
-                                     {k: v for k, v in state.items() if k != "cache"})
-        return dict(rest, cache=cache)
+        shift = int(self._first.min())
+        self._capacity = self._g - shift + self.steps_per_call + CACHE_SLACK
+        cache = tf.nest.map_structure(
+            lambda c: _pad_axis(tf.gather(c, beam_rows)[:, :, shift:self._g], 2,
+                                self._capacity), state["cache"])
+        self._first = self._first - shift
+        self._g -= shift
+        width = int(self._lengths.max())
+        memory_kv = [{name: tf.gather(layer[name], rows)[:, :, :width] for name in layer}
+                     for layer in state["memory_kv"]]
+        encdec_bias = tf.gather(state["encdec_bias"], rows)[..., :width]
+        rest = tf.nest.map_structure(
+            lambda t: tf.gather(t, rows),
+            {k: v for k, v in state.items() if k not in ("cache", "memory_kv", "encdec_bias")})
+        return dict(rest, cache=cache, memory_kv=memory_kv, encdec_bias=encdec_bias)
 
     def _initial_rows(self, n: int) -> dict:
         k, length = self.beam_size, self.buffer
@@ -260,11 +258,6 @@ class SlotSearch:
                 "finished_seq": seq, "finished_scores": tf.ones([n, k]) * -INF,
                 "finished_flags": tf.zeros([n, k], tf.bool)}
 
-    def _zero_cache(self, rows: int, positions: int) -> dict:
-        function = self._function("zeros", lambda rows, positions: self.model.init_decode_cache(
-            rows, positions), [tf.TensorSpec([], tf.int32), tf.TensorSpec([], tf.int32)])
-        return function(tf.constant(rows), tf.constant(positions))
-
     def _function(self, name: str, graph, signature):
         key = self._key + (name,)
         if key not in self._functions:
@@ -272,9 +265,42 @@ class SlotSearch:
                                                input_signature=signature)
         return self._functions[key]
 
+    def _empty_state(self) -> dict:
+        """The state of no rows: a cache of `_capacity` positions, a memory of length 0."""
+        function = self._function("empty", self._empty_graph, [tf.TensorSpec([], tf.int32)])
+        return function(tf.constant(self._capacity))
+
     # ---------------------------------------------------------------------------- graphs
-    def _encode_graph(self, inputs, target_space_id):
-        return self.model.slot_decoding().encode(inputs, target_space_id)
+    def _empty_graph(self, capacity):
+        slot = self.model.slot_decoding()
+        memory_kv, encdec_bias = slot.encode(tf.zeros([0, 1], tf.int32), 0)
+        return dict(self._initial_rows(0), cache=self.model.init_decode_cache(0, capacity),
+                    memory_kv=memory_kv, encdec_bias=encdec_bias)
+
+    def _append_graph(self, state, inputs, target_space_id):
+        """`state` with the sentences `inputs` [n, L] (one length, EOS last) appended:
+        encoded, their memory and the rows' padded to the longer length (masked), fresh
+        hypotheses, zero caches of the state's capacity."""
+        memory_kv, encdec_bias = self.model.slot_decoding().encode(inputs, target_space_id)
+        width = tf.maximum(tf.shape(encdec_bias)[3], tf.shape(state["encdec_bias"])[3])
+
+        def pad(tensor, axis, value=0.0):
+            paddings = [[0, 0]] * tensor.shape.rank
+            paddings[axis] = [0, width - tf.shape(tensor)[axis]]
+            return tf.pad(tensor, paddings, constant_values=tf.cast(value, tensor.dtype))
+
+        rows = tf.shape(inputs)[0]
+        new = dict(self._initial_rows(rows),
+                   cache=self.model.init_decode_cache(rows * self.beam_size,
+                                                      tf.shape(next(iter(
+                                                          state["cache"].values()))["k"])[2]),
+                   memory_kv=[{name: pad(layer[name], 2) for name in layer}
+                              for layer in memory_kv],
+                   encdec_bias=pad(encdec_bias, 3, LARGE_NEGATIVE))
+        old = dict(state, memory_kv=[{name: pad(layer[name], 2) for name in layer}
+                                     for layer in state["memory_kv"]],
+                   encdec_bias=pad(state["encdec_bias"], 3, LARGE_NEGATIVE))
+        return tf.nest.map_structure(lambda a, b: tf.concat([a, b], axis=0), old, new)
 
     def _run_graph(self, state, g, first, limit, steps):
         slot = self.model.slot_decoding()
