@@ -9,7 +9,9 @@ For each size n (rounds x, sizes alternating): the first n lines of `--source` a
 to a continuous search (`decoding/search/continuous.py`, what the server runs) with a decode
 limit no row reaches (extra_length 1000: every row decodes every step), the search is
 traced, then `--steps` steps are timed. Prints ms per step, ms per sentence-step and the
-speed-up over n = 1, with the 1-minute load average (`uptime`).
+speed-up over n = 1, with the 1-minute load average (`uptime`). Then the same n lines
+decoded to their ends (extra_length 100) by the per-batch search (`input_lengths`, what
+`--serve_batching=batch` runs) and by the continuous one, alternating.
 """
 from __future__ import annotations
 
@@ -18,6 +20,8 @@ import os
 import pathlib
 import sys
 import time
+
+import numpy as np
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
@@ -62,6 +66,27 @@ def main() -> None:
             start = time.perf_counter()
             search.run()
             timings[n].append((time.perf_counter() - start) / args.steps)
+    # The same sentences decoded to their ends (extra_length 100): the per-batch search
+    # (`input_lengths`, what --serve_batching=batch runs) against the continuous one.
+    hp = decoding.decode_hparams(f"beam_size={args.beam_size},alpha=0.6")
+    infer = decoding.make_infer_fn(model, hp, run.target_space_id)
+    whole: dict[tuple[str, int], list[float]] = {}
+    for round_ in range(args.rounds + 1):
+        for n in sizes:
+            batch = ids[:n]
+            start = time.perf_counter()
+            infer(decoding.pad_batch(batch),
+                  input_lengths=np.array([len(i) for i in batch], np.int32))
+            per_batch = time.perf_counter() - start
+            search = SlotSearch(model, args.beam_size, 0.6, 100, 256,
+                                target_space_id=run.target_space_id, functions=functions)
+            start = time.perf_counter()
+            search.admit(batch, list(range(n)))
+            while len(search):
+                search.run()
+            if round_:  # the first round traces
+                whole.setdefault(("batch", n), []).append(per_batch)
+                whole.setdefault(("continuous", n), []).append(time.perf_counter() - start)
     load = os.getloadavg()[0]
     base = min(timings[sizes[0]]) / sizes[0]
     print(f"beam {args.beam_size}, {args.steps} steps a call, best of {args.rounds} "
@@ -72,6 +97,13 @@ def main() -> None:
         step = min(timings[n])
         print(f"| {n} | {n * args.beam_size} | {1000 * step:.1f} | {1000 * step / n:.2f} | "
               f"{base / (step / n):.1f}x |")
+    print(f"\nthe first n lines decoded to their ends, best of {args.rounds} "
+          f"(load {os.getloadavg()[0]:.1f})")
+    print("| sentences | per-batch search ms | continuous search ms | ratio |")
+    print("| ---: | ---: | ---: | ---: |")
+    for n in sizes:
+        batch, slots = min(whole[("batch", n)]), min(whole[("continuous", n)])
+        print(f"| {n} | {1000 * batch:.0f} | {1000 * slots:.0f} | {slots / batch:.2f} |")
 
 
 if __name__ == "__main__":

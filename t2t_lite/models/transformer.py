@@ -488,12 +488,12 @@ class Transformer(keras.Model):
         return symbols_to_logits_fn
 
 
-    def slot_decoding(self) -> SlotDecoding | None:
+    def slot_decoding(self, max_positions=None) -> SlotDecoding | None:
         """The encoder and step of continuous batching (`transformer_slots.slot_decoding`),
         or None when this model cannot decode in slots. Call inside a traced function."""
         from t2t_lite.models import transformer_slots
 
-        return transformer_slots.slot_decoding(self)
+        return transformer_slots.slot_decoding(self, max_positions)
 
     def start_decoding(self, inputs, target_space_id, options: StepOptions) -> Decoder:
         """The search's interface (`decoding/search/interface.py`): runs the encoder once

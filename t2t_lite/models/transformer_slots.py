@@ -10,7 +10,7 @@ from t2t_lite.layers import common_attention
 from t2t_lite.utils import precision
 
 
-def slot_decoding(model) -> SlotDecoding | None:
+def slot_decoding(model, max_positions=None) -> SlotDecoding | None:
     """The encoder and decoding step of continuous batching
     (`decoding/search/continuous.py`), or None when this model cannot decode in slots
     (relative self-attention, positions other than t2t's timing signal). Call inside the
@@ -20,10 +20,16 @@ def slot_decoding(model) -> SlotDecoding | None:
     index g; row r started at cache position first[r], so its own step is
     g - first[r] (its timing signal and GO) and it attends to positions first[r]..g
     only (the others get t2t's LARGE_NEGATIVE bias, an exact zero in the softmax).
+    `max_positions` (int32 scalar), when given, bounds the rows' own steps: the timing
+    signal's table is then made once, not at every step.
     """
     relative = hparams_support.hparam(model.hparams, "self_attention_type") != "dot_product"
     if relative or model.hparams.pos not in ("timing", "none", None):
         return None
+    table = None
+    if max_positions is not None and model.hparams.pos == "timing":
+        # Row p is the same whatever the table's length (get_timing_signal_1d).
+        table = common_attention.get_timing_signal_1d(max_positions, model.hidden_size)
     matrices = model.modality.matrices()
     decoder_weights = precision.weights_read_once(model.body.decoder)
     step_matrices = dict(matrices, softmax=tf.cast(matrices["softmax"],
@@ -39,8 +45,8 @@ def slot_decoding(model) -> SlotDecoding | None:
         x = model.modality.bottom(ids, "targets", step_matrices)
         x *= tf.cast(positions > 0, x.dtype)[:, None, None]  # GO at a row's step 0
         if model.hparams.pos == "timing":
-            timing = common_attention.get_timing_signal_1d(tf.reduce_max(positions) + 1,
-                                                           model.hidden_size)
+            timing = table if table is not None else common_attention.get_timing_signal_1d(
+                tf.reduce_max(positions) + 1, model.hidden_size)
             x += tf.cast(tf.gather(timing[0], positions)[:, None, :], x.dtype)
         slots = tf.range(tf.shape(next(iter(cache.values()))["k"])[2])
         valid = tf.logical_and(slots[None, :] >= first[:, None], slots[None, :] <= g)

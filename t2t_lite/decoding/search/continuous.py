@@ -303,24 +303,25 @@ class SlotSearch:
         return tf.nest.map_structure(lambda a, b: tf.concat([a, b], axis=0), old, new)
 
     def _run_graph(self, state, g, first, limit, steps):
-        slot = self.model.slot_decoding()
+        # The rows' own steps stay below g + steps - min(first) in this call.
+        slot = self.model.slot_decoding(max_positions=g + steps - tf.reduce_min(first) + 1)
         body = self._greedy_step if self.beam_size == 1 else self._beam_step
         stopped_fn = self._greedy_stopped if self.beam_size == 1 else self._beam_stopped
 
-        def cond(n, g, state):
-            return tf.logical_and(n < steps,
-                                  tf.logical_not(tf.reduce_all(stopped_fn(state, g - first,
-                                                                          limit))))
+        def cond(n, g, state, stopped):
+            return tf.logical_and(n < steps, tf.logical_not(tf.reduce_all(stopped)))
 
-        def loop(n, g, state):
-            stopped = stopped_fn(state, g - first, limit)
-            return n + 1, g + 1, body(slot, state, g, first, limit, stopped)
+        def loop(n, g, state, stopped):
+            state = body(slot, state, g, first, limit, stopped)
+            return n + 1, g + 1, state, stopped_fn(state, g + 1 - first, limit)
 
-        _, g, state = tf.while_loop(
-            cond, loop, (tf.constant(0), g, state), parallel_iterations=1,
+        _, g, state, stopped = tf.while_loop(
+            cond, loop, (tf.constant(0), g, state, stopped_fn(state, g - first, limit)),
+            parallel_iterations=1,
             shape_invariants=(tf.TensorShape([]), tf.TensorShape([]),
-                              tf.nest.map_structure(lambda t: t.shape, state)))
-        return state, g, stopped_fn(state, g - first, limit)
+                              tf.nest.map_structure(lambda t: t.shape, state),
+                              tf.TensorShape([None])))
+        return state, g, stopped
 
     def _greedy_stopped(self, state, t, limit):
         return tf.logical_or(t >= limit, state["hit_eos"])
