@@ -40,6 +40,7 @@ def served(tiny_run_trained, tmp_path_factory):
     """(the server, the `--mode=decode` outputs of LINES, each line decoded alone)."""
     work = tmp_path_factory.mktemp("served")
     process = ServerProcess(tiny_run_trained, "--max_batch_size=8", "--batch_timeout_ms=50",
+                            "--serve_batching=continuous",
                             "--serve_max_sentences=10", "--serve_max_input_tokens=20",
                             "--serve_max_beam_size=4", cwd=work)
     try:
@@ -80,7 +81,7 @@ def test_api_contract(served):
     assert (model["engine"], model["problem"], model["hparams_set"], model["step"]) == (
         "t2t_lite", PROBLEM, "transformer_tiny", 4)
     assert model["decode_hparams"]["beam_size"] == 1 and model["attention"] is True
-    assert model["limits"]["batching"] == "continuous"  # the default, for a t2t_lite model
+    assert model["limits"]["batching"] == "continuous"  # as asked: a t2t_lite model can
     status, answer, _ = request(url + "/v1/translate", {"inputs": ["0 1 1 0", "1"]})
     assert status == 200 and set(answer) == {"outputs", "scores"}
     assert len(answer["outputs"]) == len(answer["scores"]) == 2

@@ -23,9 +23,10 @@ class ServerConfig:
       max_beam_size: largest beam a request may ask for (422).
       max_n_best: most hypotheses a request may ask for (422).
       beam_size, alpha: the defaults (the server's --decode_hparams).
-      batching: "continuous" (sentences join and leave a running search between decode
-        steps, where the engine can: `continuous_batching`) or "batch" (a batch is decoded
-        to its end before the next).
+      batching: "batch" (a batch is decoded to its end before the next) or "continuous"
+        (sentences join and leave a running search between decode steps, where the engine
+        can: `continuous_batching`; measured slower than "batch" on CPU so far, see
+        docs/serving.md).
     """
     max_batch_size: int = 32
     max_batch_tokens: int = 4096
@@ -39,7 +40,7 @@ class ServerConfig:
     max_n_best: int = 16
     beam_size: int = 4
     alpha: float = 0.6
-    batching: str = "continuous"
+    batching: str = "batch"
 
 
 

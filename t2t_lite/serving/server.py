@@ -116,9 +116,9 @@ def _load(state: State, engine_factory: Callable[[], Any], on_failure: Callable[
 
 
 def continuous(engine: Any, config: ServerConfig) -> bool:
-    """Whether the server batches continuously: `--serve_batching=continuous` (the
-    default) and an engine that can (the t2t_lite engine's `continuous_refusal` is None;
-    otherwise the per-batch path, with a line saying why)."""
+    """Whether the server batches continuously: `--serve_batching=continuous` and an
+    engine that can (the t2t_lite engine's `continuous_refusal` is None; otherwise the
+    per-batch path, with a log line saying why)."""
     if config.batching != "continuous":
         return False
     refusal = getattr(engine, "continuous_refusal", lambda: "not offered by this engine")()
