@@ -13,8 +13,12 @@ the softmax). Its encoder output is computed when it joins, among sentences of i
 step function (one trace per configuration, every dimension dynamic) runs up to
 `steps_per_call` steps; between calls, `run` retires the rows that have stopped (the rows
 left are gathered: no stopped row is computed again) and `admit` appends new sentences.
-When g reaches the cache's capacity M the live rows' caches are shifted left by the oldest
-row's start (compaction), or M grows.
+When rows leave, the cache is cut to the positions the live rows use (from the oldest one's
+start, shifted to position 0) and the memory to their longest input; when g reaches the
+cache's capacity M, the caches are shifted left likewise (compaction) or M grows. The rows
+are exactly the live sentences, not a fixed set of slots: an empty slot would cost a whole
+row's step, and a step's cost follows its rows (`bench/bench_slot_step.py`); the price is a
+gather or concat of the state when sentences leave or join (once per call at most).
 
 Each sentence's result is that of the search of the sentence alone (`driver.infer` with the
 same settings): the same ops on the same values, except float summation order over
