@@ -400,23 +400,16 @@ class SlotSearch:
 
         finished_seq, finished_scores = state["finished_seq"], state["finished_scores"]
         finished_flags = state["finished_flags"]
-        finished_candidate_scores = topk_scores + (
-            1.0 - tf.cast(topk_finished, tf.float32)) * -INF
-        all_seq = tf.concat([finished_seq, topk_seq], axis=1)
-        all_scores = tf.concat([finished_scores, finished_candidate_scores], axis=1)
-        all_flags = tf.concat([finished_flags, topk_finished], axis=1)
-        _, finished_index = tf.math.top_k(all_scores, k=k)
+        new_finished = beam_search.grow_finished(finished_seq, finished_scores, finished_flags,
+                                                 topk_seq, topk_scores, topk_finished, k)
         keep = stopped[:, None]
         return dict(
             state, cache=cache,
             alive_seq=tf.where(keep[:, :, None], alive_seq, new_alive_seq),
             alive_log_probs=tf.where(keep, alive_log_probs, new_alive_log_probs),
-            finished_seq=tf.where(keep[:, :, None], finished_seq,
-                                  tf.gather(all_seq, finished_index, batch_dims=1)),
-            finished_scores=tf.where(keep, finished_scores,
-                                     tf.gather(all_scores, finished_index, batch_dims=1)),
-            finished_flags=tf.where(keep, finished_flags,
-                                    tf.gather(all_flags, finished_index, batch_dims=1)))
+            finished_seq=tf.where(keep[:, :, None], finished_seq, new_finished[0]),
+            finished_scores=tf.where(keep, finished_scores, new_finished[1]),
+            finished_flags=tf.where(keep, finished_flags, new_finished[2]))
 
 
 def _pad_axis(tensor: tf.Tensor, axis: int, size: int, value: float = 0) -> tf.Tensor:
