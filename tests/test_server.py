@@ -129,6 +129,9 @@ def test_outputs_equal_decode_mode_one_by_one_and_by_8_concurrent_clients(served
     # 16 sentences in fewer batches than sentences: the concurrent ones were batched.
     assert after[sentences] - before[sentences] >= 16
     assert after[batches] - before[batches] < after[sentences] - before[sentences]
+    # Continuous batching: every call ran steps (at least one per call).
+    steps = ("t2t_lite_serving_decode_steps_total", ())
+    assert after[steps] - before[steps] >= after[batches] - before[batches] > 0
     assert translator.translate(LINES) == expected
 
 

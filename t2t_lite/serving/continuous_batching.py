@@ -30,13 +30,15 @@ class ContinuousBatcher(Batcher):
       engine: with `slot_search(options, max_input_length, steps_per_call)`.
       max_input_length: the longest input (ids, EOS included) a sentence may have.
       steps_per_call: decode steps between two chances to admit sentences.
+      on_steps: called with the decode steps of each call (metrics).
       **kwargs: `Batcher`'s (max_batch_size: live sentences per worker at most;
         max_batch_tokens and batch_timeout_secs are not used).
     """
 
     def __init__(self, engine: Any, max_input_length: int, steps_per_call: int = 4,
-                 **kwargs):
+                 on_steps: Any = None, **kwargs):
         super().__init__(engine, **kwargs)
+        self._on_steps = on_steps or (lambda steps: None)
         self.max_input_length = int(max_input_length)
         self.steps_per_call = int(steps_per_call)
         self._live = 0  # sentences in the workers' searches
@@ -134,6 +136,7 @@ class ContinuousBatcher(Batcher):
             return False
         self._on_decode(time.monotonic() - started, live)
         self._on_batch(live)
+        self._on_steps(getattr(search, "last_steps", 0))
         for token, row in finished:
             self._finish(tokens.pop(token), row)
         self._done(len(finished))

@@ -229,6 +229,11 @@ class SlotRows:
         """Runs a few steps; the (token, Row) of each sentence that ended."""
         return [(finished.token, self.to_row(finished)) for finished in self.search.run()]
 
+    @property
+    def last_steps(self) -> int:
+        """The decode steps the last `run` ran."""
+        return self.search.last_steps
+
 
 class _ExportEngine:
     """What the engines of exported models share: no attention, the server's decode hparams.

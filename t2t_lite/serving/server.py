@@ -98,7 +98,8 @@ def _load(state: State, engine_factory: Callable[[], Any], on_failure: Callable[
             "workers": config.decode_workers or getattr(engine, "default_workers", 1),
             "on_wait": state.metrics.queue_wait.observe, "on_decode": state.metrics.decoded}
         if continuous(engine, config):
-            batcher = ContinuousBatcher(engine, config.max_input_tokens, **settings)
+            batcher = ContinuousBatcher(engine, config.max_input_tokens,
+                                        on_steps=state.metrics.decode_steps.inc, **settings)
         else:
             batcher = batching.Batcher(engine, **settings)
         batcher.start()

@@ -130,6 +130,7 @@ class SlotSearch:
         self._tokens: list = []
         self._g = 0  # the cache position the next step writes
         self._capacity = 0  # M
+        self.last_steps = 0  # the steps the last `run` ran
 
     # ----------------------------------------------------------------------------- host
     def __len__(self) -> int:
@@ -183,6 +184,7 @@ class SlotSearch:
         self._state, g, stopped = run(self._state, tf.constant(self._g, tf.int32),
                                       tf.constant(self._first), tf.constant(self._limit),
                                       tf.constant(self.steps_per_call, tf.int32))
+        self.last_steps = int(g) - self._g
         self._g = int(g)
         stopped = np.asarray(stopped)
         if not stopped.any():
