@@ -3,13 +3,16 @@
 
     python bench/bench_serving.py --output_dir=RUN --source=dev.en [--lines=500] \
         [--clients=1,4,16,64] [--decode_hparams="beam_size=4,alpha=0.6"] \
-        [--engine=ctranslate2 --export_dir=RUN/ctranslate2] [--soak_secs=600] [--quick]
+        [--engine=ctranslate2 --export_dir=RUN/ctranslate2] [--soak_secs=600] [--quick] \
+        [--batching=continuous|batch] [--also_batch]
 
 Offline first: what `run.py --mode=decode` runs on the same lines with the same decode
 hparams (`decoding.decode_lines`, or CTranslate2's `Translator.translate`), timed in a fresh
 process after loading and after the decoder's one trace, as the servers are measured after
-their warm-up (`--offline_only`: this alone). Then two servers are loaded, `--max_batch_size=32` and
-`=1`, and for each client count C the first `--lines` lines of `--source` are sent as
+their warm-up (`--offline_only`: this alone). Then two servers are loaded, `--max_batch_size=32`
+(`--batching`: its `--serve_batching`, continuous by default; `--also_batch` adds a third,
+per-batch server of the same size) and `=1` (per batch: one sentence decoded to its end at a
+time), and for each client count C the first `--lines` lines of `--source` are sent as
 single-sentence requests by C threads to one server, then to the other (neighbouring
 minutes of a shared machine); printed per load: sentences/s, p50 / p95 / p99 latency,
 errors, the 1-minute load average, how many translations equal those of the first load
@@ -324,6 +327,10 @@ def main(argv=None) -> dict:
     parser.add_argument("--max_batch_size", type=int, default=32)
     parser.add_argument("--server_flags", default="",
                         help="more run.py flags for both servers (e.g. --batch_timeout_ms=10)")
+    parser.add_argument("--batching", default="continuous", choices=["continuous", "batch"],
+                        help="the batching server's --serve_batching")
+    parser.add_argument("--also_batch", action="store_true",
+                        help="also load a --serve_batching=batch server of the same size")
     parser.add_argument("--soak_secs", type=float, default=0)
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--offline_only", action="store_true",
@@ -359,10 +366,16 @@ def main(argv=None) -> dict:
     # then the other, so that the ratio comes from neighbouring minutes of the shared machine.
     servers = {}
     try:
-        batching_server = Server([*common, f"--max_batch_size={args.max_batch_size}"])
-        batching_name = f"batching ({args.max_batch_size}) x{batching_server.workers}"
+        batching_server = Server([*common, f"--max_batch_size={args.max_batch_size}",
+                                  f"--serve_batching={args.batching}"])
+        batching_name = f"{args.batching} ({args.max_batch_size}) x{batching_server.workers}"
         servers[batching_name] = batching_server
-        single_server = Server([*common, "--max_batch_size=1"])
+        if args.also_batch and args.batching != "batch":
+            batch_server = Server([*common, f"--max_batch_size={args.max_batch_size}",
+                                   "--serve_batching=batch"])
+            servers[f"batch ({args.max_batch_size}) x{batch_server.workers}"] = batch_server
+        # The reference: one sentence at a time, each decoded to its end.
+        single_server = Server([*common, "--max_batch_size=1", "--serve_batching=batch"])
         single_name = f"max_batch_size=1 x{single_server.workers}"
         servers[single_name] = single_server
         for count in clients:
@@ -376,7 +389,8 @@ def main(argv=None) -> dict:
                       f"{r['mean_batch']:.1f}, wait {r['wait_ms']:.0f} ms, decode "
                       f"{r['decode_ms']:.0f} ms, workers busy {r['workers_busy']:.0%}, other "
                       f"{r['other_ms']:.0f} ms, load {r['load']}", flush=True)
-        servers.pop(single_name).stop()
+        for name in [name for name in servers if name != batching_name]:
+            servers.pop(name).stop()
         if args.soak_secs:
             results["soak"] = soak(servers[batching_name], lines, args.soak_secs)
     finally:

@@ -378,6 +378,11 @@ flags.DEFINE_integer(
     "serve_decode_workers", _SERVE.decode_workers,
     "--mode=serve: batches decoded at the same time, one thread each (0: one per usable CPU "
     "core with a t2t_lite model, as --decode_parallel_batches; 1 for an export).")
+flags.DEFINE_enum(
+    "serve_batching", _SERVE.batching, ["batch", "continuous"],
+    "--mode=serve: batch: each batch is decoded to its end before the next; continuous: "
+    "sentences join and leave a running search between decode steps (a t2t_lite model; "
+    "other engines batch per batch; slower than batch on CPU so far: docs/serving.md).")
 flags.DEFINE_string(
     "server_url", "http://127.0.0.1:8080",
     "--mode=query: the translation server (--mode=serve) to send --decode_from_file (or "

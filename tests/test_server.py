@@ -40,6 +40,7 @@ def served(tiny_run_trained, tmp_path_factory):
     """(the server, the `--mode=decode` outputs of LINES, each line decoded alone)."""
     work = tmp_path_factory.mktemp("served")
     process = ServerProcess(tiny_run_trained, "--max_batch_size=8", "--batch_timeout_ms=50",
+                            "--serve_batching=continuous",
                             "--serve_max_sentences=10", "--serve_max_input_tokens=20",
                             "--serve_max_beam_size=4", cwd=work)
     try:
@@ -80,6 +81,7 @@ def test_api_contract(served):
     assert (model["engine"], model["problem"], model["hparams_set"], model["step"]) == (
         "t2t_lite", PROBLEM, "transformer_tiny", 4)
     assert model["decode_hparams"]["beam_size"] == 1 and model["attention"] is True
+    assert model["limits"]["batching"] == "continuous"  # as asked: a t2t_lite model can
     status, answer, _ = request(url + "/v1/translate", {"inputs": ["0 1 1 0", "1"]})
     assert status == 200 and set(answer) == {"outputs", "scores"}
     assert len(answer["outputs"]) == len(answer["scores"]) == 2
@@ -127,6 +129,9 @@ def test_outputs_equal_decode_mode_one_by_one_and_by_8_concurrent_clients(served
     # 16 sentences in fewer batches than sentences: the concurrent ones were batched.
     assert after[sentences] - before[sentences] >= 16
     assert after[batches] - before[batches] < after[sentences] - before[sentences]
+    # Continuous batching: every call ran steps (at least one per call).
+    steps = ("t2t_lite_serving_decode_steps_total", ())
+    assert after[steps] - before[steps] >= after[batches] - before[batches] > 0
     assert translator.translate(LINES) == expected
 
 

@@ -89,3 +89,30 @@ def test_ctranslate2_engine_gives_t2t_lite_greedy_translations(setup, tmp_path):
     options = batching.Options(1, 0.6, 1)
     batched, _ = _through_batcher(engine, SENTENCES, options)
     assert [h.text for h in batched] == [h.text for h in _alone(reference, SENTENCES, options)]
+
+
+@pytest.mark.parametrize("options", [batching.Options(1, 0.6, 1), batching.Options(3, 0.6, 2)])
+def test_continuous_batching_gives_each_sentence_its_alone_translation(setup, options):
+    from t2t_lite.serving.continuous_batching import ContinuousBatcher
+
+    model, encoder, decode_hp, _ = setup
+    engine = engines.T2tLiteEngine(model, {"inputs": encoder, "targets": encoder}, 0, decode_hp,
+                                   40, {})
+    assert engine.continuous_refusal() is None
+    live = []
+    # 3 places, 1 step a call: sentences join while others are half decoded.
+    batcher = ContinuousBatcher(engine, 16, steps_per_call=1, max_batch_size=3,
+                                on_batch=live.append)
+    texts = SENTENCES * 2
+    jobs = batching.jobs_for([engine.encode(t) for t in texts], options)
+    batcher.submit(jobs)
+    batcher.start()
+    batcher.close()
+    alone = [engine.decode([engine.encode(t)], options)[0].hypotheses for t in texts]
+    got = [job.future.result().row.hypotheses for job in jobs]
+    assert [[h.text for h in row] for row in got] == [[h.text for h in row] for row in alone]
+    assert [len(row) for row in got] == [options.n_best] * len(texts)
+    np.testing.assert_allclose([[h.score for h in row] for row in got],
+                               [[h.score for h in row] for row in alone], rtol=1e-5)
+    # At most 3 live at once, and all 3 places used; nothing left in the queue.
+    assert max(live) == 3 and batcher.depth() == 0

@@ -36,7 +36,7 @@ from t2t_lite.decoding.search import beam_search, driver
 
 # The XLA input buckets, importable from here as before the search had its own room.
 from t2t_lite.decoding.search.driver import xla_batch_bucket, xla_length_bucket  # noqa: F401
-from t2t_lite.decoding.search.interface import Decoder, StepOptions
+from t2t_lite.decoding.search.interface import Decoder, SlotDecoding, StepOptions
 from t2t_lite.decoding.search.interface import ids_2d as _ids_2d
 from t2t_lite.hparams import HParams
 from t2t_lite.layers import common_attention, common_layers, fused_ops, modalities
@@ -487,6 +487,13 @@ class Transformer(keras.Model):
 
         return symbols_to_logits_fn
 
+
+    def slot_decoding(self, max_positions=None) -> SlotDecoding | None:
+        """The encoder and step of continuous batching (`transformer_slots.slot_decoding`),
+        or None when this model cannot decode in slots. Call inside a traced function."""
+        from t2t_lite.models import transformer_slots
+
+        return transformer_slots.slot_decoding(self, max_positions)
 
     def start_decoding(self, inputs, target_space_id, options: StepOptions) -> Decoder:
         """The search's interface (`decoding/search/interface.py`): runs the encoder once

@@ -23,6 +23,10 @@ class ServerConfig:
       max_beam_size: largest beam a request may ask for (422).
       max_n_best: most hypotheses a request may ask for (422).
       beam_size, alpha: the defaults (the server's --decode_hparams).
+      batching: "batch" (a batch is decoded to its end before the next) or "continuous"
+        (sentences join and leave a running search between decode steps, where the engine
+        can: `continuous_batching`; measured slower than "batch" on CPU so far, see
+        docs/serving.md).
     """
     max_batch_size: int = 32
     max_batch_tokens: int = 4096
@@ -36,6 +40,8 @@ class ServerConfig:
     max_n_best: int = 16
     beam_size: int = 4
     alpha: float = 0.6
+    batching: str = "batch"
+
 
 
 # The run.py flag of each field (beam_size and alpha come from --decode_hparams).
@@ -44,4 +50,4 @@ FLAGS = {"max_batch_size": "max_batch_size", "max_batch_tokens": "max_batch_toke
          "request_timeout_secs": "request_timeout_secs",
          "max_queue_sentences": "serve_max_queue", "max_sentences": "serve_max_sentences",
          "max_input_tokens": "serve_max_input_tokens", "max_beam_size": "serve_max_beam_size",
-         "max_n_best": "serve_max_n_best"}
+         "max_n_best": "serve_max_n_best", "batching": "serve_batching"}

@@ -77,6 +77,7 @@ class T2tLiteEngine:
         self.attention_fn = attention_fn
         self.labels_fn = labels_fn or (lambda encoder, ids: [encoder.decode([i]) for i in ids])
         self._infer_fns: dict[tuple, Callable] = {}
+        self._slot_functions: dict = {}  # the continuous searches' traced functions
         self._lock = threading.Lock()  # the batcher's workers decode at the same time
 
     @property
@@ -135,20 +136,52 @@ class T2tLiteEngine:
         scores = np.asarray(scores).reshape(len(id_lists), -1)
         hp = self.decode_hp
         exact_only = hp.force_decode_length or hp.skip_eos_postprocess or hp.identity_output
-        rows = []
-        for r, ids in enumerate(id_lists):
-            # The search writes nothing past the row's own decode length.
-            limit = len(ids) + self.extra_length
-            hypotheses = []
-            for k in range(min(options.n_best, outputs.shape[1])):
-                text = decoding.format_decodes(
-                    outputs[r: r + 1, k, :limit], None, self.targets_encoder,
-                    skip_eos_postprocess=hp.skip_eos_postprocess,
-                    identity_output=hp.identity_output)[0]
-                target = [int(i) for i in decoding.save_until_eos(outputs[r, k, :limit])]
-                hypotheses.append(Hypothesis(text, float(scores[r, k]), target))
-            rows.append(Row(hypotheses, bool(exact_only and len(ids) < batch.shape[1])))
-        return rows
+        # The search writes nothing past a row's own decode length.
+        return [Row(self._hypotheses(outputs[r, :, :len(ids) + self.extra_length], scores[r],
+                                     options.n_best),
+                    bool(exact_only and len(ids) < batch.shape[1]))
+                for r, ids in enumerate(id_lists)]
+
+    def _hypotheses(self, outputs: np.ndarray, scores: np.ndarray,
+                    n_best: int) -> list[Hypothesis]:
+        """The first n_best of a sentence's outputs [K, T] (cut to its decode length) and
+        scores [K], as `--mode=decode` formats them."""
+        hp = self.decode_hp
+        hypotheses = []
+        for k in range(min(n_best, outputs.shape[0])):
+            text = decoding.format_decodes(
+                outputs[k: k + 1], None, self.targets_encoder,
+                skip_eos_postprocess=hp.skip_eos_postprocess,
+                identity_output=hp.identity_output)[0]
+            target = [int(i) for i in decoding.save_until_eos(outputs[k])]
+            hypotheses.append(Hypothesis(text, float(scores[k]), target))
+        return hypotheses
+
+    def continuous_refusal(self) -> str | None:
+        """Why this engine cannot batch continuously (`slot_search`), or None when it can:
+        a single Transformer decoded by argmax or beam search, whose outputs end at EOS
+        (not force_decode_length, skip_eos_postprocess or identity_output, where the tokens
+        after EOS follow the batch's steps)."""
+        from t2t_lite.decoding.search import continuous
+
+        hp = self.decode_hp
+        if hp.force_decode_length or hp.skip_eos_postprocess or hp.identity_output:
+            return "force_decode_length, skip_eos_postprocess or identity_output is set"
+        return continuous.supports(self.model)
+
+    def slot_search(self, options: Options, max_input_length: int,
+                    steps_per_call: int) -> SlotRows:
+        """A continuous search of this model with `options` (`continuous.SlotSearch`) whose
+        `run` returns (token, Row) pairs."""
+        from t2t_lite.decoding.search import continuous
+
+        search = continuous.SlotSearch(
+            self.model, options.beam_size, options.alpha, self.extra_length,
+            max_input_length, top_beams=options.beam_size if options.n_best > 1 else 1,
+            target_space_id=self.target_space_id, steps_per_call=steps_per_call,
+            functions=self._slot_functions)
+        return SlotRows(search, lambda finished: Row(self._hypotheses(
+            finished.outputs, finished.scores, options.n_best)))
 
     def attention(self, input_ids: Sequence[int], output_ids: Sequence[int]) -> dict:
         """The encoder-decoder attention of the pair, teacher-forced as `--mode=attention`.
@@ -169,6 +202,37 @@ class T2tLiteEngine:
         return {"source_pieces": self.labels_fn(self.inputs_encoder, list(input_ids)),
                 "target_pieces": self.labels_fn(self.targets_encoder, targets),
                 "weights": np.round(np.asarray(weights, np.float64), 4).tolist()}
+
+
+class SlotRows:
+    """A continuous search whose finished sentences come back as Rows (`batching`'s
+    continuous worker).
+
+    Args:
+      search: a `continuous.SlotSearch`.
+      to_row: `fn(continuous.Finished) -> Row`.
+    """
+
+    def __init__(self, search: Any, to_row: Callable):
+        self.search = search
+        self.to_row = to_row
+
+    def __len__(self) -> int:
+        """The live sentences."""
+        return len(self.search)
+
+    def admit(self, id_lists: Sequence[Sequence[int]], tokens: Sequence) -> None:
+        """Adds sentences (ids ending in EOS); each token comes back with its Row."""
+        self.search.admit(id_lists, tokens)
+
+    def run(self) -> list[tuple[Any, Row]]:
+        """Runs a few steps; the (token, Row) of each sentence that ended."""
+        return [(finished.token, self.to_row(finished)) for finished in self.search.run()]
+
+    @property
+    def last_steps(self) -> int:
+        """The decode steps the last `run` ran."""
+        return self.search.last_steps
 
 
 class _ExportEngine:

@@ -51,6 +51,10 @@ class Metrics:
             f"{PREFIX}_sentence_decode_seconds", "Decode time of each sentence's batch, "
             "summed over the sentences (divided by _sentences: the mean a sentence waited "
             "for its batch's decode).", registry=self.registry)
+        self.decode_steps = Counter(
+            f"{PREFIX}_decode_steps", "Decode steps run by continuous batching (each step "
+            "decodes every live sentence of its worker; with _batch_size: sentence-steps).",
+            registry=self.registry)
         self.queue_depth = Gauge(f"{PREFIX}_queue_depth", "Sentences waiting or being "
                                  "decoded.", registry=self.registry)
         self.queue_depth.set_function(queue_depth)

@@ -41,6 +41,7 @@ from starlette.exceptions import HTTPException
 
 from t2t_lite.serving import api, batching
 from t2t_lite.serving.config import ServerConfig
+from t2t_lite.serving.continuous_batching import ContinuousBatcher
 from t2t_lite.serving.engines import SentenceError, Unsupported
 from t2t_lite.serving.metrics import Metrics
 
@@ -87,15 +88,20 @@ def _load(state: State, engine_factory: Callable[[], Any], on_failure: Callable[
     try:
         engine = engine_factory()
         config = state.config
-        batcher = batching.Batcher(
-            engine, max_batch_size=config.max_batch_size,
-            max_batch_tokens=config.max_batch_tokens,
-            batch_timeout_secs=config.batch_timeout_ms / 1000.0,
-            max_queue=config.max_queue_sentences,
-            on_batch=state.metrics.batch_size.observe,
-            on_redecode=state.metrics.redecoded.inc,
-            workers=config.decode_workers or getattr(engine, "default_workers", 1),
-            on_wait=state.metrics.queue_wait.observe, on_decode=state.metrics.decoded)
+        settings = {
+            "max_batch_size": config.max_batch_size,
+            "max_batch_tokens": config.max_batch_tokens,
+            "batch_timeout_secs": config.batch_timeout_ms / 1000.0,
+            "max_queue": config.max_queue_sentences,
+            "on_batch": state.metrics.batch_size.observe,
+            "on_redecode": state.metrics.redecoded.inc,
+            "workers": config.decode_workers or getattr(engine, "default_workers", 1),
+            "on_wait": state.metrics.queue_wait.observe, "on_decode": state.metrics.decoded}
+        if continuous(engine, config):
+            batcher = ContinuousBatcher(engine, config.max_input_tokens,
+                                        on_steps=state.metrics.decode_steps.inc, **settings)
+        else:
+            batcher = batching.Batcher(engine, **settings)
         batcher.start()
         state.engine, state.batcher = engine, batcher
         options = batching.Options(config.beam_size, float(config.alpha), 1)
@@ -108,6 +114,18 @@ def _load(state: State, engine_factory: Callable[[], Any], on_failure: Callable[
     except BaseException as error:  # noqa: BLE001 - reported by the caller after shutdown
         state.load_error = error
         on_failure()
+
+
+def continuous(engine: Any, config: ServerConfig) -> bool:
+    """Whether the server batches continuously: `--serve_batching=continuous` and an
+    engine that can (the t2t_lite engine's `continuous_refusal` is None; otherwise the
+    per-batch path, with a log line saying why)."""
+    if config.batching != "continuous":
+        return False
+    refusal = getattr(engine, "continuous_refusal", lambda: "not offered by this engine")()
+    if refusal:
+        logging.info("batching: per batch, not continuous: %s", refusal)
+    return refusal is None
 
 
 def _options(body: api.TranslateRequest, config: ServerConfig) -> batching.Options:
@@ -346,8 +364,12 @@ def create_app(engine_factory: Callable[[], Any], config: ServerConfig,
         """What is loaded, its decode defaults and the request limits."""
         if state.engine is None:
             return error_response(503, "the model is still loading")
-        # The decode workers in use (the flag's 0 is the engine's choice).
-        limits = dict(dataclasses.asdict(config), decode_workers=state.batcher.workers)
+        # The decode workers and batching in use (the flag's 0 is the engine's choice; an
+        # engine that cannot batch continuously batches per batch).
+        batching_in_use = ("continuous" if isinstance(state.batcher, ContinuousBatcher)
+                           else "batch")
+        limits = dict(dataclasses.asdict(config), decode_workers=state.batcher.workers,
+                      batching=batching_in_use)
         return {"models": [dict(state.engine.description,
                                 attention=bool(state.engine.has_attention),
                                 limits=limits)]}

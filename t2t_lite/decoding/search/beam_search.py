@@ -332,17 +332,9 @@ def beam_search_buffers(
             lambda s: tf.gather(s, parent_rows, axis=0), new_states
         )
 
-        # grow_finished: old finished hypotheses (one 0 column longer, already so in the
-        # buffer) compete with the candidates that did emit EOS.
-        finished_candidate_scores = topk_scores + (
-            1.0 - tf.cast(topk_finished, tf.float32)) * -INF
-        all_seq = tf.concat([finished_seq, topk_seq], axis=1)
-        all_scores = tf.concat([finished_scores, finished_candidate_scores], axis=1)
-        all_flags = tf.concat([finished_flags, topk_finished], axis=1)
-        _, finished_index = tf.math.top_k(all_scores, k=k)
-        new_finished_seq = tf.gather(all_seq, finished_index, batch_dims=1)
-        new_finished_scores = tf.gather(all_scores, finished_index, batch_dims=1)
-        new_finished_flags = tf.gather(all_flags, finished_index, batch_dims=1)
+        new_finished_seq, new_finished_scores, new_finished_flags = grow_finished(
+            finished_seq, finished_scores, finished_flags, topk_seq, topk_scores,
+            topk_finished, k)
         if per_row:
             # Elements that have stopped keep their hypotheses (their states are not read
             # again for their results).
@@ -394,6 +386,32 @@ def beam_search_buffers(
         lambda s: unmerge_beam_dim(s, batch_size, k), flat_states
     )
     return seq, scores, out_states, steps
+
+
+def grow_finished(finished_seq, finished_scores, finished_flags, topk_seq, topk_scores,
+                  topk_finished, k: int):
+    """t2t's grow_finished: the old finished hypotheses (one 0 column longer, already so in
+    the buffer) compete with the candidates that did emit EOS for the K places.
+
+    Args:
+      finished_seq: int32 [B, K, T]; finished_scores: float32 [B, K]; finished_flags: bool
+        [B, K].
+      topk_seq: int32 [B, 2K, T]; topk_scores: float32 [B, 2K] (length-normalised);
+        topk_finished: bool [B, 2K], the candidates ending in EOS.
+      k: K.
+
+    Returns:
+      (seq [B, K, T], scores [B, K], flags [B, K]), best first.
+    """
+    finished_candidate_scores = topk_scores + (
+        1.0 - tf.cast(topk_finished, tf.float32)) * -INF
+    all_seq = tf.concat([finished_seq, topk_seq], axis=1)
+    all_scores = tf.concat([finished_scores, finished_candidate_scores], axis=1)
+    all_flags = tf.concat([finished_flags, topk_finished], axis=1)
+    _, finished_index = tf.math.top_k(all_scores, k=k)
+    return (tf.gather(all_seq, finished_index, batch_dims=1),
+            tf.gather(all_scores, finished_index, batch_dims=1),
+            tf.gather(all_flags, finished_index, batch_dims=1))
 
 
 def _chunk_length(length: int, k: int) -> int | None:

@@ -74,3 +74,25 @@ def ids_2d(ids) -> tf.Tensor:
     if ids.shape.rank is not None and ids.shape.rank > 2:
         ids = tf.reshape(ids, tf.shape(ids)[:2])
     return ids
+
+
+@dataclasses.dataclass
+class SlotDecoding:
+    """A model's encoder and step for continuous batching (`continuous.py`), from
+    `model.slot_decoding()` inside a traced function.
+
+    Attributes:
+      encode: `fn(inputs int32 [n, L], target_space_id) -> (memory_kv, encdec_bias)`:
+        per decoder layer {"k": [n, H, L, Dk/H], "v": [n, H, L, Dv/H]}, and float32
+        [n, 1, 1, L] (0 on ids, t2t's large negative on padding).
+      step: `fn(ids int32 [N, 1], g, first int32 [N], cache, memory_kv, encdec_bias,
+        float32_logits=True) -> (logits [N, V], cache)`: one position of every row, written
+        at cache position g (int32 scalar); row r is at its own step g - first[r] and
+        attends to cache positions first[r]..g. N = rows of memory_kv x beams.
+      init_cache: `fn(rows, positions) -> cache` of zeros ({"layer": {"k": [N, H, M, d],
+        "v": ...}}).
+    """
+
+    encode: Callable
+    step: Callable
+    init_cache: Callable
