@@ -60,7 +60,8 @@ def train_rows(args) -> list[dict]:
                     with tempfile.TemporaryDirectory() as output_dir:
                         step = t2t_lite_step(hp, batch, args.vocab_size, output_dir, xla)
                         _time(step, 2)  # trace (and compile) and warm up
-                        return 1 / min(_time(step, args.steps) for _ in range(args.rounds))
+                        # _time gives (wall, CPU) seconds a step; a GPU's rate is wall time's.
+                        return 1 / min(_time(step, args.steps)[0] for _ in range(args.rounds))
 
                 rows.append(_row({"what": "train", "dtype": dtype,
                                   "kernels": "fused" if fused else "plain",

@@ -137,15 +137,18 @@ class ContinuousBatcher(Batcher):
         self._on_decode(time.monotonic() - started, live)
         self._on_batch(live)
         self._on_steps(getattr(search, "last_steps", 0))
-        for token, row in finished:
-            self._finish(tokens.pop(token), row)
-        self._done(len(finished))
+        # Counted out before they are answered: a client that reads /metrics right after its
+        # answer sees its sentence gone from the queue depth.
+        answered = [(tokens.pop(token), row) for token, row in finished]
+        self._done(len(answered))
+        for job, row in answered:
+            self._finish(job, row)
         return True
 
     def _fail(self, jobs: list[Job], error: Exception) -> None:
+        self._done(len(jobs))
         for job in jobs:
             job.future.set_exception(error)
-        self._done(len(jobs))
 
     def _done(self, count: int) -> None:
         if count:
