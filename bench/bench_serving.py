@@ -339,6 +339,8 @@ def main(argv=None) -> dict:
     args = parser.parse_args(argv)
     if args.quick:
         args.lines, args.clients, args.soak_secs = 24, "1,4", 5
+    if args.engine != "t2t_lite":
+        args.batching = "batch"  # the other engines batch per batch whatever the flag says
     with open(args.source, encoding="utf-8") as f:
         lines = [line.strip() for line in f][: args.lines]
     model_flags = [f"--output_dir={args.output_dir}"] if args.output_dir else []
