@@ -495,6 +495,12 @@ class Transformer(keras.Model):
 
         return transformer_slots.slot_decoding(self, max_positions)
 
+    def slot_decoding_refusal(self) -> str | None:
+        """Why this model cannot decode in slots (`slot_decoding`), or None when it can."""
+        from t2t_lite.models import transformer_slots
+
+        return transformer_slots.refusal(self.hparams)
+
     def start_decoding(self, inputs, target_space_id, options: StepOptions) -> Decoder:
         """The search's interface (`decoding/search/interface.py`): runs the encoder once
         and returns the decoding step with its initial states.

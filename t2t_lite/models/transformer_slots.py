@@ -10,6 +10,14 @@ from t2t_lite.layers import common_attention
 from t2t_lite.utils import precision
 
 
+def refusal(hparams) -> str | None:
+    """Why a Transformer with these hparams cannot decode in slots, or None when it can."""
+    relative = hparams_support.hparam(hparams, "self_attention_type") != "dot_product"
+    if relative or hparams.pos not in ("timing", "none", None):
+        return "relative self-attention or positions other than timing"
+    return None
+
+
 def slot_decoding(model, max_positions=None) -> SlotDecoding | None:
     """The encoder and decoding step of continuous batching
     (`decoding/search/continuous.py`), or None when this model cannot decode in slots
@@ -23,8 +31,7 @@ def slot_decoding(model, max_positions=None) -> SlotDecoding | None:
     `max_positions` (int32 scalar), when given, bounds the rows' own steps: the timing
     signal's table is then made once, not at every step.
     """
-    relative = hparams_support.hparam(model.hparams, "self_attention_type") != "dot_product"
-    if relative or model.hparams.pos not in ("timing", "none", None):
+    if refusal(model.hparams):
         return None
     table = None
     if max_positions is not None and model.hparams.pos == "timing":

@@ -43,7 +43,6 @@ class ServerConfig:
     batching: str = "batch"
 
 
-
 # The run.py flag of each field (beam_size and alpha come from --decode_hparams).
 FLAGS = {"max_batch_size": "max_batch_size", "max_batch_tokens": "max_batch_tokens",
          "batch_timeout_ms": "batch_timeout_ms", "decode_workers": "serve_decode_workers",

@@ -134,8 +134,7 @@ class T2tLiteEngine:
         if outputs.ndim == 2:
             outputs = outputs[:, None, :]
         scores = np.asarray(scores).reshape(len(id_lists), -1)
-        hp = self.decode_hp
-        exact_only = hp.force_decode_length or hp.skip_eos_postprocess or hp.identity_output
+        exact_only = self._outputs_follow_the_batch
         # The search writes nothing past a row's own decode length.
         return [Row(self._hypotheses(outputs[r, :, :len(ids) + self.extra_length], scores[r],
                                      options.n_best),
@@ -157,6 +156,13 @@ class T2tLiteEngine:
             hypotheses.append(Hypothesis(text, float(scores[k]), target))
         return hypotheses
 
+    @property
+    def _outputs_follow_the_batch(self) -> bool:
+        """Whether an output's tokens after EOS follow the batch's steps (force_decode_length,
+        skip_eos_postprocess or identity_output)."""
+        hp = self.decode_hp
+        return bool(hp.force_decode_length or hp.skip_eos_postprocess or hp.identity_output)
+
     def continuous_refusal(self) -> str | None:
         """Why this engine cannot batch continuously (`slot_search`), or None when it can:
         a single Transformer decoded by argmax or beam search, whose outputs end at EOS
@@ -164,8 +170,7 @@ class T2tLiteEngine:
         after EOS follow the batch's steps)."""
         from t2t_lite.decoding.search import continuous
 
-        hp = self.decode_hp
-        if hp.force_decode_length or hp.skip_eos_postprocess or hp.identity_output:
+        if self._outputs_follow_the_batch:
             return "force_decode_length, skip_eos_postprocess or identity_output is set"
         return continuous.supports(self.model)
 

@@ -45,16 +45,13 @@ LARGE_NEGATIVE = -1e9
 def supports(model) -> str | None:
     """Why `model` cannot be decoded in slots, or None when it can: it needs
     `slot_decoding` (a single Transformer, not an ensemble), argmax greedy decoding
-    (no sampling) and a decoder `slot_decoding` accepts (checked at the first trace)."""
+    (no sampling) and a decoder `slot_decoding` accepts (`slot_decoding_refusal`)."""
     if not hasattr(model, "slot_decoding"):
         return "the model has no slot decoding (an ensemble?)"
     sampling = Sampling.from_hparams(model.hparams)
     if sampling.method == "random" and sampling.temp != 0.0:
         return "greedy decoding samples (hparams sampling_method=random)"
-    relative = getattr(model.hparams, "self_attention_type", "dot_product") != "dot_product"
-    if relative or getattr(model.hparams, "pos", "timing") not in ("timing", "none", None):
-        return "relative self-attention or positions other than timing"
-    return None
+    return model.slot_decoding_refusal()
 
 
 @dataclasses.dataclass
