@@ -266,27 +266,21 @@ def beam_search_buffers(
     if per_row:
         row_decode_lengths = tf.convert_to_tensor(row_decode_lengths, tf.int32)
 
-    def bound_met(alive_log_probs, finished_scores, lengths):
-        # The best alive hypothesis can at most keep its log-prob and get the largest
-        # length-penalty divisor; if a finished score already beats that, the element is
-        # done. [B] bool.
-        max_length_penalty = tf.pow((5.0 + tf.cast(lengths, tf.float32)) / 6.0, alpha)
-        lower_bound_alive_scores = alive_log_probs[:, 0] / max_length_penalty
-        if stop_early:
-            best_finished = tf.reduce_max(finished_scores, axis=1)
-        elif per_row:
-            # Alone, the whole batch is the element: its own lowest finished score.
-            best_finished = tf.reduce_min(finished_scores, axis=1)
-        else:
-            # t2t's choice: the lowest finished score over the whole batch, so decoding
-            # goes on while any batch element has an empty finished slot.
-            best_finished = tf.reduce_min(finished_scores)
-        return tf.greater(best_finished, lower_bound_alive_scores)
+    if stop_early:
+        finished_bound = "best"
+    elif per_row:
+        finished_bound = "row_worst"  # alone, the whole batch is the element
+    else:
+        finished_bound = "batch_worst"  # t2t's choice
+
+    def bound_met_at(alive_log_probs, finished_scores, lengths):
+        return bound_met(alive_log_probs, finished_scores, lengths, alpha, finished_bound)
 
     def rows_stopped(i, alive_log_probs, finished_scores):
         # [B] bool: the elements whose own search would have ended before step i.
         return tf.logical_or(tf.greater_equal(i, row_decode_lengths),
-                             bound_met(alive_log_probs, finished_scores, row_decode_lengths))
+                             bound_met_at(alive_log_probs, finished_scores,
+                                          row_decode_lengths))
 
     def inner_loop(i, alive_seq, alive_log_probs, finished_seq, finished_scores,
                    finished_flags, flat_states, unordered):
@@ -303,31 +297,23 @@ def beam_search_buffers(
             flat_logits, new_states = symbols_to_logits_fn(flat_ids, i, flat_states)
         # Half-precision logits stay so: `best_extensions` casts what it scores.
         logits = tf.reshape(flat_logits, [batch_size, k, vocab_size])
-        length_penalty = tf.pow((5.0 + tf.cast(i + 1, tf.float32)) / 6.0, alpha)
+        penalty = length_penalty(i + 1, alpha)
         if prefixes is None:
-            topk_scores, topk_flat_ids = best_extensions(logits, alive_log_probs,
-                                                         length_penalty, 2 * k)
+            topk_scores, topk_flat_ids = best_extensions(logits, alive_log_probs, penalty,
+                                                         2 * k)
         else:
             topk_scores, topk_flat_ids = _forced_extensions(
-                logits, alive_log_probs, length_penalty, 2 * k,
+                logits, alive_log_probs, penalty, 2 * k,
                 tf.gather(prefixes, tf.minimum(i, tf.shape(prefixes)[1] - 1), axis=1),
                 i < prefix_lengths)
-        topk_log_probs = topk_scores * length_penalty
-        topk_beam_index = topk_flat_ids // vocab_size
-        topk_ids = topk_flat_ids % vocab_size
-        topk_finished = tf.equal(topk_ids, eos_id)
+        topk_log_probs, topk_beam_index, topk_ids, topk_finished = split_extensions(
+            topk_scores, topk_flat_ids, penalty, vocab_size, eos_id)
         topk_seq = _set_column(
             tf.gather(alive_seq, topk_beam_index, batch_dims=1), i + 1, topk_ids
         )
-
-        # grow_alive: the best K candidates that did not just emit EOS.
-        alive_scores = topk_scores + tf.cast(topk_finished, tf.float32) * -INF
-        _, alive_index = tf.math.top_k(alive_scores, k=k)
-        new_alive_seq = tf.gather(topk_seq, alive_index, batch_dims=1)
-        new_alive_log_probs = tf.gather(topk_log_probs, alive_index, batch_dims=1)
-        parent_rows = tf.reshape(
-            tf.gather(topk_beam_index, alive_index, batch_dims=1) + row_offsets, [-1]
-        )
+        new_alive_seq, new_alive_log_probs, parent_beams = grow_alive(
+            topk_seq, topk_scores, topk_log_probs, topk_beam_index, topk_finished, k)
+        parent_rows = tf.reshape(parent_beams + row_offsets, [-1])
         new_states = tf.nest.map_structure(
             lambda s: tf.gather(s, parent_rows, axis=0), new_states
         )
@@ -364,7 +350,8 @@ def beam_search_buffers(
         if per_row:
             done = tf.reduce_all(rows_stopped(i, alive_log_probs, finished_scores))
         else:
-            done = tf.reduce_all(bound_met(alive_log_probs, finished_scores, decode_length))
+            done = tf.reduce_all(bound_met_at(alive_log_probs, finished_scores,
+                                              decode_length))
         return tf.logical_and(tf.less(i, decode_length), tf.logical_not(done))
 
     loop_vars = [tf.constant(0), alive_seq, alive_log_probs, finished_seq, finished_scores,
@@ -386,6 +373,82 @@ def beam_search_buffers(
         lambda s: unmerge_beam_dim(s, batch_size, k), flat_states
     )
     return seq, scores, out_states, steps
+
+
+def length_penalty(length: tf.Tensor | int, alpha: tf.Tensor | float) -> tf.Tensor:
+    """t2t's length penalty ((5 + length) / 6)^alpha, float32 of `length`'s shape (int32
+    scalar or [B])."""
+    return tf.pow((5.0 + tf.cast(length, tf.float32)) / 6.0, tf.cast(alpha, tf.float32))
+
+
+def bound_met(alive_log_probs: tf.Tensor, finished_scores: tf.Tensor, lengths: tf.Tensor,
+              alpha: tf.Tensor | float, finished_bound: str = "best") -> tf.Tensor:
+    """t2t's stopping test: the best alive hypothesis can at most keep its log-prob and get
+    the largest length-penalty divisor; if a finished score already beats that, the batch
+    element is done.
+
+    Args:
+      alive_log_probs: float32 [B, K], best first.
+      finished_scores: float32 [B, K] (-INF in empty slots).
+      lengths: int32 scalar or [B], each element's maximum decode length.
+      alpha: the length-penalty exponent.
+      finished_bound: the finished score compared: "best" (t2t's stop_early), "row_worst"
+        (the element's lowest finished score) or "batch_worst" (t2t without stop_early:
+        the lowest over the whole batch, so decoding goes on while any element has an
+        empty finished slot).
+
+    Returns:
+      bool [B].
+    """
+    lower_bound_alive_scores = alive_log_probs[:, 0] / length_penalty(lengths, alpha)
+    if finished_bound == "best":
+        best_finished = tf.reduce_max(finished_scores, axis=1)
+    elif finished_bound == "row_worst":
+        best_finished = tf.reduce_min(finished_scores, axis=1)
+    elif finished_bound == "batch_worst":
+        best_finished = tf.reduce_min(finished_scores)
+    else:
+        raise ValueError(f"bound_met: unknown finished_bound {finished_bound!r}")
+    return tf.greater(best_finished, lower_bound_alive_scores)
+
+
+def split_extensions(topk_scores: tf.Tensor, topk_flat_ids: tf.Tensor,
+                     penalty: tf.Tensor, vocab_size: int | tf.Tensor, eos_id: int):
+    """The 2K best extensions of `best_extensions` taken apart.
+
+    Args:
+      topk_scores: float32 [B, 2K], length-normalised scores.
+      topk_flat_ids: int32 [B, 2K], indices into the [K * V] flattened extensions.
+      penalty: the length penalty they were divided by, broadcastable to [B, 2K].
+      vocab_size: V.
+      eos_id: the id that finishes a hypothesis.
+
+    Returns:
+      (log_probs float32 [B, 2K], parent beam int32 [B, 2K], token id int32 [B, 2K],
+      finished bool [B, 2K]: the token is EOS).
+    """
+    topk_ids = topk_flat_ids % vocab_size
+    return (topk_scores * penalty, topk_flat_ids // vocab_size, topk_ids,
+            tf.equal(topk_ids, eos_id))
+
+
+def grow_alive(topk_seq, topk_scores, topk_log_probs, topk_beam_index, topk_finished, k: int):
+    """t2t's grow_alive: the best K candidates that did not just emit EOS.
+
+    Args:
+      topk_seq: int32 [B, 2K, T]; topk_scores, topk_log_probs: float32 [B, 2K];
+        topk_beam_index: int32 [B, 2K], each candidate's parent beam; topk_finished: bool
+        [B, 2K].
+      k: K.
+
+    Returns:
+      (seq int32 [B, K, T], log_probs float32 [B, K], parent beam int32 [B, K]), best first.
+    """
+    alive_scores = topk_scores + tf.cast(topk_finished, tf.float32) * -INF
+    _, alive_index = tf.math.top_k(alive_scores, k=k)
+    return (tf.gather(topk_seq, alive_index, batch_dims=1),
+            tf.gather(topk_log_probs, alive_index, batch_dims=1),
+            tf.gather(topk_beam_index, alive_index, batch_dims=1))
 
 
 def grow_finished(finished_seq, finished_scores, finished_flags, topk_seq, topk_scores,

@@ -350,15 +350,10 @@ class SlotSearch:
                     last=tf.where(stopped[:, None], state["last"], token[:, None]))
 
     def _bound_met(self, state, limit):
-        # beam_search_buffers' bound_met with each row's own length.
-        alpha = tf.constant(self.alpha, tf.float32)
-        max_length_penalty = tf.pow((5.0 + tf.cast(limit, tf.float32)) / 6.0, alpha)
-        lower_bound_alive_scores = state["alive_log_probs"][:, 0] / max_length_penalty
-        if self.top_beams == 1:  # stop_early
-            best_finished = tf.reduce_max(state["finished_scores"], axis=1)
-        else:
-            best_finished = tf.reduce_min(state["finished_scores"], axis=1)
-        return tf.greater(best_finished, lower_bound_alive_scores)
+        # beam_search_buffers' bound_met with each row's own length; n-best lists compare
+        # a row's lowest finished score, as a search of that sentence alone does.
+        return beam_search.bound_met(state["alive_log_probs"], state["finished_scores"], limit,
+                                     self.alpha, "best" if self.top_beams == 1 else "row_worst")
 
     def _beam_stopped(self, state, t, limit):
         return tf.logical_or(tf.greater_equal(t, limit), self._bound_met(state, limit))
@@ -377,24 +372,18 @@ class SlotSearch:
                                        state["memory_kv"], state["encdec_bias"],
                                        float32_logits=False)
         logits = tf.reshape(flat_logits, [batch_size, k, vocab_size])
-        alpha = tf.constant(self.alpha, tf.float32)
-        length_penalty = tf.pow((5.0 + tf.cast(t + 1, tf.float32)) / 6.0, alpha)  # [B]
+        penalty = beam_search.length_penalty(t + 1, self.alpha)  # [B]
         topk_scores, topk_flat_ids = beam_search.best_extensions(
-            logits, alive_log_probs, length_penalty[:, None, None], 2 * k)
-        topk_log_probs = topk_scores * length_penalty[:, None]
-        topk_beam_index = topk_flat_ids // vocab_size
-        topk_ids = topk_flat_ids % vocab_size
-        topk_finished = tf.equal(topk_ids, self.eos_id)
+            logits, alive_log_probs, penalty[:, None, None], 2 * k)
+        topk_log_probs, topk_beam_index, topk_ids, topk_finished = (
+            beam_search.split_extensions(topk_scores, topk_flat_ids, penalty[:, None],
+                                         vocab_size, self.eos_id))
         is_column = tf.equal(tf.range(tf.shape(alive_seq)[2])[None, :], (t + 1)[:, None])
         topk_seq = tf.where(is_column[:, None, :], topk_ids[:, :, None],
                             tf.gather(alive_seq, topk_beam_index, batch_dims=1))
-
-        alive_scores = topk_scores + tf.cast(topk_finished, tf.float32) * -INF
-        _, alive_index = tf.math.top_k(alive_scores, k=k)
-        new_alive_seq = tf.gather(topk_seq, alive_index, batch_dims=1)
-        new_alive_log_probs = tf.gather(topk_log_probs, alive_index, batch_dims=1)
-        parent_rows = tf.reshape(tf.gather(topk_beam_index, alive_index, batch_dims=1)
-                                 + tf.range(batch_size)[:, None] * k, [-1])
+        new_alive_seq, new_alive_log_probs, parent_beams = beam_search.grow_alive(
+            topk_seq, topk_scores, topk_log_probs, topk_beam_index, topk_finished, k)
+        parent_rows = tf.reshape(parent_beams + tf.range(batch_size)[:, None] * k, [-1])
         cache = tf.nest.map_structure(lambda s: tf.gather(s, parent_rows, axis=0), cache)
 
         finished_seq, finished_scores = state["finished_seq"], state["finished_scores"]
