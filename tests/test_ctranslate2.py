@@ -28,7 +28,7 @@ from t2t_lite.errors import UserError
 from t2t_lite.hparams import create_hparams
 from t2t_lite.models import t2t_checkpoint
 from t2t_lite.models.transformer import Transformer
-from t2t_lite.serving import ct2
+from t2t_lite.serving import ct2, ct2_options
 
 TINY = "num_heads=4,num_hidden_layers=2,symbol_modality_num_shards=3"
 SMALL = ",hidden_size=16,filter_size=32"
@@ -288,6 +288,10 @@ def test_serve_mode_on_ctranslate2_equals_decode_mode(fixture_export, wmt_toy_di
         served.wait_ready()
         status, models, _ = request(served.url + "/v1/models")
         assert (status, models["models"][0]["engine"]) == (200, "ctranslate2")
+        # One decode worker per CTranslate2 replica (one per usable core), the given timeout.
+        limits = models["models"][0]["limits"]
+        assert (limits["decode_workers"], limits["batch_timeout_ms"]) == (
+            ct2_options.thread_counts("cpu", 0, 0)[0], 200)
         translator = Translator(served.url)
         with ThreadPoolExecutor(8) as pool:
             answers = list(pool.map(lambda line: translator.translate_request([line]), lines))

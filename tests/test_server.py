@@ -452,7 +452,7 @@ def test_a_batch_waits_after_the_previous_decode_for_the_clients_it_answered():
     assert all(job.future.done() for job in second + third)
 
 
-def test_ctranslate2_engine_cuts_a_batch_into_one_part_per_replica():
+def test_ctranslate2_engine_cuts_a_batch_into_one_part_per_replica_a_worker_has():
     from t2t_lite.decoding.decoding import decode_hparams
     from t2t_lite.serving import ct2, engines
 
@@ -469,7 +469,8 @@ def test_ctranslate2_engine_cuts_a_batch_into_one_part_per_replica():
                                      -1.0)] for ids in batch] for batch in batches]
 
     translator = Translator()
-    engine = engines.CTranslate2Engine(translator, decode_hparams("extra_length=3"), {})
+    engine = engines.CTranslate2Engine(translator, decode_hparams("extra_length=3"), {},
+                                       workers=1)
     rows = engine.decode([[5, 1], [5, 6, 7, 8, 1], [5, 6, 1], [5, 6, 7, 1]],
                          batching.Options(1, 0.6, 1))
     # Sorted by length and cut in two parts, each decoded with its own limit (inputs without
@@ -480,6 +481,15 @@ def test_ctranslate2_engine_cuts_a_batch_into_one_part_per_replica():
     assert [row.depends_on_batch for row in rows] == [True, False, False, True]
     assert [len(engine.decode([[5, 1]], batching.Options(1, 0.6, 1)))] == [1]
     assert translator.parts[-1] == [[1]]
+    # By default one worker per replica, each batch on one replica; the engine's batch
+    # timeout (1 ms) is the server's unless --batch_timeout_ms is given.
+    engine = engines.CTranslate2Engine(translator, decode_hparams("extra_length=3"), {})
+    assert engine.default_workers == engine.workers == 2
+    engine.decode([[5, 1], [5, 6, 7, 8, 1], [5, 6, 1]], batching.Options(1, 0.6, 1))
+    assert translator.parts[-1] == [[1, 2, 4]]
+    assert server.batch_timeout_ms(engine, server.ServerConfig()) == 1.0
+    assert server.batch_timeout_ms(engine, server.ServerConfig(batch_timeout_ms=0)) == 0
+    assert server.batch_timeout_ms(object(), server.ServerConfig()) == 5.0
 
 
 def test_the_serve_flags_defaults_are_the_server_configs():

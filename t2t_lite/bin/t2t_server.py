@@ -32,7 +32,7 @@ def _config(flags, decode_hp):
                       ("serve_max_beam_size", 1), ("serve_max_n_best", 1),
                       ("serve_decode_workers", 0),
                       ("batch_timeout_ms", 0), ("request_timeout_secs", 0.001)):
-        if getattr(flags, name) < low:
+        if getattr(flags, name) is not None and getattr(flags, name) < low:
             raise UserError(f"--{name}={getattr(flags, name)}: must be >= {low}")
     if not 0 <= flags.port <= 65535:
         raise UserError(f"--port={flags.port}: must be between 0 and 65535")
@@ -80,7 +80,8 @@ def _ctranslate2_engine(flags, decode_hp) -> Any:
                                 inter_threads=flags.ct2_inter_threads,
                                 intra_threads=flags.ct2_intra_threads)
     return CTranslate2Engine(translator, decode_hp, {
-        "model_dir": model_dir, "decode_hparams": _decode_values(decode_hp)})
+        "model_dir": model_dir, "decode_hparams": _decode_values(decode_hp)},
+        workers=flags.serve_decode_workers)
 
 
 def _saved_model_engine(flags, decode_hp) -> Any:

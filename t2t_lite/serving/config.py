@@ -13,9 +13,12 @@ class ServerConfig:
     Attributes:
       max_batch_size: sentences decoded together at most.
       max_batch_tokens: rows x padded input length per batch at most (0: no limit).
-      batch_timeout_ms: how long a sentence waits for its batch to fill.
+      batch_timeout_ms: how long a sentence waits for its batch to fill (None: the
+        engine's choice, `default_batch_timeout_ms`: 5 for a t2t_lite model or a
+        SavedModel, 1 for CTranslate2, whose lone sentence decodes in ~20 ms).
       decode_workers: batches decoded at the same time (0: the engine's choice, one per
-        usable core for the t2t_lite engine, as --mode=decode's parallel batches).
+        usable core for the t2t_lite engine, as --mode=decode's parallel batches, one
+        per replica for CTranslate2).
       request_timeout_secs: a request not answered by then gets 504.
       max_queue_sentences: sentences waiting at most (beyond: 503).
       max_sentences: sentences per request at most (413).
@@ -30,7 +33,7 @@ class ServerConfig:
     """
     max_batch_size: int = 32
     max_batch_tokens: int = 4096
-    batch_timeout_ms: float = 5.0
+    batch_timeout_ms: float | None = None
     decode_workers: int = 0
     request_timeout_secs: float = 60.0
     max_queue_sentences: int = 1024

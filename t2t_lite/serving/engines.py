@@ -62,6 +62,7 @@ class T2tLiteEngine:
     """
 
     name = "t2t_lite"
+    default_batch_timeout_ms = 5.0
 
     def __init__(self, model: Any, encoders: dict, target_space_id: int, decode_hp: Any,
                  input_vocab_size: int, description: dict,
@@ -250,6 +251,7 @@ class _ExportEngine:
 
     name = "export"
     has_attention = False
+    default_batch_timeout_ms = 5.0
 
     def __init__(self, decode_hp: Any, description: dict):
         self.decode_hp = decode_hp
@@ -268,13 +270,25 @@ class CTranslate2Engine(_ExportEngine):
       translator: a `t2t_lite.serving.ct2.Translator`.
       decode_hp: the server's decode hparams (extra_length, max_input_size, defaults).
       description: what /v1/models shows.
+      workers: the server's decode workers (0: `default_workers`, one per replica).
     """
 
     name = "ctranslate2"
+    # A lone sentence decodes in ~20 ms (the trained transformer_tiny on this bench's CPU):
+    # a worker that waits 5 ms for its batch to fill idles its replica for a quarter of a
+    # decode; 1 ms gave 1.1-1.2x the sentences/s of 5 ms at 16 clients (bench/README.md).
+    default_batch_timeout_ms = 1.0
 
-    def __init__(self, translator: Any, decode_hp: Any, description: dict):
+    def __init__(self, translator: Any, decode_hp: Any, description: dict, workers: int = 0):
         super().__init__(decode_hp, description)
         self.translator = translator
+        self.workers = workers or self.default_workers
+
+    @property
+    def default_workers(self) -> int:
+        """One decode worker per CTranslate2 replica (`inter_threads`): each batch runs on a
+        replica of its own while the other workers fill and decode theirs."""
+        return self.translator.inter_threads
 
     def encode(self, text: str) -> list[int]:
         """Subword ids of the sentence (cut to max_input_size - 1 when > 0) plus EOS.
@@ -292,10 +306,12 @@ class CTranslate2Engine(_ExportEngine):
     def decode(self, id_lists: Sequence[Sequence[int]], options: Options) -> list[Row]:
         """Decodes one batch with `Translator.translate_id_batches` (t2t's scores and decode
         length). One CTranslate2 batch runs on one of its `inter_threads` replicas (one core
-        each on CPU), so the batch is cut into that many parts of neighbouring lengths,
-        decoded at once, each with its own decode length."""
+        each on CPU); with fewer decode workers than replicas, the batch is cut into parts
+        of neighbouring lengths (one per replica a worker has to itself), decoded at once,
+        each with its own decode length."""
         order = sorted(range(len(id_lists)), key=lambda i: len(id_lists[i]))
-        size = -(-len(order) // max(1, min(self.translator.inter_threads, len(order))))
+        parts = max(1, self.translator.inter_threads // self.workers)
+        size = -(-len(order) // max(1, min(parts, len(order))))
         parts = [order[start: start + size] for start in range(0, len(order), size)]
         results = self.translator.translate_id_batches(
             [[list(id_lists[i][:-1]) for i in part] for part in parts],

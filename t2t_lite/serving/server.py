@@ -91,7 +91,7 @@ def _load(state: State, engine_factory: Callable[[], Any], on_failure: Callable[
         settings = {
             "max_batch_size": config.max_batch_size,
             "max_batch_tokens": config.max_batch_tokens,
-            "batch_timeout_secs": config.batch_timeout_ms / 1000.0,
+            "batch_timeout_secs": batch_timeout_ms(engine, config) / 1000.0,
             "max_queue": config.max_queue_sentences,
             "on_batch": state.metrics.batch_size.observe,
             "on_redecode": state.metrics.redecoded.inc,
@@ -114,6 +114,13 @@ def _load(state: State, engine_factory: Callable[[], Any], on_failure: Callable[
     except BaseException as error:  # noqa: BLE001 - reported by the caller after shutdown
         state.load_error = error
         on_failure()
+
+
+def batch_timeout_ms(engine: Any, config: ServerConfig) -> float:
+    """The batch timeout in use: the flag's, else the engine's choice."""
+    if config.batch_timeout_ms is not None:
+        return config.batch_timeout_ms
+    return getattr(engine, "default_batch_timeout_ms", 5.0)
 
 
 def continuous(engine: Any, config: ServerConfig) -> bool:
@@ -364,12 +371,13 @@ def create_app(engine_factory: Callable[[], Any], config: ServerConfig,
         """What is loaded, its decode defaults and the request limits."""
         if state.engine is None:
             return error_response(503, "the model is still loading")
-        # The decode workers and batching in use (the flag's 0 is the engine's choice; an
-        # engine that cannot batch continuously batches per batch).
+        # The decode workers, batching and batch timeout in use (the flags' 0 and None are
+        # the engine's choice; an engine that cannot batch continuously batches per batch).
         batching_in_use = ("continuous" if isinstance(state.batcher, ContinuousBatcher)
                            else "batch")
         limits = dict(dataclasses.asdict(config), decode_workers=state.batcher.workers,
-                      batching=batching_in_use)
+                      batching=batching_in_use,
+                      batch_timeout_ms=batch_timeout_ms(state.engine, config))
         return {"models": [dict(state.engine.description,
                                 attention=bool(state.engine.has_attention),
                                 limits=limits)]}
