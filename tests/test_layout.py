@@ -202,6 +202,8 @@ LONG_FILES = {
     "t2t_lite/layers/common_attention.py": "t2t's common_attention: timing, biases, attention",
     "t2t_lite/data_generators/text_encoder.py": "t2t's text_encoder: the encoders",
     "t2t_lite/decoding/decoding.py": "t2t's decoding.py: decode from dataset, file, interactive",
+    "t2t_lite/decoding/search/beam_search.py": "t2t's beam_search: the search and its steps "
+                                               "(grow_topk, grow_alive, grow_finished)",
     "t2t_lite/training/trainer_lib.py": "the training loop: steps, checkpoints, eval, summaries",
     "t2t_lite/utils/checkpoint_guard.py": "checkpoints on disk: the state file, damage, strict "
                                           "restore checks, failed saves, temp folders",
