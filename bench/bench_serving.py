@@ -35,6 +35,7 @@ import os
 import pathlib
 import re
 import shlex
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -287,16 +288,30 @@ def table(rows: list[tuple[str, int, dict]]) -> str:
     return "\n".join(out)
 
 
+def rss_trend(samples: list[int]) -> dict:
+    """The medians of the first and the last tenth of VmRSS samples (at least 3 each) and the
+    growth from one to the other."""
+    tenth = max(3, len(samples) // 10)
+    first, last = statistics.median(samples[:tenth]), statistics.median(samples[-tenth:])
+    return {"rss_first_median_kb": first, "rss_last_median_kb": last,
+            "rss_growth": (last - first) / max(first, 1)}
+
+
 def soak(server: Server, lines: list[str], seconds: float, clients: int = 16) -> dict:
-    """`clients` clients for `seconds` on a warm server: errors and VmRSS growth (after a
-    first minute, or a tenth of the time, of load vs at the end; sampled every 10 s)."""
+    """`clients` clients for `seconds` on a warm server: errors and VmRSS growth.
+
+    VmRSS is sampled every 5 s; one sample moves with the batches in flight (+-5% on the
+    CTranslate2 engine from one sample to the next), so the growth compares the median of the
+    first tenth of the samples (at least 3, after a first minute, or a tenth of the time, of
+    load) with the median of the last tenth; the first and last samples and the largest are
+    reported too."""
     warm = min(60.0, seconds / 10)
     load(server.url, lines, clients, until=time.monotonic() + warm)
     samples = [rss_kb(server.process.pid)]
     stop = threading.Event()
 
     def sample() -> None:
-        while not stop.wait(10):
+        while not stop.wait(5):
             samples.append(rss_kb(server.process.pid))
 
     sampler = threading.Thread(target=sample, daemon=True)
@@ -307,8 +322,7 @@ def soak(server: Server, lines: list[str], seconds: float, clients: int = 16) ->
     samples.append(rss_kb(server.process.pid))
     r.pop("answers")
     r.update(rss_before_kb=samples[0], rss_after_kb=samples[-1], rss_max_kb=max(samples),
-             rss_growth=(samples[-1] - samples[0]) / max(samples[0], 1), seconds=seconds,
-             clients=clients, load=load_average())
+             **rss_trend(samples), seconds=seconds, clients=clients, load=load_average())
     return r
 
 
@@ -419,9 +433,10 @@ def main(argv=None) -> dict:
         s = results["soak"]
         print(f"soak: {s['seconds']:.0f} s at {s['clients']} clients, {s['sentences']} "
               f"sentences ({s['sentences_per_sec']:.1f}/s, p50 {s['p50_ms']:.0f} ms, p99 "
-              f"{s['p99_ms']:.0f} ms), {s['errors']} errors, RSS {s['rss_before_kb']} -> "
-              f"{s['rss_after_kb']} kB ({100 * s['rss_growth']:+.1f}%, max "
-              f"{s['rss_max_kb']} kB), load {s['load']}")
+              f"{s['p99_ms']:.0f} ms), {s['errors']} errors, RSS median of the first / last "
+              f"tenth {s['rss_first_median_kb']:.0f} -> {s['rss_last_median_kb']:.0f} kB "
+              f"({100 * s['rss_growth']:+.1f}%; samples {s['rss_before_kb']} first, "
+              f"{s['rss_after_kb']} last, {s['rss_max_kb']} max), load {s['load']}")
     if args.output_json:
         with open(args.output_json, "w", encoding="utf-8") as f:
             json.dump(results, f, indent=1)

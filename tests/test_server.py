@@ -417,6 +417,10 @@ def test_bench_percentiles_are_numpys():
              "queue_wait_seconds_count": 10, "decode_seconds_sum": 2.0,
              "sentence_decode_seconds_total": 6.0, "request_latency_seconds_sum": 12.0,
              "request_latency_seconds_count": 10}
+    # RSS growth between the medians of the first and last tenth (3 samples at least): a
+    # last sample that jumps (a batch in flight) does not count alone.
+    assert bench.rss_trend([100, 104, 98, 101, 99, 103, 102, 105, 103, 125]) == pytest.approx(
+        {"rss_first_median_kb": 100, "rss_last_median_kb": 105, "rss_growth": 0.05})
     assert bench.profile({}, after, 2.0, 2) == pytest.approx(
         {"mean_batch": 2.5, "wait_ms": 50, "decode_ms": 600, "workers_busy": 0.5,
          "other_ms": 550})
