@@ -310,8 +310,8 @@ class CTranslate2Engine(_ExportEngine):
         of neighbouring lengths (one per replica a worker has to itself), decoded at once,
         each with its own decode length."""
         order = sorted(range(len(id_lists)), key=lambda i: len(id_lists[i]))
-        parts = max(1, self.translator.inter_threads // self.workers)
-        size = -(-len(order) // max(1, min(parts, len(order))))
+        part_count = max(1, self.translator.inter_threads // self.workers)
+        size = -(-len(order) // max(1, min(part_count, len(order))))
         parts = [order[start: start + size] for start in range(0, len(order), size)]
         results = self.translator.translate_id_batches(
             [[list(id_lists[i][:-1]) for i in part] for part in parts],
