@@ -172,7 +172,7 @@ def test_each_fault_is_one_json_message_and_the_server_keeps_serving(served):
         count = sum(1 for _, status, _ in FAULTS if str(status) == code)
         assert after[key] - before.get(key, 0) == count
     ok = ("t2t_lite_serving_requests_total", (("status", "200"),))
-    assert after[ok] - before[ok] == 1
+    assert after[ok] - before.get(ok, 0) == 1  # no series before the first answered request
     assert after[("t2t_lite_serving_queue_depth", ())] == 0
 
 
