@@ -36,7 +36,7 @@ from t2t_lite.decoding.search import beam_search
 from t2t_lite.decoding.search.beam_search import INF
 from t2t_lite.decoding.search.sampling import Sampling
 
-# Positions added to the cache when it must grow (fewer, larger copies).
+# The cache spans a multiple of this many positions (fewer shapes; fewer, larger copies).
 CACHE_SLACK = 16
 # t2t's attention bias of a padding position (common_attention.LARGE_NEGATIVE).
 LARGE_NEGATIVE = -1e9
@@ -152,7 +152,7 @@ class SlotSearch:
         for i in order:
             groups.setdefault(len(id_lists[i]), []).append(i)
         if self._state is None:
-            self._g, self._capacity = 0, self.steps_per_call + CACHE_SLACK
+            self._g, self._capacity = 0, _cache_span(self.steps_per_call)
             self._state = self._empty_state()
         append = self._function("append", self._append_graph, [
             _state_spec(self._state), tf.TensorSpec([None, None], tf.int32),
@@ -225,7 +225,7 @@ class SlotSearch:
             self._first = self._first - shift
             self._g -= shift
         if self._g + self.steps_per_call > self._capacity:
-            self._capacity = self._g + self.steps_per_call + CACHE_SLACK
+            self._capacity = _cache_span(self._g + self.steps_per_call)
             cache = tf.nest.map_structure(lambda c: _pad_axis(c, 2, self._capacity), cache)
         self._state["cache"] = cache
 
@@ -235,7 +235,7 @@ class SlotSearch:
         and its memory to their longest input: the steps' cost follows M and L."""
         beam_rows = (rows[:, None] * self.beam_size + np.arange(self.beam_size)).reshape(-1)
         shift = int(self._first.min())
-        self._capacity = self._g - shift + self.steps_per_call + CACHE_SLACK
+        self._capacity = _cache_span(self._g - shift + self.steps_per_call)
         cache = tf.nest.map_structure(
             lambda c: _pad_axis(tf.gather(c, beam_rows)[:, :, shift:self._g], 2,
                                 self._capacity), state["cache"])
@@ -398,6 +398,14 @@ class SlotSearch:
             finished_seq=tf.where(keep[:, :, None], finished_seq, new_finished[0]),
             finished_scores=tf.where(keep, finished_scores, new_finished[1]),
             finished_flags=tf.where(keep, finished_flags, new_finished[2]))
+
+
+def _cache_span(positions: int) -> int:
+    """The cache positions M to hold `positions`: the next multiple of CACHE_SLACK. Every new
+    M is a new shape for the step's kernels (oneDNN caches a primitive per shape), so M
+    takes one value in CACHE_SLACK; the positions past g are masked like those before a
+    row's start."""
+    return -(-positions // CACHE_SLACK) * CACHE_SLACK
 
 
 def _pad_axis(tensor: tf.Tensor, axis: int, size: int, value: float = 0) -> tf.Tensor:
