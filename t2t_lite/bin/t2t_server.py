@@ -32,8 +32,9 @@ def _config(flags, decode_hp):
                       ("serve_max_beam_size", 1), ("serve_max_n_best", 1),
                       ("serve_decode_workers", 0),
                       ("batch_timeout_ms", 0), ("request_timeout_secs", 0.001)):
-        if getattr(flags, name) is not None and getattr(flags, name) < low:
-            raise UserError(f"--{name}={getattr(flags, name)}: must be >= {low}")
+        value = getattr(flags, name)
+        if value is not None and value < low:  # None: the engine's choice
+            raise UserError(f"--{name}={value}: must be >= {low}")
     if not 0 <= flags.port <= 65535:
         raise UserError(f"--port={flags.port}: must be between 0 and 65535")
     if decode_hp.beam_size > flags.serve_max_beam_size:

@@ -88,7 +88,7 @@ class ContinuousBatcher(Batcher):
                 if search is not None:
                     self._admit(search, jobs, tokens)
             if search is not None and len(search) and not self._run(search, tokens, started):
-                search = searches.pop(options)  # its state is unknown after an error
+                del searches[options]  # its state is unknown after an error
                 search = None
 
     def _admissible(self, jobs: list[Job]) -> list[Job]:

@@ -37,7 +37,7 @@ from t2t_lite.decoding.search.beam_search import INF
 from t2t_lite.decoding.search.sampling import Sampling
 
 # The cache spans a multiple of this many positions (fewer shapes; fewer, larger copies).
-CACHE_SLACK = 16
+CACHE_SPAN_STEP = 16
 # t2t's attention bias of a padding position (common_attention.LARGE_NEGATIVE).
 LARGE_NEGATIVE = -1e9
 
@@ -401,11 +401,11 @@ class SlotSearch:
 
 
 def _cache_span(positions: int) -> int:
-    """The cache positions M to hold `positions`: the next multiple of CACHE_SLACK. Every new
-    M is a new shape for the step's kernels (oneDNN caches a primitive per shape), so M
-    takes one value in CACHE_SLACK; the positions past g are masked like those before a
-    row's start."""
-    return -(-positions // CACHE_SLACK) * CACHE_SLACK
+    """The cache positions M to hold `positions`: the next multiple of CACHE_SPAN_STEP.
+    Every new M is a new shape for the step's kernels (oneDNN caches a primitive per
+    shape), so M takes one value in CACHE_SPAN_STEP; the positions past g are masked like
+    those before a row's start."""
+    return -(-positions // CACHE_SPAN_STEP) * CACHE_SPAN_STEP
 
 
 def _pad_axis(tensor: tf.Tensor, axis: int, size: int, value: float = 0) -> tf.Tensor:
