@@ -87,6 +87,8 @@ def test_small_run_prints_both_dtypes_their_matmul_rates_and_a_profile():
 
 
 CPUINFO = """processor\t: 0
+cpu family\t: 25
+model\t\t: 17
 model name\t: {model}
 flags\t\t: fpu sse avx512f {extra}
 
@@ -105,8 +107,19 @@ def test_machine_names_the_bfloat16_units(tmp_path, extra, units):
     path = tmp_path / "cpuinfo"
     path.write_text(CPUINFO.format(model="Some CPU 9000", extra=extra))
     line = machine.describe_cpu(str(path))
-    assert line.startswith("Some CPU 9000, ") and line.endswith(f"bfloat16 matmuls on {units}")
+    assert line.startswith("Some CPU 9000 (family 25, model 17), ")
+    assert line.endswith(f"AVX512 vectors, bfloat16 matmuls on {units}")
     assert machine.cpu_flags(path.read_text()) >= {"fpu", "avx512f"}
+
+
+@pytest.mark.parametrize("flags,isa", [
+    ("fpu sse avx avx2 fma avx512f avx512bw", "AVX512"),
+    ("fpu sse avx avx2 fma", "AVX2"),  # e.g. a guest whose hypervisor hides AVX512
+    ("fpu sse avx", "AVX"),
+    ("fpu sse sse2", "SSE"),
+])
+def test_machine_names_the_widest_vector_unit(flags, isa):
+    assert machine.vector_isa(set(flags.split())) == isa
 
 
 def test_machine_without_cpuinfo(tmp_path):
