@@ -282,12 +282,30 @@ def test_padded_cross_entropy_gradient_is_softmax_minus_soft_target():
     np.testing.assert_allclose(grad[2], 0.0)  # padding position carries no gradient
 
 
-@pytest.mark.parametrize("eps", [0.1, 0.0])
-def test_fused_softmax_cross_entropy_matches_full_logits_in_value_and_gradients(eps):
+@pytest.mark.parametrize("eps,row_scales", [
+    (0.1, None), (0.0, None),
+    # Rows whose exp overflows (x 40: logits ~ +-300) or underflows (all logits ~ -300)
+    # in some chunks only: those chunks take the max-shifted path, the others not.
+    (0.1, "mixed"), (0.0, "mixed"),
+])
+def test_fused_softmax_cross_entropy_matches_full_logits_in_value_and_gradients(
+        eps, row_scales):
     rng = np.random.RandomState(3)
-    x = tf.constant(rng.normal(size=[13, 8]), tf.float32)
-    matrix = tf.constant(rng.normal(size=[11, 8]), tf.float32)
+    x_values = rng.normal(size=[13, 8])
+    matrix_values = rng.normal(size=[11, 8])
+    if row_scales == "mixed":
+        x_values[1] *= 40.0  # chunk 0: row 1's logits reach ~85, its sum ~1e37
+        matrix_values[:, 0] = np.abs(matrix_values[:, 0]) + 5.0
+        x_values[7] = 0.0
+        x_values[7, 0] = -60.0  # chunk 1: every logit of row 7 <= -300, its terms all 0
+    x = tf.constant(x_values, tf.float32)
+    matrix = tf.constant(matrix_values, tf.float32)
     labels = tf.constant(rng.randint(1, 11, size=[13]), tf.int32)
+    if row_scales == "mixed":
+        logits = (x_values @ matrix_values.T).astype(np.float32)
+        # Both outside the range in which a chunk is exponentiated unshifted; chunk 2 inside.
+        assert np.exp(logits[1]).sum() > 2.0 ** 60 and np.exp(logits[7]).sum() < 2.0 ** -60
+        assert 2.0 ** -60 < np.exp(logits[10:]).sum(axis=1).min() < 2.0 ** 60
     with tf.GradientTape(persistent=True) as tape:
         tape.watch([x, matrix])
         # chunk_size 5: two full chunks and a ragged one of 3 rows.
@@ -297,6 +315,9 @@ def test_fused_softmax_cross_entropy_matches_full_logits_in_value_and_gradients(
         fused_scaled, num_scaled = 3.0 * fused, 3.0 * num
     assert float(den) == 13
     np.testing.assert_allclose(fused, num, rtol=1e-6)
+    # A near one-hot row (row 1 of "mixed") forms p - q's products from parts that cancel
+    # to float rounding of the matrix's entries (~6 here): 1e-5 of them, not of the result.
+    atol = 1e-6 if row_scales is None else 1e-5
     for got, want in zip(tape.gradient(fused_scaled, [x, matrix]),
                          tape.gradient(num_scaled, [x, matrix])):
-        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=atol)

@@ -235,6 +235,47 @@ def smoothing_targets(label_smoothing: float, vocab_size: int) -> tuple[float, f
     return confidence, low_confidence, normalizing
 
 
+# A chunk's exp(logits) is used unshifted when every position's sum lies in [2**-60,
+# 2**60]: no term overflowed (nor can the matmuls that read the terms), and the terms below
+# float32's smallest normal (2**-126; flushed to zero where the CPU flushes denormals) add
+# at most V * 2**-126 to a sum >= 2**-60, under 2**-40 of it for any V < 2**26.
+_UNSHIFTED_SUM_RANGE = (2.0 ** -60, 2.0 ** 60)
+
+
+def _exp_and_sums(logits_t: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+    """exp(logits - shift) of a vocab-major chunk, each position's sum over the vocabulary
+    and its log-sum-exp, in two passes over the chunk where it is safe.
+
+    The usual shift is each position's maximum, which costs two more memory-bound passes
+    (the maximum and the subtraction) over a [8192, 512] chunk. A softmax does not depend
+    on the shift, and a Transformer's logits are small (|logit| < ~30: layer-normed outputs
+    times the embedding matrix), so the chunk is first exponentiated unshifted; only if a
+    sum falls outside `_UNSHIFTED_SUM_RANGE` (an overflow to inf, all terms underflowing, or
+    NaN) is the chunk redone shifted by its maxima, as `tf.nn.softmax` does. Both give the
+    same p = e / s and lse to float rounding.
+
+    Args:
+      logits_t: float32 [V, positions].
+
+    Returns:
+      (e [V, positions], s [1, positions], lse [1, positions]): p = e / s and
+      lse = log Σ_v exp(logits).
+    """
+    exp = tf.exp(logits_t)
+    sums = tf.reduce_sum(exp, axis=0, keepdims=True)
+    low, high = _UNSHIFTED_SUM_RANGE
+    # NaN fails both comparisons, so a NaN position takes the shifted path too.
+    in_range = tf.reduce_all(tf.logical_and(sums >= low, sums <= high))
+
+    def shifted():
+        maxima = tf.reduce_max(logits_t, axis=0, keepdims=True)
+        shifted_exp = tf.exp(logits_t - maxima)
+        shifted_sums = tf.reduce_sum(shifted_exp, axis=0, keepdims=True)
+        return shifted_exp, shifted_sums, maxima + tf.math.log(shifted_sums)
+
+    return tf.cond(in_range, lambda: (exp, sums, tf.math.log(sums)), shifted)
+
+
 def softmax_cross_entropy(
     x: tf.Tensor,
     matrix: tf.Tensor,
@@ -243,7 +284,7 @@ def softmax_cross_entropy(
     chunk_size: int = 512,
 ) -> tf.Tensor:
     """Summed (label-smoothed) cross-entropy of the logits `x · matrixᵀ`, never holding more
-    than `chunk_size` rows of logits.
+    than `chunk_size` positions' logits.
 
     The same loss as `common_layers.padded_cross_entropy(x @ matrixᵀ, labels, eps)[0]` (the
     plain path) for labels that are all non-padding, and the same gradients: the output is a
@@ -253,24 +294,33 @@ def softmax_cross_entropy(
     ~4 x N x V floats less at the peak (~450 MB for 3.4k tokens x 8k vocab), and no extra
     matmul.
 
-    A chunk's logits are read by as few passes as possible (each pass over a [512, 8192]
-    chunk is memory-bound; on an AVX2 CPU, where TensorFlow runs Eigen's kernels, the
-    chunk's passes were a fifth of a `transformer_tiny` step): its row maxima, `exp(logits -
-    max)`, and its row sums s, nothing else. With q = low + (conf - low) one_hot(label) the
+    A chunk's logits are computed vocab-major, `matrix · x_chunkᵀ` = [V, chunk]: then each of
+    the three matmuls reads them in a layout oneDNN runs fast. Position-major [chunk, V]
+    logits make the matrix's gradient `x_chunkᵀ · e` ([128, 512] x [512, 8192] in
+    transformer_tiny), which oneDNN ran at half the rate of the other two on an AVX2 CPU (66
+    against ~140 GFLOP/s); vocab-major, it is `e · x_chunk` (~125 GFLOP/s) and lands in the
+    matrix's own [V, D] layout, while `eᵀ · matrix` for the gradient of x slows from ~135 to
+    ~105 GFLOP/s. The loss with its gradients at tiny's sizes: ~300 -> ~235 ms of wall time
+    with oneDNN, ~360 -> ~260 ms with Eigen (bench/README.md, "The chunk loss vocab-major").
+
+    A chunk's logits are read by as few passes as possible (each pass over a [8192, 512]
+    chunk is memory-bound): `exp(logits)` and its sums s over the vocabulary, nothing else,
+    where no position can overflow or underflow (`_exp_and_sums`; else the maxima are
+    subtracted first). With q = low + (conf - low) one_hot(label) the
     logit gradient is `p - q = e / s - low - (conf - low) one_hot`, and its products are
-    formed from the parts: `(p - q) · matrix = (e · matrix) / s - low Σ_v matrix_v - (conf -
-    low) matrix[label]` and `xᵀ (p - q) = (x / s)ᵀ e - low Σ_i x_i - (conf - low) Σ_{i:
+    formed from the parts: `(p - q) · matrix = (eᵀ · matrix) / s - low Σ_v matrix_v - (conf -
+    low) matrix[label]` and `(p - q)ᵀ x = e · (x / s) - low Σ_i x_i - (conf - low) Σ_{i:
     label = v} x_i` (float32; in half precision p is formed and cast, as the matmuls' inputs
     must be of one dtype), so p, p - q and the one-hot entries never exist as [N, V]
     tensors. The loss is `-(low (Σ logits - V Σ lse) + (conf - low) Σ (logit_label - lse))`
-    with lse = max + log s, and Σ logits = (Σ_i x_i) · (Σ_v matrix_v).
+    with lse = log s (max + log s where shifted), and Σ logits = (Σ_i x_i) · (Σ_v matrix_v).
 
     Args:
       x: [N, D] decoder outputs of the (non-padding) target positions.
       matrix: [V, D] softmax weights (float32; cast to x's dtype for the matmuls).
       labels: int [N] target ids.
       label_smoothing: eps (0: plain cross-entropy).
-      chunk_size: rows of logits computed at a time.
+      chunk_size: positions whose logits are computed at a time.
 
     Returns:
       float32 scalar: the summed token losses.
@@ -289,32 +339,31 @@ def softmax_cross_entropy(
         weights = tf.cast(matrix, x.dtype)
         num_chunks = (rows + chunk_size - 1) // chunk_size
 
-        def body(c, lse_sum, label_log_prob_sum, d_matrix_t, d_x):
+        def body(c, lse_sum, label_log_prob_sum, d_matrix, d_x):
             start = c * chunk_size
             size = tf.minimum(chunk_size, rows - start)
             x_chunk = tf.slice(x, [start, 0], [size, -1])
-            logits = tf.cast(tf.matmul(x_chunk, weights, transpose_b=True), tf.float32)
-            row_max = tf.reduce_max(logits, axis=-1, keepdims=True)
-            exp = tf.exp(logits - row_max)
-            row_sum = tf.reduce_sum(exp, axis=-1, keepdims=True)  # [size, 1]
-            lse = row_max + tf.math.log(row_sum)
+            logits_t = tf.cast(tf.matmul(weights, x_chunk, transpose_b=True), tf.float32)
+            exp_t, sums, lse = _exp_and_sums(logits_t)  # [V, size], [1, size], [1, size]
             lse_sum += tf.reduce_sum(lse)
-            # log p at the labels, each row's before the sum (Σ lse alone is ~8x the loss).
-            label_log_prob_sum += tf.reduce_sum(tf.gather_nd(logits, tf.stack(
-                [tf.range(size), tf.slice(labels, [start], [size])], axis=1)) - lse[:, 0])
-            if x.dtype == tf.float32:  # 1 / s scales the [size, D] sides, not the [size, V]
-                d_matrix_t += tf.matmul(x_chunk / row_sum, exp, transpose_a=True)
-                d_x = d_x.write(c, tf.matmul(exp, weights) / row_sum)
+            # log p at the labels, each position's before the sum (Σ lse alone is ~8x the
+            # loss).
+            label_log_prob_sum += tf.reduce_sum(tf.gather_nd(logits_t, tf.stack(
+                [tf.slice(labels, [start], [size]), tf.range(size)], axis=1)) - lse[0])
+            if x.dtype == tf.float32:  # 1 / s scales the [size, D] sides, not the [V, size]
+                sums_column = tf.transpose(sums)  # [size, 1]
+                d_matrix += tf.matmul(exp_t, x_chunk / sums_column)
+                d_x = d_x.write(c, tf.matmul(exp_t, weights, transpose_a=True) / sums_column)
             else:
-                probs = tf.cast(exp / row_sum, x.dtype)
-                d_matrix_t += tf.cast(tf.matmul(x_chunk, probs, transpose_a=True), tf.float32)
-                d_x = d_x.write(c, tf.matmul(probs, weights))
-            return c + 1, lse_sum, label_log_prob_sum, d_matrix_t, d_x
+                probs_t = tf.cast(exp_t / sums, x.dtype)
+                d_matrix += tf.cast(tf.matmul(probs_t, x_chunk), tf.float32)
+                d_x = d_x.write(c, tf.matmul(probs_t, weights, transpose_a=True))
+            return c + 1, lse_sum, label_log_prob_sum, d_matrix, d_x
 
-        _, lse_sum, label_log_prob_sum, d_matrix_t, d_x = tf.while_loop(
+        _, lse_sum, label_log_prob_sum, d_matrix, d_x = tf.while_loop(
             lambda c, *unused: c < num_chunks, body,
             [tf.constant(0), tf.constant(0.0), tf.constant(0.0),
-             tf.zeros(matrix.shape[::-1], tf.float32),
+             tf.zeros(matrix.shape, tf.float32),
              tf.TensorArray(x.dtype, size=num_chunks, infer_shape=False,
                             element_shape=tf.TensorShape([None, x.shape[-1]]))],
             parallel_iterations=1,
@@ -329,7 +378,7 @@ def softmax_cross_entropy(
         # p - q's products from p's: q = low everywhere + at_label at each row's label.
         d_x = (tf.cast(d_x.concat(), tf.float32) - low * sum_matrix
                - at_label * tf.gather(matrix32, labels))
-        d_matrix = (tf.transpose(d_matrix_t) - low * sum_x
+        d_matrix = (d_matrix - low * sum_x
                     - at_label * tf.math.unsorted_segment_sum(x32, labels, vocab_size))
 
         @_grad_scope("softmax_cross_entropy_grad")
