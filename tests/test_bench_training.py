@@ -63,7 +63,7 @@ def test_small_run_prints_both_dtypes_their_matmul_rates_and_a_profile():
         capture_output=True, text=True, timeout=600, check=False)
     assert result.returncode == 0, result.stderr[-3000:]
     out = result.stdout
-    assert re.search(r"^machine: .+, \d+ cores, bfloat16 matmuls on .+; load average",
+    assert re.search(r"^machine: .+, \d+ cores, \w+ vectors, bfloat16 matmuls on .+; load average",
                      out, re.MULTILINE), out
     for dtype in ("float32", "bfloat16"):
         rate = re.search(rf"{dtype} tf.matmul on the model's shapes: ([\d.]+) GFLOP/s", out)
