@@ -124,3 +124,24 @@ def test_machine_names_the_widest_vector_unit(flags, isa):
 
 def test_machine_without_cpuinfo(tmp_path):
     assert machine.describe_cpu(str(tmp_path / "missing")).startswith("unknown CPU, ")
+
+
+def test_chunk_loss_bench_prints_both_layouts_and_their_ratio(capsys, monkeypatch):
+    """bench/bench_chunk_loss.py times `fused_ops.softmax_cross_entropy` in both layouts
+    (the layouts' equality is tests/test_common_layers.py's) and names the one t2t_lite
+    takes for the vocabulary size."""
+    import bench_chunk_loss
+
+    monkeypatch.setattr(sys, "argv", [
+        "bench_chunk_loss.py", "--rows", "48", "--depth", "8", "--vocab", "32", "--chunk",
+        "16", "--rounds", "2", "--calls", "1"])
+    bench_chunk_loss.main()
+    out = capsys.readouterr().out
+    assert out.startswith("machine: ")
+    for name in ("d_matrixᵀ = xᵀ · e", "d_matrix = e · x", "d_x = eᵀ · matrix"):
+        assert name in out
+    assert re.search(r"vocab-major: \d+\.\d\dx the position-major speed by wall time, "
+                     r"\d+\.\d\dx by CPU time; t2t_lite takes position-major for V = 32", out)
+    assert len(re.findall(r"loss \+ gradients, \[48, 8\] x \[32, 8\]: rounds \d+ / \d+ ms", out)) == 2
+    loss_difference = float(re.search(r"difference between the layouts: loss (\S+),", out)[1])
+    assert loss_difference < 1e-4

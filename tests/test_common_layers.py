@@ -270,6 +270,13 @@ def test_padded_cross_entropy_equals_one_hot_definition():
     assert float(den) == weights.sum()
 
 
+@pytest.mark.parametrize("vocab_size,vocab_major", [
+    (8192, True), (32768, True), (1024, True), (8085, False), (8000, False), (32000, False),
+])
+def test_chunk_loss_layout_follows_the_vocabulary_size(vocab_size, vocab_major):
+    assert fused_ops.vocab_major_logits(vocab_size) is vocab_major
+
+
 def test_padded_cross_entropy_gradient_is_softmax_minus_soft_target():
     logits = tf.Variable(tf.constant(REF_LOGITS))
     with tf.GradientTape() as tape:
@@ -282,6 +289,7 @@ def test_padded_cross_entropy_gradient_is_softmax_minus_soft_target():
     np.testing.assert_allclose(grad[2], 0.0)  # padding position carries no gradient
 
 
+@pytest.mark.parametrize("vocab_major", [False, True])
 @pytest.mark.parametrize("eps,row_scales", [
     (0.1, None), (0.0, None),
     # Rows whose exp overflows (x 40: logits ~ +-300) or underflows (all logits ~ -300)
@@ -289,7 +297,7 @@ def test_padded_cross_entropy_gradient_is_softmax_minus_soft_target():
     (0.1, "mixed"), (0.0, "mixed"),
 ])
 def test_fused_softmax_cross_entropy_matches_full_logits_in_value_and_gradients(
-        eps, row_scales):
+        eps, row_scales, vocab_major):
     rng = np.random.RandomState(3)
     x_values = rng.normal(size=[13, 8])
     matrix_values = rng.normal(size=[11, 8])
@@ -309,7 +317,8 @@ def test_fused_softmax_cross_entropy_matches_full_logits_in_value_and_gradients(
     with tf.GradientTape(persistent=True) as tape:
         tape.watch([x, matrix])
         # chunk_size 5: two full chunks and a ragged one of 3 rows.
-        fused = fused_ops.softmax_cross_entropy(x, matrix, labels, eps, chunk_size=5)
+        fused = fused_ops.softmax_cross_entropy(x, matrix, labels, eps, chunk_size=5,
+                                                vocab_major=vocab_major)
         num, den = common_layers.padded_cross_entropy(
             tf.matmul(x, matrix, transpose_b=True), labels, eps)
         fused_scaled, num_scaled = 3.0 * fused, 3.0 * num
@@ -321,3 +330,23 @@ def test_fused_softmax_cross_entropy_matches_full_logits_in_value_and_gradients(
     for got, want in zip(tape.gradient(fused_scaled, [x, matrix]),
                          tape.gradient(num_scaled, [x, matrix])):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=atol)
+
+
+@pytest.mark.parametrize("vocab_major", [False, True])
+def test_fused_softmax_cross_entropy_in_bfloat16_follows_float32(vocab_major):
+    """Half precision forms p = e / s and casts it for the matmuls, in either layout."""
+    rng = np.random.RandomState(4)
+    x = tf.constant(rng.normal(size=[13, 8]), tf.float32)
+    matrix = tf.constant(rng.normal(size=[11, 8]) * 0.5, tf.float32)
+    labels = tf.constant(rng.randint(1, 11, size=[13]), tf.int32)
+    results = []
+    for dtype in (tf.float32, tf.bfloat16):
+        x_in = tf.cast(x, dtype)
+        with tf.GradientTape() as tape:
+            tape.watch([x_in, matrix])
+            loss = fused_ops.softmax_cross_entropy(x_in, matrix, labels, 0.1, chunk_size=5,
+                                                   vocab_major=vocab_major)
+        d_x, d_matrix = tape.gradient(loss, [x_in, matrix])
+        results.append([loss, tf.cast(d_x, tf.float32), d_matrix])
+    for half, full in zip(results[1], results[0]):
+        np.testing.assert_allclose(half, full, rtol=0.03, atol=0.03)

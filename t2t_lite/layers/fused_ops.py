@@ -241,13 +241,31 @@ def smoothing_targets(label_smoothing: float, vocab_size: int) -> tuple[float, f
 # at most V * 2**-126 to a sum >= 2**-60, under 2**-40 of it for any V < 2**26.
 _UNSHIFTED_SUM_RANGE = (2.0 ** -60, 2.0 ** 60)
 
+# Vocabularies whose size is a multiple of this get vocab-major logits (`vocab_major_logits`).
+VOCAB_MAJOR_MULTIPLE = 1024
 
-def _exp_and_sums(logits_t: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
-    """exp(logits - shift) of a vocab-major chunk, each position's sum over the vocabulary
-    and its log-sum-exp, in two passes over the chunk where it is safe.
+
+def vocab_major_logits(vocab_size: int) -> bool:
+    """Whether `softmax_cross_entropy` lays a chunk's logits out vocab-major ([V, chunk])
+    rather than position-major ([chunk, V]) for this vocabulary size.
+
+    Measured (bench/bench_chunk_loss.py, AVX2 CPU, oneDNN; bench/README.md "The chunk
+    loss's layout"): position-major, the matrix's gradient `x_chunkᵀ · e` reads [chunk, V]
+    float32 rows whose stride is a multiple of 4 KB when V is a multiple of 1024, and ran at
+    54-69 GFLOP/s there (D = 64-256) against 100-160 for V = 8000, 8085, 8704, 32000 and at
+    D = 512; vocab-major avoids that product (1.10-1.45x the loss's speed for V = 4096,
+    8192, 9216, 10240, 12288, 16384, 32768) but is 0.85-0.97x elsewhere, where its `eᵀ ·
+    matrix` is the slower product. So: vocab-major exactly where the stride is a multiple of
+    4 KB."""
+    return vocab_size % VOCAB_MAJOR_MULTIPLE == 0
+
+
+def _exp_and_sums(logits: tf.Tensor, axis: int) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+    """exp(logits - shift) of a chunk, each position's sum over the vocabulary `axis` and
+    its log-sum-exp, in two passes over the chunk where it is safe.
 
     The usual shift is each position's maximum, which costs two more memory-bound passes
-    (the maximum and the subtraction) over a [8192, 512] chunk. A softmax does not depend
+    (the maximum and the subtraction) over a [512, 8192] chunk. A softmax does not depend
     on the shift, and a Transformer's logits are small (|logit| < ~30: layer-normed outputs
     times the embedding matrix), so the chunk is first exponentiated unshifted; only if a
     sum falls outside `_UNSHIFTED_SUM_RANGE` (an overflow to inf, all terms underflowing, or
@@ -255,22 +273,23 @@ def _exp_and_sums(logits_t: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]
     same p = e / s and lse to float rounding.
 
     Args:
-      logits_t: float32 [V, positions].
+      logits: float32 [positions, V] (axis 1) or [V, positions] (axis 0).
+      axis: the vocabulary's axis.
 
     Returns:
-      (e [V, positions], s [1, positions], lse [1, positions]): p = e / s and
+      (e, s, lse): e of the logits' shape; s and lse with `axis` kept as 1; p = e / s and
       lse = log Σ_v exp(logits).
     """
-    exp = tf.exp(logits_t)
-    sums = tf.reduce_sum(exp, axis=0, keepdims=True)
+    exp = tf.exp(logits)
+    sums = tf.reduce_sum(exp, axis=axis, keepdims=True)
     low, high = _UNSHIFTED_SUM_RANGE
     # NaN fails both comparisons, so a NaN position takes the shifted path too.
     in_range = tf.reduce_all(tf.logical_and(sums >= low, sums <= high))
 
     def shifted():
-        maxima = tf.reduce_max(logits_t, axis=0, keepdims=True)
-        shifted_exp = tf.exp(logits_t - maxima)
-        shifted_sums = tf.reduce_sum(shifted_exp, axis=0, keepdims=True)
+        maxima = tf.reduce_max(logits, axis=axis, keepdims=True)
+        shifted_exp = tf.exp(logits - maxima)
+        shifted_sums = tf.reduce_sum(shifted_exp, axis=axis, keepdims=True)
         return shifted_exp, shifted_sums, maxima + tf.math.log(shifted_sums)
 
     return tf.cond(in_range, lambda: (exp, sums, tf.math.log(sums)), shifted)
@@ -282,6 +301,7 @@ def softmax_cross_entropy(
     labels: tf.Tensor,
     label_smoothing: float,
     chunk_size: int = 512,
+    vocab_major: bool | None = None,
 ) -> tf.Tensor:
     """Summed (label-smoothed) cross-entropy of the logits `x · matrixᵀ`, never holding more
     than `chunk_size` positions' logits.
@@ -294,26 +314,23 @@ def softmax_cross_entropy(
     ~4 x N x V floats less at the peak (~450 MB for 3.4k tokens x 8k vocab), and no extra
     matmul.
 
-    A chunk's logits are computed vocab-major, `matrix · x_chunkᵀ` = [V, chunk]: then each of
-    the three matmuls reads them in a layout oneDNN runs fast. Position-major [chunk, V]
-    logits make the matrix's gradient `x_chunkᵀ · e` ([128, 512] x [512, 8192] in
-    transformer_tiny), which oneDNN ran at half the rate of the other two on an AVX2 CPU (66
-    against ~140 GFLOP/s); vocab-major, it is `e · x_chunk` (~125 GFLOP/s) and lands in the
-    matrix's own [V, D] layout, while `eᵀ · matrix` for the gradient of x slows from ~135 to
-    ~105 GFLOP/s. The loss with its gradients at tiny's sizes: ~300 -> ~235 ms of wall time
-    with oneDNN, ~360 -> ~260 ms with Eigen (bench/README.md, "The chunk loss vocab-major").
-
-    A chunk's logits are read by as few passes as possible (each pass over a [8192, 512]
+    A chunk's logits are read by as few passes as possible (each pass over a [512, 8192]
     chunk is memory-bound): `exp(logits)` and its sums s over the vocabulary, nothing else,
     where no position can overflow or underflow (`_exp_and_sums`; else the maxima are
     subtracted first). With q = low + (conf - low) one_hot(label) the
     logit gradient is `p - q = e / s - low - (conf - low) one_hot`, and its products are
-    formed from the parts: `(p - q) · matrix = (eᵀ · matrix) / s - low Σ_v matrix_v - (conf -
-    low) matrix[label]` and `(p - q)ᵀ x = e · (x / s) - low Σ_i x_i - (conf - low) Σ_{i:
+    formed from the parts: `(p - q) · matrix = (e · matrix) / s - low Σ_v matrix_v - (conf -
+    low) matrix[label]` and `xᵀ (p - q) = (x / s)ᵀ e - low Σ_i x_i - (conf - low) Σ_{i:
     label = v} x_i` (float32; in half precision p is formed and cast, as the matmuls' inputs
     must be of one dtype), so p, p - q and the one-hot entries never exist as [N, V]
     tensors. The loss is `-(low (Σ logits - V Σ lse) + (conf - low) Σ (logit_label - lse))`
     with lse = log s (max + log s where shifted), and Σ logits = (Σ_i x_i) · (Σ_v matrix_v).
+
+    The chunk's logits are [chunk, V] (position-major: the matrix's gradient accumulated as
+    `x_chunkᵀ · e`, [D, V], transposed once) or [V, chunk] (vocab-major: `matrix · x_chunkᵀ`,
+    the matrix's gradient `e · x_chunk` in its own [V, D] layout, the gradient of x `eᵀ ·
+    matrix`), whichever its matmuls run faster for this vocabulary size
+    (`vocab_major_logits`). Same values to float rounding.
 
     Args:
       x: [N, D] decoder outputs of the (non-padding) target positions.
@@ -321,11 +338,15 @@ def softmax_cross_entropy(
       labels: int [N] target ids.
       label_smoothing: eps (0: plain cross-entropy).
       chunk_size: positions whose logits are computed at a time.
+      vocab_major: the layout of a chunk's logits; None: `vocab_major_logits(V)`.
 
     Returns:
       float32 scalar: the summed token losses.
     """
     vocab_size = matrix.shape[0]
+    if vocab_major is None:
+        vocab_major = vocab_major_logits(vocab_size)
+    vocab_axis = 0 if vocab_major else 1
     labels = tf.cast(labels, tf.int32)
     if label_smoothing > 0:
         confidence, low, normalizing = smoothing_targets(label_smoothing, vocab_size)
@@ -339,31 +360,48 @@ def softmax_cross_entropy(
         weights = tf.cast(matrix, x.dtype)
         num_chunks = (rows + chunk_size - 1) // chunk_size
 
-        def body(c, lse_sum, label_log_prob_sum, d_matrix, d_x):
+        def body(c, lse_sum, label_log_prob_sum, d_matrix_acc, d_x):
             start = c * chunk_size
             size = tf.minimum(chunk_size, rows - start)
             x_chunk = tf.slice(x, [start, 0], [size, -1])
-            logits_t = tf.cast(tf.matmul(weights, x_chunk, transpose_b=True), tf.float32)
-            exp_t, sums, lse = _exp_and_sums(logits_t)  # [V, size], [1, size], [1, size]
+            chunk_labels = tf.slice(labels, [start], [size])
+            if vocab_major:
+                logits = tf.matmul(weights, x_chunk, transpose_b=True)  # [V, size]
+                at_labels = tf.stack([chunk_labels, tf.range(size)], axis=1)
+            else:
+                logits = tf.matmul(x_chunk, weights, transpose_b=True)  # [size, V]
+                at_labels = tf.stack([tf.range(size), chunk_labels], axis=1)
+            logits = tf.cast(logits, tf.float32)
+            exp, sums, lse = _exp_and_sums(logits, vocab_axis)
+            lse = tf.reshape(lse, [-1])
             lse_sum += tf.reduce_sum(lse)
             # log p at the labels, each position's before the sum (Σ lse alone is ~8x the
             # loss).
-            label_log_prob_sum += tf.reduce_sum(tf.gather_nd(logits_t, tf.stack(
-                [tf.slice(labels, [start], [size]), tf.range(size)], axis=1)) - lse[0])
-            if x.dtype == tf.float32:  # 1 / s scales the [size, D] sides, not the [V, size]
-                sums_column = tf.transpose(sums)  # [size, 1]
-                d_matrix += tf.matmul(exp_t, x_chunk / sums_column)
-                d_x = d_x.write(c, tf.matmul(exp_t, weights, transpose_a=True) / sums_column)
+            label_log_prob_sum += tf.reduce_sum(tf.gather_nd(logits, at_labels) - lse)
+            if x.dtype == tf.float32:  # 1 / s scales the [size, D] sides, not the [size, V]
+                sums_column = tf.reshape(sums, [-1, 1])  # [size, 1]
+                if vocab_major:
+                    d_matrix_acc += tf.matmul(exp, x_chunk / sums_column)
+                    d_x_chunk = tf.matmul(exp, weights, transpose_a=True) / sums_column
+                else:
+                    d_matrix_acc += tf.matmul(x_chunk / sums_column, exp, transpose_a=True)
+                    d_x_chunk = tf.matmul(exp, weights) / sums_column
             else:
-                probs_t = tf.cast(exp_t / sums, x.dtype)
-                d_matrix += tf.cast(tf.matmul(probs_t, x_chunk), tf.float32)
-                d_x = d_x.write(c, tf.matmul(probs_t, weights, transpose_a=True))
-            return c + 1, lse_sum, label_log_prob_sum, d_matrix, d_x
+                probs = tf.cast(exp / sums, x.dtype)
+                if vocab_major:
+                    d_matrix_acc += tf.cast(tf.matmul(probs, x_chunk), tf.float32)
+                    d_x_chunk = tf.matmul(probs, weights, transpose_a=True)
+                else:
+                    d_matrix_acc += tf.cast(
+                        tf.matmul(x_chunk, probs, transpose_a=True), tf.float32)
+                    d_x_chunk = tf.matmul(probs, weights)
+            return c + 1, lse_sum, label_log_prob_sum, d_matrix_acc, d_x.write(c, d_x_chunk)
 
-        _, lse_sum, label_log_prob_sum, d_matrix, d_x = tf.while_loop(
+        # The matrix's gradient: [V, D] vocab-major, else [D, V] (transposed once below).
+        _, lse_sum, label_log_prob_sum, d_matrix_acc, d_x = tf.while_loop(
             lambda c, *unused: c < num_chunks, body,
             [tf.constant(0), tf.constant(0.0), tf.constant(0.0),
-             tf.zeros(matrix.shape, tf.float32),
+             tf.zeros(matrix.shape if vocab_major else matrix.shape[::-1], tf.float32),
              tf.TensorArray(x.dtype, size=num_chunks, infer_shape=False,
                             element_shape=tf.TensorShape([None, x.shape[-1]]))],
             parallel_iterations=1,
@@ -378,7 +416,8 @@ def softmax_cross_entropy(
         # p - q's products from p's: q = low everywhere + at_label at each row's label.
         d_x = (tf.cast(d_x.concat(), tf.float32) - low * sum_matrix
                - at_label * tf.gather(matrix32, labels))
-        d_matrix = (d_matrix - low * sum_x
+        d_matrix = ((d_matrix_acc if vocab_major else tf.transpose(d_matrix_acc))
+                    - low * sum_x
                     - at_label * tf.math.unsorted_segment_sum(x32, labels, vocab_size))
 
         @_grad_scope("softmax_cross_entropy_grad")
