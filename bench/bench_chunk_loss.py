@@ -74,6 +74,10 @@ def main():
           f"TF_ENABLE_ONEDNN_OPTS={os.environ.get('TF_ENABLE_ONEDNN_OPTS', '(unset)')}")
 
     flops = 2.0 * args.chunk * args.depth * args.vocab
+    # The first matmuls of a process run slower (thread pools starting): not timed.
+    function, inputs = next(iter(chunk_matmuls(
+        "position-major", args.chunk, args.depth, args.vocab).values()))
+    time_calls(tf.function(function), inputs, 20)
     for layout in ("position-major", "vocab-major"):
         for name, (function, inputs) in chunk_matmuls(
                 layout, args.chunk, args.depth, args.vocab).items():
