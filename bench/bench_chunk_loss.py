@@ -19,13 +19,13 @@ import argparse
 import functools
 import os
 import sys
-import time
 
 import numpy as np
 import tensorflow as tf
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_training import _time  # noqa: E402
 from machine import describe_cpu  # noqa: E402
 
 from t2t_lite.layers import fused_ops  # noqa: E402
@@ -51,16 +51,6 @@ def chunk_matmuls(layout: str, chunk: int, depth: int, vocab: int) -> dict:
     }
 
 
-def time_calls(function, args, calls: int) -> tuple[float, float]:
-    """(wall, process CPU) seconds per call of `calls` calls, after one warm-up call."""
-    function(*args)
-    start, start_cpu = time.perf_counter(), time.process_time()
-    for _ in range(calls):
-        out = function(*args)
-    np.asarray(tf.nest.flatten(out)[0])
-    return ((time.perf_counter() - start) / calls, (time.process_time() - start_cpu) / calls)
-
-
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rows", type=int, default=4096, help="target positions N")
@@ -77,11 +67,13 @@ def main():
     # The first matmuls of a process run slower (thread pools starting): not timed.
     function, inputs = next(iter(chunk_matmuls(
         "position-major", args.chunk, args.depth, args.vocab).values()))
-    time_calls(tf.function(function), inputs, 20)
+    _time(functools.partial(tf.function(function), *inputs), 20)
     for layout in ("position-major", "vocab-major"):
         for name, (function, inputs) in chunk_matmuls(
                 layout, args.chunk, args.depth, args.vocab).items():
-            wall, cpu = time_calls(tf.function(function), inputs, 20)
+            call = functools.partial(tf.function(function), *inputs)
+            call()  # traced, not timed
+            wall, cpu = _time(call, 20)
             print(f"{layout:15s} {name:22s} {flops / wall / 1e9:6.1f} GFLOP/s wall, "
                   f"{flops / cpu / 1e9:5.1f} per CPU second", flush=True)
 
@@ -103,7 +95,7 @@ def main():
     layouts = {name: loss_and_gradients(functools.partial(
         fused_ops.softmax_cross_entropy, vocab_major=vocab_major))
         for name, vocab_major in (("position-major", False), ("vocab-major", True))}
-    results = {name: run(x, matrix) for name, run in layouts.items()}
+    results = {name: run(x, matrix) for name, run in layouts.items()}  # traced here
     differences = [float(tf.reduce_max(tf.abs(a - b)))
                    for a, b in zip(results["position-major"], results["vocab-major"])]
     print("largest difference between the layouts: loss {:.3g}, d_x {:.3g}, d_matrix {:.3g}"
@@ -111,7 +103,7 @@ def main():
     times = {name: [] for name in layouts}
     for i in range(args.rounds):
         for name in (list(layouts) if i % 2 == 0 else list(layouts)[::-1]):
-            times[name].append(time_calls(layouts[name], (x, matrix), args.calls))
+            times[name].append(_time(functools.partial(layouts[name], x, matrix), args.calls))
     medians = {}
     for name, rounds in times.items():
         walls = [1e3 * wall for wall, _ in rounds]

@@ -378,23 +378,22 @@ def softmax_cross_entropy(
             # log p at the labels, each position's before the sum (Σ lse alone is ~8x the
             # loss).
             label_log_prob_sum += tf.reduce_sum(tf.gather_nd(logits, at_labels) - lse)
-            if x.dtype == tf.float32:  # 1 / s scales the [size, D] sides, not the [size, V]
-                sums_column = tf.reshape(sums, [-1, 1])  # [size, 1]
-                if vocab_major:
-                    d_matrix_acc += tf.matmul(exp, x_chunk / sums_column)
-                    d_x_chunk = tf.matmul(exp, weights, transpose_a=True) / sums_column
-                else:
-                    d_matrix_acc += tf.matmul(x_chunk / sums_column, exp, transpose_a=True)
-                    d_x_chunk = tf.matmul(exp, weights) / sums_column
+            # p = e / s. In float32, 1 / s scales the [size, D] sides, not the [size, V] e;
+            # in half precision p itself is formed and cast for the matmuls.
+            sums_column = tf.reshape(sums, [-1, 1])  # [size, 1]
+            if x.dtype == tf.float32:
+                scores, x_side = exp, x_chunk / sums_column
             else:
-                probs = tf.cast(exp / sums, x.dtype)
-                if vocab_major:
-                    d_matrix_acc += tf.cast(tf.matmul(probs, x_chunk), tf.float32)
-                    d_x_chunk = tf.matmul(probs, weights, transpose_a=True)
-                else:
-                    d_matrix_acc += tf.cast(
-                        tf.matmul(x_chunk, probs, transpose_a=True), tf.float32)
-                    d_x_chunk = tf.matmul(probs, weights)
+                scores, x_side = tf.cast(exp / sums, x.dtype), x_chunk
+            if vocab_major:
+                d_matrix_part = tf.matmul(scores, x_side)
+                d_x_chunk = tf.matmul(scores, weights, transpose_a=True)
+            else:
+                d_matrix_part = tf.matmul(x_side, scores, transpose_a=True)
+                d_x_chunk = tf.matmul(scores, weights)
+            if x.dtype == tf.float32:
+                d_x_chunk = d_x_chunk / sums_column
+            d_matrix_acc += tf.cast(d_matrix_part, tf.float32)
             return c + 1, lse_sum, label_log_prob_sum, d_matrix_acc, d_x.write(c, d_x_chunk)
 
         # The matrix's gradient: [V, D] vocab-major, else [D, V] (transposed once below).
