@@ -11,6 +11,7 @@ from tests.conftest import REPO_ROOT
 
 sys.path.insert(0, str(REPO_ROOT / "bench"))
 import bench_training
+import isa_row
 import machine
 
 from t2t_lite.hparams import create_hparams
@@ -73,6 +74,12 @@ def test_small_run_prints_both_dtypes_their_matmul_rates_and_a_profile():
     assert [impl for impl, _ in steps] == ["t2t_lite", "t2t_lite bfloat16"], out
     assert all(float(rate) > 0 for _, rate in steps)
     assert re.search(r"t2t_lite bfloat16 / t2t_lite float32 speed: [\d.]+x", out), out
+    # bench/isa_row.py reads the float32 line of this output.
+    parsed = isa_row.parse_bench_training(out, "transformer_tiny")
+    share = re.search(r"batch 8x8 t2t_lite +.* ([\d.]+)% of its matmul rate \(median round, "
+                      r"wall time; by CPU time ([\d.]+)%\)", out)
+    assert (parsed["wall"], parsed["cpu"]) == (float(share[1]), float(share[2]))
+    assert parsed["ms"] > 0 and parsed["matmul_rate"] > 0
     assert "plain Keras" not in out
     for impl in ("t2t_lite", "t2t_lite bfloat16"):
         assert f"transformer_tiny {impl}, by category" in out
