@@ -75,6 +75,18 @@ def test_goals_follow_the_vector_unit():
     assert not isa_row.goals("AVX2", *_figures(1.4, 2.5, 499, 90, 90, 95))[1][2]
 
 
+def test_decode_figure_says_how_long_the_lines_are(tmp_path):
+    outputs, reference = tmp_path / "out.txt", tmp_path / "ref.txt"
+    outputs.write_text("Hallo Welt\n\n\n\n")  # what a 200-step model emits: mostly EOS
+    reference.write_text("Hallo Welt\nwie geht es dir\n")
+    words, reference_words = isa_row.output_words(outputs), isa_row.output_words(reference)
+    assert (words, reference_words) == (0.5, 3.0)
+    train, decode, *rest = _figures(1.4, 2.5, 500, 90, 90, 95)
+    decode.update(words=words, reference_words=reference_words)
+    assert isa_row.goals("AVX2", train, decode, *rest)[1][1:] == (
+        "2.50x, 500/500 identical, 0.5 words per line (reference 3.0)", True)
+
+
 def test_table_row():
     row = isa_row.table_row(
         "AMD EPYC, 2 cores, AVX2 vectors", "2026-11-27 22:00 UTC, abc1234",
@@ -83,6 +95,10 @@ def test_table_row():
     assert row == ("| `AMD EPYC, 2 cores, AVX2 vectors` | 2026-11-27 22:00 UTC, abc1234 | "
                    "1.29 -> 2.29 = **1.78x** | 70.5 -> 29.4 s = **2.40x**, 500/500 identical | "
                    "94.1% at V = 8192 (83.9% at V = 8085) | 93.6% |")
+    decode = dict(isa_row.parse_decode_compare(DECODE_OUTPUT), words=18.7, reference_words=19.3)
+    row = isa_row.table_row("m", "w", isa_row.parse_train_compare(TRAIN_OUTPUT), decode,
+                            {"wall": 94.1}, 8192, {"wall": 83.9}, 8085, {"wall": 93.6})
+    assert "500/500 identical, 18.7 words per line (reference 19.3) |" in row
 
 
 def test_refuses_a_missing_t2t_venv_before_measuring(tmp_path):
