@@ -19,8 +19,11 @@ runs, one after another (nothing else should run meanwhile; each step's log is k
 
 and prints the machine line, the table row (markdown) and each goal of issue 46 for this
 machine's ISA with its figure, met or not. The bench scripts run with the oneDNN setting that
-`run.py --onednn=auto` takes on this machine (the compare scripts' `run.py` decides itself).
-About 25 minutes on 2 AVX2 cores.
+`run.py --onednn=auto` takes on this machine. The compare scripts get the environment as it
+is: their `run.py` decides for itself, and tensor2tensor runs with TensorFlow's default
+(oneDNN off on x86 CPUs without AVX512-VNNI, AVX-VNNI, AVX512-BF16 or AMX); `--t2t_onednn`
+sets TF_ENABLE_ONEDNN_OPTS=1 for both sides, the stronger baseline. About 25 minutes on 2
+AVX2 cores.
 """
 from __future__ import annotations
 
@@ -185,6 +188,9 @@ def main():
                         help="folder for this script's logs")
     parser.add_argument("--train_steps", type=int, default=200)
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--t2t_onednn", action="store_true",
+                        help="run tensor2tensor (and t2t_lite) with TF_ENABLE_ONEDNN_OPTS=1 in "
+                             "the comparisons; default: TensorFlow's default for t2t")
     parser.add_argument("--decode_checkpoint", default="",
                         help="t2t checkpoint prefix to decode (model.ckpt-N); default: the last "
                              "training round's (--train_steps steps)")
@@ -205,13 +211,17 @@ def main():
     when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     print(f"machine: {machine}\ncode: {commit}\nstarted: {when}", flush=True)
     env = onednn_environment()
+    compare_env = dict(os.environ, TF_ENABLE_ONEDNN_OPTS="1") if args.t2t_onednn else dict(
+        os.environ)
+    t2t_onednn = compare_env.get("TF_ENABLE_ONEDNN_OPTS", "TensorFlow's default")
+    print(f"tensor2tensor's oneDNN: TF_ENABLE_ONEDNN_OPTS={t2t_onednn}", flush=True)
     python = sys.executable
 
     text = run_step("training, t2t against t2t_lite", [
         python, os.path.join(compare, "compare_train_speed.py"), "--t2t_python", args.t2t_python,
         "--lite_python", python, "--project", PROJECT, "--work", args.work,
         "--steps", str(args.train_steps), "--rounds", str(args.rounds)],
-        os.path.join(args.out, "compare_train.log"), env)
+        os.path.join(args.out, "compare_train.log"), compare_env)
     train = parse_train_compare(text)
     checkpoint = args.decode_checkpoint or os.path.join(
         args.work, f"t2t_train_{args.rounds - 1}", f"model.ckpt-{args.train_steps}")
@@ -219,7 +229,7 @@ def main():
         python, os.path.join(compare, "compare_decode_speed.py"), "--t2t_python",
         args.t2t_python, "--lite_python", python, "--project", PROJECT, "--work", args.work,
         "--checkpoint", checkpoint, "--rounds", str(args.rounds)],
-        os.path.join(args.out, "compare_decode.log"), env)
+        os.path.join(args.out, "compare_decode.log"), compare_env)
     decode = parse_decode_compare(text)
     decode["words"] = output_words(os.path.join(args.work, f"decode_t2t_{args.rounds - 1}.txt"))
     decode["reference_words"] = output_words(os.path.join(
@@ -244,8 +254,9 @@ def main():
         "2", "--rounds", "3", "--dtypes", "float32", "--no_baseline"],
         os.path.join(args.out, "bench_base.log"), env), "transformer_base")
 
-    print(f"\nmachine: {machine}; oneDNN TF_ENABLE_ONEDNN_OPTS="
-          f"{env.get('TF_ENABLE_ONEDNN_OPTS', '(TensorFlow default)')}")
+    print(f"\nmachine: {machine}; t2t_lite's oneDNN: TF_ENABLE_ONEDNN_OPTS="
+          f"{env.get('TF_ENABLE_ONEDNN_OPTS', '(TensorFlow default)')}; tensor2tensor's: "
+          f"TF_ENABLE_ONEDNN_OPTS={t2t_onednn}")
     print("| ISA (machine line) | when, code | training t2t -> t2t_lite steps/s | decoding t2t "
           "-> t2t_lite, 500 lines | tiny % of matmul rate | base % of matmul rate |")
     print("| --- | --- | --- | --- | --- | --- |")
