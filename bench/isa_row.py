@@ -14,7 +14,7 @@ runs, one after another (nothing else should run meanwhile; each step's log is k
    emits mostly empty lines or repeats a word up to the length limit, and the speed ratio
    moves with what it emits (bench/README.md, "Per ISA");
 3. `bench/bench_training.py` for transformer_tiny at the bench's vocabulary (8192) and at the
-   toy data's own vocabulary size (its subword vocabulary file, 8085 lines here), and for
+   toy data's own vocabulary size (its subword vocabulary's, 8085 here), and for
    transformer_base (batch 32 x 32): the step's % of its matmul rate by wall time;
 
 and prints the machine line, the table row (markdown) and each goal of issue 46 for this
@@ -39,6 +39,9 @@ PROJECT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 sys.path.insert(0, PROJECT)
 from machine import cpu_flags, describe_cpu, vector_isa  # noqa: E402
+
+from t2t_lite.data_generators.text_encoder import SubwordTextEncoder  # noqa: E402
+from t2t_lite.utils import onednn  # noqa: E402
 
 # Issue 46's goals: training steps/s against t2t's by vector unit, and the rest on every CPU.
 TRAINING_GOAL = {"AVX2": 1.25, "AVX512": 1.5}
@@ -103,19 +106,25 @@ def output_words(path: str) -> float:
     return sum(len(line.split()) for line in lines) / max(len(lines), 1)
 
 
+def _decoded_lines(decode: dict) -> str:
+    """What the decode comparison wrote: identical lines, and their mean length beside the
+    reference's where `decode` holds "words" and "reference_words"."""
+    text = f"{decode['identical']}/{decode['lines']} identical"
+    if "words" in decode:
+        text += (f", {decode['words']:.1f} words per line (reference "
+                 f"{decode['reference_words']:.1f})")
+    return text
+
+
 def goals(isa: str, train: dict, decode: dict, tiny: dict, tiny_data: dict,
           base: dict) -> list[tuple[str, str, bool]]:
     """Issue 46's goals on a CPU with vector unit `isa`: (goal, this machine's figure, met)."""
     training_goal = TRAINING_GOAL["AVX512" if isa == "AVX512" else "AVX2"]
-    decode_figure = (f"{decode['ratio']:.2f}x, {decode['identical']}/{decode['lines']} "
-                     "identical")
-    if "words" in decode:
-        decode_figure += (f", {decode['words']:.1f} words per line (reference "
-                          f"{decode['reference_words']:.1f})")
     return [
         (f"training >= {training_goal}x t2t's steps/s", f"{train['ratio']:.2f}x",
          train["ratio"] >= training_goal),
-        (f"decoding >= {DECODING_GOAL}x t2t, lines identical", decode_figure,
+        (f"decoding >= {DECODING_GOAL}x t2t, lines identical",
+         f"{decode['ratio']:.2f}x, {_decoded_lines(decode)}",
          decode["ratio"] >= DECODING_GOAL and decode["identical"] == decode["lines"]),
         (f"transformer_tiny step >= {TINY_GOAL:.0f}% of its matmul rate (bench vocabulary)",
          f"{tiny['wall']:.1f}%", tiny["wall"] >= TINY_GOAL),
@@ -131,24 +140,14 @@ def table_row(machine: str, when: str, train: dict, decode: dict, tiny: dict,
     """The markdown row of the per-ISA table."""
     return (f"| `{machine}` | {when} | {train['t2t']:.2f} -> {train['lite']:.2f} = "
             f"**{train['ratio']:.2f}x** | {decode['t2t']:.1f} -> {decode['lite']:.1f} s = "
-            f"**{decode['ratio']:.2f}x**, {decode['identical']}/{decode['lines']} identical"
-            + (f", {decode['words']:.1f} words per line (reference "
-               f"{decode['reference_words']:.1f})" if "words" in decode else "") + " | "
-            f"{tiny['wall']:.1f}% at V = {tiny_vocab} ({tiny_data['wall']:.1f}% at V = "
-            f"{data_vocab}) | {base['wall']:.1f}% |")
-
-
-def vocab_lines(path: str) -> int:
-    """Entries of a subword vocabulary file (one per line)."""
-    with open(path, encoding="utf-8") as f:
-        return sum(1 for line in f if line.strip())
+            f"**{decode['ratio']:.2f}x**, {_decoded_lines(decode)} | {tiny['wall']:.1f}% at "
+            f"V = {tiny_vocab} ({tiny_data['wall']:.1f}% at V = {data_vocab}) | "
+            f"{base['wall']:.1f}% |")
 
 
 def onednn_environment() -> dict:
     """The process environment with TF_ENABLE_ONEDNN_OPTS as `run.py --onednn=auto` sets it
     here (measured once per CPU and cached, as run.py does)."""
-    from t2t_lite.utils import onednn
-
     env = dict(os.environ)
     choice = onednn.decide("auto", env, onednn.read_cpuinfo(), onednn.tensorflow_version(),
                            128, 512, onednn.cache_path(env), onednn.measure_in_children)
@@ -161,25 +160,27 @@ def run_step(title: str, cmd: list[str], log: str, env: dict) -> str:
     """Runs one measurement with its output in `log` (and echoed); returns the output."""
     print(f"== {title}: {' '.join(cmd)}", flush=True)
     start = datetime.datetime.now()
+    lines = []
     with open(log, "w", encoding="utf-8") as out:
         proc = subprocess.Popen(cmd, cwd=PROJECT, env=env, stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, text=True)
         for line in proc.stdout:
             out.write(line)
+            lines.append(line)
             if not line.startswith(("I0000", "W0000", "E0000", "WARNING: All log")):
                 print("   " + line, end="", flush=True)
         proc.wait()
     if proc.returncode:
         sys.exit(f"isa_row: {title} failed (exit {proc.returncode}); its output: {log}")
     print(f"   ({(datetime.datetime.now() - start).total_seconds():.0f} s)", flush=True)
-    with open(log, encoding="utf-8") as f:
-        return f.read()
+    return "".join(lines)
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--t2t_python", required=True,
-                        help="python of the tensor2tensor venv (../shared/t2t_speed/setup_t2t_venv.sh)")
+                        help="python of the tensor2tensor venv "
+                             "(../shared/t2t_speed/setup_t2t_venv.sh)")
     parser.add_argument("--shared", default=os.path.join(os.path.dirname(PROJECT), "shared"),
                         help="the shared folder holding t2t_speed/")
     parser.add_argument("--work", default=os.path.join(os.path.dirname(PROJECT), "t2t-speed-work"),
@@ -203,8 +204,7 @@ def main():
         sys.exit(f"isa_row: --t2t_python {args.t2t_python} is not an executable "
                  f"(make the venv with {compare}/setup_t2t_venv.sh)")
     os.makedirs(args.out, exist_ok=True)
-    with open("/proc/cpuinfo", encoding="utf-8") as f:
-        isa = vector_isa(cpu_flags(f.read()))
+    isa = vector_isa(cpu_flags(onednn.read_cpuinfo()))
     machine = describe_cpu()
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=PROJECT,
                             capture_output=True, text=True).stdout.strip() or "unknown commit"
@@ -235,8 +235,8 @@ def main():
     decode["reference_words"] = output_words(os.path.join(
         os.path.dirname(compare), "data", "wmt_toy_ende", "dev.de"))
 
-    data_vocab = vocab_lines(os.path.join(args.work, "lite_data",
-                                          "vocab.translate_files.8192.subwords"))
+    data_vocab = SubwordTextEncoder(os.path.join(
+        args.work, "lite_data", "vocab.translate_files.8192.subwords")).vocab_size
     bench = os.path.join(HERE, "bench_training.py")
     tiny_args = ["--hparams_sets", "transformer_tiny", "--batch_tokens", "4096", "--steps", "5",
                  "--rounds", "6", "--dtypes", "float32", "--no_baseline"]
