@@ -95,7 +95,7 @@ def test_layer_norm_forward_is_t2t_formula_bit_for_bit_in_float32():
 
 @pytest.mark.parametrize("rate", [0.1, 0.3, 0.5])
 def test_stateless_dropout_rate_scaling_and_determinism(rate):
-    x = tf.ones([301, 333])  # odd number of units: the last 32-bit draw is half used
+    x = tf.ones([301, 333])
     seed = tf.constant([7, 11], tf.int64)
     y = fused_ops.stateless_dropout(x, rate, seed).numpy()
     assert set(np.unique(y)) == {0.0, np.float32(1 / (1 - rate))}
@@ -105,6 +105,50 @@ def test_stateless_dropout_rate_scaling_and_determinism(rate):
     np.testing.assert_array_equal(fused_ops.stateless_dropout(x, rate, seed), y)
     other = fused_ops.stateless_dropout(x, rate, tf.constant([7, 12], tf.int64)).numpy()
     assert ((other == 0) != (y == 0)).mean() > rate  # another seed, another mask
+
+
+def _lowbias32_reference(x: int) -> int:
+    """Wellons' lowbias32 on a Python int, the published constants."""
+    x ^= x >> 16
+    x = (x * 0x7FEB352D) & 0xFFFFFFFF
+    x ^= x >> 15
+    x = (x * 0x846CA68B) & 0xFFFFFFFF
+    return x ^ (x >> 16)
+
+
+def test_hashed_bits_match_a_python_reference_and_the_xla_kernel():
+    seed = tf.constant([0x0123456789ABCDEF, -5], tf.int64)
+    words = np.frombuffer(np.array([0x0123456789ABCDEF, -5], np.int64).tobytes(), np.uint32)
+    bits = fused_ops.hashed_bits(tf.constant(3), tf.constant(7), seed).numpy()
+    assert bits.dtype == np.uint32 and bits.shape == (3, 7)
+    for n in range(21):
+        counter = (n + int(words[0])) & 0xFFFFFFFF
+        expected = _lowbias32_reference(
+            (_lowbias32_reference(counter ^ int(words[1])) + int(words[2])) & 0xFFFFFFFF)
+        assert bits.reshape(-1)[n] == expected
+    # The compiled kernel draws the same mask as the plain ops, and the counter is the
+    # unit's flat position: a [301, 333] mask is the [333 * 301] one reshaped.
+    mask = fused_ops.stateless_keep_mask(tf.constant([301, 333]), 0.1, seed).numpy()
+    plain = fused_ops.hashed_bits(tf.constant(301), tf.constant(333), seed).numpy()
+    np.testing.assert_array_equal(mask, plain >= round(0.1 * 2**32))
+    flat = fused_ops.stateless_keep_mask(tf.constant([301 * 333]), 0.1, seed).numpy()
+    np.testing.assert_array_equal(mask.reshape(-1), flat)
+
+
+def test_stateless_keep_masks_of_nearby_seeds_are_unrelated():
+    # Seeds as the layers get them (one step seed folded with salts 1..4): every pair of
+    # masks agrees on a unit as often as independent draws would, p**2 + (1 - p)**2 = 0.82,
+    # also when shifted by one unit (a counter-plus-key generator would repeat itself there).
+    step_seed = tf.constant([42, 7], tf.int64)
+    masks = [fused_ops.stateless_keep_mask(
+        tf.constant([512, 256]), 0.1, tf.random.experimental.stateless_fold_in(step_seed, salt)
+    ).numpy().reshape(-1) for salt in range(1, 5)]
+    sd = np.sqrt(0.82 * 0.18 / masks[0].size)
+    for i in range(4):
+        for j in range(i + 1, 4):
+            for shift in (0, 1):
+                agree = (masks[i][shift:] == masks[j][:masks[j].size - shift]).mean()
+                assert abs(agree - 0.82) < 5 * sd, (i, j, shift, agree)
 
 
 def test_stateless_dropout_noise_shape_gradient_and_half_precision():

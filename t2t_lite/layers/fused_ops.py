@@ -1,5 +1,5 @@
-"""The hand-written kernels of the training step, in one place: the 16-bit stateless dropout
-mask, and forward passes with hand-written backward passes (`tf.custom_gradient`) for layer
+"""The hand-written kernels of the training step, in one place: the stateless dropout mask
+(a keyed integer hash compiled by XLA), and forward passes with hand-written backward passes (`tf.custom_gradient`) for layer
 norm, relu + dropout, attention softmax + dropout + matmul and the chunked softmax
 cross-entropy.
 
@@ -20,9 +20,11 @@ import math
 
 import tensorflow as tf
 
-# Stateless dropout draws 16 random bits per unit: a unit is kept when its bits are >=
-# round(rate * 2**16), so the drop probability is rate to within 2**-17 (0.1 -> 0.100006).
-_DROPOUT_BITS = 16
+# The dropout mask's random bits: a counter-based generator, a unit's 32 bits a keyed hash of
+# its position. Two rounds of Wellons' "lowbias32" integer hash (multipliers below), each
+# keyed by 32 bits of the seed, so that two seeds give unrelated masks rather than shifted
+# copies of one sequence (one round of hash(i + key) would).
+_HASH_MULTIPLIERS = (0x7FEB352D, 0x846CA68B)
 
 
 def _grad_scope(name: str):
@@ -45,14 +47,13 @@ def _grad_scope(name: str):
 def stateless_dropout(
     x: tf.Tensor, rate: float, seed: tf.Tensor, noise_shape: tf.Tensor | None = None
 ) -> tf.Tensor:
-    """Inverted dropout with a stateless mask, two units per 32 random bits.
+    """Inverted dropout with a stateless mask (`stateless_keep_mask`).
 
     The same maths as `tf.nn.experimental.stateless_dropout` (kept units scaled by
-    1 / (1 - rate), the rest zero; the mask a function of `seed` alone), with the mask drawn
-    as 16-bit integers: one Philox draw gives the bits of two units and no float conversion
-    is made. Measured on this CPU at [3400, 512]: 2.2 ms against 3.6 ms for TensorFlow's
-    op (bench/README.md, "Where the step goes"); the random draws were 10% of a
-    `transformer_tiny` training step.
+    1 / (1 - rate), the rest zero; the mask a function of `seed` and the mask's shape alone),
+    with cheaper random bits: TensorFlow's Philox kernel cost 27 ms of a 450 ms
+    `transformer_tiny` step on an AVX2 CPU, the hashed mask 5.4 ms (bench/README.md, "The
+    dropout mask from a hash").
 
     Args:
       x: any shape, floating.
@@ -77,18 +78,55 @@ def apply_keep_mask(x: tf.Tensor, keep: tf.Tensor, rate: float) -> tf.Tensor:
 def stateless_keep_mask(shape: tf.Tensor, rate: float, seed: tf.Tensor) -> tf.Tensor:
     """The keep mask of `stateless_dropout`: bool `shape`, False with probability `rate`.
 
+    A unit is kept when its 32 random bits (`hashed_bits`) are >= round(rate * 2**32), so the
+    drop probability is `rate` to within 2**-33. The bits are computed by an XLA kernel (one
+    fused loop; compiled once per mask shape, ~40 ms on CPU); `hashed_bits` is the same
+    function in plain ops, bit for bit (tested).
+
     Args:
-      shape: int32 [rank].
+      shape: int32 [rank], rank >= 1.
       rate: drop probability in (0, 1).
-      seed: int64 [2] stateless seed.
+      seed: int32/int64 [2] stateless seed.
     """
-    units = tf.reduce_prod(shape)
-    words = tf.random.stateless_uniform(
-        [(units + 1) // 2], seed, minval=None, maxval=None, dtype=tf.int32)
-    # Each int32 holds two uniform int16 values; int16 v >= t - 2**15 is uint16 v >= t.
-    halves = tf.reshape(tf.bitcast(words, tf.int16), [-1])[:units]
-    threshold = min(round(rate * 2**_DROPOUT_BITS), 2**_DROPOUT_BITS - 1) - 2 ** (_DROPOUT_BITS - 1)
-    return tf.reshape(halves, shape) >= tf.constant(threshold, tf.int16)
+    shape = tf.convert_to_tensor(shape, tf.int32)
+    threshold = tf.constant(min(round(rate * 2**32), 2**32 - 1), tf.uint32)
+    keep = _keep_mask_kernel(tf.reduce_prod(shape[:-1]), shape[-1], seed, threshold)
+    return tf.reshape(keep, shape)
+
+
+def hashed_bits(rows: tf.Tensor, cols: tf.Tensor, seed: tf.Tensor) -> tf.Tensor:
+    """32 random bits per unit of a [rows, cols] mask: uint32 [rows, cols].
+
+    Unit (r, c) is counter n = r * cols + c (mod 2**32), so the bits of a mask depend on its
+    number of units and the seed, not on how the shape factors. With the seed's four 32-bit
+    words k0..k3: h(h((n + k0) ^ k1) + k2) where h is lowbias32; k3 is not used.
+
+    Args:
+      rows: int32 scalar.
+      cols: int32 scalar.
+      seed: int32/int64 [2].
+    """
+    key = tf.reshape(tf.bitcast(tf.cast(seed, tf.int64), tf.uint32), [4])
+    row_start = tf.bitcast(tf.range(rows, dtype=tf.int32), tf.uint32) * tf.bitcast(cols, tf.uint32)
+    counter = row_start[:, None] + tf.bitcast(tf.range(cols, dtype=tf.int32), tf.uint32)[None, :]
+    bits = _lowbias32(tf.bitwise.bitwise_xor(counter + key[0], key[1]))
+    return _lowbias32(bits + key[2])
+
+
+def _lowbias32(x: tf.Tensor) -> tf.Tensor:
+    """Wellons' lowbias32 integer hash, elementwise on uint32 (a bijection of 2**32)."""
+    x = tf.bitwise.bitwise_xor(x, tf.bitwise.right_shift(x, tf.constant(16, tf.uint32)))
+    x = x * tf.constant(_HASH_MULTIPLIERS[0], tf.uint32)
+    x = tf.bitwise.bitwise_xor(x, tf.bitwise.right_shift(x, tf.constant(15, tf.uint32)))
+    x = x * tf.constant(_HASH_MULTIPLIERS[1], tf.uint32)
+    return tf.bitwise.bitwise_xor(x, tf.bitwise.right_shift(x, tf.constant(16, tf.uint32)))
+
+
+@tf.function(jit_compile=True, autograph=False)
+def _keep_mask_kernel(rows, cols, seed, threshold):
+    """bool [rows, cols]: `hashed_bits` >= threshold, one XLA loop (rows and cols are
+    compile-time constants: one compilation per mask shape)."""
+    return hashed_bits(rows, cols, seed) >= threshold
 
 
 def layer_norm(x: tf.Tensor, scale: tf.Tensor, bias: tf.Tensor, epsilon: float) -> tf.Tensor:
