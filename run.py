@@ -95,9 +95,7 @@ def choose_onednn(flags_obj) -> None:
                      "this CPU (two child processes)")
         return onednn.measure_in_children(hidden_size, filter_size)
 
-    choice = onednn.decide(flags_obj.onednn, os.environ, onednn.read_cpuinfo(),
-                           onednn.tensorflow_version(),
-                           *width, onednn.cache_path(os.environ), measure)
+    choice = onednn.decide_on_this_machine(flags_obj.onednn, os.environ, *width, measure)
     onednn.apply(choice, os.environ)
     if choice.log:
         logging.info("%s", choice.line())

@@ -149,8 +149,7 @@ def onednn_environment() -> dict:
     """The process environment with TF_ENABLE_ONEDNN_OPTS as `run.py --onednn=auto` sets it
     here (measured once per CPU and cached, as run.py does)."""
     env = dict(os.environ)
-    choice = onednn.decide("auto", env, onednn.read_cpuinfo(), onednn.tensorflow_version(),
-                           128, 512, onednn.cache_path(env), onednn.measure_in_children)
+    choice = onednn.decide_on_this_machine("auto", env, 128, 512)
     onednn.apply(choice, env)
     print(choice.line(), flush=True)
     return env

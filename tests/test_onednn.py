@@ -124,3 +124,21 @@ def test_run_py_sets_the_variable_and_logs_one_line(monkeypatch, caplog):
         run.choose_onednn(flags)
     assert os.environ[onednn.ENV] == "0"
     assert [r.getMessage() for r in caplog.records] == ["oneDNN: off (--onednn=off)"]
+
+
+def test_decide_on_this_machine_reads_this_cpu_and_the_environment_cache(tmp_path):
+    environ = {"XDG_CACHE_HOME": str(tmp_path)}
+    here = onednn.decide_on_this_machine("auto", environ, 128, 512, measure=Measure((1.0, 0.5)))
+    expected = onednn.decide("auto", environ, onednn.read_cpuinfo(), onednn.tensorflow_version(),
+                             128, 512, str(tmp_path / "t2t_lite" / "onednn.json"),
+                             Measure((1.0, 0.5)))
+    assert here.enabled == expected.enabled
+    if "measured" in here.reason:  # an x86 CPU where TensorFlow leaves oneDNN off: cached
+        cache = str(tmp_path / "t2t_lite" / "onednn.json")
+        assert here.reason.startswith(f"measured now, cached in {cache}")
+        assert expected.reason.startswith(f"measured before, {cache}")
+    else:
+        assert here == expected
+    assert onednn.decide_on_this_machine("off", environ, 128, 512).enabled is False
+    assert onednn.decide_on_this_machine(
+        "off", dict(environ, **{onednn.ENV: "1"}), 128, 512).enabled is True

@@ -205,6 +205,24 @@ def decide(setting: str, environ: Mapping[str, str], cpuinfo: str, tf_version: s
                   _measured_reason(eigen_s, onednn_s, "measured now, cached in " + cache_file))
 
 
+def decide_on_this_machine(setting: str, environ: Mapping[str, str], hidden_size: int,
+                           filter_size: int,
+                           measure: Callable[[int, int], tuple[float, float] | None] | None
+                           = None) -> Choice:
+    """`decide` with this machine's facts: its /proc/cpuinfo, the installed TensorFlow's
+    version and the cache under `environ`'s cache directory (what run.py and the bench
+    scripts that start t2t_lite processes use).
+
+    Args:
+      setting: --onednn, one of SETTINGS.
+      environ: the process environment.
+      hidden_size, filter_size: the model's width.
+      measure: as for `decide`; default `measure_in_children`.
+    """
+    return decide(setting, environ, read_cpuinfo(), tensorflow_version(), hidden_size,
+                  filter_size, cache_path(environ), measure or measure_in_children)
+
+
 def apply(choice: Choice, environ: MutableMapping[str, str]) -> None:
     """Sets `TF_ENABLE_ONEDNN_OPTS` for a choice of on or off (child processes inherit it)."""
     if choice.enabled is not None and not environ.get(ENV, "").strip():
