@@ -135,6 +135,17 @@ def test_hashed_bits_match_a_python_reference_and_the_xla_kernel():
     np.testing.assert_array_equal(mask.reshape(-1), flat)
 
 
+def test_mask_kernel_rows_bound_the_compiled_sizes_and_the_extra_units():
+    units = np.unique(np.concatenate([np.arange(1, 5000), np.geomspace(5000, 2**26, 4000)]
+                                     ).astype(np.int64))
+    rows = np.array([int(fused_ops.mask_kernel_rows(tf.constant(int(n), tf.int32)))
+                     for n in units])
+    needed = -(-units // 1024)
+    assert (rows >= needed).all() and (rows <= np.maximum(needed * 1.125, needed)).all()
+    # 1..2**26 units: ceil(units / 1024) in 1..2**16, 8 sizes per octave above 8 rows.
+    assert len(np.unique(rows)) <= 8 + 8 * 13
+
+
 def test_stateless_keep_masks_of_nearby_seeds_are_unrelated():
     # Seeds as the layers get them (one step seed folded with salts 1..4): every pair of
     # masks agrees on a unit as often as independent draws would, p**2 + (1 - p)**2 = 0.82,
