@@ -51,9 +51,9 @@ def stateless_dropout(
 
     The same maths as `tf.nn.experimental.stateless_dropout` (kept units scaled by
     1 / (1 - rate), the rest zero; the mask a function of `seed` and the mask's shape alone),
-    with cheaper random bits: TensorFlow's Philox kernel cost 27 ms of a 450 ms
-    `transformer_tiny` step on an AVX2 CPU, the hashed mask 5.4 ms (bench/README.md, "The
-    dropout mask from a hash").
+    with cheaper random bits: on an AVX2 CPU TensorFlow's Philox kernel drew a
+    `transformer_tiny` step's masks in 27-38 ms (of a ~460-510 ms step), the hashed mask in
+    4.7-5.8 ms (bench/README.md, "The dropout mask from a hash").
 
     Args:
       x: any shape, floating.
