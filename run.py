@@ -12,6 +12,7 @@ import_t2t, plot, attention, serve, query.
 Each mode's work lives in a tool module of t2t_lite/bin/; this file only wires
 flags to it.
 """
+import gc
 import importlib
 import os
 import sys
@@ -44,6 +45,24 @@ MODE_FUNCTIONS = {
     "serve": "t2t_lite.bin.t2t_server:serve",
     "query": "t2t_lite.bin.t2t_server:query",
 }
+
+
+# Modes whose outputs are all written and closed when their function returns (decode writes
+# its files whole, by rename): at their exit the interpreter need not collect garbage.
+NO_EXIT_COLLECTION_MODES = ("decode",)
+
+
+def skip_exit_collection() -> None:
+    """Moves every object alive now to the garbage collector's permanent generation, so that
+    the interpreter's exit does not traverse them all again.
+
+    With TensorFlow imported, that final collection took 0.9-1.2 s of a process on these 2
+    cores (`import tensorflow` alone: 1.0 s from its last line to the process' end, 0.1 s
+    after `gc.freeze()`); a decode process ends that much sooner. Objects are still freed
+    by reference counting; only reference cycles alive at exit are left to the OS, as
+    Python already does not promise their finalizers at exit.
+    """
+    gc.freeze()
 
 
 # What needs no TensorFlow, checked before it is imported (a tool, imported like the modes).
@@ -118,6 +137,8 @@ def _main(argv):
         module_name, function_name = MODE_FUNCTIONS[mode].split(":")
         module = importlib.import_module(module_name)
         getattr(module, function_name)(FLAGS)
+        if mode in NO_EXIT_COLLECTION_MODES:
+            skip_exit_collection()
 
 
 def _describe_flags_in_help() -> None:
