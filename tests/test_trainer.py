@@ -251,6 +251,21 @@ def test_xla_compiled_step_trains_as_the_graph_step(tmp_path):
     assert losses[True][-1] < losses[True][0]
 
 
+@pytest.mark.slow
+def test_xla_compiled_step_draws_the_same_dropout_masks_for_the_same_seed(tmp_path):
+    # The hashed mask kernel (its own XLA function) inside the XLA-compiled step: two runs
+    # with one --random_seed train alike, and the masks do drop units (loss != dropout off).
+    losses = {}
+    for name, rate in (("on", 0.3), ("on_again", 0.3), ("off", 0.0)):
+        trainer = _trainer(tmp_path / name, tiny_hparams(dropout=rate), train_steps=3,
+                           log_step_count_steps=1, xla_compile=True)
+        iterator = iter(trainer.distributed_dataset(trainer_lib.TRAIN))
+        step = trainer._make_train_step(iterator.element_spec, update=True)
+        losses[name] = [float(step(next(iterator))["loss"]) for _ in range(3)]
+    np.testing.assert_array_equal(losses["on"], losses["on_again"])
+    assert abs(losses["on"][0] - losses["off"][0]) > 1e-3
+
+
 def test_deterministic_needs_seed():
     with pytest.raises(ValueError, match="--random_seed"):
         distribution.setup_determinism(None, True)
