@@ -1,7 +1,7 @@
 """The hand-written kernels of the training step, in one place: the stateless dropout mask
-(a keyed integer hash compiled by XLA), and forward passes with hand-written backward passes (`tf.custom_gradient`) for layer
-norm, relu + dropout, attention softmax + dropout + matmul and the chunked softmax
-cross-entropy.
+(a keyed integer hash compiled by XLA), and forward passes with hand-written backward
+passes (`tf.custom_gradient`) for layer norm, relu + dropout, attention softmax + dropout +
+matmul and the chunked softmax cross-entropy.
 
 Each kernel computes what a few plain TensorFlow ops compute, with the same forward values
 (the loss: to float rounding), and a backward pass that keeps less for the gradient and runs
