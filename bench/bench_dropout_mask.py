@@ -31,7 +31,7 @@ import tensorflow as tf
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_training import _time, t2t_lite_step  # noqa: E402
+from bench_training import _time, synthetic_batch, t2t_lite_step  # noqa: E402
 from machine import describe_cpu  # noqa: E402
 
 from t2t_lite.hparams import create_hparams  # noqa: E402
@@ -62,14 +62,6 @@ def keep_masks_from(function):
         yield
     finally:
         fused_ops.stateless_keep_mask = original
-
-
-def batch_of(tokens: int, length: int, vocab: int, seed: int = 0) -> dict:
-    """A synthetic batch of tokens // length source and target rows of `length` ids."""
-    rng = np.random.default_rng(seed)
-    ids = rng.integers(2, vocab, size=(2, max(1, tokens // length), length))
-    ids[:, :, -1] = 1
-    return {"inputs": tf.constant(ids[0], tf.int32), "targets": tf.constant(ids[1], tf.int32)}
 
 
 def step_mask_shapes(model, batch: dict, label_smoothing: float) -> list[tuple]:
@@ -123,7 +115,8 @@ def main():
     model = Transformer(hp, args.vocab_size, args.vocab_size)
     seed = tf.constant([3, 5], tf.int64)
     for length in (int(x) for x in args.lengths.split(",")):
-        batch = batch_of(args.batch_tokens, length, args.vocab_size)
+        batch = synthetic_batch(args.batch_tokens, length, args.vocab_size,
+                                np.random.default_rng(0))
         shapes = step_mask_shapes(model, batch, hp.label_smoothing)
         units = sum(int(np.prod(s)) for s, _ in shapes)
         expected = sum(int(np.prod(s)) * (1 - r) for s, r in shapes)
@@ -146,7 +139,8 @@ def main():
               f"{median['philox'] / median['hashed']:.2f}x", flush=True)
 
     if args.step_rounds:
-        batch = batch_of(args.batch_tokens, args.step_length, args.vocab_size)
+        batch = synthetic_batch(args.batch_tokens, args.step_length, args.vocab_size,
+                                np.random.default_rng(0))
         steps = {}
         with tempfile.TemporaryDirectory() as tmp:
             for name, variant in VARIANTS.items():

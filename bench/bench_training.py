@@ -136,6 +136,14 @@ def model_matmul_rate(hp: HParams, batch: int, length: int, vocab: int, dtype: t
             total_flops / cpu_seconds)
 
 
+def synthetic_batch(tokens: int, length: int, vocab: int, rng: np.random.Generator) -> dict:
+    """max(1, tokens // length) source and target rows of `length` random ids in [2, vocab),
+    each ending in EOS (1), no padding: {"inputs", "targets": int32 [B, length]}."""
+    ids = rng.integers(2, vocab, size=(2, max(1, tokens // length), length))
+    ids[:, :, -1] = 1
+    return {"inputs": tf.constant(ids[0], tf.int32), "targets": tf.constant(ids[1], tf.int32)}
+
+
 def train_flops(hp: HParams, batch: int, length: int, vocab: int) -> float:
     """Matmul + attention FLOPs of one training step (forward x 3), source = target length."""
     d, f, n = hp.hidden_size, hp.filter_size, hp.num_hidden_layers
@@ -408,10 +416,8 @@ def main():
     rng = np.random.default_rng(0)
     for name, tokens, n in zip(names, batch_tokens, steps):
         hp = create_hparams(name, args.hparams)
-        batch_size = max(1, tokens // args.length)
-        ids = rng.integers(2, args.vocab_size, size=(2, batch_size, args.length))
-        ids[:, :, -1] = 1
-        batch = {"inputs": tf.constant(ids[0], tf.int32), "targets": tf.constant(ids[1], tf.int32)}
+        batch = synthetic_batch(tokens, args.length, args.vocab_size, rng)
+        batch_size = int(batch["inputs"].shape[0])
         flops = train_flops(hp, batch_size, args.length, args.vocab_size)
         with tempfile.TemporaryDirectory() as output_dir:
             impls = {} if args.no_baseline else {

@@ -9,6 +9,7 @@ from tests.conftest import REPO_ROOT
 
 sys.path.insert(0, str(REPO_ROOT / "bench"))
 import bench_dropout_mask
+import bench_training
 
 from t2t_lite.hparams import create_hparams
 from t2t_lite.models.transformer import Transformer
@@ -17,7 +18,7 @@ from t2t_lite.models.transformer import Transformer
 def test_recorded_mask_shapes_are_every_dropout_of_a_tiny_training_step():
     hp = create_hparams("transformer_tiny")
     model = Transformer(hp, 64, 64)
-    batch = bench_dropout_mask.batch_of(96, 12, 64)  # 8 rows of 12 tokens
+    batch = bench_training.synthetic_batch(96, 12, 64, np.random.default_rng(0))  # 8 x 12
     shapes = bench_dropout_mask.step_mask_shapes(model, batch, hp.label_smoothing)
     n, d, f, h = hp.num_hidden_layers, hp.hidden_size, hp.filter_size, hp.num_heads
     # Residual dropouts: 2 per encoder layer, 3 per decoder layer, and the two input
