@@ -1,10 +1,12 @@
 """The chunk loss's two layouts on this CPU: vocab-major against position-major logits.
 
 `fused_ops.softmax_cross_entropy` lays a chunk's logits out vocab-major ([V, chunk]) where
-the vocabulary size is a multiple of 1024 (`fused_ops.vocab_major_logits`), because on an
-AVX2 CPU oneDNN ran the position-major layout's weight gradient `x_chunkᵀ · e` at half the
-rate of the other matmuls for such sizes, and position-major ([chunk, V]) elsewhere. Whether
-that holds on another CPU (AVX512, AMX) or another size is measured here: the loss with
+the vocabulary size is a multiple of 1024 and the CPU has no AVX512
+(`fused_ops.vocab_major_logits`), because on an AVX2 CPU oneDNN ran the position-major
+layout's weight gradient `x_chunkᵀ · e` at half the rate of the other matmuls for such
+sizes, and position-major ([chunk, V]) elsewhere (on an AVX512 CPU vocab-major was 0.93-1.00x
+position-major for every size measured). Whether that holds on another CPU (AMX) or another
+size is measured here: the loss with
 both gradients in both layouts (`vocab_major=False / True`), alternating in one process,
 and the three matmuls of a chunk in each layout alone.
 

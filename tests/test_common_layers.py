@@ -6,6 +6,7 @@ import tensorflow as tf
 
 from t2t_lite.hparams import create_hparams
 from t2t_lite.layers import common_layers, fused_ops
+from t2t_lite.utils import onednn
 
 
 def np_layer_norm(x, scale=1.0, bias=0.0, eps=1e-6):
@@ -325,11 +326,27 @@ def test_padded_cross_entropy_equals_one_hot_definition():
     assert float(den) == weights.sum()
 
 
+AVX2_FLAGS = {"sse2", "avx", "avx2", "fma"}
+AVX512_FLAGS = AVX2_FLAGS | {"avx512f", "avx512bw", "avx512vl", "avx512_bf16"}
+
+
 @pytest.mark.parametrize("vocab_size,vocab_major", [
     (8192, True), (32768, True), (1024, True), (8085, False), (8000, False), (32000, False),
 ])
 def test_chunk_loss_layout_follows_the_vocabulary_size(vocab_size, vocab_major):
-    assert fused_ops.vocab_major_logits(vocab_size) is vocab_major
+    # Without AVX512 (or with the CPU unknown): vocab-major at multiples of 1024.
+    assert fused_ops.vocab_major_logits(vocab_size, AVX2_FLAGS) is vocab_major
+    assert fused_ops.vocab_major_logits(vocab_size, set()) is vocab_major
+
+
+@pytest.mark.parametrize("vocab_size", [8192, 32768, 1024, 8085, 8000, 32000])
+def test_chunk_loss_layout_is_position_major_on_avx512(vocab_size):
+    assert fused_ops.vocab_major_logits(vocab_size, AVX512_FLAGS) is False
+
+
+def test_chunk_loss_layout_reads_this_machines_flags():
+    _, flags = onednn.cpu_info(onednn.read_cpuinfo())
+    assert fused_ops.vocab_major_logits(8192) is ("avx512f" not in flags)
 
 
 def test_padded_cross_entropy_gradient_is_softmax_minus_soft_target():

@@ -16,9 +16,12 @@ same masks make the two paths comparable step for step.
 """
 from __future__ import annotations
 
+import functools
 import math
 
 import tensorflow as tf
+
+from t2t_lite.utils import onednn
 
 # The dropout mask's random bits: a counter-based generator, a unit's 32 bits a keyed hash of
 # its position. Two rounds of Wellons' "lowbias32" integer hash (multipliers below), each
@@ -303,19 +306,35 @@ _UNSHIFTED_SUM_RANGE = (2.0 ** -60, 2.0 ** 60)
 VOCAB_MAJOR_MULTIPLE = 1024
 
 
-def vocab_major_logits(vocab_size: int) -> bool:
+def vocab_major_logits(vocab_size: int, cpu_flags: set[str] | frozenset[str] | None = None) -> bool:
     """Whether `softmax_cross_entropy` lays a chunk's logits out vocab-major ([V, chunk])
-    rather than position-major ([chunk, V]) for this vocabulary size.
+    rather than position-major ([chunk, V]) for this vocabulary size on this CPU.
 
-    Measured (bench/bench_chunk_loss.py, AVX2 CPU, oneDNN; bench/README.md "The chunk
-    loss's layout"): position-major, the matrix's gradient `x_chunkᵀ · e` reads [chunk, V]
+    Measured (bench/bench_chunk_loss.py, oneDNN; bench/README.md "The chunk loss's layout"):
+    on an AVX2 CPU, position-major, the matrix's gradient `x_chunkᵀ · e` reads [chunk, V]
     float32 rows whose stride is a multiple of 4 KB when V is a multiple of 1024, and ran at
     54-69 GFLOP/s there (D = 64-256) against 100-160 for V = 8000, 8085, 8704, 32000 and at
     D = 512; vocab-major avoids that product (1.10-1.45x the loss's speed for V = 4096,
     8192, 9216, 10240, 12288, 16384, 32768) but is 0.85-0.97x elsewhere, where its `eᵀ ·
-    matrix` is the slower product. So: vocab-major exactly where the stride is a multiple of
-    4 KB."""
-    return vocab_size % VOCAB_MAJOR_MULTIPLE == 0
+    matrix` is the slower product. On an AVX512 CPU (oneDNN's AVX512 kernels) the 4 KB
+    stride costs little and vocab-major was 0.93-1.00x position-major for V = 4096, 8085,
+    8192, 16384 and 32768 (D = 128-512). So: vocab-major exactly where the stride is a
+    multiple of 4 KB and the CPU has no AVX512. The two layouts give the same loss and
+    gradients to float rounding.
+
+    Args:
+      vocab_size: V.
+      cpu_flags: the CPU's /proc/cpuinfo flags; None: this machine's (none known: no
+        AVX512 assumed).
+    """
+    if cpu_flags is None:
+        cpu_flags = _this_cpu_flags()
+    return vocab_size % VOCAB_MAJOR_MULTIPLE == 0 and "avx512f" not in cpu_flags
+
+
+@functools.lru_cache(maxsize=1)
+def _this_cpu_flags() -> frozenset[str]:
+    return frozenset(onednn.cpu_info(onednn.read_cpuinfo())[1])
 
 
 def _exp_and_sums(logits: tf.Tensor, axis: int) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
