@@ -180,8 +180,11 @@ def main():
     parser.add_argument("--t2t_python", required=True,
                         help="python of the tensor2tensor venv "
                              "(../shared/t2t_speed/setup_t2t_venv.sh)")
-    parser.add_argument("--shared", default=os.path.join(os.path.dirname(PROJECT), "shared"),
-                        help="the shared folder holding t2t_speed/")
+    parser.add_argument("--shared", default=os.environ.get(
+                            "T2T_LITE_SHARED", os.path.join(os.path.dirname(PROJECT), "shared")),
+                        help="the shared folder holding t2t_speed/ (default: $T2T_LITE_SHARED, "
+                             "as for the tests, else ../shared beside the checkout; from a "
+                             "worktree elsewhere give one of them)")
     parser.add_argument("--work", default=os.path.join(os.path.dirname(PROJECT), "t2t-speed-work"),
                         help="work folder of the compare scripts (data, checkpoints, logs)")
     parser.add_argument("--out", default=os.path.join(os.path.dirname(PROJECT), "isa-row-logs"),
@@ -198,7 +201,8 @@ def main():
 
     compare = os.path.join(args.shared, "t2t_speed")
     if not os.path.isfile(os.path.join(compare, "compare_train_speed.py")):
-        sys.exit(f"isa_row: no compare_train_speed.py in {compare} (--shared)")
+        sys.exit(f"isa_row: no compare_train_speed.py in {compare} (--shared or "
+                 "T2T_LITE_SHARED)")
     if not os.access(args.t2t_python, os.X_OK):
         sys.exit(f"isa_row: --t2t_python {args.t2t_python} is not an executable "
                  f"(make the venv with {compare}/setup_t2t_venv.sh)")

@@ -1,6 +1,7 @@
 """bench/isa_row.py: it reads the summaries the compare scripts print (lines of a real run on
 an AVX2 machine), holds each figure against issue 46's goal for the machine's vector unit,
 and refuses a missing t2t venv before measuring anything."""
+import os
 import subprocess
 import sys
 
@@ -114,4 +115,19 @@ def test_refuses_a_missing_t2t_venv_before_measuring(tmp_path):
     assert result.stderr.strip().splitlines() == [
         f"isa_row: --t2t_python {tmp_path}/no-venv/bin/python is not an executable (make the "
         f"venv with {shared}/setup_t2t_venv.sh)"]
+    assert not (tmp_path / "logs").exists()
+
+
+def test_takes_the_shared_folder_from_t2t_lite_shared(tmp_path):
+    # A worktree outside the workplace has no ../shared: the tests' variable names it.
+    missing = tmp_path / "elsewhere"
+    result = subprocess.run(
+        [sys.executable, str(REPO_ROOT / "bench" / "isa_row.py"), "--t2t_python",
+         str(tmp_path / "no-venv" / "bin" / "python"), "--out", str(tmp_path / "logs")],
+        capture_output=True, text=True, timeout=120, check=False,
+        env=dict(os.environ, T2T_LITE_SHARED=str(missing)))
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines() == [
+        f"isa_row: no compare_train_speed.py in {missing}/t2t_speed (--shared or "
+        "T2T_LITE_SHARED)"]
     assert not (tmp_path / "logs").exists()
