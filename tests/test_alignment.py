@@ -201,9 +201,10 @@ def test_saved_model_prefixes_top_p_and_alignments(copy_model, copy_lines, tmp_p
         translate([""] * len(copy_lines), 1.5)
     # A seed makes the draws reproducible: the same seed, the same outputs; p = 1 draws as
     # plain sampling with that seed does in the library (stateless draws seeded by (seed,
-    # step), `sampling.Sampling.seed`). Lines twice as long as any it was trained on leave
-    # the copy model unsure after its 8th word, so that its draws there vary.
-    long_lines = [f"{line} {line}" for line in copy_lines]
+    # step), `sampling.Sampling.seed`). Lines three times as long as any it was trained on
+    # leave the copy model unsure after its 8th word, so that its draws there vary (twice
+    # as long left a better-trained model sure enough that two seeds drew the same 24 lines).
+    long_lines = [f"{line} {line} {line}" for line in copy_lines]
     none = [""] * len(copy_lines)
     seeded = {seed: translate(none, 1.0, seed, tf.constant(long_lines)) for seed in (5, 6)}
     again = translate(none, 1.0, 5, tf.constant(long_lines))
