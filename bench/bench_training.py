@@ -343,6 +343,8 @@ def op_category(op_name: str, op_type: str) -> str:
     if op_type in _MATMUL_TYPES:
         return "matmuls (counted FLOPs)"
     if op_type.startswith("StatelessRandom"):
+        # TensorFlow's Philox kernel; the hashed masks t2t_lite draws now run as XLA
+        # kernels, which the profiler's op events do not record.
         return "dropout masks (Philox draws)"
     if op_type in ("Cast", "_MklCast"):
         return "casts"

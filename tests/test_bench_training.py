@@ -87,10 +87,11 @@ def test_small_run_prints_both_dtypes_their_matmul_rates_and_a_profile():
     profile = out.split("transformer_tiny t2t_lite bfloat16, by category")[1]
     assert "matmuls (counted FLOPs)" in profile.split("by op type")[0]
     assert "casts" in profile.split("by op type")[0]
-    # --hparams reached the model: without dropout no step draws a mask.
+    # --hparams reached the model: without dropout no step draws or applies a mask (the
+    # hashed masks' XLA kernels are not in the profile, the ops that apply them are).
     for impl in ("t2t_lite", "t2t_lite bfloat16"):
         categories = out.split(f"transformer_tiny {impl}, by category")[1].split("by op type")[0]
-        assert "dropout masks" not in categories, categories
+        assert not re.search(r"%\s+dropout (masks|apply)", categories), categories
 
 
 CPUINFO = """processor\t: 0
