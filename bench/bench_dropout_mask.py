@@ -1,8 +1,8 @@
-"""Dropout keep masks: TensorFlow's Philox kernel against the hashed mask t2t_lite draws.
+"""Dropout masks: TensorFlow's Philox kernel against the hashed mask t2t_lite draws.
 
-`fused_ops.stateless_keep_mask` draws a training step's dropout masks as a keyed integer
+`fused_ops.stateless_scaled_mask` draws a training step's dropout masks as a keyed integer
 hash of each unit's position, compiled by XLA. Before, it drew 16 bits per unit from
-TensorFlow's stateless Philox kernel (`philox_keep_mask` below, kept here as the
+TensorFlow's stateless Philox kernel (`philox_scaled_mask` below, kept here as the
 comparison). This script measures both in one process:
 
 1. the masks of one training step: the shapes the model's Dropout layers ask for (recorded
@@ -50,27 +50,35 @@ def philox_keep_mask(shape: tf.Tensor, rate: float, seed: tf.Tensor) -> tf.Tenso
     return tf.reshape(halves, shape) >= tf.constant(threshold, tf.int16)
 
 
-VARIANTS = {"philox": philox_keep_mask, "hashed": fused_ops.stateless_keep_mask}
+def philox_scaled_mask(shape: tf.Tensor, rate: float, seed: tf.Tensor,
+                       dtype: tf.DType = tf.float32) -> tf.Tensor:
+    """`philox_keep_mask` as the scaled mask the model multiplies by (1 / (1 - rate) where
+    kept, 0 elsewhere, in `dtype`)."""
+    return tf.where(philox_keep_mask(shape, rate, seed), tf.cast(1.0 / (1.0 - rate), dtype),
+                    tf.zeros([], dtype))
+
+
+VARIANTS = {"philox": philox_scaled_mask, "hashed": fused_ops.stateless_scaled_mask}
 
 
 @contextlib.contextmanager
 def keep_masks_from(function):
     """Makes the model's Dropout layers draw their masks with `function` (while tracing)."""
-    original = fused_ops.stateless_keep_mask
-    fused_ops.stateless_keep_mask = function
+    original = fused_ops.stateless_scaled_mask
+    fused_ops.stateless_scaled_mask = function
     try:
         yield
     finally:
-        fused_ops.stateless_keep_mask = original
+        fused_ops.stateless_scaled_mask = original
 
 
 def step_mask_shapes(model, batch: dict, label_smoothing: float) -> list[tuple]:
-    """(shape, rate) of every keep mask one training forward pass of `model` draws."""
+    """(shape, rate) of every dropout mask one training forward pass of `model` draws."""
     shapes = []
 
-    def record(shape, rate, seed):
+    def record(shape, rate, seed, dtype=tf.float32):
         shapes.append((tuple(int(d) for d in tf.convert_to_tensor(shape).numpy()), rate))
-        return philox_keep_mask(shape, rate, seed)
+        return philox_scaled_mask(shape, rate, seed, dtype)
 
     with keep_masks_from(record), common_layers.dropout_seed(tf.constant([1, 2], tf.int64)):
         model.training_loss(batch, label_smoothing, training=True)
@@ -88,7 +96,7 @@ def masks_function(variant, shapes: list[tuple], count: bool = False):
         for salt, (shape, rate) in enumerate(shapes):
             mask = variant(tf.constant(shape, tf.int32), rate,
                            tf.random.experimental.stateless_fold_in(seed, salt + 1))
-            out.append(tf.reduce_sum(tf.cast(mask, tf.int64)) if count
+            out.append(tf.reduce_sum(tf.cast(mask > 0, tf.int64)) if count
                        else tf.cast(tf.reshape(mask, [-1])[0], tf.int64))
         return tf.add_n(out)
 

@@ -357,7 +357,7 @@ def op_category(op_name: str, op_type: str) -> str:
     if "softmax_dropout_matmul" in op_name or op_type in ("Softmax", "_MklSoftmax"):
         return "attention softmax (forward + backward, with its dropout)"
     if "stateless_random_uniform" in op_name or "dropout" in op_name:
-        return "dropout apply (masks: compare, select, scale; forward + backward)"
+        return "dropout apply (multiply by the scaled mask; forward + backward)"
     return "other elementwise / reductions (residual, relu, bias gradients, gradient norm)"
 
 

@@ -46,7 +46,7 @@ def test_model_matmul_shapes_are_the_counted_flops_without_attention_products(na
     ("x/mkl_to_tf", "_MklToTf", "layout"),
     ("encoder/norm", "_MklLayerNorm", "layer norms"),
     ("encoder/multihead_attention/Softmax", "_MklSoftmax", "attention softmax"),
-    ("softmax_dropout_matmul_grad_5/SelectV2", "SelectV2", "attention softmax"),
+    ("softmax_dropout_matmul_grad_5/mul", "Mul", "attention softmax"),
     ("encoder/residual/add", "AddV2", "other elementwise"),
 ])
 def test_op_categories(op_name, op_type, category):

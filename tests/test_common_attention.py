@@ -244,9 +244,9 @@ def test_softmax_dropout_matmul_equals_the_three_ops_in_value_and_gradient(noise
         with tf.GradientTape() as tape:
             tape.watch([logits, v])
             if fused:
-                keep = fused_ops.stateless_keep_mask(
+                mask = fused_ops.stateless_scaled_mask(
                     tf.shape(logits) if shape is None else shape, 0.4, seed)
-                out = fused_ops.softmax_dropout_matmul(logits, v, keep, 0.4)
+                out = fused_ops.softmax_dropout_matmul(logits, v, mask)
             else:
                 out = tf.matmul(fused_ops.stateless_dropout(
                     tf.nn.softmax(logits), 0.4, seed, shape), v)

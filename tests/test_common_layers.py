@@ -136,6 +136,19 @@ def test_hashed_bits_match_a_python_reference_and_the_xla_kernel():
     np.testing.assert_array_equal(mask.reshape(-1), flat)
 
 
+@pytest.mark.parametrize("dtype", [tf.float32, tf.bfloat16, tf.float16])
+def test_scaled_mask_is_the_scale_where_the_keep_mask_keeps_and_zero_elsewhere(dtype):
+    seed = tf.constant([21, -4], tf.int64)
+    shape = tf.constant([37, 3, 129])
+    scaled = fused_ops.stateless_scaled_mask(shape, 0.3, seed, dtype)
+    assert scaled.dtype == dtype and scaled.shape == (37, 3, 129)
+    keep = fused_ops.stateless_keep_mask(shape, 0.3, seed).numpy()
+    plain = fused_ops.hashed_bits(tf.constant(1), tf.constant(37 * 3 * 129), seed).numpy()
+    np.testing.assert_array_equal(keep.reshape(-1), plain[0] >= round(0.3 * 2**32))
+    scale = tf.cast(1 / 0.7, dtype).numpy()
+    np.testing.assert_array_equal(scaled.numpy(), np.where(keep, scale, 0).astype(scale.dtype))
+
+
 def test_mask_kernel_rows_bound_the_compiled_sizes_and_the_extra_units():
     units = np.unique(np.concatenate([np.arange(1, 5000), np.geomspace(5000, 2**26, 4000)]
                                      ).astype(np.int64))
@@ -177,10 +190,13 @@ def test_stateless_dropout_noise_shape_gradient_and_half_precision():
     # The gradient passes exactly where the forward kept a unit, scaled as the forward.
     np.testing.assert_array_equal(grad != 0, y.numpy() != 0)
     np.testing.assert_allclose(grad[grad != 0], 1 / 0.75)
-    half = fused_ops.stateless_dropout(tf.ones([64], tf.bfloat16), 0.5, seed)
+    half = fused_ops.stateless_dropout(tf.ones([64], tf.bfloat16), 0.1, seed)
     assert half.dtype == tf.bfloat16
     np.testing.assert_array_equal(half.numpy() == 0,
-                                  fused_ops.stateless_dropout(tf.ones([64]), 0.5, seed) == 0)
+                                  fused_ops.stateless_dropout(tf.ones([64]), 0.1, seed) == 0)
+    # Kept units are scaled by 1 / (1 - rate) rounded once to the tensor's dtype (float32
+    # 1/0.9 rounds to bfloat16 1.109375 by way of float32, as tf.cast does).
+    assert set(half.numpy()[half.numpy() != 0].astype(np.float32)) == {1.109375}
 
 
 
@@ -195,9 +211,9 @@ def test_fused_relu_dropout_equals_the_two_ops_in_value_and_gradient(broadcast_d
         with common_layers.dropout_seed(tf.constant([3, 9], tf.int64)), \
                 tf.GradientTape() as tape:
             tape.watch(z)
-            keep = ffn.dropout.stateless_keep_mask(z, training=True)
+            mask = ffn.dropout.stateless_scaled_mask(z, training=True)
             if fused:
-                y = fused_ops.relu_dropout(z, keep, 0.3)
+                y = fused_ops.relu_dropout(z, mask, 0.3)
             else:
                 y = ffn.dropout(tf.nn.relu(z), training=True)
             total = tf.reduce_sum(y * upstream)
@@ -208,8 +224,8 @@ def test_fused_relu_dropout_equals_the_two_ops_in_value_and_gradient(broadcast_d
     np.testing.assert_array_equal(g, g_ref)
     # Outside training (or outside a dropout_seed context) there is no stateless mask.
     with common_layers.dropout_seed(tf.constant([3, 9], tf.int64)):
-        assert ffn.dropout.stateless_keep_mask(z, training=False) is None
-    assert ffn.dropout.stateless_keep_mask(z, training=True) is None
+        assert ffn.dropout.stateless_scaled_mask(z, training=False) is None
+    assert ffn.dropout.stateless_scaled_mask(z, training=True) is None
 
 
 def _hand_sublayer_case(sequence_pre, sequence_post):

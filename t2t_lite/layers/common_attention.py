@@ -374,11 +374,11 @@ class MultiheadAttention(keras.layers.Layer):
         logits = tf.matmul(q, k, transpose_b=True)
         if bias is not None:
             logits += tf.cast(bias, logits.dtype)
-        keep = None
+        mask = None
         if self.fused and not return_attention_scores:
-            keep = self.dropout.stateless_keep_mask(logits, training)
-        if keep is not None:
-            x = fused_ops.softmax_dropout_matmul(logits, v, keep, self.dropout_rate)
+            mask = self.dropout.stateless_scaled_mask(logits, training)
+        if mask is not None:
+            x = fused_ops.softmax_dropout_matmul(logits, v, mask)
         else:
             weights = scores = tf.nn.softmax(logits)
             if memory_kv is not None:

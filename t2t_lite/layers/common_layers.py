@@ -230,9 +230,9 @@ class Dropout(keras.layers.Layer):
             return None
         return tf.where(tf.constant([d == 1 for d in broadcast]), 1, tf.shape(x))
 
-    def stateless_keep_mask(self, x: tf.Tensor, training: bool | None) -> tf.Tensor | None:
-        """The keep mask this layer applies to x when it drops units (training, rate > 0)
-        with a stateless mask (inside a `dropout_seed` context), else None.
+    def stateless_scaled_mask(self, x: tf.Tensor, training: bool | None) -> tf.Tensor | None:
+        """The scaled mask this layer multiplies x by when it drops units (training,
+        rate > 0) with a stateless mask (inside a `dropout_seed` context), else None.
 
         For the hand-written kernels of `fused_ops`, which apply the mask themselves: it is
         the mask `self(x, training=training)` applies.
@@ -242,14 +242,15 @@ class Dropout(keras.layers.Layer):
           training: dropout is active only when True.
 
         Returns:
-          bool, the mask's shape (`noise_shape(x)`, broadcastable to x), or None.
+          x's dtype, the mask's shape (`noise_shape(x)`, broadcastable to x): 1 / (1 - rate)
+          where a unit is kept, 0 where dropped; or None.
         """
         seed = self.step_seed() if training and self.rate > 0.0 else None
         if seed is None:
             return None
         noise_shape = self.noise_shape(x)
-        return fused_ops.stateless_keep_mask(
-            tf.shape(x) if noise_shape is None else noise_shape, self.rate, seed)
+        return fused_ops.stateless_scaled_mask(
+            tf.shape(x) if noise_shape is None else noise_shape, self.rate, seed, x.dtype)
 
     def step_seed(self) -> tf.Tensor | None:
         """This layer's stateless seed int64 [2]: the enclosing `dropout_seed` folded with its
@@ -645,11 +646,11 @@ class DenseReluDense(keras.layers.Layer):
     def call(self, x: tf.Tensor, training: bool | None = None) -> tf.Tensor:
         """Args: x: [B, L, D]. Returns: [B, L, output_size]."""
         z = dense(x, self.conv1)
-        keep = self.dropout.stateless_keep_mask(z, training) if self.fused else None
-        if keep is None:
+        mask = self.dropout.stateless_scaled_mask(z, training) if self.fused else None
+        if mask is None:
             h = self.dropout(tf.nn.relu(z), training=training)
         else:
-            h = fused_ops.relu_dropout(z, keep, self.dropout_rate)
+            h = fused_ops.relu_dropout(z, mask, self.dropout_rate)
         return dense(h, self.conv2)
 
     def get_config(self) -> dict:

@@ -10,7 +10,7 @@ with an explicit argument, `fused` (hparams.use_fused_kernels, t2t_lite's own hp
 default); with it off they run the plain ops and autodiff differentiates them, so a NaN or a
 slow step can be checked against plain TensorFlow with `--hparams=use_fused_kernels=false`.
 
-The dropout mask is drawn by `stateless_keep_mask` on both paths: it decides which units
+The dropout mask is drawn by `stateless_scaled_mask` on both paths: it decides which units
 are dropped (the model's randomness, like its seeds), not how a gradient is computed, and the
 same masks make the two paths comparable step for step.
 """
@@ -50,7 +50,7 @@ def _grad_scope(name: str):
 def stateless_dropout(
     x: tf.Tensor, rate: float, seed: tf.Tensor, noise_shape: tf.Tensor | None = None
 ) -> tf.Tensor:
-    """Inverted dropout with a stateless mask (`stateless_keep_mask`).
+    """Inverted dropout with a stateless mask (`stateless_scaled_mask`): one multiply.
 
     The same maths as `tf.nn.experimental.stateless_dropout` (kept units scaled by
     1 / (1 - rate), the rest zero; the mask a function of `seed` and the mask's shape alone),
@@ -68,38 +68,55 @@ def stateless_dropout(
     Returns:
       x's shape and dtype.
     """
-    keep = stateless_keep_mask(tf.shape(x) if noise_shape is None else noise_shape, rate, seed)
-    return apply_keep_mask(x, keep, rate)
+    mask = stateless_scaled_mask(tf.shape(x) if noise_shape is None else noise_shape, rate,
+                                 seed, x.dtype)
+    return x * mask
 
 
-def apply_keep_mask(x: tf.Tensor, keep: tf.Tensor, rate: float) -> tf.Tensor:
-    """Inverted dropout with a given mask: x / (1 - rate) where `keep` (bool, broadcastable
-    to x), 0 elsewhere."""
-    return tf.where(keep, x * tf.cast(1.0 / (1.0 - rate), x.dtype), tf.zeros([], x.dtype))
-
-
-def stateless_keep_mask(shape: tf.Tensor, rate: float, seed: tf.Tensor) -> tf.Tensor:
-    """The keep mask of `stateless_dropout`: bool `shape`, False with probability `rate`.
+def stateless_scaled_mask(shape: tf.Tensor, rate: float, seed: tf.Tensor,
+                          dtype: tf.DType = tf.float32) -> tf.Tensor:
+    """The mask `stateless_dropout` multiplies by: `dtype` `shape`, 1 / (1 - rate) (rounded to
+    `dtype`) where a unit is kept, 0 where it is dropped (probability `rate`).
 
     A unit is kept when its 32 random bits (`hashed_bits`, the counter being the unit's flat
     position) are >= round(rate * 2**32), so the drop probability is `rate` to within
-    2**-33. The bits are computed by an XLA kernel (one fused loop) in rows of
-    `_MASK_ROW` units, for a number of rows rounded up to one of 8 sizes per octave
+    2**-33. The mask is computed by an XLA kernel (one fused loop) in rows of `_MASK_ROW`
+    units, for a number of rows rounded up to one of 8 sizes per octave
     (`mask_kernel_rows`): a run's bucketed batch shapes then compile a few dozen kernels
     (~40 ms each on CPU), not one per shape, for at most 12.5% more units drawn; the
-    padding's bits are dropped. `hashed_bits` is the same function in plain ops, bit for
+    padding's units are dropped. `hashed_bits` is the same function in plain ops, bit for
     bit (tested).
+
+    Scaled values rather than a bool mask make dropout one multiply, t2t's own form
+    (`tf.nn.dropout` multiplies by a float mask), where a bool mask takes a multiply and a
+    select, forward and backward: the selects were ~5% of a `transformer_tiny` step's op
+    time on an AVX512 CPU (bench/README.md, "Dropout as one multiply"). Kept units get
+    `x * scale`, the same float as before; dropped ones `x * 0`.
+
+    Args:
+      shape: int32 [rank].
+      rate: drop probability in (0, 1).
+      seed: int32/int64 [2] stateless seed.
+      dtype: the floating dtype of the tensor the mask applies to.
+    """
+    shape = tf.convert_to_tensor(shape, tf.int32)
+    units = tf.reduce_prod(shape)
+    threshold = tf.constant(min(round(rate * 2**32), 2**32 - 1), tf.uint32)
+    scale = tf.cast(1.0 / (1.0 - rate), dtype)
+    mask = _scaled_mask_kernel(mask_kernel_rows(units), seed, threshold, scale)
+    return tf.reshape(tf.reshape(mask, [-1])[:units], shape)
+
+
+def stateless_keep_mask(shape: tf.Tensor, rate: float, seed: tf.Tensor) -> tf.Tensor:
+    """Which units `stateless_scaled_mask` keeps: bool `shape`, False with probability
+    `rate` (the same kernel; for tests and benchmarks).
 
     Args:
       shape: int32 [rank].
       rate: drop probability in (0, 1).
       seed: int32/int64 [2] stateless seed.
     """
-    shape = tf.convert_to_tensor(shape, tf.int32)
-    units = tf.reduce_prod(shape)
-    threshold = tf.constant(min(round(rate * 2**32), 2**32 - 1), tf.uint32)
-    keep = _keep_mask_kernel(mask_kernel_rows(units), seed, threshold)
-    return tf.reshape(tf.reshape(keep, [-1])[:units], shape)
+    return stateless_scaled_mask(shape, rate, seed) > 0
 
 
 # The mask kernel's row length (units): its counter r * _MASK_ROW + c is the flat position.
@@ -146,10 +163,12 @@ def _lowbias32(x: tf.Tensor) -> tf.Tensor:
 
 
 @tf.function(jit_compile=True, autograph=False)
-def _keep_mask_kernel(rows, seed, threshold):
-    """bool [rows, _MASK_ROW]: `hashed_bits` >= threshold, one XLA loop (`rows` is a
-    compile-time constant: one compilation per number of rows)."""
-    return hashed_bits(rows, tf.constant(_MASK_ROW), seed) >= threshold
+def _scaled_mask_kernel(rows, seed, threshold, scale):
+    """scale's dtype [rows, _MASK_ROW]: `scale` where `hashed_bits` >= threshold, else 0; one
+    XLA loop (`rows` is a compile-time constant: one compilation per number of rows and
+    dtype)."""
+    kept = hashed_bits(rows, tf.constant(_MASK_ROW), seed) >= threshold
+    return tf.where(kept, scale, tf.zeros_like(scale))
 
 
 def layer_norm(x: tf.Tensor, scale: tf.Tensor, bias: tf.Tensor, epsilon: float) -> tf.Tensor:
@@ -195,8 +214,8 @@ def layer_norm(x: tf.Tensor, scale: tf.Tensor, bias: tf.Tensor, epsilon: float) 
     return norm(x, scale, bias)
 
 
-def relu_dropout(z: tf.Tensor, keep: tf.Tensor, rate: float) -> tf.Tensor:
-    """`apply_keep_mask(tf.nn.relu(z), keep, rate)`, differentiated from the output alone.
+def relu_dropout(z: tf.Tensor, mask: tf.Tensor, rate: float) -> tf.Tensor:
+    """`tf.nn.relu(z) * mask`, differentiated from the output alone.
 
     A unit of the output is non-zero exactly where the mask kept it and z > 0, which is
     where dout/dz = 1 / (1 - rate); elsewhere it is 0. So the backward pass needs only
@@ -206,8 +225,9 @@ def relu_dropout(z: tf.Tensor, keep: tf.Tensor, rate: float) -> tf.Tensor:
 
     Args:
       z: [..., f] pre-activations.
-      keep: bool keep mask broadcastable to z (`stateless_keep_mask`).
-      rate: dropout rate in (0, 1).
+      mask: the dropout's scaled mask, broadcastable to z (`stateless_scaled_mask`, z's
+        dtype).
+      rate: dropout rate in (0, 1) (the mask's kept value is 1 / (1 - rate)).
 
     Returns:
       z's shape: dropout(relu(z)).
@@ -216,7 +236,7 @@ def relu_dropout(z: tf.Tensor, keep: tf.Tensor, rate: float) -> tf.Tensor:
 
     @tf.custom_gradient
     def fused(z):
-        out = apply_keep_mask(tf.nn.relu(z), keep, rate)
+        out = tf.nn.relu(z) * mask
 
         @_grad_scope("relu_dropout_grad")
         def grad(dout):
@@ -231,21 +251,20 @@ def relu_dropout(z: tf.Tensor, keep: tf.Tensor, rate: float) -> tf.Tensor:
     return fused(z)
 
 
-def softmax_dropout_matmul(logits: tf.Tensor, v: tf.Tensor, keep: tf.Tensor,
-                           rate: float) -> tf.Tensor:
-    """`matmul(apply_keep_mask(softmax(logits), keep, rate), v)` whose backward pass keeps
-    only the softmax weights and the keep mask.
+def softmax_dropout_matmul(logits: tf.Tensor, v: tf.Tensor, mask: tf.Tensor) -> tf.Tensor:
+    """`matmul(softmax(logits) * mask, v)` whose backward pass keeps only the softmax
+    weights and the dropout mask.
 
     Autodiff of the three ops keeps the weights (softmax gradient), the dropped weights
-    (gradient of v) and the mask: 9 bytes per attention weight in float32. Here the dropped
-    weights are recomputed from the other two in the backward pass (5 bytes kept). Same
+    (gradient of v) and the mask: 12 bytes per attention weight in float32. Here the dropped
+    weights are recomputed from the other two in the backward pass (8 bytes kept). Same
     values and gradients as the three ops (the same kernels in the same order).
 
     Args:
       logits: [B, H, Lq, Lk] attention logits (bias added).
       v: [B, H, Lk, d] values.
-      keep: bool keep mask broadcastable to logits (`stateless_keep_mask`).
-      rate: attention dropout rate in (0, 1).
+      mask: the dropout's scaled mask, broadcastable to logits (`stateless_scaled_mask`,
+        the logits' dtype).
 
     Returns:
       [B, H, Lq, d].
@@ -254,20 +273,18 @@ def softmax_dropout_matmul(logits: tf.Tensor, v: tf.Tensor, keep: tf.Tensor,
     @tf.custom_gradient
     def fused(logits, v):
         weights = tf.nn.softmax(logits)
-        scale = tf.cast(1.0 / (1.0 - rate), weights.dtype)
-        zero = tf.zeros([], weights.dtype)
-        out = tf.matmul(apply_keep_mask(weights, keep, rate), v)
+        out = tf.matmul(weights * mask, v)
 
         @_grad_scope("softmax_dropout_matmul_grad")
         def grad(dout):
-            # Recomputed once the upstream gradient exists (without the dependency the
-            # executor would run it during the forward pass and keep it), masked first,
-            # then scaled: the forward's values, not its ops (Grappler would merge those).
+            # Recomputed once the upstream gradient exists: without the dependency the
+            # executor would run it during the forward pass and keep it (and Grappler
+            # would merge it with the forward's multiply).
             with tf.control_dependencies([dout]):
-                dropped = tf.where(keep, weights, zero) * scale
+                dropped = weights * mask
             d_dropped = tf.matmul(dout, v, adjoint_b=True)
             d_v = tf.matmul(dropped, dout, adjoint_a=True)
-            d_weights = tf.where(keep, d_dropped * scale, zero)
+            d_weights = d_dropped * mask
             # Softmax's gradient, as TensorFlow's _SoftmaxGrad writes it.
             d_logits = (d_weights - tf.reduce_sum(d_weights * weights, -1, keepdims=True)) * weights
             return d_logits, d_v
