@@ -240,11 +240,9 @@ def relu_dropout(z: tf.Tensor, mask: tf.Tensor, rate: float) -> tf.Tensor:
 
         @_grad_scope("relu_dropout_grad")
         def grad(dout):
-            # After the upstream gradient: otherwise the executor computes the bool
-            # mask during the forward pass and keeps it until here.
-            with tf.control_dependencies([dout]):
-                passed = out > 0
-            return tf.where(passed, dout * tf.cast(scale, dout.dtype), tf.zeros([], dout.dtype))
+            # ReluGrad passes dout where out > 0 (one op; a compare and a select before),
+            # then the kept units' scale: where(out > 0, dout * scale, 0), the same floats.
+            return tf.raw_ops.ReluGrad(gradients=dout, features=out) * tf.cast(scale, dout.dtype)
 
         return out, grad
 
