@@ -190,10 +190,11 @@ def test_stateless_dropout_noise_shape_gradient_and_half_precision():
     # The gradient passes exactly where the forward kept a unit, scaled as the forward.
     np.testing.assert_array_equal(grad != 0, y.numpy() != 0)
     np.testing.assert_allclose(grad[grad != 0], 1 / 0.75)
-    half = fused_ops.stateless_dropout(tf.ones([64], tf.bfloat16), 0.1, seed)
-    assert half.dtype == tf.bfloat16
-    np.testing.assert_array_equal(half.numpy() == 0,
-                                  fused_ops.stateless_dropout(tf.ones([64]), 0.1, seed) == 0)
+    for rate in (0.5, 0.1):
+        half = fused_ops.stateless_dropout(tf.ones([64], tf.bfloat16), rate, seed)
+        assert half.dtype == tf.bfloat16
+        np.testing.assert_array_equal(
+            half.numpy() == 0, fused_ops.stateless_dropout(tf.ones([64]), rate, seed) == 0)
     # Kept units are scaled by 1 / (1 - rate) rounded once to the tensor's dtype (float32
     # 1/0.9 rounds to bfloat16 1.109375 by way of float32, as tf.cast does).
     assert set(half.numpy()[half.numpy() != 0].astype(np.float32)) == {1.109375}
