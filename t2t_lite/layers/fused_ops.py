@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Callable
 
 import tensorflow as tf
 
@@ -352,21 +353,28 @@ def _this_cpu_flags() -> frozenset[str]:
     return frozenset(onednn.cpu_info(onednn.read_cpuinfo())[1])
 
 
-def _exp_and_sums(logits: tf.Tensor, axis: int) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+def _exp_and_sums(
+    logits: tf.Tensor, axis: int, logits_again: Callable[[], tf.Tensor]
+) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
     """exp(logits - shift) of a chunk, each position's sum over the vocabulary `axis` and
     its log-sum-exp, in two passes over the chunk where it is safe.
 
     The usual shift is each position's maximum, which costs two more memory-bound passes
-    (the maximum and the subtraction) over a [512, 8192] chunk. A softmax does not depend
-    on the shift, and a Transformer's logits are small (|logit| < ~30: layer-normed outputs
-    times the embedding matrix), so the chunk is first exponentiated unshifted; only if a
-    sum falls outside `_UNSHIFTED_SUM_RANGE` (an overflow to inf, all terms underflowing, or
-    NaN) is the chunk redone shifted by its maxima, as `tf.nn.softmax` does. Both give the
-    same p = e / s and lse to float rounding.
+    (the maximum and the subtraction) over the chunk's [chunk, V] floats. A softmax does not
+    depend on the shift, and a Transformer's logits are small (|logit| < ~30: layer-normed
+    outputs times the embedding matrix), so the chunk is first exponentiated unshifted; only
+    if a sum falls outside `_UNSHIFTED_SUM_RANGE` (an overflow to inf, all terms
+    underflowing, or NaN) is the chunk redone shifted by its maxima, as `tf.nn.softmax`
+    does, from logits computed again by `logits_again`. Both give the same p = e / s and
+    lse to float rounding. The rare shifted path recomputes rather than keeps the logits so
+    that the exp is their last reader and may write over them (TensorFlow forwards a
+    buffer whose only reference is the op's input): one [chunk, V] tensor alive, not two.
 
     Args:
-      logits: float32 [positions, V] (axis 1) or [V, positions] (axis 0).
+      logits: float32 [positions, V] (axis 1) or [V, positions] (axis 0); read by nothing
+        after this call.
       axis: the vocabulary's axis.
+      logits_again: returns the same logits (called only on the shifted path).
 
     Returns:
       (e, s, lse): e of the logits' shape; s and lse with `axis` kept as 1; p = e / s and
@@ -379,8 +387,9 @@ def _exp_and_sums(logits: tf.Tensor, axis: int) -> tuple[tf.Tensor, tf.Tensor, t
     in_range = tf.reduce_all(tf.logical_and(sums >= low, sums <= high))
 
     def shifted():
-        maxima = tf.reduce_max(logits, axis=axis, keepdims=True)
-        shifted_exp = tf.exp(logits - maxima)
+        again = logits_again()
+        maxima = tf.reduce_max(again, axis=axis, keepdims=True)
+        shifted_exp = tf.exp(again - maxima)
         shifted_sums = tf.reduce_sum(shifted_exp, axis=axis, keepdims=True)
         return shifted_exp, shifted_sums, maxima + tf.math.log(shifted_sums)
 
@@ -402,11 +411,11 @@ def softmax_cross_entropy(
     plain path) for labels that are all non-padding, and the same gradients: the output is a
     sum, so its upstream gradient is one scalar g, and the gradients `g * dlogitsᵀ x` and
     `g * dlogits · matrix` can be accumulated chunk by chunk in the forward pass. The backward
-    pass only scales them. The `[N, V]` logits and their gradient exist one chunk at a time:
-    ~4 x N x V floats less at the peak (~450 MB for 3.4k tokens x 8k vocab), and no extra
-    matmul.
+    pass only scales them. The `[N, V]` logits and their gradient exist one chunk at a time
+    (the batch's logits, softmax and its gradient would be ~450 MB for 3.4k tokens x 8k
+    vocab; a chunk of 512 positions holds 16.5 MB), and no extra matmul.
 
-    A chunk's logits are read by as few passes as possible (each pass over a [512, 8192]
+    A chunk's logits are read by as few passes as possible (each pass over a [chunk, V]
     chunk is memory-bound): `exp(logits)` and its sums s over the vocabulary, nothing else,
     where no position can overflow or underflow (`_exp_and_sums`; else the maxima are
     subtracted first). With q = low + (conf - low) one_hot(label) the
@@ -457,19 +466,28 @@ def softmax_cross_entropy(
             size = tf.minimum(chunk_size, rows - start)
             x_chunk = tf.slice(x, [start, 0], [size, -1])
             chunk_labels = tf.slice(labels, [start], [size])
+
+            def chunk_logits():
+                if vocab_major:
+                    logits = tf.matmul(weights, x_chunk, transpose_b=True)  # [V, size]
+                else:
+                    logits = tf.matmul(x_chunk, weights, transpose_b=True)  # [size, V]
+                return tf.cast(logits, tf.float32)
+
+            logits = chunk_logits()
             if vocab_major:
-                logits = tf.matmul(weights, x_chunk, transpose_b=True)  # [V, size]
                 at_labels = tf.stack([chunk_labels, tf.range(size)], axis=1)
             else:
-                logits = tf.matmul(x_chunk, weights, transpose_b=True)  # [size, V]
                 at_labels = tf.stack([tf.range(size), chunk_labels], axis=1)
-            logits = tf.cast(logits, tf.float32)
-            exp, sums, lse = _exp_and_sums(logits, vocab_axis)
+            label_logits = tf.gather_nd(logits, at_labels)
+            # The gather first: the exp is then the logits' last reader.
+            with tf.control_dependencies([label_logits]):
+                exp, sums, lse = _exp_and_sums(tf.identity(logits), vocab_axis, chunk_logits)
             lse = tf.reshape(lse, [-1])
             lse_sum += tf.reduce_sum(lse)
             # log p at the labels, each position's before the sum (Σ lse alone is ~8x the
             # loss).
-            label_log_prob_sum += tf.reduce_sum(tf.gather_nd(logits, at_labels) - lse)
+            label_log_prob_sum += tf.reduce_sum(label_logits - lse)
             # p = e / s. In float32, 1 / s scales the [size, D] sides, not the [size, V] e;
             # in half precision p itself is formed and cast for the matmuls.
             sums_column = tf.reshape(sums, [-1, 1])  # [size, 1]
