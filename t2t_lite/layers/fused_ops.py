@@ -415,8 +415,8 @@ def softmax_cross_entropy(
     (the batch's logits, softmax and its gradient would be ~450 MB for 3.4k tokens x 8k
     vocab; a chunk of 512 positions holds 16.5 MB), and no extra matmul.
 
-    A chunk's logits are read by as few passes as possible (each pass over a [chunk, V]
-    chunk is memory-bound): `exp(logits)` and its sums s over the vocabulary, nothing else,
+    A chunk's logits are read by as few passes as possible (each pass over its [chunk, V]
+    floats is memory-bound): `exp(logits)` and its sums s over the vocabulary, nothing else,
     where no position can overflow or underflow (`_exp_and_sums`; else the maxima are
     subtracted first). With q = low + (conf - low) one_hot(label) the
     logit gradient is `p - q = e / s - low - (conf - low) one_hot`, and its products are
@@ -480,9 +480,10 @@ def softmax_cross_entropy(
             else:
                 at_labels = tf.stack([tf.range(size), chunk_labels], axis=1)
             label_logits = tf.gather_nd(logits, at_labels)
-            # The gather first: the exp is then the logits' last reader.
+            # The gather first (the exp is created under the dependency): the exp is then the
+            # logits' last reader.
             with tf.control_dependencies([label_logits]):
-                exp, sums, lse = _exp_and_sums(tf.identity(logits), vocab_axis, chunk_logits)
+                exp, sums, lse = _exp_and_sums(logits, vocab_axis, chunk_logits)
             lse = tf.reshape(lse, [-1])
             lse_sum += tf.reduce_sum(lse)
             # log p at the labels, each position's before the sum (Σ lse alone is ~8x the
