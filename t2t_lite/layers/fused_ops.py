@@ -22,6 +22,7 @@ from collections.abc import Callable
 
 import tensorflow as tf
 
+from t2t_lite.layers import native_kernels
 from t2t_lite.utils import onednn
 
 # The dropout mask's random bits: a counter-based generator, a unit's 32 bits a keyed hash of
@@ -181,6 +182,8 @@ def layer_norm(x: tf.Tensor, scale: tf.Tensor, bias: tf.Tensor, epsilon: float) 
     With n = (x - mean) * rstd and g = dy * scale:
     dx = rstd * (g - mean(g) - n * mean(g * n)), dscale = sum(dy * n), dbias = sum(dy),
     the exact derivative of the biased-variance norm with epsilon inside the rsqrt.
+    Where it can be built, the backward is one C++ op (`native_kernels.layer_norm_grad`,
+    one pass over dy and n), else those ops; the two agree to float rounding.
     The plain counterpart is `common_layers.layer_norm_plain` (same forward ops).
 
     Args:
@@ -202,6 +205,10 @@ def layer_norm(x: tf.Tensor, scale: tf.Tensor, bias: tf.Tensor, epsilon: float) 
 
         @_grad_scope("layer_norm_grad")
         def grad(dy):
+            native = native_kernels.layer_norm_grad()
+            if native is not None and dy.dtype in (tf.float32, tf.float64):
+                # One pass over dy and norm_x instead of the eleven ops below.
+                return native(dy, norm_x, rstd, scale)
             outer_axes = tf.range(tf.rank(dy) - 1)
             d_scale = tf.reduce_sum(dy * norm_x, axis=outer_axes)
             d_bias = tf.reduce_sum(dy, axis=outer_axes)

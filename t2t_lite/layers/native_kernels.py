@@ -1,0 +1,189 @@
+"""t2t_lite's native kernels: C++ TensorFlow ops built on first use, with TensorFlow ops as
+their fallback.
+
+Some steps of the training step are chains of small memory-bound ops that TensorFlow runs
+one pass over the data at a time; a C++ op does the chain in one pass. The sources ship
+with the package (`layers/native/*.cc`); the first process that needs one compiles it with
+the C++ compiler (`$CXX`, else `c++`), TensorFlow's own compile and link flags and
+`-march=native`, into a cache directory, and loads it with `tf.load_op_library`. The
+library's name carries a hash of the source, TensorFlow's version, the compiler and the
+CPU's flags, so a change of any of them builds it again and a shared cache never hands a
+machine code for another CPU.
+
+Where a kernel cannot be had (no compiler, a failed build, `T2T_LITE_NATIVE_KERNELS=0`, or a
+step compiled by XLA, which cannot compile a custom op: `disabled()`), its callers run the
+same maths as TensorFlow ops; the results agree to float rounding (tests/test_native_kernels.py).
+The reason is logged once per process.
+
+Kernels:
+  - `layer_norm_grad`: the closed-form backward pass of `fused_ops.layer_norm`, one pass
+    instead of eleven ops (bench/README.md, "Layer norm's backward in one pass").
+"""
+from __future__ import annotations
+
+import contextlib
+import functools
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+
+import tensorflow as tf
+from absl import logging
+
+from t2t_lite.utils import onednn
+
+ENV = "T2T_LITE_NATIVE_KERNELS"
+CACHE_ENV = "T2T_LITE_KERNEL_CACHE"
+SOURCE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "native")
+# A build that takes longer is abandoned (the fallback runs); one takes ~8 s on 2 cores.
+BUILD_TIMEOUT_S = 300
+
+# How many `disabled()` contexts are open. Process-wide, not per thread: a distribution
+# strategy traces each replica's step in a thread of its own.
+_disabled_depth = 0
+_disabled_lock = threading.Lock()
+
+
+class BuildError(Exception):
+    """A kernel could not be built or loaded; the message is one line."""
+
+
+def env_enabled(environ=os.environ) -> bool:
+    """False when `T2T_LITE_NATIVE_KERNELS` turns the native kernels off (0/false/off/no)."""
+    return environ.get(ENV, "").strip().lower() not in ("0", "false", "off", "no")
+
+
+@contextlib.contextmanager
+def disabled() -> Iterator[None]:
+    """Within this context (in every thread), callers trace TensorFlow ops, not native
+    kernels: for functions compiled by XLA (`jit_compile`), which cannot compile a custom
+    op."""
+    global _disabled_depth
+    with _disabled_lock:
+        _disabled_depth += 1
+    try:
+        yield
+    finally:
+        with _disabled_lock:
+            _disabled_depth -= 1
+
+
+def cache_dir(environ=os.environ) -> str:
+    """Where built kernels go: $T2T_LITE_KERNEL_CACHE, else
+    $XDG_CACHE_HOME/t2t_lite/kernels, else ~/.cache/t2t_lite/kernels."""
+    if environ.get(CACHE_ENV):
+        return environ[CACHE_ENV]
+    base = environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "t2t_lite", "kernels")
+
+
+def compiler(environ=os.environ) -> str | None:
+    """The C++ compiler's path ($CXX, else c++, g++ or clang++ on PATH), or None."""
+    for name in ([environ["CXX"]] if environ.get("CXX") else ["c++", "g++", "clang++"]):
+        path = shutil.which(name)
+        if path:
+            return path
+    return None
+
+
+def library_name(source: str, cxx: str, flags: list[str]) -> str:
+    """The built library's file name: the source's stem and a hash of everything that
+    makes its machine code (source text, TensorFlow's version and flags, the compiler,
+    the CPU's flags for -march=native)."""
+    with open(source, "rb") as f:
+        text = f.read()
+    model, cpu_flags = onednn.cpu_info(onednn.read_cpuinfo())
+    cpu = model + " " + " ".join(sorted(cpu_flags))
+    key = hashlib.sha256(b"\0".join(
+        part if isinstance(part, bytes) else part.encode()
+        for part in (text, tf.__version__, cxx, " ".join(flags), cpu))).hexdigest()[:16]
+    return f"{os.path.splitext(os.path.basename(source))[0]}-{key}.so"
+
+
+def build(source: str, out_dir: str, cxx: str, timeout: float = BUILD_TIMEOUT_S) -> str:
+    """Compiles `source` into `out_dir` unless it is there already; returns the library path.
+
+    Concurrent processes may build at once: each writes its own temporary file and renames
+    it into place (atomic), so a reader never sees half a library.
+
+    Raises:
+      BuildError: the compiler failed or timed out (its first error line), or `out_dir`
+        cannot be written.
+    """
+    compile_flags = list(tf.sysconfig.get_compile_flags())
+    link_flags = list(tf.sysconfig.get_link_flags())
+    path = os.path.join(out_dir, library_name(source, cxx, compile_flags + link_flags))
+    if os.path.exists(path):
+        return path
+    try:
+        os.makedirs(out_dir, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(suffix=".so.tmp", dir=out_dir)
+        os.close(fd)
+    except OSError as e:
+        raise BuildError(f"cannot write the kernel cache {out_dir}: {e.strerror or e}") from e
+    cmd = [cxx, "-std=c++17", "-shared", "-fPIC", "-O3", "-march=native", "-w",
+           *compile_flags, source, "-o", tmp, *link_flags]
+    try:
+        result = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+        if result.returncode != 0:
+            errors = [line for line in result.stderr.splitlines() if "error" in line]
+            first = (errors or result.stderr.strip().splitlines() or ["no output"])[0]
+            raise BuildError(f"{os.path.basename(cxx)} failed on {os.path.basename(source)} "
+                             f"(exit {result.returncode}): {first.strip()}")
+        os.replace(tmp, path)
+    except subprocess.TimeoutExpired as e:
+        raise BuildError(f"{os.path.basename(cxx)} took over {timeout:.0f} s on "
+                         f"{os.path.basename(source)}") from e
+    except OSError as e:
+        raise BuildError(f"cannot run {cxx}: {e.strerror or e}") from e
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+    return path
+
+
+@functools.lru_cache(maxsize=None)
+def _load(stem: str):
+    """The loaded op module of `native/<stem>.cc`, or None (the reason logged once)."""
+    if not env_enabled():
+        logging.info("Native kernels off (%s=%s): TensorFlow ops instead", ENV,
+                     os.environ.get(ENV))
+        return None
+    cxx = compiler()
+    if cxx is None:
+        logging.warning("No C++ compiler ($CXX, c++, g++, clang++) for t2t_lite's native "
+                        "kernel %s: TensorFlow ops instead (the same results, a slower "
+                        "step)", stem)
+        return None
+    source = os.path.join(SOURCE_DIR, stem + ".cc")
+    started = time.time()
+    try:
+        path = build(source, cache_dir(), cxx)
+        module = tf.load_op_library(path)
+    except (BuildError, tf.errors.NotFoundError) as e:
+        logging.warning("Native kernel %s unavailable, TensorFlow ops instead (the same "
+                        "results, a slower step): %s", stem, str(e).splitlines()[0])
+        return None
+    if time.time() - started > 1:
+        logging.info("Built the native kernel %s in %.1f s: %s", stem, time.time() - started,
+                     path)
+    return module
+
+
+def layer_norm_grad() -> Callable[..., tuple[tf.Tensor, tf.Tensor, tf.Tensor]] | None:
+    """The `T2tLiteLayerNormGrad` op, or None where TensorFlow ops must run instead.
+
+    The op: (dy [..., D], norm_x [..., D], rstd [..., 1], scale [D]) ->
+    (dx [..., D], d_scale [D], d_bias [D]), float32 or float64, with
+    dx = rstd * (g - mean(g) - norm_x * mean(g * norm_x)) for g = dy * scale,
+    d_scale = sum(dy * norm_x) and d_bias = sum(dy) over all rows.
+    """
+    if _disabled_depth:
+        return None
+    module = _load("layer_norm_grad")
+    return None if module is None else module.t2t_lite_layer_norm_grad

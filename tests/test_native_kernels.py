@@ -1,0 +1,139 @@
+"""The native kernels (t2t_lite/layers/native_kernels.py): built, cached, equal to the
+TensorFlow ops they replace to float rounding, and replaced by those ops where they cannot
+be had."""
+import os
+import pathlib
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from t2t_lite.layers import fused_ops, native_kernels
+
+HAVE_COMPILER = native_kernels.compiler() is not None
+if not HAVE_COMPILER and os.environ.get("CI"):
+    raise RuntimeError("CI needs a C++ compiler: the native kernels must be tested")
+needs_compiler = pytest.mark.skipif(not HAVE_COMPILER, reason="no C++ compiler on this machine")
+
+
+def _reference_grad(dy, x, scale, epsilon=1e-6):
+    """The layer norm's gradients by the closed form, in float64 numpy."""
+    dy, x, scale = (np.asarray(a, np.float64) for a in (dy, x, scale))
+    mean = x.mean(-1, keepdims=True)
+    rstd = 1.0 / np.sqrt(((x - mean) ** 2).mean(-1, keepdims=True) + epsilon)
+    n = (x - mean) * rstd
+    g = dy * scale
+    dx = rstd * (g - g.mean(-1, keepdims=True) - n * (g * n).mean(-1, keepdims=True))
+    axes = tuple(range(dy.ndim - 1))
+    return dx, (dy * n).sum(axes), dy.sum(axes)
+
+
+def _norm_grads(x, scale, bias, dy):
+    with tf.GradientTape() as tape:
+        tape.watch([x, scale, bias])
+        y = fused_ops.layer_norm(x, scale, bias, 1e-6)
+    return tape.gradient(y, [x, scale, bias], output_gradients=dy)
+
+
+@needs_compiler
+@pytest.mark.parametrize("shape", [(3, 37, 128), (2, 5, 130), (1, 1, 7), (70, 16)])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_layer_norm_grad_op_equals_the_closed_form(shape, dtype):
+    """Rows that fill no block or many, widths with and without a lane remainder."""
+    rng = np.random.default_rng(sum(shape))
+    x = rng.normal(size=shape).astype(dtype) * 3 + 1
+    dy = rng.normal(size=shape).astype(dtype)
+    scale = rng.normal(size=shape[-1]).astype(dtype)
+    op = native_kernels.layer_norm_grad()
+    assert op is not None
+    mean = x.mean(-1, keepdims=True)
+    rstd = 1 / np.sqrt(((x - mean) ** 2).mean(-1, keepdims=True) + 1e-6)
+    dx, d_scale, d_bias = op(dy, ((x - mean) * rstd).astype(dtype), rstd.astype(dtype), scale)
+    tolerance = 1e-5 if dtype == np.float32 else 1e-12
+    for got, want in zip((dx, d_scale, d_bias), _reference_grad(dy, x, scale)):
+        assert got.dtype == dtype and got.shape == want.shape
+        np.testing.assert_allclose(got, want, rtol=tolerance, atol=tolerance * np.abs(want).max())
+
+
+@needs_compiler
+def test_layer_norm_gradients_with_and_without_the_native_kernel_agree():
+    rng = np.random.default_rng(0)
+    x = tf.constant(rng.normal(size=(4, 33, 128)).astype(np.float32))
+    dy = tf.constant(rng.normal(size=(4, 33, 128)).astype(np.float32))
+    scale = tf.constant(rng.normal(size=128).astype(np.float32))
+    bias = tf.constant(rng.normal(size=128).astype(np.float32))
+    assert native_kernels.layer_norm_grad() is not None
+    native = _norm_grads(x, scale, bias, dy)
+    with native_kernels.disabled():
+        assert native_kernels.layer_norm_grad() is None
+        plain = _norm_grads(x, scale, bias, dy)
+    for a, b in zip(native, plain):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5 * float(tf.reduce_max(tf.abs(b))))
+    # The op's row blocks are summed in a fixed order: the same result every time.
+    again = _norm_grads(x, scale, bias, dy)
+    for a, b in zip(native, again):
+        np.testing.assert_array_equal(a, b)
+
+
+@needs_compiler
+def test_an_xla_compiled_gradient_runs_tensorflow_ops_inside_disabled():
+    x = tf.random.stateless_normal([6, 128], seed=[1, 2])
+    scale, bias = tf.ones([128]), tf.zeros([128])
+
+    def grads(x):
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            y = fused_ops.layer_norm(x, scale, bias, 1e-6)
+            loss = tf.reduce_sum(y * tf.range(128, dtype=tf.float32))
+        return tape.gradient(loss, x)
+
+    with pytest.raises(tf.errors.InvalidArgumentError, match="T2tLiteLayerNormGrad"):
+        tf.function(grads, jit_compile=True, autograph=False)(x)
+    with native_kernels.disabled():
+        compiled = tf.function(grads, jit_compile=True, autograph=False)(x)
+    np.testing.assert_allclose(compiled, grads(x), rtol=1e-5, atol=1e-4)
+
+
+def test_the_environment_turns_the_kernels_off(monkeypatch):
+    monkeypatch.setenv(native_kernels.ENV, "0")
+    native_kernels._load.cache_clear()
+    try:
+        assert native_kernels.layer_norm_grad() is None
+        x = tf.constant(np.random.default_rng(1).normal(size=(5, 8)).astype(np.float32))
+        dy = tf.ones_like(x)
+        got = _norm_grads(x, tf.ones([8]), tf.zeros([8]), dy)
+        for a, b in zip(got, _reference_grad(dy, x, np.ones(8))):
+            np.testing.assert_allclose(a, b, atol=1e-5)
+    finally:
+        native_kernels._load.cache_clear()
+    assert native_kernels.env_enabled({native_kernels.ENV: "off"}) is False
+    assert native_kernels.env_enabled({}) is True
+
+
+@needs_compiler
+def test_a_build_is_cached_and_a_failed_build_is_one_line(tmp_path):
+    source = pathlib.Path(native_kernels.SOURCE_DIR) / "layer_norm_grad.cc"
+    cxx = native_kernels.compiler()
+    path = native_kernels.build(str(source), str(tmp_path / "cache"), cxx)
+    built_at = os.stat(path).st_mtime_ns
+    assert native_kernels.build(str(source), str(tmp_path / "cache"), cxx) == path
+    assert os.stat(path).st_mtime_ns == built_at  # not compiled again
+    assert os.listdir(tmp_path / "cache") == [os.path.basename(path)]  # no temporary left
+
+    broken = tmp_path / "broken.cc"
+    broken.write_text("int main( {\n")
+    with pytest.raises(native_kernels.BuildError) as error:
+        native_kernels.build(str(broken), str(tmp_path / "cache"), cxx)
+    assert "\n" not in str(error.value) and "broken.cc" in str(error.value)
+    assert sorted(os.listdir(tmp_path / "cache")) == [os.path.basename(path)]
+    # A changed source is another library, not the cached one.
+    changed = tmp_path / "layer_norm_grad.cc"
+    changed.write_text(source.read_text() + "\n// changed\n")
+    assert native_kernels.library_name(str(changed), cxx, []) != \
+        native_kernels.library_name(str(source), cxx, [])
+
+
+def test_no_compiler_is_none_and_the_cache_follows_the_environment():
+    assert native_kernels.compiler({"CXX": "/nonexistent/c++"}) is None
+    assert native_kernels.cache_dir({native_kernels.CACHE_ENV: "/x/k"}) == "/x/k"
+    assert native_kernels.cache_dir({"XDG_CACHE_HOME": "/c"}) == "/c/t2t_lite/kernels"
