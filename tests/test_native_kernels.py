@@ -1,6 +1,7 @@
 """The native kernels (t2t_lite/layers/native_kernels.py): built, cached, equal to the
 TensorFlow ops they replace to float rounding, and replaced by those ops where they cannot
 be had."""
+import contextlib
 import os
 import pathlib
 
@@ -76,6 +77,43 @@ def test_layer_norm_gradients_with_and_without_the_native_kernel_agree():
 
 
 @needs_compiler
+@pytest.mark.parametrize("keys", [9, 37])
+@pytest.mark.parametrize("shared_over_heads", [False, True])
+@pytest.mark.parametrize("dtype", [tf.float32, tf.float64])
+def test_softmax_dropout_grad_op_equals_tensorflows_softmax_gradient(keys, shared_over_heads,
+                                                                     dtype):
+    """Key lengths under and over the op's 16 lanes, both with a remainder; a mask of the
+    weights' shape and one shared over heads (a noise_shape mask, expanded by
+    broadcast_to)."""
+    logits = tf.cast(tf.random.stateless_normal([2, 3, 5, keys], seed=[1, 1]) * 3, dtype)
+    v = tf.cast(tf.random.stateless_normal([2, 3, keys, 4], seed=[2, 2]), dtype)
+    upstream = tf.cast(tf.random.stateless_normal([2, 3, 5, 4], seed=[3, 3]), dtype)
+    mask = fused_ops.stateless_scaled_mask(
+        [2, 1 if shared_over_heads else 3, 5, keys], 0.3, tf.constant([7, 8]), dtype)
+    results = []
+    for native in (True, False):
+        with contextlib.ExitStack() as stack:
+            if not native:
+                stack.enter_context(native_kernels.disabled())
+            assert (native_kernels.softmax_dropout_grad() is not None) is native
+            with tf.GradientTape() as tape:
+                tape.watch([logits, v])
+                out = fused_ops.softmax_dropout_matmul(logits, v, mask)
+            results.append(tape.gradient(out, [logits, v], output_gradients=upstream))
+    tolerance = 1e-6 if dtype == tf.float32 else 1e-14
+    for got, want in zip(*results):
+        np.testing.assert_allclose(got, want, rtol=tolerance, atol=tolerance)
+    # And against the softmax gradient in float64 numpy.
+    w = tf.nn.softmax(tf.cast(logits, tf.float64)).numpy()
+    m = tf.broadcast_to(tf.cast(mask, tf.float64), w.shape).numpy()
+    d_weights = np.einsum("bhqd,bhkd->bhqk", upstream.numpy().astype(np.float64),
+                          v.numpy().astype(np.float64)) * m
+    want = (d_weights - (d_weights * w).sum(-1, keepdims=True)) * w
+    np.testing.assert_allclose(results[0][0], want, rtol=1e-4 if dtype == tf.float32 else 1e-12,
+                               atol=1e-5 if dtype == tf.float32 else 1e-12)
+
+
+@needs_compiler
 def test_an_xla_compiled_gradient_runs_tensorflow_ops_inside_disabled():
     x = tf.random.stateless_normal([6, 128], seed=[1, 2])
     scale, bias = tf.ones([128]), tf.zeros([128])
@@ -112,25 +150,27 @@ def test_the_environment_turns_the_kernels_off(monkeypatch):
 
 @needs_compiler
 def test_a_build_is_cached_and_a_failed_build_is_one_line(tmp_path):
-    source = pathlib.Path(native_kernels.SOURCE_DIR) / "layer_norm_grad.cc"
+    sources = native_kernels.sources()
+    assert [os.path.basename(s) for s in sources] == ["layer_norm_grad.cc",
+                                                      "softmax_dropout_grad.cc"]
     cxx = native_kernels.compiler()
-    path = native_kernels.build(str(source), str(tmp_path / "cache"), cxx)
+    path = native_kernels.build(sources, str(tmp_path / "cache"), cxx)
     built_at = os.stat(path).st_mtime_ns
-    assert native_kernels.build(str(source), str(tmp_path / "cache"), cxx) == path
+    assert native_kernels.build(sources, str(tmp_path / "cache"), cxx) == path
     assert os.stat(path).st_mtime_ns == built_at  # not compiled again
     assert os.listdir(tmp_path / "cache") == [os.path.basename(path)]  # no temporary left
 
     broken = tmp_path / "broken.cc"
     broken.write_text("int main( {\n")
     with pytest.raises(native_kernels.BuildError) as error:
-        native_kernels.build(str(broken), str(tmp_path / "cache"), cxx)
+        native_kernels.build([str(broken)], str(tmp_path / "cache"), cxx)
     assert "\n" not in str(error.value) and "broken.cc" in str(error.value)
     assert sorted(os.listdir(tmp_path / "cache")) == [os.path.basename(path)]
     # A changed source is another library, not the cached one.
     changed = tmp_path / "layer_norm_grad.cc"
-    changed.write_text(source.read_text() + "\n// changed\n")
-    assert native_kernels.library_name(str(changed), cxx, []) != \
-        native_kernels.library_name(str(source), cxx, [])
+    changed.write_text(pathlib.Path(sources[0]).read_text() + "\n// changed\n")
+    assert native_kernels.library_name([str(changed), sources[1]], cxx, []) != \
+        native_kernels.library_name(sources, cxx, [])
 
 
 def test_no_compiler_is_none_and_the_cache_follows_the_environment():

@@ -264,7 +264,9 @@ def softmax_dropout_matmul(logits: tf.Tensor, v: tf.Tensor, mask: tf.Tensor) -> 
     Autodiff of the three ops keeps the weights (softmax gradient), the dropped weights
     (gradient of v) and the mask: 12 bytes per attention weight in float32. Here the dropped
     weights are recomputed from the other two in the backward pass (8 bytes kept). Same
-    values and gradients as the three ops (the same kernels in the same order).
+    values as the three ops; the logits' gradient is one C++ op where it can be built
+    (`native_kernels.softmax_dropout_grad`), else TensorFlow's softmax gradient ops: the
+    same gradients to float rounding.
 
     Args:
       logits: [B, H, Lq, Lk] attention logits (bias added).
@@ -290,6 +292,12 @@ def softmax_dropout_matmul(logits: tf.Tensor, v: tf.Tensor, mask: tf.Tensor) -> 
                 dropped = weights * mask
             d_dropped = tf.matmul(dout, v, adjoint_b=True)
             d_v = tf.matmul(dropped, dout, adjoint_a=True)
+            native = native_kernels.softmax_dropout_grad()
+            if native is not None and weights.dtype in (tf.float32, tf.float64):
+                # One pass instead of the four ops below. A mask of the weights' shape is
+                # passed as it is (broadcast_to forwards it); a noise_shape mask is expanded.
+                return native(d_dropped, weights,
+                              tf.broadcast_to(mask, tf.shape(weights))), d_v
             d_weights = d_dropped * mask
             # Softmax's gradient, as TensorFlow's _SoftmaxGrad writes it.
             d_logits = (d_weights - tf.reduce_sum(d_weights * weights, -1, keepdims=True)) * weights

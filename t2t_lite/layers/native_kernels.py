@@ -1,23 +1,25 @@
 """t2t_lite's native kernels: C++ TensorFlow ops built on first use, with TensorFlow ops as
 their fallback.
 
-Some steps of the training step are chains of small memory-bound ops that TensorFlow runs
+Some parts of the training step are chains of small memory-bound ops that TensorFlow runs
 one pass over the data at a time; a C++ op does the chain in one pass. The sources ship
-with the package (`layers/native/*.cc`); the first process that needs one compiles it with
-the C++ compiler (`$CXX`, else `c++`), TensorFlow's own compile and link flags and
-`-march=native`, into a cache directory, and loads it with `tf.load_op_library`. The
-library's name carries a hash of the source, TensorFlow's version, the compiler and the
-CPU's flags, so a change of any of them builds it again and a shared cache never hands a
-machine code for another CPU.
+with the package (`layers/native/*.cc`); the first process that needs a kernel compiles
+them into one library with the C++ compiler (`$CXX`, else `c++`), TensorFlow's own compile
+and link flags and `-march=native` (~10 s on 2 cores), into a cache directory, and loads it
+with `tf.load_op_library`. The library's name carries a hash of the sources, TensorFlow's
+version, the compiler and the CPU, so a change of any of them builds it again and a shared
+cache never hands a machine code for another CPU.
 
 Where a kernel cannot be had (no compiler, a failed build, `T2T_LITE_NATIVE_KERNELS=0`, or a
 step compiled by XLA, which cannot compile a custom op: `disabled()`), its callers run the
 same maths as TensorFlow ops; the results agree to float rounding (tests/test_native_kernels.py).
 The reason is logged once per process.
 
-Kernels:
+Kernels (bench/README.md, "Two backward passes as C++ ops"):
   - `layer_norm_grad`: the closed-form backward pass of `fused_ops.layer_norm`, one pass
-    instead of eleven ops (bench/README.md, "Layer norm's backward in one pass").
+    instead of eleven ops;
+  - `softmax_dropout_grad`: the attention softmax + dropout's backward pass in
+    `fused_ops.softmax_dropout_matmul`, one pass instead of five ops.
 """
 from __future__ import annotations
 
@@ -40,7 +42,8 @@ from t2t_lite.utils import onednn
 ENV = "T2T_LITE_NATIVE_KERNELS"
 CACHE_ENV = "T2T_LITE_KERNEL_CACHE"
 SOURCE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "native")
-# A build that takes longer is abandoned (the fallback runs); one takes ~8 s on 2 cores.
+# A build that takes longer is abandoned (the fallback runs); one takes ~10 s on 2 cores.
+LIBRARY = "t2t_lite_kernels"
 BUILD_TIMEOUT_S = 300
 
 # How many `disabled()` contexts are open. Process-wide, not per thread: a distribution
@@ -91,22 +94,31 @@ def compiler(environ=os.environ) -> str | None:
     return None
 
 
-def library_name(source: str, cxx: str, flags: list[str]) -> str:
-    """The built library's file name: the source's stem and a hash of everything that
-    makes its machine code (source text, TensorFlow's version and flags, the compiler,
-    the CPU's flags for -march=native)."""
-    with open(source, "rb") as f:
-        text = f.read()
+def sources() -> list[str]:
+    """The kernels' C++ sources, sorted (one library)."""
+    return sorted(os.path.join(SOURCE_DIR, name) for name in os.listdir(SOURCE_DIR)
+                  if name.endswith(".cc"))
+
+
+def library_name(sources: list[str], cxx: str, flags: list[str]) -> str:
+    """The built library's file name: `LIBRARY` and a hash of everything that makes its
+    machine code (the sources' text, TensorFlow's version and flags, the compiler, the CPU
+    for -march=native)."""
+    text = b""
+    for source in sources:
+        with open(source, "rb") as f:
+            text += os.path.basename(source).encode() + b"\0" + f.read() + b"\0"
     model, cpu_flags = onednn.cpu_info(onednn.read_cpuinfo())
     cpu = model + " " + " ".join(sorted(cpu_flags))
     key = hashlib.sha256(b"\0".join(
         part if isinstance(part, bytes) else part.encode()
         for part in (text, tf.__version__, cxx, " ".join(flags), cpu))).hexdigest()[:16]
-    return f"{os.path.splitext(os.path.basename(source))[0]}-{key}.so"
+    return f"{LIBRARY}-{key}.so"
 
 
-def build(source: str, out_dir: str, cxx: str, timeout: float = BUILD_TIMEOUT_S) -> str:
-    """Compiles `source` into `out_dir` unless it is there already; returns the library path.
+def build(sources: list[str], out_dir: str, cxx: str, timeout: float = BUILD_TIMEOUT_S) -> str:
+    """Compiles `sources` into one library in `out_dir` unless it is there already; returns
+    the library's path.
 
     Concurrent processes may build at once: each writes its own temporary file and renames
     it into place (atomic), so a reader never sees half a library.
@@ -117,7 +129,7 @@ def build(source: str, out_dir: str, cxx: str, timeout: float = BUILD_TIMEOUT_S)
     """
     compile_flags = list(tf.sysconfig.get_compile_flags())
     link_flags = list(tf.sysconfig.get_link_flags())
-    path = os.path.join(out_dir, library_name(source, cxx, compile_flags + link_flags))
+    path = os.path.join(out_dir, library_name(sources, cxx, compile_flags + link_flags))
     if os.path.exists(path):
         return path
     try:
@@ -127,18 +139,18 @@ def build(source: str, out_dir: str, cxx: str, timeout: float = BUILD_TIMEOUT_S)
     except OSError as e:
         raise BuildError(f"cannot write the kernel cache {out_dir}: {e.strerror or e}") from e
     cmd = [cxx, "-std=c++17", "-shared", "-fPIC", "-O3", "-march=native", "-w",
-           *compile_flags, source, "-o", tmp, *link_flags]
+           *compile_flags, *sources, "-o", tmp, *link_flags]
     try:
         result = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
         if result.returncode != 0:
             errors = [line for line in result.stderr.splitlines() if "error" in line]
             first = (errors or result.stderr.strip().splitlines() or ["no output"])[0]
-            raise BuildError(f"{os.path.basename(cxx)} failed on {os.path.basename(source)} "
-                             f"(exit {result.returncode}): {first.strip()}")
+            raise BuildError(f"{os.path.basename(cxx)} failed (exit {result.returncode}): "
+                             f"{first.strip()}")
         os.replace(tmp, path)
     except subprocess.TimeoutExpired as e:
         raise BuildError(f"{os.path.basename(cxx)} took over {timeout:.0f} s on "
-                         f"{os.path.basename(source)}") from e
+                         f"{', '.join(os.path.basename(s) for s in sources)}") from e
     except OSError as e:
         raise BuildError(f"cannot run {cxx}: {e.strerror or e}") from e
     finally:
@@ -148,8 +160,8 @@ def build(source: str, out_dir: str, cxx: str, timeout: float = BUILD_TIMEOUT_S)
 
 
 @functools.lru_cache(maxsize=None)
-def _load(stem: str):
-    """The loaded op module of `native/<stem>.cc`, or None (the reason logged once)."""
+def _load():
+    """The loaded op module of the kernels' library, or None (the reason logged once)."""
     if not env_enabled():
         logging.info("Native kernels off (%s=%s): TensorFlow ops instead", ENV,
                      os.environ.get(ENV))
@@ -157,20 +169,18 @@ def _load(stem: str):
     cxx = compiler()
     if cxx is None:
         logging.warning("No C++ compiler ($CXX, c++, g++, clang++) for t2t_lite's native "
-                        "kernel %s: TensorFlow ops instead (the same results, a slower "
-                        "step)", stem)
+                        "kernels: TensorFlow ops instead (the same results, a slower step)")
         return None
-    source = os.path.join(SOURCE_DIR, stem + ".cc")
     started = time.time()
     try:
-        path = build(source, cache_dir(), cxx)
+        path = build(sources(), cache_dir(), cxx)
         module = tf.load_op_library(path)
     except (BuildError, tf.errors.NotFoundError) as e:
-        logging.warning("Native kernel %s unavailable, TensorFlow ops instead (the same "
-                        "results, a slower step): %s", stem, str(e).splitlines()[0])
+        logging.warning("Native kernels unavailable, TensorFlow ops instead (the same "
+                        "results, a slower step): %s", str(e).splitlines()[0])
         return None
     if time.time() - started > 1:
-        logging.info("Built the native kernel %s in %.1f s: %s", stem, time.time() - started,
+        logging.info("Built t2t_lite's native kernels in %.1f s: %s", time.time() - started,
                      path)
     return module
 
@@ -185,5 +195,18 @@ def layer_norm_grad() -> Callable[..., tuple[tf.Tensor, tf.Tensor, tf.Tensor]] |
     """
     if _disabled_depth:
         return None
-    module = _load("layer_norm_grad")
+    module = _load()
     return None if module is None else module.t2t_lite_layer_norm_grad
+
+
+def softmax_dropout_grad() -> Callable[..., tf.Tensor] | None:
+    """The `T2tLiteSoftmaxDropoutGrad` op, or None where TensorFlow ops must run instead.
+
+    The op: (d_dropped, weights, mask), one shape [..., K], float32 or float64 ->
+    d_logits [..., K] = (d_dropped * mask - sum(d_dropped * mask * weights)) * weights,
+    the sum over the last axis: the logits' gradient of softmax(logits) * mask.
+    """
+    if _disabled_depth:
+        return None
+    module = _load()
+    return None if module is None else module.t2t_lite_softmax_dropout_grad
