@@ -37,6 +37,7 @@ from collections.abc import Callable, Iterator
 import tensorflow as tf
 from absl import logging
 
+from t2t_lite import errors
 from t2t_lite.utils import onednn
 
 ENV = "T2T_LITE_NATIVE_KERNELS"
@@ -52,8 +53,10 @@ _disabled_depth = 0
 _disabled_lock = threading.Lock()
 
 
-class BuildError(Exception):
-    """A kernel could not be built or loaded; the message is one line."""
+class BuildError(errors.UserError):
+    """The kernels could not be built (a compiler that fails, a cache that cannot be
+    written); the message is one line naming the compiler or the folder. Callers log it
+    and run TensorFlow ops."""
 
 
 def env_enabled(environ=os.environ) -> bool:
@@ -62,10 +65,13 @@ def env_enabled(environ=os.environ) -> bool:
 
 
 @contextlib.contextmanager
-def disabled() -> Iterator[None]:
+def disabled(when: bool = True) -> Iterator[None]:
     """Within this context (in every thread), callers trace TensorFlow ops, not native
     kernels: for functions compiled by XLA (`jit_compile`), which cannot compile a custom
-    op."""
+    op, and for SavedModels, which must load without them. `when=False`: no effect."""
+    if not when:
+        yield
+        return
     global _disabled_depth
     with _disabled_lock:
         _disabled_depth += 1
@@ -143,8 +149,8 @@ def build(sources: list[str], out_dir: str, cxx: str, timeout: float = BUILD_TIM
     try:
         result = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
         if result.returncode != 0:
-            errors = [line for line in result.stderr.splitlines() if "error" in line]
-            first = (errors or result.stderr.strip().splitlines() or ["no output"])[0]
+            error_lines = [line for line in result.stderr.splitlines() if "error" in line]
+            first = (error_lines or result.stderr.strip().splitlines() or ["no output"])[0]
             raise BuildError(f"{os.path.basename(cxx)} failed (exit {result.returncode}): "
                              f"{first.strip()}")
         os.replace(tmp, path)

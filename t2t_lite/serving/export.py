@@ -69,6 +69,7 @@ from t2t_lite.data_generators import sentencepiece_encoder, text_encoder
 from t2t_lite.decoding import alignment
 from t2t_lite.decoding.search import sampling as sampling_lib
 from t2t_lite.hparams import HParams
+from t2t_lite.layers import native_kernels
 from t2t_lite.serving import alignment_graph, sentencepiece_graph, subword_graph
 from t2t_lite.utils import checkpoint_guard
 
@@ -383,7 +384,9 @@ def export(module: ServingModule, export_dir: str) -> str:
     checkpoint_guard.remove_stale_temp_dirs(export_dir, TEMP_STEM)
     tmp = os.path.join(export_dir, checkpoint_guard.temp_dir_name(TEMP_STEM))
     try:
-        with _tensorflow_save_lines_hidden():
+        # The SavedModel keeps the model's custom gradients, traced here: as TensorFlow ops,
+        # so that it loads where t2t_lite's native kernels are not (serving, plain TF).
+        with _tensorflow_save_lines_hidden(), native_kernels.disabled():
             tf.saved_model.save(module, tmp, signatures=module.signatures())
         checkpoint_guard.give_dirs_the_umask(tmp)
         tf.io.gfile.rename(tmp, final)

@@ -48,8 +48,7 @@ from t2t_lite.layers import common_layers, native_kernels
 from t2t_lite.training import divergence_guard, optimize, run_card, summaries, warm_start
 from t2t_lite.training.cluster_agreement import hparams_fingerprint
 from t2t_lite.training.distribution import (  # noqa: F401 (create_strategy: trainer_lib's API)
-    StopSignals,
-    agree_across_workers,
+    StopSignals, agree_across_workers,
     create_preemption_handler,
     create_strategy,
     is_chief,
@@ -505,11 +504,8 @@ class Trainer:
         @tf.function(input_signature=[element_spec], jit_compile=self.config.xla_compile or None,
                      autograph=False)
         def train_step(features):
-            # XLA cannot compile the native kernels' custom ops: TensorFlow ops under it.
-            with (native_kernels.disabled() if self.config.xla_compile
-                  else contextlib.nullcontext()):
-                out = strategy.run(self._replica_train_step,
-                                   args=(features, update, with_grads))
+            with native_kernels.disabled(when=self.config.xla_compile):  # XLA: no custom ops
+                out = strategy.run(self._replica_train_step, args=(features, update, with_grads))
             num = strategy.reduce(tf.distribute.ReduceOp.SUM, out["num"], axis=None)
             den = strategy.reduce(tf.distribute.ReduceOp.SUM, out["den"], axis=None)
             grad_norm = strategy.reduce(tf.distribute.ReduceOp.MEAN, out["grad_norm"], axis=None)
