@@ -7,7 +7,8 @@ not drop generic top-level packages named `problems` or `hparams` into site-pack
 from setuptools import find_packages, setup
 
 # Non-Python files the package reads at run time, as globs relative to t2t_lite/.
-PACKAGE_DATA = ["serving/static/*", "serving/templates/*", "layers/native/*.cc"]
+PACKAGE_DATA = ["serving/static/*", "serving/templates/*", "layers/native/*.cc",
+                "layers/native/*.h"]
 
 setup(
     name="t2t_lite",

@@ -4,6 +4,7 @@ be had."""
 import contextlib
 import os
 import pathlib
+import shutil
 
 import numpy as np
 import pytest
@@ -170,6 +171,17 @@ def test_a_build_is_cached_and_a_failed_build_is_one_line(tmp_path):
     changed = tmp_path / "layer_norm_grad.cc"
     changed.write_text(pathlib.Path(sources[0]).read_text() + "\n// changed\n")
     assert native_kernels.library_name([str(changed), sources[1]], cxx, []) != \
+        native_kernels.library_name(sources, cxx, [])
+    # So is a changed header beside the sources.
+    other = tmp_path / "other"
+    other.mkdir()
+    for path in [*sources, os.path.join(native_kernels.SOURCE_DIR, "kernel_util.h")]:
+        shutil.copy(path, other)
+    copied = sorted(str(p) for p in other.glob("*.cc"))
+    assert native_kernels.library_name(copied, cxx, []) == \
+        native_kernels.library_name(sources, cxx, [])
+    (other / "kernel_util.h").write_text((other / "kernel_util.h").read_text() + "// changed\n")
+    assert native_kernels.library_name(copied, cxx, []) != \
         native_kernels.library_name(sources, cxx, [])
 
 

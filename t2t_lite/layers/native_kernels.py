@@ -108,12 +108,15 @@ def sources() -> list[str]:
 
 def library_name(sources: list[str], cxx: str, flags: list[str]) -> str:
     """The built library's file name: `LIBRARY` and a hash of everything that makes its
-    machine code (the sources' text, TensorFlow's version and flags, the compiler, the CPU
-    for -march=native)."""
+    machine code (the sources' text and the headers beside them, TensorFlow's version and
+    flags, the compiler, the CPU for -march=native)."""
+    headers = sorted({os.path.join(os.path.dirname(source), name) for source in sources
+                      for name in os.listdir(os.path.dirname(source) or ".")
+                      if name.endswith(".h")})
     text = b""
-    for source in sources:
-        with open(source, "rb") as f:
-            text += os.path.basename(source).encode() + b"\0" + f.read() + b"\0"
+    for path in [*sources, *headers]:
+        with open(path, "rb") as f:
+            text += os.path.basename(path).encode() + b"\0" + f.read() + b"\0"
     model, cpu_flags = onednn.cpu_info(onednn.read_cpuinfo())
     cpu = model + " " + " ".join(sorted(cpu_flags))
     key = hashlib.sha256(b"\0".join(

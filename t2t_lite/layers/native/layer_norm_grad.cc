@@ -9,22 +9,14 @@
 // where d_scale and d_bias sum over every row. As TensorFlow ops that is eleven passes
 // over [N, D] tensors; here dy and n are read once and dx written once. The rows are
 // summed in fixed blocks of kBlockRows whose partial sums are added in block order, and a
-// row's sums in kLanes fixed lanes, so the results do not depend on the thread count.
+// row's sums in kLanes fixed lanes (kernel_util.h), so the results do not depend on the thread count.
 #include <algorithm>
 #include <cstdint>
 #include <vector>
 
-#include "tensorflow/core/framework/op.h"
-#include "tensorflow/core/framework/op_kernel.h"
-#include "tensorflow/core/framework/shape_inference.h"
+#include "kernel_util.h"
 
 namespace t2t_lite {
-
-using ::tensorflow::DEVICE_CPU;
-using ::tensorflow::OpKernel;
-using ::tensorflow::OpKernelConstruction;
-using ::tensorflow::OpKernelContext;
-using ::tensorflow::Tensor;
 
 REGISTER_OP("T2tLiteLayerNormGrad")
     .Input("dy: T")
@@ -35,7 +27,7 @@ REGISTER_OP("T2tLiteLayerNormGrad")
     .Output("d_scale: T")
     .Output("d_bias: T")
     .Attr("T: {float, double}")
-    .SetShapeFn([](::tensorflow::shape_inference::InferenceContext* c) {
+    .SetShapeFn([](InferenceContext* c) {
       c->set_output(0, c->input(0));
       c->set_output(1, c->input(3));
       c->set_output(2, c->input(3));
@@ -43,7 +35,6 @@ REGISTER_OP("T2tLiteLayerNormGrad")
     });
 
 constexpr int64_t kBlockRows = 32;
-constexpr int kLanes = 16;
 
 template <typename T>
 class LayerNormGradOp : public OpKernel {
@@ -110,21 +101,15 @@ class LayerNormGradOp : public OpKernel {
             part_scale[k] += dy_r[k] * n_r[k];
             part_bias[k] += dy_r[k];
           }
-          T sum_g = 0, sum_gn = 0;
-          for (int l = 0; l < kLanes; ++l) {
-            sum_g += lane_g[l];
-            sum_gn += lane_gn[l];
-          }
-          const T mean_g = sum_g * inv_depth;
-          const T mean_gn = sum_gn * inv_depth;
+          const T mean_g = SumLanes(lane_g) * inv_depth;
+          const T mean_gn = SumLanes(lane_gn) * inv_depth;
           const T s = rstd[r];
           T* dx_r = dx + r * depth;
           for (int64_t k = 0; k < depth; ++k) dx_r[k] = s * (g[k] - mean_g - n_r[k] * mean_gn);
         }
       }
     };
-    auto* pool = ctx->device()->tensorflow_cpu_worker_threads()->workers;
-    pool->ParallelFor(blocks, /*cost_per_unit=*/kBlockRows * depth * 12, rows_of_blocks);
+    ParallelForBlocks(ctx, blocks, kBlockRows * depth * 12, rows_of_blocks);
     T* d_scale = d_scale_t->flat<T>().data();
     T* d_bias = d_bias_t->flat<T>().data();
     std::fill(d_scale, d_scale + depth, T(0));
@@ -139,11 +124,6 @@ class LayerNormGradOp : public OpKernel {
   }
 };
 
-REGISTER_KERNEL_BUILDER(
-    Name("T2tLiteLayerNormGrad").Device(DEVICE_CPU).TypeConstraint<float>("T"),
-    LayerNormGradOp<float>);
-REGISTER_KERNEL_BUILDER(
-    Name("T2tLiteLayerNormGrad").Device(DEVICE_CPU).TypeConstraint<double>("T"),
-    LayerNormGradOp<double>);
+T2T_LITE_REGISTER_FLOAT_KERNELS("T2tLiteLayerNormGrad", LayerNormGradOp);
 
 }  // namespace t2t_lite

@@ -5,22 +5,14 @@
 //   d_logits = (d_weights - sum(d_weights * weights)) * weights
 // (TensorFlow's _SoftmaxGrad). As TensorFlow ops that is five passes over the attention
 // weights; here one row of the three inputs is read once and d_logits written once. A row's
-// sum runs in kLanes fixed lanes, so the result does not depend on the thread count.
+// sum runs in kLanes fixed lanes (kernel_util.h), so the result does not depend on the thread count.
 // Built and loaded as layer_norm_grad.cc is (t2t_lite/layers/native_kernels.py).
 #include <algorithm>
 #include <cstdint>
 
-#include "tensorflow/core/framework/op.h"
-#include "tensorflow/core/framework/op_kernel.h"
-#include "tensorflow/core/framework/shape_inference.h"
+#include "kernel_util.h"
 
 namespace t2t_lite {
-
-using ::tensorflow::DEVICE_CPU;
-using ::tensorflow::OpKernel;
-using ::tensorflow::OpKernelConstruction;
-using ::tensorflow::OpKernelContext;
-using ::tensorflow::Tensor;
 
 REGISTER_OP("T2tLiteSoftmaxDropoutGrad")
     .Input("d_dropped: T")
@@ -28,12 +20,11 @@ REGISTER_OP("T2tLiteSoftmaxDropoutGrad")
     .Input("mask: T")
     .Output("d_logits: T")
     .Attr("T: {float, double}")
-    .SetShapeFn([](::tensorflow::shape_inference::InferenceContext* c) {
+    .SetShapeFn([](InferenceContext* c) {
       c->set_output(0, c->input(0));
       return absl::OkStatus();
     });
 
-constexpr int kLanes = 16;
 // Rows per unit of work handed to the thread pool.
 constexpr int64_t kBlockRows = 64;
 
@@ -80,21 +71,14 @@ class SoftmaxDropoutGradOp : public OpKernel {
           out_r[k] = dw;
           lanes[k - j] += dw * w_r[k];
         }
-        T sum = 0;
-        for (int l = 0; l < kLanes; ++l) sum += lanes[l];
+        const T sum = SumLanes(lanes);
         for (int64_t k = 0; k < depth; ++k) out_r[k] = (out_r[k] - sum) * w_r[k];
       }
     };
-    auto* pool = ctx->device()->tensorflow_cpu_worker_threads()->workers;
-    pool->ParallelFor(blocks, /*cost_per_unit=*/kBlockRows * depth * 8, rows_of_blocks);
+    ParallelForBlocks(ctx, blocks, kBlockRows * depth * 8, rows_of_blocks);
   }
 };
 
-REGISTER_KERNEL_BUILDER(
-    Name("T2tLiteSoftmaxDropoutGrad").Device(DEVICE_CPU).TypeConstraint<float>("T"),
-    SoftmaxDropoutGradOp<float>);
-REGISTER_KERNEL_BUILDER(
-    Name("T2tLiteSoftmaxDropoutGrad").Device(DEVICE_CPU).TypeConstraint<double>("T"),
-    SoftmaxDropoutGradOp<double>);
+T2T_LITE_REGISTER_FLOAT_KERNELS("T2tLiteSoftmaxDropoutGrad", SoftmaxDropoutGradOp);
 
 }  // namespace t2t_lite
