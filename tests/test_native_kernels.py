@@ -65,6 +65,9 @@ def test_layer_norm_gradients_with_and_without_the_native_kernel_agree():
     scale = tf.constant(rng.normal(size=128).astype(np.float32))
     bias = tf.constant(rng.normal(size=128).astype(np.float32))
     assert native_kernels.layer_norm_grad() is not None
+    # Only the dtypes the kernels are registered for; half precision runs TensorFlow ops.
+    assert native_kernels.layer_norm_grad(tf.bfloat16) is None
+    assert native_kernels.softmax_dropout_grad(tf.float16) is None
     native = _norm_grads(x, scale, bias, dy)
     with native_kernels.disabled():
         assert native_kernels.layer_norm_grad() is None

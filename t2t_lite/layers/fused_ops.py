@@ -205,8 +205,8 @@ def layer_norm(x: tf.Tensor, scale: tf.Tensor, bias: tf.Tensor, epsilon: float) 
 
         @_grad_scope("layer_norm_grad")
         def grad(dy):
-            native = native_kernels.layer_norm_grad()
-            if native is not None and dy.dtype in (tf.float32, tf.float64):
+            native = native_kernels.layer_norm_grad(dy.dtype)
+            if native is not None:
                 # One pass over dy and norm_x instead of the eleven ops below.
                 return native(dy, norm_x, rstd, scale)
             outer_axes = tf.range(tf.rank(dy) - 1)
@@ -292,8 +292,8 @@ def softmax_dropout_matmul(logits: tf.Tensor, v: tf.Tensor, mask: tf.Tensor) -> 
                 dropped = weights * mask
             d_dropped = tf.matmul(dout, v, adjoint_b=True)
             d_v = tf.matmul(dropped, dout, adjoint_a=True)
-            native = native_kernels.softmax_dropout_grad()
-            if native is not None and weights.dtype in (tf.float32, tf.float64):
+            native = native_kernels.softmax_dropout_grad(weights.dtype)
+            if native is not None:
                 # One pass instead of the four ops below. A mask of the weights' shape is
                 # passed as it is (broadcast_to forwards it); a noise_shape mask is expanded.
                 return native(d_dropped, weights,

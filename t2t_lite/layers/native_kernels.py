@@ -43,9 +43,11 @@ from t2t_lite.utils import onednn
 ENV = "T2T_LITE_NATIVE_KERNELS"
 CACHE_ENV = "T2T_LITE_KERNEL_CACHE"
 SOURCE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "native")
-# A build that takes longer is abandoned (the fallback runs); one takes ~10 s on 2 cores.
 LIBRARY = "t2t_lite_kernels"
+# A build that takes longer is abandoned (the fallback runs); one takes ~10 s on 2 cores.
 BUILD_TIMEOUT_S = 300
+# The dtypes the kernels are registered for (`T: {float, double}` in native/*.cc).
+DTYPES = (tf.float32, tf.float64)
 
 # How many `disabled()` contexts are open. Process-wide, not per thread: a distribution
 # strategy traces each replica's step in a thread of its own.
@@ -194,28 +196,34 @@ def _load():
     return module
 
 
-def layer_norm_grad() -> Callable[..., tuple[tf.Tensor, tf.Tensor, tf.Tensor]] | None:
-    """The `T2tLiteLayerNormGrad` op, or None where TensorFlow ops must run instead.
+def _op(name: str, dtype: tf.DType) -> Callable | None:
+    """The library's op `name` for tensors of `dtype`, or None where TensorFlow ops must run
+    instead (inside `disabled()`, a dtype the kernels are not built for, no library)."""
+    if _disabled_depth or dtype not in DTYPES:
+        return None
+    module = _load()
+    return None if module is None else getattr(module, name)
+
+
+def layer_norm_grad(dtype: tf.DType = tf.float32
+                    ) -> Callable[..., tuple[tf.Tensor, tf.Tensor, tf.Tensor]] | None:
+    """The `T2tLiteLayerNormGrad` op for `dtype` tensors, or None where TensorFlow ops must
+    run instead.
 
     The op: (dy [..., D], norm_x [..., D], rstd [..., 1], scale [D]) ->
     (dx [..., D], d_scale [D], d_bias [D]), float32 or float64, with
     dx = rstd * (g - mean(g) - norm_x * mean(g * norm_x)) for g = dy * scale,
     d_scale = sum(dy * norm_x) and d_bias = sum(dy) over all rows.
     """
-    if _disabled_depth:
-        return None
-    module = _load()
-    return None if module is None else module.t2t_lite_layer_norm_grad
+    return _op("t2t_lite_layer_norm_grad", dtype)
 
 
-def softmax_dropout_grad() -> Callable[..., tf.Tensor] | None:
-    """The `T2tLiteSoftmaxDropoutGrad` op, or None where TensorFlow ops must run instead.
+def softmax_dropout_grad(dtype: tf.DType = tf.float32) -> Callable[..., tf.Tensor] | None:
+    """The `T2tLiteSoftmaxDropoutGrad` op for `dtype` tensors, or None where TensorFlow ops
+    must run instead.
 
     The op: (d_dropped, weights, mask), one shape [..., K], float32 or float64 ->
     d_logits [..., K] = (d_dropped * mask - sum(d_dropped * mask * weights)) * weights,
     the sum over the last axis: the logits' gradient of softmax(logits) * mask.
     """
-    if _disabled_depth:
-        return None
-    module = _load()
-    return None if module is None else module.t2t_lite_softmax_dropout_grad
+    return _op("t2t_lite_softmax_dropout_grad", dtype)

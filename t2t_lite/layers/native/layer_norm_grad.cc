@@ -9,7 +9,8 @@
 // where d_scale and d_bias sum over every row. As TensorFlow ops that is eleven passes
 // over [N, D] tensors; here dy and n are read once and dx written once. The rows are
 // summed in fixed blocks of kBlockRows whose partial sums are added in block order, and a
-// row's sums in kLanes fixed lanes (kernel_util.h), so the results do not depend on the thread count.
+// row's sums in kLanes fixed lanes (kernel_util.h), so the results do not depend on the
+// thread count.
 #include <algorithm>
 #include <cstdint>
 #include <vector>
@@ -79,7 +80,6 @@ class LayerNormGradOp : public OpKernel {
         for (int64_t r = b * kBlockRows; r < end_row; ++r) {
           const T* dy_r = dy + r * depth;
           const T* n_r = norm_x + r * depth;
-          // Lane-wise sums vectorize; a single running sum would be one long dependency.
           T lane_g[kLanes] = {};
           T lane_gn[kLanes] = {};
           int64_t j = 0;

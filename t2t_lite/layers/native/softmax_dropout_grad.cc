@@ -5,7 +5,8 @@
 //   d_logits = (d_weights - sum(d_weights * weights)) * weights
 // (TensorFlow's _SoftmaxGrad). As TensorFlow ops that is five passes over the attention
 // weights; here one row of the three inputs is read once and d_logits written once. A row's
-// sum runs in kLanes fixed lanes (kernel_util.h), so the result does not depend on the thread count.
+// sum runs in kLanes fixed lanes (kernel_util.h), so the result does not depend on the
+// thread count.
 // Built and loaded as layer_norm_grad.cc is (t2t_lite/layers/native_kernels.py).
 #include <algorithm>
 #include <cstdint>
