@@ -4,7 +4,10 @@ be had."""
 import contextlib
 import os
 import pathlib
+import platform
 import shutil
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -186,6 +189,51 @@ def test_a_build_is_cached_and_a_failed_build_is_one_line(tmp_path):
     (other / "kernel_util.h").write_text((other / "kernel_util.h").read_text() + "// changed\n")
     assert native_kernels.library_name(copied, cxx, []) != \
         native_kernels.library_name(sources, cxx, [])
+
+
+@needs_compiler
+@pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"),
+                    reason="the AVX2 target (haswell) is an x86 target")
+def test_another_target_is_another_library_that_runs_the_same_maths(tmp_path):
+    sources, cxx = native_kernels.sources(), native_kernels.compiler()
+    cache = str(tmp_path / "cache")
+    haswell = native_kernels.build(sources, cache, cxx,
+                                   environ={native_kernels.MARCH_ENV: "haswell"})
+    assert haswell != native_kernels.build(sources, cache, cxx, environ={})
+    if shutil.which("objdump"):  # AVX2 code: no AVX512 (zmm) registers
+        listing = subprocess.run(["objdump", "-d", haswell], capture_output=True,
+                                 text=True, check=True).stdout
+        assert "%ymm" in listing and "%zmm" not in listing
+    # A process loads one library of these ops (TensorFlow keeps the first registration):
+    # the AVX2 one is run in a process of its own, against the closed form.
+    script = (
+        "import numpy as np, tensorflow as tf, sys\n"
+        "ops = tf.load_op_library(sys.argv[1])\n"
+        "x, dy, scale = (np.load(sys.argv[2])[k] for k in ('x', 'dy', 'scale'))\n"
+        "mean = x.mean(-1, keepdims=True)\n"
+        "rstd = 1 / np.sqrt(((x - mean) ** 2).mean(-1, keepdims=True) + 1e-6)\n"
+        "got = ops.t2t_lite_layer_norm_grad(dy=dy, norm_x=(x - mean) * rstd, rstd=rstd,"
+        " scale=scale)\n"
+        "np.savez(sys.argv[3], *[g.numpy() for g in got])\n")
+    rng = np.random.default_rng(5)
+    x, dy = rng.normal(size=(2, 37, 24)) * 3 + 1, rng.normal(size=(2, 37, 24))
+    scale = rng.normal(size=24)
+    np.savez(tmp_path / "in.npz", x=x, dy=dy, scale=scale)
+    result = subprocess.run([sys.executable, "-c", script, haswell, str(tmp_path / "in.npz"),
+                             str(tmp_path / "out.npz")], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-2000:]
+    got = np.load(tmp_path / "out.npz")
+    for i, want in enumerate(_reference_grad(dy, x, scale)):
+        np.testing.assert_allclose(got[f"arr_{i}"], want, rtol=1e-12,
+                                   atol=1e-12 * np.abs(want).max())
+
+    for bad in ("haswell; rm -rf /", "a b"):
+        with pytest.raises(native_kernels.BuildError, match="T2T_LITE_KERNEL_MARCH"):
+            native_kernels.march_flag({native_kernels.MARCH_ENV: bad})
+    with pytest.raises(native_kernels.BuildError) as error:  # the compiler's own refusal
+        native_kernels.build(sources, cache, cxx, environ={native_kernels.MARCH_ENV: "no-such-cpu"})
+    assert "\n" not in str(error.value)
+    assert native_kernels.march_flag({}) == "-march=native"
 
 
 def test_no_compiler_is_none_and_the_cache_follows_the_environment():

@@ -5,10 +5,11 @@ Some parts of the training step are chains of small memory-bound ops that Tensor
 one pass over the data at a time; a C++ op does the chain in one pass. The sources ship
 with the package (`layers/native/*.cc`); the first process that needs a kernel compiles
 them into one library with the C++ compiler (`$CXX`, else `c++`), TensorFlow's own compile
-and link flags and `-march=native` (~10 s on 2 cores), into a cache directory, and loads it
-with `tf.load_op_library`. The library's name carries a hash of the sources, TensorFlow's
-version, the compiler and the CPU, so a change of any of them builds it again and a shared
-cache never hands a machine code for another CPU.
+and link flags and `-march=native` (~10 s on 2 cores; `T2T_LITE_KERNEL_MARCH` names another
+target, e.g. `haswell` to measure AVX2 code on an AVX512 machine), into a cache directory, and
+loads it with `tf.load_op_library`. The library's name carries a hash of the sources,
+TensorFlow's version, the compiler, the target and the CPU, so a change of any of them builds
+it again and a shared cache never hands a machine code for another CPU.
 
 Where a kernel cannot be had (no compiler, a failed build, `T2T_LITE_NATIVE_KERNELS=0`, or a
 step compiled by XLA, which cannot compile a custom op: `disabled()`), its callers run the
@@ -42,6 +43,7 @@ from t2t_lite.utils import onednn
 
 ENV = "T2T_LITE_NATIVE_KERNELS"
 CACHE_ENV = "T2T_LITE_KERNEL_CACHE"
+MARCH_ENV = "T2T_LITE_KERNEL_MARCH"
 SOURCE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "native")
 LIBRARY = "t2t_lite_kernels"
 # A build that takes longer is abandoned (the fallback runs); one takes ~10 s on 2 cores.
@@ -102,6 +104,19 @@ def compiler(environ=os.environ) -> str | None:
     return None
 
 
+def march_flag(environ=os.environ) -> str:
+    """The compiler's target flag: `-march=native`, or `-march=$T2T_LITE_KERNEL_MARCH`.
+
+    Raises:
+      BuildError: the variable holds more than a target's name (letters, digits, `-_.`).
+    """
+    march = environ.get(MARCH_ENV, "").strip() or "native"
+    if not all(c.isalnum() or c in "-_." for c in march):
+        raise BuildError(f"{MARCH_ENV}={march!r} is not a compiler target name "
+                         "(e.g. native, haswell, skylake-avx512)")
+    return f"-march={march}"
+
+
 def sources() -> list[str]:
     """The kernels' C++ sources, sorted (one library)."""
     return sorted(os.path.join(SOURCE_DIR, name) for name in os.listdir(SOURCE_DIR)
@@ -111,7 +126,7 @@ def sources() -> list[str]:
 def library_name(sources: list[str], cxx: str, flags: list[str]) -> str:
     """The built library's file name: `LIBRARY` and a hash of everything that makes its
     machine code (the sources' text and the headers beside them, TensorFlow's version and
-    flags, the compiler, the CPU for -march=native)."""
+    flags including the target, the compiler, the CPU)."""
     headers = sorted({os.path.join(os.path.dirname(source), name) for source in sources
                       for name in os.listdir(os.path.dirname(source) or ".")
                       if name.endswith(".h")})
@@ -127,18 +142,19 @@ def library_name(sources: list[str], cxx: str, flags: list[str]) -> str:
     return f"{LIBRARY}-{key}.so"
 
 
-def build(sources: list[str], out_dir: str, cxx: str, timeout: float = BUILD_TIMEOUT_S) -> str:
-    """Compiles `sources` into one library in `out_dir` unless it is there already; returns
-    the library's path.
+def build(sources: list[str], out_dir: str, cxx: str, timeout: float = BUILD_TIMEOUT_S,
+          environ=os.environ) -> str:
+    """Compiles `sources` into one library in `out_dir` for the target of `march_flag()`
+    unless it is there already; returns the library's path.
 
     Concurrent processes may build at once: each writes its own temporary file and renames
     it into place (atomic), so a reader never sees half a library.
 
     Raises:
-      BuildError: the compiler failed or timed out (its first error line), or `out_dir`
-        cannot be written.
+      BuildError: the compiler failed or timed out (its first error line), `out_dir`
+        cannot be written, or the target's name is malformed.
     """
-    compile_flags = list(tf.sysconfig.get_compile_flags())
+    compile_flags = [march_flag(environ), *tf.sysconfig.get_compile_flags()]
     link_flags = list(tf.sysconfig.get_link_flags())
     path = os.path.join(out_dir, library_name(sources, cxx, compile_flags + link_flags))
     if os.path.exists(path):
@@ -149,8 +165,7 @@ def build(sources: list[str], out_dir: str, cxx: str, timeout: float = BUILD_TIM
         os.close(fd)
     except OSError as e:
         raise BuildError(f"cannot write the kernel cache {out_dir}: {e.strerror or e}") from e
-    cmd = [cxx, "-std=c++17", "-shared", "-fPIC", "-O3", "-march=native", "-w",
-           *compile_flags, *sources, "-o", tmp, *link_flags]
+    cmd = [cxx, "-std=c++17", "-shared", "-fPIC", "-O3", "-w", *compile_flags, *sources, "-o", tmp, *link_flags]
     try:
         result = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
         if result.returncode != 0:
