@@ -76,6 +76,14 @@ def test_goals_follow_the_vector_unit():
     assert not isa_row.goals("AVX2", *_figures(1.4, 2.5, 499, 90, 90, 95))[1][2]
 
 
+def test_the_avx2_proxy_is_judged_by_the_avx2_goals():
+    assert isa_row.goal_isa("AVX512", {"ONEDNN_MAX_CPU_ISA": "avx2"}) == "AVX2"
+    assert isa_row.goal_isa("AVX512", {"ONEDNN_MAX_CPU_ISA": "AVX2_VNNI"}) == "AVX2"
+    assert isa_row.goal_isa("AVX512", {"ONEDNN_MAX_CPU_ISA": "AVX512_CORE"}) == "AVX512"
+    assert isa_row.goal_isa("AVX512", {}) == "AVX512"
+    assert isa_row.goal_isa("AVX2", {}) == "AVX2"
+
+
 def test_decode_figure_says_how_long_the_lines_are(tmp_path):
     outputs, reference = tmp_path / "out.txt", tmp_path / "ref.txt"
     outputs.write_text("Hallo Welt\n\n\n\n")  # what a 200-step model emits: mostly EOS
