@@ -165,7 +165,8 @@ def build(sources: list[str], out_dir: str, cxx: str, timeout: float = BUILD_TIM
         os.close(fd)
     except OSError as e:
         raise BuildError(f"cannot write the kernel cache {out_dir}: {e.strerror or e}") from e
-    cmd = [cxx, "-std=c++17", "-shared", "-fPIC", "-O3", "-w", *compile_flags, *sources, "-o", tmp, *link_flags]
+    cmd = [cxx, "-std=c++17", "-shared", "-fPIC", "-O3", "-w", *compile_flags, *sources,
+           "-o", tmp, *link_flags]
     try:
         result = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
         if result.returncode != 0:
