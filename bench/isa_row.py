@@ -24,6 +24,10 @@ is: their `run.py` decides for itself, and tensor2tensor runs with TensorFlow's 
 (oneDNN off on x86 CPUs without AVX512-VNNI, AVX-VNNI, AVX512-BF16 or AMX); `--t2t_onednn`
 sets TF_ENABLE_ONEDNN_OPTS=1 for both sides, the stronger baseline. About 25 minutes on 2
 AVX2 cores.
+
+An AVX2 row's proxy on an AVX512 machine: `ONEDNN_MAX_CPU_ISA=AVX2` (oneDNN's kernels, both
+sides) and `T2T_LITE_KERNEL_MARCH=haswell` (t2t_lite's native kernels as AVX2 code); the run
+is then judged by the AVX2 goals (`goal_isa`).
 """
 from __future__ import annotations
 
