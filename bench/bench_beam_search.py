@@ -23,7 +23,7 @@ import numpy as np
 import tensorflow as tf
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from t2t_lite.decoding.search import beam_search as bs
+from t2t_lite.search import beam_search as bs
 
 INF = bs.INF
 

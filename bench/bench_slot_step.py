@@ -6,7 +6,7 @@ n sentences one by one cost n * step(1)).
         --source=dev.en [--sizes=1,4,8,16,32] [--beam_size=4] [--steps=32] [--rounds=3]
 
 For each size n (rounds x, sizes alternating): the first n lines of `--source` are admitted
-to a continuous search (`decoding/search/continuous.py`, what the server runs) with a decode
+to a continuous search (`search/continuous.py`, what the server runs) with a decode
 limit no row reaches (extra_length 1000: every row decodes every step), the search is
 traced, then `--steps` steps are timed. Prints ms per step, ms per sentence-step and the
 speed-up over n = 1, with the 1-minute load average (`uptime`). Then the same n lines
@@ -44,7 +44,7 @@ def main() -> None:
 
     quiet_start.import_tensorflow()
     from t2t_lite.decoding import decoding, runs
-    from t2t_lite.decoding.search.continuous import SlotSearch
+    from t2t_lite.search.continuous import SlotSearch
 
     spec = runs.resolve("decode", args.output_dir, args.problem, None, args.data_dir, None)
     run = runs.open_run(spec, args.hparams)

@@ -159,7 +159,7 @@ def test_xla_decodes_prefixes_as_without_xla(copy_model):
 def test_saved_model_prefixes_top_p_and_alignments(copy_model, copy_lines, tmp_path):
     import tensorflow as tf
 
-    from t2t_lite.decoding.search import sampling
+    from t2t_lite.search import sampling
     from t2t_lite.serving import export
 
     model, encoder, _ = copy_model

@@ -497,7 +497,7 @@ def test_a_decode_length_per_row_gives_each_row_its_result_alone(stop_early):
 
 
 def test_greedy_with_a_decode_length_per_row_stops_each_row_at_its_own():
-    from t2t_lite.decoding.search import greedy
+    from t2t_lite.search import greedy
 
     fn = markov_fn(np.stack([NEVER_FINISHES, GREEDY_IS_WRONG]))
     states = {"row": tf.constant([0, 0, 1], tf.int32)}

@@ -98,7 +98,7 @@ def test_members_with_other_vocabularies_or_settings_are_refused(members):
 
 @pytest.mark.slow
 def test_beam_slot_and_xla_decodes_equal_the_growing_cache_decode(members):
-    # Every cache layout of the search (`decoding/search/driver.py`) on a two-model ensemble:
+    # Every cache layout of the search (`search/driver.py`) on a two-model ensemble:
     # beam slots (the default of beam search) and XLA's fixed caches against t2t's growing
     # caches, reordered with the beams.
     ensemble = TransformerEnsemble(members)

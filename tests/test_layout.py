@@ -77,22 +77,22 @@ def test_only_the_tools_read_flags_and_nothing_imports_the_tools():
 FOLDER_IMPORTS = {
     "utils": set(),
     "layers": {"utils"},
-    "decoding.search": set(),
-    "models": {"layers", "utils", "decoding.search"},
+    "search": set(),
+    "models": {"layers", "utils", "search"},
     "data_generators": {"utils"},
     "problems": {"data_generators", "utils"},
     "evaluation": {"data_generators", "utils"},
     "training": {"models", "layers", "data_generators", "evaluation", "utils"},
     "decoding": {"training", "models", "layers", "data_generators", "evaluation", "utils",
-                 "decoding.search"},
-    "serving": {"decoding", "decoding.search", "models", "layers", "data_generators", "utils"},
+                 "search"},
+    "serving": {"decoding", "search", "models", "layers", "data_generators", "utils"},
     "visualization": {"utils"},
 }
 # Rooms inside a folder, placed in the graph on their own: the search sits beneath the
 # models that call it, while the rest of decoding/ loads runs of those models.
-ROOMS = ("decoding.search",)
+ROOMS: tuple[str, ...] = ()
 # t2t's module paths kept as aliases of a module that moved: only the alias may import it.
-T2T_ALIASES = {"t2t_lite.utils.beam_search": "t2t_lite.decoding.search.beam_search"}
+T2T_ALIASES = {"t2t_lite.utils.beam_search": "t2t_lite.search.beam_search"}
 TOP_LEVEL = {"t2t_lite", "t2t_lite.errors", "t2t_lite.file_io", "t2t_lite.hparams",
              "t2t_lite.hparams_support", "t2t_lite.registry", "t2t_lite.quiet_start",
              "t2t_lite.hparams_sets"}
@@ -188,10 +188,10 @@ def test_import_rules_catch_a_violation():
     assert not _allowed("t2t_lite.utils.beam_search", "t2t_lite.data_generators.text_encoder")
     assert not _allowed("t2t_lite.training.trainer_lib", "t2t_lite.decoding.runs")
     assert _allowed("t2t_lite.models.transformer", "t2t_lite.utils.beam_search")
-    assert _allowed("t2t_lite.models.transformer", "t2t_lite.decoding.search.driver")
+    assert _allowed("t2t_lite.models.transformer", "t2t_lite.search.driver")
     assert not _allowed("t2t_lite.models.transformer", "t2t_lite.decoding.runs")
-    assert not _allowed("t2t_lite.decoding.search.driver", "t2t_lite.models.transformer")
-    assert not _allowed("t2t_lite.utils.precision", "t2t_lite.decoding.search.beam_search")
+    assert not _allowed("t2t_lite.search.driver", "t2t_lite.models.transformer")
+    assert not _allowed("t2t_lite.utils.precision", "t2t_lite.search.beam_search")
     assert _allowed("t2t_lite.training.trainer_lib", "t2t_lite.models.transformer")
     assert _allowed("t2t_lite.serving.ct2", "t2t_lite.decoding.decoding")
 
@@ -202,7 +202,7 @@ LONG_FILES = {
     "t2t_lite/layers/common_attention.py": "t2t's common_attention: timing, biases, attention",
     "t2t_lite/data_generators/text_encoder.py": "t2t's text_encoder: the encoders",
     "t2t_lite/decoding/decoding.py": "t2t's decoding.py: decode from dataset, file, interactive",
-    "t2t_lite/decoding/search/beam_search.py": "t2t's beam_search: the search and its steps "
+    "t2t_lite/search/beam_search.py": "t2t's beam_search: the search and its steps "
                                                "(grow_topk, grow_alive, grow_finished)",
     "t2t_lite/training/trainer_lib.py": "the training loop: steps, checkpoints, eval, summaries",
     "t2t_lite/utils/checkpoint_guard.py": "checkpoints on disk: the state file, damage, strict "

@@ -1,4 +1,4 @@
-"""The decoding features of the search room (`t2t_lite/decoding/search`, docs/decoding.md):
+"""The decoding features of the search room (`t2t_lite/search`, docs/decoding.md):
 n-best files, nucleus sampling, target prefixes."""
 import pathlib
 
@@ -7,7 +7,7 @@ import pytest
 import tensorflow as tf
 
 from t2t_lite.decoding import decoding
-from t2t_lite.decoding.search import sampling
+from t2t_lite.search import sampling
 from tests.test_decoding import ENCODERS, FakeModel, hp
 
 
@@ -136,7 +136,7 @@ def _brute_force_best(table, prefix, steps, alpha):
 
 @pytest.mark.parametrize("prefix", [[2], [3, 2], [2, 2, 3]])
 def test_beam_with_a_prefix_is_the_best_output_that_starts_with_it(prefix):
-    from t2t_lite.decoding.search import beam_search
+    from t2t_lite.search import beam_search
 
     steps, vocab, alpha = 5, 4, 0.6
     table = np.random.default_rng(len(prefix)).normal(size=(steps, vocab, vocab)) * 2

@@ -4,7 +4,7 @@ Each step, every member runs its own cached decoder on the same hypotheses, and 
 scores the next token by the members' averaged probabilities: log(mean_k p_k(token)), the
 log-probabilities averaged in probability space (fairseq's `EnsembleModel`). Beam search
 (with beam slots, or under XLA), greedy search, the length penalty and EOS handling are the
-search's (`decoding/search`), so an ensemble of one model decodes exactly as that model.
+search's (`search`), so an ensemble of one model decodes exactly as that model.
 
 Members may differ in hparams (layers, sizes, pre- or post-norm: two runs, or two checkpoints
 of one run); they must share the vocabularies, which `TransformerEnsemble` checks by size and
@@ -18,8 +18,8 @@ from collections.abc import Sequence
 
 import tensorflow as tf
 
-from t2t_lite.decoding.search import beam_search, driver
-from t2t_lite.decoding.search.interface import Decoder, StepOptions
+from t2t_lite.search import beam_search, driver
+from t2t_lite.search.interface import Decoder, StepOptions
 from t2t_lite.models.transformer import Transformer
 
 
@@ -54,7 +54,7 @@ class TransformerEnsemble(tf.Module):
         return [v for member in self.members for v in member.variables]
 
     def start_decoding(self, inputs, target_space_id, options: StepOptions) -> Decoder:
-        """The search's interface (`decoding/search/interface.py`): every member's encoder
+        """The search's interface (`search/interface.py`): every member's encoder
         runs once; the step returns log(mean_k p_k) [N, V] of the members' probabilities.
 
         States and storage are the tuples of the members' ({} for a member without
@@ -95,7 +95,7 @@ class TransformerEnsemble(tf.Module):
               jit_compile: bool = False, force_decode_length: bool = False,
               **options) -> dict[str, tf.Tensor]:
         """`Transformer.infer` for the ensemble (same arguments and results, the same
-        search: `decoding/search/driver.infer`).
+        search: `search/driver.infer`).
 
         Args:
           features: {"inputs": int [B, L_in], optional "target_space_id": int scalar}.

@@ -32,12 +32,12 @@ import keras
 import tensorflow as tf
 
 from t2t_lite import hparams_support, registry
-from t2t_lite.decoding.search import beam_search, driver
+from t2t_lite.search import beam_search, driver
 
 # The XLA input buckets, importable from here as before the search had its own room.
-from t2t_lite.decoding.search.driver import xla_batch_bucket, xla_length_bucket  # noqa: F401
-from t2t_lite.decoding.search.interface import Decoder, SlotDecoding, StepOptions
-from t2t_lite.decoding.search.interface import ids_2d as _ids_2d
+from t2t_lite.search.driver import xla_batch_bucket, xla_length_bucket  # noqa: F401
+from t2t_lite.search.interface import Decoder, SlotDecoding, StepOptions
+from t2t_lite.search.interface import ids_2d as _ids_2d
 from t2t_lite.hparams import HParams
 from t2t_lite.layers import common_attention, common_layers, fused_ops, modalities
 from t2t_lite.models.transformer_layers import TransformerBody, layer_args
@@ -502,7 +502,7 @@ class Transformer(keras.Model):
         return transformer_slots.refusal(self.hparams)
 
     def start_decoding(self, inputs, target_space_id, options: StepOptions) -> Decoder:
-        """The search's interface (`decoding/search/interface.py`): runs the encoder once
+        """The search's interface (`search/interface.py`): runs the encoder once
         and returns the decoding step with its initial states.
 
         Args:
@@ -566,7 +566,7 @@ class Transformer(keras.Model):
         **options,
     ) -> dict[str, tf.Tensor]:
         """Autoregressive decoding (t2t's `infer` with fast incremental decoding), by the
-        search of `decoding/search` (`driver.infer`, which documents every argument).
+        search of `search` (`driver.infer`, which documents every argument).
 
         Args:
           features: {"inputs": int [B, L_in], optional "target_space_id": int scalar}.

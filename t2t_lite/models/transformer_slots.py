@@ -1,11 +1,11 @@
-"""Continuous batching's view of a Transformer (`decoding/search/continuous.py`): its encoder
+"""Continuous batching's view of a Transformer (`search/continuous.py`): its encoder
 and a decoding step whose rows are at different steps of their own sentences."""
 from __future__ import annotations
 
 import tensorflow as tf
 
 from t2t_lite import hparams_support
-from t2t_lite.decoding.search.interface import SlotDecoding
+from t2t_lite.search.interface import SlotDecoding
 from t2t_lite.layers import common_attention
 from t2t_lite.utils import precision
 
@@ -20,7 +20,7 @@ def refusal(hparams) -> str | None:
 
 def slot_decoding(model, max_positions=None) -> SlotDecoding | None:
     """The encoder and decoding step of continuous batching
-    (`decoding/search/continuous.py`), or None when this model cannot decode in slots
+    (`search/continuous.py`), or None when this model cannot decode in slots
     (relative self-attention, positions other than t2t's timing signal). Call inside the
     traced function that runs them (the weights are read once there).
 

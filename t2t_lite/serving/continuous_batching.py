@@ -1,6 +1,6 @@
 """Continuous (iteration-level) batching for the translation server: each decode worker runs
 one search whose sentences join and leave between decode steps (`engine.slot_search`,
-`decoding/search/continuous.py`), so a sentence waits neither for a batch to fill nor for
+`search/continuous.py`), so a sentence waits neither for a batch to fill nor for
 the slowest sentence of its batch.
 
 A worker with a running search takes, between two calls of a few steps, the waiting

@@ -169,7 +169,7 @@ class T2tLiteEngine:
         a single Transformer decoded by argmax or beam search, whose outputs end at EOS
         (not force_decode_length, skip_eos_postprocess or identity_output, where the tokens
         after EOS follow the batch's steps)."""
-        from t2t_lite.decoding.search import continuous
+        from t2t_lite.search import continuous
 
         if self._outputs_follow_the_batch:
             return "force_decode_length, skip_eos_postprocess or identity_output is set"
@@ -179,7 +179,7 @@ class T2tLiteEngine:
                     steps_per_call: int) -> SlotRows:
         """A continuous search of this model with `options` (`continuous.SlotSearch`) whose
         `run` returns (token, Row) pairs."""
-        from t2t_lite.decoding.search import continuous
+        from t2t_lite.search import continuous
 
         search = continuous.SlotSearch(
             self.model, options.beam_size, options.alpha, self.extra_length,

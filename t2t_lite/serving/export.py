@@ -67,7 +67,7 @@ import tensorflow as tf
 
 from t2t_lite.data_generators import sentencepiece_encoder, text_encoder
 from t2t_lite.decoding import alignment
-from t2t_lite.decoding.search import sampling as sampling_lib
+from t2t_lite.search import sampling as sampling_lib
 from t2t_lite.hparams import HParams
 from t2t_lite.layers import native_kernels
 from t2t_lite.serving import alignment_graph, sentencepiece_graph, subword_graph

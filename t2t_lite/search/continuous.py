@@ -32,9 +32,9 @@ from collections.abc import Sequence
 import numpy as np
 import tensorflow as tf
 
-from t2t_lite.decoding.search import beam_search
-from t2t_lite.decoding.search.beam_search import INF
-from t2t_lite.decoding.search.sampling import Sampling
+from t2t_lite.search import beam_search
+from t2t_lite.search.beam_search import INF
+from t2t_lite.search.sampling import Sampling
 
 # The cache spans a multiple of this many positions (fewer shapes; fewer, larger copies).
 CACHE_SPAN_STEP = 16

@@ -11,9 +11,9 @@ from collections.abc import Callable
 
 import tensorflow as tf
 
-from t2t_lite.decoding.search import beam_search, greedy
-from t2t_lite.decoding.search import sampling as sampling_lib
-from t2t_lite.decoding.search.interface import StepOptions, ids_2d
+from t2t_lite.search import beam_search, greedy
+from t2t_lite.search import sampling as sampling_lib
+from t2t_lite.search.interface import StepOptions, ids_2d
 
 
 def xla_length_bucket(length: int) -> int:

@@ -6,7 +6,7 @@ from typing import Any
 
 import tensorflow as tf
 
-from t2t_lite.decoding.search import beam_search
+from t2t_lite.search import beam_search
 
 
 def greedy(step: Callable, batch_size, max_length, states: Any,
