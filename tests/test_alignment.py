@@ -201,25 +201,39 @@ def test_saved_model_prefixes_top_p_and_alignments(copy_model, copy_lines, tmp_p
         translate([""] * len(copy_lines), 1.5)
     # A seed makes the draws reproducible: the same seed, the same outputs; p = 1 draws as
     # plain sampling with that seed does in the library (stateless draws seeded by (seed,
-    # step), `sampling.Sampling.seed`). Lines three times as long as any it was trained on
-    # leave the copy model unsure after its 8th word, so that its draws there vary (twice
-    # as long left a better-trained model sure enough that two seeds drew the same 24 lines).
-    long_lines = [f"{line} {line} {line}" for line in copy_lines]
+    # step), `sampling.Sampling.seed`). The check needs inputs on which the model is unsure
+    # enough that two seeds draw differently: lines longer than any it was trained on, the
+    # first length (3x, 4x, 6x) on which the library's own draws differ, so that it holds on
+    # any CPU's numerics (a copy model trained on another CPU was sure of every word of the
+    # 3x lines, and both seeds drew the argmax output).
+    def library_draws(lines, seed=None):
+        rows = [encoder.encode(line) + [1] for line in lines]
+        ids = np.array([row + [0] * (max(map(len, rows)) - len(row)) for row in rows],
+                       np.int32)
+        draw = {} if seed is None else {
+            "sampling": sampling.Sampling("random", 1.0, -1, 1.0, seed=seed)}
+        result = model.infer({"inputs": ids}, decode_length=3, **draw)
+        return result, [encoder.decode(decoding.save_until_eos(row))
+                        for row in result["outputs"].numpy()]
+
+    long_lines = None
+    for times in (3, 4, 6):
+        lines = [" ".join([line] * times) for line in copy_lines]
+        argmax_lines = library_draws(lines)[1]
+        if argmax_lines != library_draws(lines, 5)[1] != library_draws(lines, 6)[1]:
+            long_lines = lines
+            break
+    assert long_lines is not None, \
+        "seed 5 drew the argmax lines or seed 6's up to 6x the trained length"
     none = [""] * len(copy_lines)
     seeded = {seed: translate(none, 1.0, seed, tf.constant(long_lines)) for seed in (5, 6)}
     again = translate(none, 1.0, 5, tf.constant(long_lines))
     assert strings(again["outputs"]) == strings(seeded[5]["outputs"])
     assert strings(seeded[5]["outputs"]) != strings(seeded[6]["outputs"])
-    rows = [encoder.encode(line) + [1] for line in long_lines]
-    ids = np.array([row + [0] * (max(map(len, rows)) - len(row)) for row in rows], np.int32)
-    plain = model.infer({"inputs": ids}, decode_length=3,
-                        sampling=sampling.Sampling("random", 1.0, -1, 1.0, seed=5))
-    assert strings(seeded[5]["outputs"]) == [
-        encoder.decode(decoding.save_until_eos(row)) for row in plain["outputs"].numpy()]
+    plain, plain_lines = library_draws(long_lines, 5)
+    assert strings(seeded[5]["outputs"]) == plain_lines
     np.testing.assert_allclose(seeded[5]["scores"], plain["scores"], rtol=1e-5)
-    argmax = model.infer({"inputs": ids}, decode_length=3)["outputs"].numpy()
-    assert strings(seeded[5]["outputs"]) != [
-        encoder.decode(decoding.save_until_eos(row)) for row in argmax]
+    assert strings(seeded[5]["outputs"]) != argmax_lines
 
 
 @pytest.mark.slow
