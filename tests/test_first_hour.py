@@ -253,8 +253,11 @@ def test_a_one_point_curve_shows_its_value_and_heatmaps_have_a_colour_bar(
     assert [text.get_text() for text in saved[0].axes[0].texts] == ["12.5"]
     weights = {"encoder_self": np.full((2, 2, 3, 3), 1 / 3, np.float32)}
     attention_viz.plot_attention(weights, ["a", "b", "<EOS>"], ["x"], str(tmp_path / "a"))
-    heads, bar = saved[1].axes[:4], saved[1].axes[4:]
-    assert len(heads) == 4 and len(bar) == 1 and bar[0].get_ylabel() == "attention weight"
+    # A panel per layer (the mean of its heads), each followed by its own colour bar.
+    layers, bars = saved[1].axes[0::2], saved[1].axes[1::2]
+    assert [len(ax.images) for ax in layers] == [1, 1] and len(bars) == 2
+    assert [bar.get_ylabel() for bar in bars] == ["attention weight"] * 2
+    np.testing.assert_allclose(layers[1].images[0].get_array(), np.full((3, 3), 1 / 3))
 
 
 def test_eval_lines_are_short():

@@ -10,6 +10,7 @@ from t2t_lite.bin import t2t_plot
 from t2t_lite.errors import UserError
 from t2t_lite.training.summaries import write_scalars
 from t2t_lite.visualization import plots
+from tests.conftest import require_extra
 
 METRIC = "metrics-p/targets/"
 
@@ -84,3 +85,40 @@ def test_chrf_and_ter_pictures_when_decodes_logged_them(tmp_path):
     assert "dev_chrf.png" in names and "dev_ter.png" in names
     assert "dev_chrfpp.png" not in names and "dev_bleu.png" not in names
     assert plots.pixel_spread(str(tmp_path / "plots" / "dev_ter.png")) > 0.05
+
+
+def test_a_one_point_curve_sits_on_a_readable_axis(tmp_path):
+    """One evaluation at step 2,000: the x axis runs from step 0 past 2,000 in whole steps
+    (not 1,900..2,100), y from 0 past the value, the value written beside the point; with two
+    evaluations the axes are matplotlib's own again."""
+    require_extra("matplotlib", "viz")
+    plt = plots._pyplot()
+    figure = plots.line_figure(plt, "Dev BLEU", "BLEU", {"dev set": [(2000, 2.56)]})
+    axes = figure.axes[0]
+    assert axes.get_xlim() == (0, 2500)
+    assert axes.get_ylim() == pytest.approx((0, 2.56 * 1.3))
+    ticks = [t for t in axes.get_xticks() if 0 <= t <= 2500]
+    assert len(ticks) >= 3 and all(t == int(t) for t in ticks) and 2000 in ticks
+    assert [text.get_text() for text in axes.texts] == ["2.56"]
+    assert axes.get_xlabel() == "global step (one evaluation so far)"
+    plt.close(figure)
+    # A training curve and one dev point on a log scale: the steps differ, nothing forced.
+    figure = plots.line_figure(plt, "Loss", "loss", {
+        "training": [(100, 5.0), (200, 4.0)], "dev": [(200, 4.4)]}, log_y=True)
+    assert figure.axes[0].get_xlim()[0] > 0 and figure.axes[0].get_xlabel() == "global step"
+    plt.close(figure)
+    # Only one step on a log scale: a decade around the values (loss at one step).
+    figure = plots.line_figure(plt, "Loss", "loss", {
+        "training": [(50, 5.0)], "dev": [(50, 6.0)]}, log_y=True)
+    assert figure.axes[0].get_ylim() == pytest.approx((5.0 / 3, 18.0))
+    assert figure.axes[0].get_xlim() == (0, 62.5)
+    plt.close(figure)
+
+
+def test_plot_mode_says_what_it_reads_and_counts_the_pictures(tmp_path, capsys):
+    _fake_run(tmp_path)
+    t2t_plot.main(types.SimpleNamespace(output_dir=str(tmp_path)))
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith(f"Reading the curves of {tmp_path}")
+    assert lines[1:] == [f"Wrote {tmp_path / 'plots' / name} ({k}/4)" for k, name in enumerate(
+        ["loss.png", "learning_rate.png", "dev_accuracy.png", "dev_bleu.png"], 1)]

@@ -222,3 +222,20 @@ def test_attention_pictures_label_each_id_with_its_piece(bpe_model):
     labels = attention_viz.token_labels(bpe_model, ids)
     assert "".join(labels[:-1]).replace("▁", " ").strip() == "The debate is closed."
     assert labels[-1] == "</s>"  # EOS: the model's own id 1
+
+
+def test_attention_pictures_show_the_words_sentencepiece_pieces_form(bpe_model):
+    """The readable labels join SentencePiece's pieces into their words the same way: the
+    text of the labels, joiners removed and words spaced, is the line."""
+    from t2t_lite.visualization import attention_viz
+
+    line = "The debate is closed."
+    ids = bpe_model.encode(line) + [text_encoder.EOS_ID]
+    labels = attention_viz.piece_labels(bpe_model, ids)
+    assert labels[-1] == "</s>" and not any("▁" in label for label in labels)
+    words, starts = [], [0] + attention_viz.word_starts(labels[:-1])
+    for begin, end in zip(starts, starts[1:] + [len(labels) - 1]):
+        words.append("".join(label.strip(attention_viz.JOINER) for label in labels[begin:end]))
+    assert " ".join(words) == line
+    pieces = attention_viz.token_labels(bpe_model, ids)[:-1]
+    assert len(pieces) > len(words)  # some word is cut into pieces, and joined back

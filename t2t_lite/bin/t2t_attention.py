@@ -7,7 +7,10 @@ then writes `<attention_dir>/line<k>_{encoder_self,decoder_self,encoder_decoder}
 from __future__ import annotations
 
 import os
+import time
 from typing import Any
+
+from absl import logging
 
 from t2t_lite import file_io
 from t2t_lite.data_generators.text_encoder import EOS_ID, PAD_ID
@@ -49,28 +52,39 @@ def main(flags: Any) -> list[str]:
         spec.data_dir)
     with runs.one_line_errors():
         decode_hp = decoding.decode_hparams(flags.decode_hparams or "")
+    logging.info("Attention: loading the model of %s",
+                 flags.checkpoint_path or flags.output_dir)
     run = runs.open_run(spec, flags.hparams)
-    _, model = runs.restore_model(run, flags.checkpoint_path)
+    checkpoint, model = runs.restore_model(run, flags.checkpoint_path)
     encoders, target_space_id = run.encoders, run.target_space_id
     infer = decoding.make_infer_fn(model, decode_hp, target_space_id)
     with open(source, encoding=file_io.TEXT_ENCODING, errors="replace") as f:
         lines = [line.rstrip("\n") for line in f][:flags.attention_max_lines]
     os.makedirs(out_dir, exist_ok=True)
     written = []
-    for k, line in enumerate(lines):
+    for k, line in enumerate(lines, 1):
+        started = time.time()
         input_ids = decoding.encode_input(line, encoders["inputs"], decode_hp.max_input_size)
+        logging.info("Attention %d/%d: decoding %d input pieces with %s%s", k, len(lines),
+                     len(input_ids), os.path.basename(checkpoint),
+                     " (the first decode traces the model: the longest step)" if k == 1
+                     else "")
         outputs, _ = infer([input_ids])
         output_ids = [int(i) for i in decoding.save_until_eos(outputs.reshape(-1))]
         while output_ids and output_ids[-1] == PAD_ID:  # no EOS within the decode length
             output_ids.pop()
         output_ids.append(EOS_ID)
+        logging.info("Attention %d/%d: %d output pieces; reading the model's attention and "
+                     "drawing 3 pictures", k, len(lines), len(output_ids))
         weights = attention_viz.attention_weights(model, input_ids, output_ids,
                                                   target_space_id)
-        written += attention_viz.plot_attention(
-            weights, attention_viz.token_labels(encoders["inputs"], input_ids),
-            attention_viz.token_labels(encoders["targets"], output_ids),
-            os.path.join(out_dir, f"line{k}"))
-        print(f"{line} -> {encoders['targets'].decode(output_ids[:-1])}")
-    for path in written:
-        print(f"Wrote {path}")
+        files = attention_viz.plot_attention(
+            weights, attention_viz.piece_labels(encoders["inputs"], input_ids),
+            attention_viz.piece_labels(encoders["targets"], output_ids),
+            os.path.join(out_dir, f"line{k - 1}"))
+        written += files
+        logging.info("Attention %d/%d done in %.0f s", k, len(lines), time.time() - started)
+        print(f"{line} -> {encoders['targets'].decode(output_ids[:-1])}", flush=True)
+        for path in files:
+            print(f"Wrote {path}", flush=True)
     return written

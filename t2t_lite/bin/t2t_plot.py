@@ -19,7 +19,11 @@ def main(flags_obj: Any) -> list[str]:
     """
     if not flags_obj.output_dir:
         raise UserError("--mode=plot needs --output_dir (a training run's directory)")
-    written = plots.plot_run(os.path.expanduser(flags_obj.output_dir))
-    for path in written:
-        print(f"Wrote {path}")
-    return written
+    output_dir = os.path.expanduser(flags_obj.output_dir)
+    print(f"Reading the curves of {output_dir} (its event files, eval/, decode/, "
+          "decode_eval/)", flush=True)
+
+    def written_one(path: str, k: int, n: int) -> None:
+        print(f"Wrote {path} ({k}/{n})", flush=True)
+
+    return plots.plot_run(output_dir, on_written=written_one)

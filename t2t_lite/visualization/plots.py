@@ -11,6 +11,7 @@ matplotlib (`pip install t2t_lite[viz]`).
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 
 import numpy as np
 
@@ -98,34 +99,71 @@ def _tensor_value(proto) -> float | None:
     return float(value.reshape(()))
 
 
-def _line_plot(plt, path: str, title: str, ylabel: str,
-               curves: dict[str, list[tuple[int, float]]], log_y: bool = False) -> None:
+def line_figure(plt, title: str, ylabel: str, curves: dict[str, list[tuple[int, float]]],
+                log_y: bool = False):
+    """The figure of one picture of curves (not saved; the caller saves and closes it).
+
+    Args:
+      plt: matplotlib.pyplot.
+      title, ylabel: the picture's title and y axis name.
+      curves: label -> [(step, value), ...], each non-empty.
+      log_y: a log scale for y (when every value is positive).
+
+    Returns:
+      A matplotlib Figure. The x axis is the global step in whole numbers. When every point is
+      at one step (one evaluation so far) the axes run from step 0 to past that step and from 0
+      (or a log decade around it) to past the value, so the point sits inside a scale one can
+      read, with its value written beside it, instead of alone on an axis of +-100 steps.
+    """
+    from matplotlib.ticker import MaxNLocator
+
     figure, axes = plt.subplots(figsize=(6.4, 4.0), dpi=100)
     for label, points in curves.items():
         steps, values = zip(*points)
-        axes.plot(steps, values, marker="o" if len(points) < 30 else None, markersize=3,
-                  label=label)
+        axes.plot(steps, values, marker="o" if len(points) < 30 else None,
+                  markersize=6 if len(points) == 1 else 3, label=label)
         if len(points) == 1:  # a single point: its marker and its value, no line to read
             axes.annotate(f"{values[0]:.4g}", (steps[0], values[0]),
                           textcoords="offset points", xytext=(6, 6))
     axes.set_title(title)
     axes.set_xlabel("global step")
     axes.set_ylabel(ylabel)
-    if log_y and all(v > 0 for points in curves.values() for _, v in points):
+    values = [v for points in curves.values() for _, v in points]
+    log_y = log_y and all(v > 0 for v in values)
+    if log_y:
         axes.set_yscale("log")
+    steps = {step for points in curves.values() for step, _ in points}
+    if len(steps) == 1:
+        (step,) = steps
+        axes.set_xlim(0, max(step, 1) * 1.25)
+        low, high = min(values), max(values)
+        if log_y:
+            axes.set_ylim(low / 3.0, high * 3.0)
+        elif low >= 0:
+            axes.set_ylim(0, high * 1.3 if high > 0 else 1.0)
+        axes.set_xlabel("global step (one evaluation so far)")
+    axes.xaxis.set_major_locator(MaxNLocator(integer=True))
     axes.grid(True, alpha=0.3)
     if len(curves) > 1:
-        axes.legend()
+        axes.legend(loc="best")
     figure.tight_layout()
+    return figure
+
+
+def _line_plot(plt, path: str, title: str, ylabel: str,
+               curves: dict[str, list[tuple[int, float]]], log_y: bool = False) -> None:
+    figure = line_figure(plt, title, ylabel, curves, log_y)
     figure.savefig(path)
     plt.close(figure)
 
 
-def plot_run(output_dir: str) -> list[str]:
+def plot_run(output_dir: str,
+             on_written: Callable[[str, int, int], None] | None = None) -> list[str]:
     """Writes the PNGs of a run's curves (see the module docstring).
 
     Args:
       output_dir: the training run's directory (events there, in eval/ and in decode/).
+      on_written: called with (path, k, n) after the k-th of the n pictures is written.
 
     Returns:
       The PNG paths written (curves with no points are skipped).
@@ -141,32 +179,38 @@ def plot_run(output_dir: str) -> list[str]:
     if not train and not dev:
         raise UserError(f"--output_dir={output_dir}: no TensorBoard scalars there or in eval/ "
                         "(train a model into it first)")
-    plots_dir = os.path.join(output_dir, PLOTS_DIR)
-    os.makedirs(plots_dir, exist_ok=True)
-    written = []
+    pictures = []  # (file name, title, y label, curves, log_y)
 
-    def plot(name, title, ylabel, curves, log_y=False):
+    def picture(name, title, ylabel, curves, log_y=False):
         curves = {label: points for label, points in curves.items() if points}
         if curves:
-            path = os.path.join(plots_dir, name)
-            _line_plot(plt, path, title, ylabel, curves, log_y)
-            written.append(path)
+            pictures.append((name, title, ylabel, curves, log_y))
 
-    plot("loss.png", "Loss (cross-entropy per token)", "loss",
-         {"training": train.get("loss", []), "dev": dev.get("loss", [])}, log_y=True)
-    plot("learning_rate.png", "Learning rate", "learning rate",
-         {"learning rate": train.get("learning_rate", [])})
+    picture("loss.png", "Loss (cross-entropy per token)", "loss",
+            {"training": train.get("loss", []), "dev": dev.get("loss", [])}, log_y=True)
+    picture("learning_rate.png", "Learning rate", "learning rate",
+            {"learning rate": train.get("learning_rate", [])})
     accuracy = {tag.rsplit("/", 1)[-1]: points for tag, points in sorted(dev.items())
                 if tag.startswith("metrics-") and "accuracy" in tag.rsplit("/", 1)[-1]}
-    plot("dev_accuracy.png", "Dev accuracy (teacher-forced)", "accuracy", accuracy)
-    bleu_title, bleu = bleu_curves(output_dir, dev_decode.get("BLEU", []), decode.get("BLEU", []))
-    plot("dev_bleu.png", bleu_title, "BLEU", bleu)
+    picture("dev_accuracy.png", "Dev accuracy (teacher-forced)", "accuracy", accuracy)
+    bleu_title, bleu = bleu_curves(output_dir, dev_decode.get("BLEU", []),
+                                   decode.get("BLEU", []))
+    picture("dev_bleu.png", bleu_title, "BLEU", bleu)
     # sacreBLEU's other metrics (--metrics=chrf,chrf++,ter), one picture each.
     for tag, filename in (("chrF2", "dev_chrf.png"), ("chrF2++", "dev_chrfpp.png"),
                           ("TER", "dev_ter.png")):
         title, curves = bleu_curves(output_dir, dev_decode.get(tag, []), decode.get(tag, []),
                                     tag)
-        plot(filename, title, tag, curves)
+        picture(filename, title, tag, curves)
+    plots_dir = os.path.join(output_dir, PLOTS_DIR)
+    os.makedirs(plots_dir, exist_ok=True)
+    written = []
+    for k, (name, title, ylabel, curves, log_y) in enumerate(pictures, 1):
+        path = os.path.join(plots_dir, name)
+        _line_plot(plt, path, title, ylabel, curves, log_y)
+        written.append(path)
+        if on_written is not None:
+            on_written(path, k, len(pictures))
     return written
 
 
