@@ -105,6 +105,10 @@ def test_piece_labels_show_the_words_the_pieces_form(pieces_encoder):
         "Die", "Bundes·", "·regierung", "hat", "Ver·", "·ständ·", "·nis·", "·.", "<EOS>"]
     # Lines between words: before "Bundes", "hat", "Ver" and EOS.
     assert attention_viz.word_starts(labels) == [1, 3, 4, 8]
+    # A piece that only ends its word (a lone "_" after "Bundes") is a visible blank.
+    ids = pieces_encoder.encode("Bundes hat")
+    assert attention_viz.token_labels(pieces_encoder, ids) == ["Bundes", "_", "hat_"]
+    assert attention_viz.piece_labels(pieces_encoder, ids) == ["Bundes·", "·␣", "hat"]
     # One piece per word (t2t's numeric encoder): the pieces as they are, no joiner.
     numbers = text_encoder.TextEncoder()
     assert attention_viz.piece_labels(numbers, numbers.encode("3 0 7") + [1]) == [

@@ -114,9 +114,10 @@ def piece_labels(encoder: Any, ids: list[int]) -> list[str]:
         text = encoder.decode(so_far)
         added = text[len(previous):] if text.startswith(previous) else raw[k]
         previous = text
-        # A piece that adds nothing (a subword vocab's lone "_", the end of a token) shows
-        # itself; one that adds only whitespace shows "␣".
-        texts.append(added.strip() or ("␣" if added else raw[k]))
+        # A piece that adds only whitespace, or nothing but ends a word (a subword vocab's
+        # lone "_", SentencePiece's lone "▁"), shows "␣"; another empty one shows itself.
+        blank = not added.strip() and (added or not raw[k].strip("_▁ "))
+        texts.append("␣" if blank else added.strip() or raw[k])
         words.append(len(_WORD.findall(text)) - 1)
     labels = []
     for k, text in enumerate(texts):

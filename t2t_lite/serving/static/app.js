@@ -92,10 +92,18 @@ function showResults(lines, data) {
     score.textContent = `score ${data.scores[i].toFixed(4)}`;
     line.append(text, score);
     item.append(source, line);
-    if (data.n_best) {
+    // The n-best list under its best line: the other candidates only (the first one is the
+    // translation just shown), numbered from 2.
+    const others = data.n_best ? data.n_best[i].filter((hyp, k) => !(k === 0 && hyp.output === output)) : [];
+    if (others.length) {
+      const caption = document.createElement("div");
+      caption.className = "nbest-caption";
+      caption.textContent = "other candidates";
       const nbest = document.createElement("ol");
       nbest.className = "nbest";
-      for (const hyp of data.n_best[i]) {
+      nbest.id = `nbest-${i}`;
+      nbest.start = data.n_best[i].length - others.length + 1;
+      for (const hyp of others) {
         const entry = document.createElement("li");
         entry.textContent = `${hyp.output} `;
         const s = document.createElement("span");
@@ -104,7 +112,7 @@ function showResults(lines, data) {
         entry.append(s);
         nbest.append(entry);
       }
-      item.append(nbest);
+      item.append(caption, nbest);
     }
     list.append(item);
   });
@@ -136,43 +144,170 @@ function selectSentence() {
   drawHeatmap();
 }
 
+const JOINER = "\u00b7";  // "Ver·", "·stand": two pieces of one word
+
+// A vocabulary's reserved names ("<EOS>", a subword vocabulary's "<EOS>_", "</s>", "<pad>").
+function reservedName(piece) {
+  const match = /^(<\/?[A-Za-z]+>)_?$/.exec(piece);
+  return match ? match[1] : null;
+}
+
+// t2t's subword escapes: "\u" is "_", "\\" is "\", "\123;" is the character 123.
+function unescapeSubword(text) {
+  return text.replace(/\\(u|\\|[0-9]+;)/g, (all, code) =>
+    code === "u" ? "_" : code === "\\" ? "\\" : String.fromCodePoint(parseInt(code, 10)));
+}
+
+// The pieces as the words they form: t2t's subwords ("That_" ends a word, "Ver" goes on),
+// SentencePiece's ("▁The" starts one) and one-piece words (t2t's numeric tokens) alike.
+// Returns {labels, wordStarts}: the label of each piece ("Ver·", "·stand", "That"; reserved
+// names as they are) and whether a new word starts at it.
+function readablePieces(pieces) {
+  const texts = pieces.filter((p) => reservedName(p) === null);
+  const subword = texts.length > 0 && texts[texts.length - 1].endsWith("_");
+  const sentencepiece = !subword && texts.some((p) => p.startsWith("\u2581"));
+  const labels = [];
+  const word = [];  // the word of each piece (null: reserved)
+  let current = -1;
+  let open = false;  // the previous piece's word goes on
+  pieces.forEach((piece) => {
+    const name = reservedName(piece);
+    if (name !== null) {
+      labels.push(name);
+      word.push(null);
+      open = false;
+      return;
+    }
+    let text = piece;
+    if (subword) {
+      const ends = text.endsWith("_");
+      text = unescapeSubword(ends ? text.slice(0, -1) : text);
+      if (!open) current++;
+      open = !ends;
+    } else if (sentencepiece) {
+      const starts = text.startsWith("\u2581");
+      text = starts ? text.slice(1) : text;
+      if (starts || current < 0 || word[word.length - 1] === null) current++;
+    } else {
+      current++;
+    }
+    labels.push(text.trim() === "" ? "\u2423" : text.trim());
+    word.push(current);
+  });
+  const wordStarts = word.map((w, k) => k === 0 || w === null || w !== word[k - 1]);
+  return {
+    labels: labels.map((label, k) => {
+      if (word[k] === null) return label;
+      const before = k > 0 && word[k - 1] === word[k] ? JOINER : "";
+      const after = k + 1 < word.length && word[k + 1] === word[k] ? JOINER : "";
+      return before + label + after;
+    }),
+    wordStarts,
+  };
+}
+
+// Shade of a weight: square root, so that weights spread over many pieces stay visible.
+function shade(w) {
+  return Math.round(255 * (1 - Math.sqrt(Math.min(Math.max(w, 0), 1))));
+}
+
+const LEGEND_TICKS = [0, 0.05, 0.2, 0.5, 1];
+
 function drawHeatmap() {
   const att = lastAttention[Number($("sentence").value)];
   if (!att) return;
   const matrix = att.weights[Number($("layer").value)][Number($("head").value)];
+  const source = readablePieces(att.source_pieces);
+  const target = readablePieces(att.target_pieces);
   const canvas = $("heatmap");
   const ctx = canvas.getContext("2d");
-  const cell = 26;
-  ctx.font = "12px monospace";
+  const columns = source.labels.length;
+  const rows = target.labels.length;
+  // Cells fit the page's width down to 14 px (then the box scrolls), up to 26 px.
+  const available = canvas.parentElement.clientWidth || 800;
+  let cell = 26;
+  let font = "12px sans-serif";
+  ctx.font = font;
   const width = (labels) => Math.max(0, ...labels.map((l) => ctx.measureText(l).width));
-  const left = width(att.target_pieces) + 12;
-  const top = width(att.source_pieces) + 12;
-  canvas.width = left + cell * att.source_pieces.length + 10;
-  canvas.height = top + cell * att.target_pieces.length + 10;
-  ctx.font = "12px monospace";
+  const legendWidth = 110;
+  const left = Math.ceil(width(target.labels)) + 12;
+  cell = Math.max(14, Math.min(26, Math.floor((available - left - legendWidth) / columns)));
+  if (cell < 18) font = "11px sans-serif";
+  ctx.font = font;
+  const top = Math.ceil(width(source.labels)) + 12;
+  canvas.width = left + cell * columns + legendWidth;
+  canvas.height = Math.max(top + cell * rows + 10, top + 190);
+  ctx.font = font;  // resizing the canvas resets its state
   ctx.fillStyle = "#fff";
   ctx.fillRect(0, 0, canvas.width, canvas.height);
   matrix.forEach((row, t) => {
     row.forEach((w, s) => {
-      // Square root: weights spread over many pieces stay visible.
-      const shade = Math.round(255 * (1 - Math.sqrt(Math.min(Math.max(w, 0), 1))));
-      ctx.fillStyle = `rgb(${shade}, ${shade}, 255)`;
+      const v = shade(w);
+      ctx.fillStyle = `rgb(${v}, ${v}, 255)`;
       ctx.fillRect(left + s * cell, top + t * cell, cell - 1, cell - 1);
     });
+  });
+  // Lines between words.
+  ctx.strokeStyle = "#c1c7d0";
+  ctx.lineWidth = 1;
+  source.wordStarts.forEach((starts, s) => {
+    if (!starts || s === 0) return;
+    ctx.beginPath();
+    ctx.moveTo(left + s * cell - 0.5, top);
+    ctx.lineTo(left + s * cell - 0.5, top + rows * cell);
+    ctx.stroke();
+  });
+  target.wordStarts.forEach((starts, t) => {
+    if (!starts || t === 0) return;
+    ctx.beginPath();
+    ctx.moveTo(left, top + t * cell - 0.5);
+    ctx.lineTo(left + columns * cell, top + t * cell - 0.5);
+    ctx.stroke();
   });
   ctx.fillStyle = "#1d2330";
   ctx.textBaseline = "middle";
   ctx.textAlign = "right";
-  att.target_pieces.forEach((piece, t) => ctx.fillText(piece, left - 6, top + t * cell + cell / 2));
-  att.source_pieces.forEach((piece, s) => {
+  target.labels.forEach((label, t) => ctx.fillText(label, left - 6, top + t * cell + cell / 2));
+  source.labels.forEach((label, s) => {
     ctx.save();
     ctx.translate(left + s * cell + cell / 2, top - 6);
     ctx.rotate(-Math.PI / 2);
     ctx.textAlign = "left";
-    ctx.fillText(piece, 0, 0);
+    ctx.fillText(label, 0, 0);
     ctx.restore();
   });
-  canvas.dataset.drawn = `${att.target_pieces.length}x${att.source_pieces.length}`;
+  drawLegend(ctx, left + columns * cell + 24, top, 160);
+  canvas.dataset.drawn = `${rows}x${columns}`;
+}
+
+// The colour legend beside the heatmap: weight 1 at the top, 0 at the bottom, ticks placed
+// by the same square root as the cells' shades.
+function drawLegend(ctx, x, y, height) {
+  const bar = 14;
+  for (let i = 0; i < height; i++) {
+    const w = Math.pow(1 - i / (height - 1), 2);  // the weight whose shade is drawn here
+    const v = shade(w);
+    ctx.fillStyle = `rgb(${v}, ${v}, 255)`;
+    ctx.fillRect(x, y + i, bar, 1);
+  }
+  ctx.strokeStyle = "#5e6c84";
+  ctx.strokeRect(x - 0.5, y - 0.5, bar + 1, height + 1);
+  ctx.fillStyle = "#1d2330";
+  ctx.font = "11px sans-serif";
+  ctx.textAlign = "left";
+  ctx.textBaseline = "middle";
+  for (const w of LEGEND_TICKS) {
+    const ty = y + (1 - Math.sqrt(w)) * (height - 1);
+    ctx.fillRect(x + bar, ty, 3, 1);
+    ctx.fillText(String(w), x + bar + 6, ty);
+  }
+  ctx.save();
+  ctx.translate(x + bar + 52, y + height / 2);
+  ctx.rotate(-Math.PI / 2);
+  ctx.textAlign = "center";
+  ctx.fillText("attention weight", 0, 0);
+  ctx.restore();
+  ctx.canvas.dataset.legend = `${x},${y},${bar},${height}`;
 }
 
 $("translate").addEventListener("click", translate);
