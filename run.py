@@ -100,7 +100,7 @@ def check_names(flags_obj) -> None:
 def choose_onednn(flags_obj) -> None:
     """Sets TF_ENABLE_ONEDNN_OPTS from --onednn before TensorFlow is imported (the choice:
     t2t_lite.utils.onednn) and logs it; a value already in the environment is left alone."""
-    from t2t_lite.hparams import create_hparams
+    from t2t_lite.hparams_lib import create_hparams
     from t2t_lite.utils import onednn
 
     try:  # the model's width sizes the benchmark; the tool reports a bad --hparams itself

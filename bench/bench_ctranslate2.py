@@ -41,7 +41,7 @@ SHARED = REPO_ROOT.parent / "shared"
 from t2t_lite.data_generators import text_encoder
 from t2t_lite.decoding import decoding
 from t2t_lite.evaluation import bleu_hook
-from t2t_lite.hparams import create_hparams
+from t2t_lite.hparams_lib import create_hparams
 from t2t_lite.models import t2t_checkpoint
 from t2t_lite.serving import ct2
 

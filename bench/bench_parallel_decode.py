@@ -22,7 +22,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from t2t_lite.data_generators import text_encoder
 from t2t_lite.decoding import decoding
-from t2t_lite.hparams import create_hparams
+from t2t_lite.hparams_lib import create_hparams
 from t2t_lite.models import t2t_checkpoint
 
 DEV_SOURCE = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(

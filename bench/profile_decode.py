@@ -27,7 +27,7 @@ from profile_train_step import print_table, xplane_op_times
 
 from t2t_lite.data_generators import text_encoder
 from t2t_lite.decoding import decoding, runs
-from t2t_lite.hparams import create_hparams
+from t2t_lite.hparams_lib import create_hparams
 from t2t_lite.models import t2t_checkpoint
 
 

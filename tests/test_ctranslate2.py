@@ -25,7 +25,7 @@ from t2t_lite import registry
 from t2t_lite.data_generators import text_encoder
 from t2t_lite.decoding import decoding
 from t2t_lite.errors import UserError
-from t2t_lite.hparams import create_hparams
+from t2t_lite.hparams_lib import create_hparams
 from t2t_lite.models import t2t_checkpoint
 from t2t_lite.models.transformer import Transformer
 from t2t_lite.serving import ct2, ct2_options

@@ -147,7 +147,7 @@ def test_parallel_batches_run_at_once_and_keep_the_order():
 
 
 def test_parallel_batch_count_from_the_flag(monkeypatch):
-    from t2t_lite.hparams import create_hparams
+    from t2t_lite.hparams_lib import create_hparams
 
     monkeypatch.setattr(decoding, "usable_cores", lambda: 3)
     hparams = create_hparams("transformer_tiny")
@@ -173,7 +173,7 @@ def test_parallel_batches_decode_a_real_model_to_the_same_lines(t2t_fixtures, wm
     """Beam search and greedy decoding of 40 dev lines with the t2t fixture checkpoint, 4
     lines a batch: 3 batches at a time on threads give the same ids and bit-equal scores for
     every batch, and the same lines, as one at a time."""
-    from t2t_lite.hparams import create_hparams
+    from t2t_lite.hparams_lib import create_hparams
     from t2t_lite.models import t2t_checkpoint
 
     vocab = text_encoder.SubwordTextEncoder(
@@ -353,7 +353,7 @@ def test_end_to_end_greedy_matches_t2t_and_checkpoint_round_trip(t2t_fixtures, w
 
     # The same weights as a t2t_lite run directory (hparams.json, flags.json, ckpt-25):
     # decoding from --output_dir alone, then from its averaged checkpoint, gives the same.
-    from t2t_lite.hparams import create_hparams
+    from t2t_lite.hparams_lib import create_hparams
     from t2t_lite.models import t2t_checkpoint
 
     hparams = create_hparams("transformer_tiny")
@@ -560,7 +560,7 @@ def test_num_decodes_goes_over_the_dev_set_n_times(tmp_path):
 
 @pytest.mark.slow
 def test_force_decode_length_runs_every_greedy_step(t2t_fixtures):
-    from t2t_lite.hparams import create_hparams
+    from t2t_lite.hparams_lib import create_hparams
     from t2t_lite.models import t2t_checkpoint
 
     model = t2t_checkpoint.load_model(str(t2t_fixtures / "ckpt_A_trained"),

@@ -13,7 +13,7 @@ import time
 import pytest
 
 from t2t_lite.errors import UserError
-from t2t_lite.hparams import create_hparams
+from t2t_lite.hparams_lib import create_hparams
 from tests.conftest import REPO_ROOT, error_line, load_script
 
 

@@ -6,7 +6,8 @@ import types
 import pytest
 
 from t2t_lite import hparams_support, registry
-from t2t_lite.hparams import HParams, create_hparams
+from t2t_lite.hparams import HParams
+from t2t_lite.hparams_lib import create_hparams
 from t2t_lite.models.transformer import Transformer
 
 SETS = registry.list_hparams()

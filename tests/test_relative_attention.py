@@ -14,7 +14,7 @@ import tensorflow as tf
 from t2t_lite import hparams_support, registry
 from t2t_lite.decoding import decoding
 from t2t_lite.errors import UserError
-from t2t_lite.hparams import create_hparams
+from t2t_lite.hparams_lib import create_hparams
 from t2t_lite.layers import common_attention
 from t2t_lite.models import t2t_checkpoint
 from t2t_lite.models.transformer import Transformer

@@ -14,7 +14,7 @@ import pytest
 
 from t2t_lite import errors
 from t2t_lite.errors import UserError
-from t2t_lite.hparams import create_hparams
+from t2t_lite.hparams_lib import create_hparams
 from t2t_lite.utils import run_lock, run_metadata, validation
 from tests.conftest import error_line
 from tests.run_py import PROBLEM, TINY, run, steps, train_flags

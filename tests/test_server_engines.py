@@ -14,7 +14,7 @@ tf = pytest.importorskip("tensorflow")
 pytestmark = pytest.mark.slow
 from t2t_lite.data_generators import text_encoder
 from t2t_lite.decoding import decoding
-from t2t_lite.hparams import create_hparams
+from t2t_lite.hparams_lib import create_hparams
 from t2t_lite.models.transformer import Transformer
 from t2t_lite.serving import batching, engines
 

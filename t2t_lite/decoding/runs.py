@@ -126,7 +126,7 @@ def load_hparams(output_dir: str | None, hparams_set: str | None, overrides: str
       ValueError: neither a set nor an hparams.json is available.
       UserError: hparams.json is damaged (one line naming it).
     """
-    from t2t_lite.hparams import create_hparams
+    from t2t_lite.hparams_lib import create_hparams
     from t2t_lite.utils.run_metadata import read_hparams_json
 
     json_path = os.path.join(output_dir, "hparams.json") if output_dir else None
