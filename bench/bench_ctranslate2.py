@@ -39,7 +39,7 @@ sys.path.insert(0, str(REPO_ROOT))
 SHARED = REPO_ROOT.parent / "shared"
 
 from t2t_lite.data_generators import text_encoder
-from t2t_lite.decoding import decoding
+from t2t_lite.decoding import decode_hparams, decoding
 from t2t_lite.evaluation import bleu_hook
 from t2t_lite.hparams_lib import create_hparams
 from t2t_lite.models import t2t_checkpoint
@@ -116,9 +116,9 @@ def main() -> None:
           f"int8 {sizes['int8']:.1f} MB", flush=True)
 
     def lite(beam_size: int, subset=None):
-        hp = decoding.decode_hparams(f"beam_size={beam_size},alpha={args.alpha},"
-                                     f"extra_length={args.extra_length},log_results=False,"
-                                     "write_beam_scores=True,return_beams=True")
+        hp = decode_hparams.decode_hparams(f"beam_size={beam_size},alpha={args.alpha},"
+                                           f"extra_length={args.extra_length},log_results=False,"
+                                           "write_beam_scores=True,return_beams=True")
         records = decoding.decode_lines(subset or lines, decoding.make_infer_fn(model, hp),
                                         encoder, encoder, hp,
                                         parallel_batches=decoding.default_parallel_batches())

@@ -38,7 +38,7 @@ sys.path.insert(0, str(REPO_ROOT))
 SHARED = REPO_ROOT.parent / "shared"
 
 from t2t_lite.data_generators import text_encoder
-from t2t_lite.decoding import decoding
+from t2t_lite.decoding import decode_hparams, decoding, text_batches
 from t2t_lite.hparams_lib import create_hparams
 from t2t_lite.models import t2t_checkpoint
 from t2t_lite.serving import export
@@ -61,7 +61,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=9)
     args = parser.parse_args()
 
-    decode_hp = decoding.decode_hparams(args.decode_hparams)
+    decode_hp = decode_hparams.decode_hparams(args.decode_hparams)
     decode_hp.log_results = False
     hparams = create_hparams(args.hparams_set)
     encoder = text_encoder.SubwordTextEncoder(args.vocab)
@@ -72,7 +72,7 @@ def main() -> None:
         start = time.perf_counter()
         module = export.ServingModule(
             model, encoder.all_subtoken_strings, encoder.all_subtoken_strings, decode_hp,
-            decoding.input_length_limit(decode_hp), 0)
+            text_batches.input_length_limit(decode_hp), 0)
         path = export.export(module, tmp)
         export_s = time.perf_counter() - start
         start = time.perf_counter()
@@ -82,7 +82,7 @@ def main() -> None:
         graph_encode = served.signatures["encode"]
 
         lines = pathlib.Path(args.source).read_text(encoding="utf-8").split("\n")
-        batches = {"batch 1": lines[:1], "batch 32": decoding.sort_inputs(lines[:32])[0]}
+        batches = {"batch 1": lines[:1], "batch 32": text_batches.sort_inputs(lines[:32])[0]}
         cases = []
         for name, batch in batches.items():
             def in_process(batch=batch):

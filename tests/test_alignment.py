@@ -12,7 +12,7 @@ import re
 import numpy as np
 import pytest
 
-from t2t_lite.decoding import alignment, decoding
+from t2t_lite.decoding import alignment, decode_hparams, decoding, text_batches
 from tests import copy_task
 
 PHARAOH = re.compile(r"^(\d+-\d+( \d+-\d+)*)?$")
@@ -67,13 +67,13 @@ def test_hard_alignment_sums_attention_over_the_pieces_of_words():
 
 
 def test_alignment_decode_hparams_join_only_when_set():
-    assert "return_alignment" not in decoding.decode_hparams("beam_size=2")
-    assert alignment.layer(decoding.decode_hparams("beam_size=2")) is None
-    assert alignment.layer(decoding.decode_hparams("return_alignment=true")) == -1
-    hp = decoding.decode_hparams("return_alignment=true,alignment_layer=0,beam_size=1")
+    assert "return_alignment" not in decode_hparams.decode_hparams("beam_size=2")
+    assert alignment.layer(decode_hparams.decode_hparams("beam_size=2")) is None
+    assert alignment.layer(decode_hparams.decode_hparams("return_alignment=true")) == -1
+    hp = decode_hparams.decode_hparams("return_alignment=true,alignment_layer=0,beam_size=1")
     assert alignment.layer(hp) == 0 and hp.beam_size == 1
     with pytest.raises(ValueError) as info:
-        decoding.decode_hparams("alignment_layer=0")
+        decode_hparams.decode_hparams("alignment_layer=0")
     assert "alignment_layer=0" in str(info.value) and "return_alignment=true" in str(info.value)
     assert "\n" not in str(info.value)
 
@@ -92,7 +92,7 @@ def copy_lines():
 def _align_file(model, encoder, lines, tmp_path, overrides, **infer_options):
     source = tmp_path / "in.txt"
     source.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    hp = decoding.decode_hparams(overrides)
+    hp = decode_hparams.decode_hparams(overrides)
     output = decoding.decode_from_file(
         decoding.make_infer_fn(model, hp, **infer_options), str(source),
         {"inputs": encoder, "targets": encoder}, hp, str(tmp_path / "out.txt"), ("", "", ""))
@@ -163,7 +163,7 @@ def test_saved_model_prefixes_top_p_and_alignments(copy_model, copy_lines, tmp_p
     from t2t_lite.serving import export
 
     model, encoder, _ = copy_model
-    hp = decoding.decode_hparams("beam_size=1,extra_length=3,return_alignment=true")
+    hp = decode_hparams.decode_hparams("beam_size=1,extra_length=3,return_alignment=true")
     subtokens = export.subtoken_strings(encoder)
     module = export.ServingModule(model, subtokens, subtokens, hp, None, 0)
     loaded = tf.saved_model.load(export.export(module, str(tmp_path / "export")))
@@ -215,11 +215,11 @@ def test_saved_model_prefixes_top_p_and_alignments(copy_model, copy_lines, tmp_p
     plain = model.infer({"inputs": ids}, decode_length=3,
                         sampling=sampling.Sampling("random", 1.0, -1, 1.0, seed=5))
     assert strings(seeded[5]["outputs"]) == [
-        encoder.decode(decoding.save_until_eos(row)) for row in plain["outputs"].numpy()]
+        encoder.decode(text_batches.save_until_eos(row)) for row in plain["outputs"].numpy()]
     np.testing.assert_allclose(seeded[5]["scores"], plain["scores"], rtol=1e-5)
     argmax = model.infer({"inputs": ids}, decode_length=3)["outputs"].numpy()
     assert strings(seeded[5]["outputs"]) != [
-        encoder.decode(decoding.save_until_eos(row)) for row in argmax]
+        encoder.decode(text_batches.save_until_eos(row)) for row in argmax]
 
 
 @pytest.mark.slow

@@ -392,7 +392,7 @@ def test_decode_memory_estimate_grows_with_the_beam_squared_and_is_refused_over_
     ("num_samples=-2", "num_samples=-2 must be >= -1"),
 ])
 def test_decode_hparams_out_of_range_are_refused_by_name(overrides, message):
-    from t2t_lite.decoding import decoding
+    from t2t_lite.decoding import decode_hparams
 
     with pytest.raises(ValueError, match=f"^--decode_hparams: {re.escape(message)}"):
-        decoding.decode_hparams(overrides)
+        decode_hparams.decode_hparams(overrides)

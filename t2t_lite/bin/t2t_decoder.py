@@ -14,28 +14,25 @@ from absl import logging
 
 from t2t_lite import file_io
 from t2t_lite.decoding import alignment, runs
+from t2t_lite.decoding.decode_hparams import check_sampling, decode_hparams
 from t2t_lite.decoding.decoding import (
     add_shard_to_filename,
-    check_id_inputs,
     check_reference,
-    check_sampling,
     decode_filename,
     decode_from_dataset,
     decode_from_file,
-    decode_hparams,
     decode_interactively,
     default_parallel_batches,
-    longest_input,
     make_infer_fn,
-    read_inputs,
-    read_prefixes,
-    report_bleu,
     unpacked_problem,
 )
+from t2t_lite.decoding.input_files import read_inputs, read_prefixes
 from t2t_lite.decoding.score_file import read_score_file, score_pairs
+from t2t_lite.decoding.text_batches import check_id_inputs, longest_input
 from t2t_lite.errors import UserError, one_line
 from t2t_lite.evaluation import mt_metrics
 from t2t_lite.hparams import HParams
+from t2t_lite.training.dev_decode import report_bleu
 from t2t_lite.utils import validation
 
 

@@ -11,7 +11,7 @@ import time
 
 from absl import logging
 
-from t2t_lite.decoding import alignment, decoding, runs
+from t2t_lite.decoding import alignment, decode_hparams, runs, text_batches
 from t2t_lite.errors import UserError
 from t2t_lite.serving.export import ServingModule, export, graph_vocabulary
 from t2t_lite.utils import validation
@@ -43,7 +43,7 @@ def main(flags) -> None:
         validation.check_writable_dir("export_dir", export_dir)
     logging.info("Export step 1 of 2: loading the model and building the graph encoders")
     with runs.one_line_errors():
-        decode_hp = decoding.decode_hparams(flags.decode_hparams or "")
+        decode_hp = decode_hparams.decode_hparams(flags.decode_hparams or "")
     run = runs.open_run(spec, flags.hparams)
     checkpoint, model = runs.restore_model(run, flags.checkpoint_path)
     inputs_vocab = graph_vocabulary(run.encoders.get("inputs"))
@@ -54,7 +54,7 @@ def main(flags) -> None:
                         "exporting the encode_decode_ids signature only", spec.problem_name)
     with runs.one_line_errors():
         module = ServingModule(model, inputs_vocab, targets_vocab, decode_hp,
-                               decoding.input_length_limit(decode_hp), run.target_space_id,
+                               text_batches.input_length_limit(decode_hp), run.target_space_id,
                                subword_segmenter=flags.export_subword_segmenter)
     export_dir = flags.export_dir or os.path.join(
         flags.output_dir or os.path.dirname(checkpoint), "export")
@@ -98,7 +98,7 @@ def export_ctranslate2(flags) -> str:
         "export_dir", model_dir, validation.run_folders(flags.output_dir, checkpoint),
         spec.data_dir)
     try:  # the decoder layer of word alignments (return_attention) is fixed at export
-        layer = alignment.layer(decoding.decode_hparams(flags.decode_hparams or ""))
+        layer = alignment.layer(decode_hparams.decode_hparams(flags.decode_hparams or ""))
     except ValueError as e:
         raise UserError(str(e)) from None
     path = ct2.export(model, model_dir,

@@ -155,7 +155,7 @@ def alignment_lines(inputs: np.ndarray, outputs: np.ndarray, attention: np.ndarr
     if outputs.ndim == 3:
         outputs = outputs[:, 0]
     # The source up to its EOS (then padding); the target as the decodes file has it
-    # (`decoding.save_until_eos`).
+    # (`text_batches.save_until_eos`).
     return [alignment_line(attention[row], _until(source, (eos_id, 0)),
                            _until(target, (eos_id,)), inputs_encoder, targets_encoder)
             for row, (source, target) in enumerate(zip(inputs, outputs))]

@@ -36,7 +36,7 @@ version folder is the layout TensorFlow Serving's `--model_base_path` expects) w
 
 Beam size, alpha, extra decode length and return_beams are fixed at export time from
 `--decode_hparams`; the target space id from the problem. Input length follows the same rule
-as decode mode (`decoding.input_length_limit`, t2t's `max_input_size`): with max_input_size > 0
+as decode mode (`text_batches.input_length_limit`, t2t's `max_input_size`): with max_input_size > 0
 longer inputs are cut to `max_input_size - 1` subtokens plus EOS, otherwise they are decoded
 whole, as t2t-decoder decodes them, so both modes give the same output. Invalid UTF-8
 bytes are read as U+FFFD, and an empty string is translated like an empty line (EOS only).
@@ -128,9 +128,9 @@ class ServingModule(tf.Module):
       inputs_vocab, targets_vocab: `graph_vocabulary` of the input / target encoder: the
         subtoken strings of a SubwordTextEncoder (`all_subtoken_strings`), a
         `SentencePieceVocab`, or None to export the id signature only.
-      decode_hparams: from `decoding.decode_hparams` (beam_size, alpha, extra_length,
+      decode_hparams: from `decode_hparams.decode_hparams` (beam_size, alpha, extra_length,
         return_beams).
-      max_input_length: from `decoding.input_length_limit` (None: no limit).
+      max_input_length: from `text_batches.input_length_limit` (None: no limit).
       target_space_id: the problem's target space id.
       subword_segmenter: the graph encoders' segmenter, `subword_graph.SEGMENTERS`: "core"
         (the SavedModel loads in any TensorFlow) or "tensorflow_text" (faster encoding; the
