@@ -50,7 +50,7 @@ setup(
         # SentencePiece vocabularies (--vocab_type=sentencepiece; their SavedModel also needs
         # the [text] extra).
         "sentencepiece": ["sentencepiece>=0.1.99"],
-        # CTranslate2 export and decoding (t2t_lite.serving.ct2).
+        # CTranslate2 export and decoding (t2t_lite.export.ct2).
         "ctranslate2": ["ctranslate2>=4"],
         # Pictures: --mode=plot, --mode=attention and the curves at the end of train_and_eval.
         "viz": ["matplotlib"],

@@ -5,7 +5,7 @@ checkpoint, in one run.
         [--t2t_python ../t2t-venv/bin/python --t2t_data_dir T2T_DATA] [--lines 500]
 
 The checkpoint is an original tensor2tensor one (so that t2t-decoder can decode it too; it is
-read by t2t_lite's t2t_checkpoint and exported by t2t_lite.serving.ct2 in this run); `--vocab`
+read by t2t_lite's t2t_checkpoint and exported by t2t_lite.export.ct2 in this run); `--vocab`
 is its SubwordTextEncoder file. The first `--lines` lines of the toy WMT dev set are decoded
 with beam 4, alpha 0.6 (t2t's defaults, 32 sentences per batch, sorted by length) by:
 
@@ -41,9 +41,9 @@ SHARED = REPO_ROOT.parent / "shared"
 from t2t_lite.data_generators import text_encoder
 from t2t_lite.decoding import decode_hparams, decoding
 from t2t_lite.evaluation import bleu_hook
+from t2t_lite.export import ct2
 from t2t_lite.hparams_lib import create_hparams
 from t2t_lite.models import t2t_checkpoint
-from t2t_lite.serving import ct2
 
 
 def _best_time(fn, rounds: int):

@@ -8,7 +8,7 @@ Both sides translate the same sentences with t2t's fixture model (transformer_ti
 * in-process: what `run.py --mode=decode` does per batch (t2t_lite.decoding.decoding): Python
   SubwordTextEncoder.encode + EOS + padding, `Transformer.infer` (its own tf.function), cut at
   EOS, Python decode;
-* SavedModel: the model exported in this run by t2t_lite.serving.export and loaded back with
+* SavedModel: the model exported in this run by t2t_lite.export.export and loaded back with
   `tf.saved_model.load`; one call of the `serving_default` signature on the raw strings
   (encoding, decoding and detokenization are graph ops).
 
@@ -39,9 +39,9 @@ SHARED = REPO_ROOT.parent / "shared"
 
 from t2t_lite.data_generators import text_encoder
 from t2t_lite.decoding import decode_hparams, decoding, text_batches
+from t2t_lite.export import export
 from t2t_lite.hparams_lib import create_hparams
 from t2t_lite.models import t2t_checkpoint
-from t2t_lite.serving import export
 
 
 def _record_ms(fn, timings: list[list[float]], index: int) -> None:

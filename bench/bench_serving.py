@@ -255,7 +255,7 @@ CT2_OFFLINE = """
 import sys, time
 sys.path.insert(0, sys.argv[1])
 from t2t_lite.decoding.decode_hparams import decode_hparams
-from t2t_lite.serving import ct2
+from t2t_lite.export import ct2
 hp = decode_hparams(sys.argv[4])
 translator = ct2.Translator(sys.argv[2])
 lines = [line.strip() for line in open(sys.argv[3], encoding="utf-8")]

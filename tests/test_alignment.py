@@ -159,8 +159,8 @@ def test_xla_decodes_prefixes_as_without_xla(copy_model):
 def test_saved_model_prefixes_top_p_and_alignments(copy_model, copy_lines, tmp_path):
     import tensorflow as tf
 
+    from t2t_lite.export import export
     from t2t_lite.search import sampling
-    from t2t_lite.serving import export
 
     model, encoder, _ = copy_model
     hp = decode_hparams.decode_hparams("beam_size=1,extra_length=3,return_alignment=true")
@@ -227,7 +227,7 @@ def test_ctranslate2_alignments_prefixes_and_top_p(copy_model, copy_lines, tmp_p
     from tests.conftest import require_extra
 
     require_extra("ctranslate2", "ctranslate2")
-    from t2t_lite.serving import ct2
+    from t2t_lite.export import ct2
 
     model, encoder, _ = copy_model
     path = ct2.export(model, str(tmp_path / "ct2"), encoder, encoder, alignment_layer=-1)

@@ -1,4 +1,4 @@
-"""CTranslate2 export (t2t_lite.serving.ct2): the exported model decodes the same ids as
+"""CTranslate2 export (t2t_lite.export.ct2): the exported model decodes the same ids as
 t2t_lite's own decoder.
 
 Tiny random models cover the layouts (pre-norm / post-norm, shared / separate vocabularies,
@@ -25,10 +25,10 @@ from t2t_lite import registry
 from t2t_lite.data_generators import text_encoder
 from t2t_lite.decoding import decode_hparams, decoding, text_batches
 from t2t_lite.errors import UserError
+from t2t_lite.export import ct2, ct2_options
 from t2t_lite.hparams_lib import create_hparams
 from t2t_lite.models import t2t_checkpoint
 from t2t_lite.models.transformer import Transformer
-from t2t_lite.serving import ct2, ct2_options
 
 TINY = "num_heads=4,num_hidden_layers=2,symbol_modality_num_shards=3"
 SMALL = ",hidden_size=16,filter_size=32"

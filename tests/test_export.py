@@ -21,9 +21,9 @@ from t2t_lite.bin import import_t2t, t2t_avg_all, t2t_exporter
 from t2t_lite.data_generators import text_encoder
 from t2t_lite.decoding import decode_hparams, decoding, text_batches
 from t2t_lite.errors import UserError
+from t2t_lite.export import export
 from t2t_lite.hparams_lib import create_hparams
 from t2t_lite.models import t2t_checkpoint
-from t2t_lite.serving import export
 from tests.conftest import REPO_ROOT, require_extra
 
 VOCAB = "vocab.translate_toy_ende1k.1024.subwords"

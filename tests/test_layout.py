@@ -193,7 +193,7 @@ def test_import_rules_catch_a_violation():
     assert not _allowed("t2t_lite.search.driver", "t2t_lite.models.transformer")
     assert not _allowed("t2t_lite.utils.precision", "t2t_lite.search.beam_search")
     assert _allowed("t2t_lite.training.trainer_lib", "t2t_lite.models.transformer")
-    assert _allowed("t2t_lite.serving.ct2", "t2t_lite.decoding.decoding")
+    assert _allowed("t2t_lite.export.ct2", "t2t_lite.decoding.decoding")
 
 
 # Files over ~600 lines, each one cohesive job (t2t keeps the same job in one module).
@@ -231,7 +231,7 @@ def test_library_imports_in_a_program_with_its_own_model_flag(tmp_path):
         flags.DEFINE_string("problem", "mine", "")
         flags.DEFINE_string("hparams", "", "")
         from t2t_lite.decoding import decoding  # noqa: E402,F401
-        from t2t_lite.serving import export
+        from t2t_lite.export import export
         from t2t_lite.training import trainer_lib
         from t2t_lite.data_generators import datagen  # noqa: E402,F401
 

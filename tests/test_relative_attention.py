@@ -14,11 +14,11 @@ import tensorflow as tf
 from t2t_lite import hparams_support, registry
 from t2t_lite.decoding import decode_hparams
 from t2t_lite.errors import UserError
+from t2t_lite.export import export
 from t2t_lite.hparams_lib import create_hparams
 from t2t_lite.layers import common_attention
 from t2t_lite.models import t2t_checkpoint
 from t2t_lite.models.transformer import Transformer
-from t2t_lite.serving import export
 from t2t_lite.training import t2t_import
 
 FIXTURE = pathlib.Path(__file__).resolve().parent / "fixtures" / "t2t_relative"
@@ -298,7 +298,7 @@ def test_saved_model_decodes_as_the_model(tmp_path, beam_size):
 
 
 def test_ctranslate2_export_refuses_relative_attention():
-    from t2t_lite.serving import ct2
+    from t2t_lite.export import ct2
 
     model = _tiny()
     with pytest.raises(UserError, match="self_attention_type=dot_product_relative") as info:

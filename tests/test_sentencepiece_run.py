@@ -26,7 +26,7 @@ from t2t_lite.bin import t2t_datagen, t2t_exporter
 from t2t_lite.data_generators import sentencepiece_encoder
 from t2t_lite.decoding import decode_hparams, runs, text_batches
 from t2t_lite.errors import UserError
-from t2t_lite.serving import export
+from t2t_lite.export import export
 from tests.run_py import TINY, run
 
 pytestmark = pytest.mark.slow
@@ -215,7 +215,7 @@ def test_served_by_the_run_and_by_its_saved_model_as_each_line_decoded_alone(
 
 def test_ctranslate2_export_decodes_as_decode_mode(trained, decoded, corpus, tmp_path):
     require_extra("ctranslate2", "ctranslate2")
-    from t2t_lite.serving import ct2
+    from t2t_lite.export import ct2
 
     path = t2t_exporter.export_ctranslate2(types.SimpleNamespace(
         output_dir=str(trained.output_dir), problem=None, hparams_set=None, data_dir=None,

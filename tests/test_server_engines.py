@@ -79,7 +79,7 @@ def test_t2t_lite_engine_batched_equals_alone_and_decode_mode(setup):
 
 def test_ctranslate2_engine_gives_t2t_lite_greedy_translations(setup, tmp_path):
     require_extra("ctranslate2", "ctranslate2")
-    from t2t_lite.serving import ct2
+    from t2t_lite.export import ct2
 
     model, encoder, decode_hp, _ = setup
     path = ct2.export(model, str(tmp_path / "ct2"), encoder, encoder, 0)

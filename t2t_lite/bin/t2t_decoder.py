@@ -2,7 +2,7 @@
 
 Reads t2t-decoder's flags and runs `t2t_lite.decoding.decoding` (whose docstring describes the
 sources, the files written and the defaults taken from the training run), or with
-`--decode_engine=ctranslate2` the CTranslate2 Translator of `t2t_lite.serving.ct2` on the
+`--decode_engine=ctranslate2` the CTranslate2 Translator of `t2t_lite.export.ct2` on the
 directory that `--mode=export --export_format=ctranslate2` wrote.
 """
 from __future__ import annotations
@@ -178,7 +178,7 @@ def decode_ctranslate2(flags) -> str:
       The decodes file written.
     """
     from t2t_lite.evaluation import bleu_hook
-    from t2t_lite.serving import ct2
+    from t2t_lite.export import ct2
 
     try:
         decode_hp = decode_hparams(flags.decode_hparams or "")
@@ -246,7 +246,7 @@ def decode_ctranslate2(flags) -> str:
 def _ct2_sampling(flags, decode_hp) -> dict:
     """CTranslate2's sampling options from the sampling hparams in --hparams (the engine
     has no run to read hparams from; `ct2.sampling_options`), seeded by --random_seed."""
-    from t2t_lite.serving import ct2
+    from t2t_lite.export import ct2
 
     items = [item for item in (getattr(flags, "hparams", "") or "").split(",")
              if item.strip().startswith("sampling_")]

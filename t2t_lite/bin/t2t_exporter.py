@@ -1,8 +1,8 @@
 """t2t-exporter: `run.py --mode=export`.
 
-Reads t2t-exporter's flags and runs `t2t_lite.serving.export` (whose docstring describes the
+Reads t2t-exporter's flags and runs `t2t_lite.export.export` (whose docstring describes the
 SavedModel and its signatures), or with `--export_format=ctranslate2` writes a CTranslate2
-model directory with `t2t_lite.serving.ct2`.
+model directory with `t2t_lite.export.ct2`.
 """
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from absl import logging
 
 from t2t_lite.decoding import alignment, decode_hparams, runs, text_batches
 from t2t_lite.errors import UserError
-from t2t_lite.serving.export import ServingModule, export, graph_vocabulary
+from t2t_lite.export.export import ServingModule, export, graph_vocabulary
 from t2t_lite.utils import validation
 
 
@@ -69,7 +69,7 @@ def main(flags) -> None:
 
 def export_ctranslate2(flags) -> str:
     """`--mode=export --export_format=ctranslate2`: writes the CTranslate2 directory of the
-    run's (or --checkpoint_path's) model (`t2t_lite.serving.ct2.export`) and prints its path.
+    run's (or --checkpoint_path's) model (`t2t_lite.export.ct2.export`) and prints its path.
 
     Args:
       flags: absl FLAGS (problem, data_dir, output_dir, checkpoint_path, hparams_set, hparams,
@@ -79,7 +79,7 @@ def export_ctranslate2(flags) -> str:
     Returns:
       The directory written (default `<output_dir>/ctranslate2`).
     """
-    from t2t_lite.serving import ct2
+    from t2t_lite.export import ct2
 
     if len(runs.ensemble_paths(flags.checkpoint_path)) > 1:
         raise UserError("--export_format=ctranslate2 exports one model, not an ensemble "

@@ -72,7 +72,7 @@ def _t2t_lite_engine(flags, spec: runs.RunSpec, decode_hp) -> Any:
 
 def _ctranslate2_engine(flags, decode_hp) -> Any:
     """The CTranslate2 export as a CTranslate2Engine."""
-    from t2t_lite.serving import ct2
+    from t2t_lite.export import ct2
     from t2t_lite.serving.engines import CTranslate2Engine
 
     model_dir = ct2.default_model_dir(flags.export_dir, flags.output_dir)

@@ -12,7 +12,7 @@ target words, space-separated, as fast_align and Marian write them.
 Which piece belongs to which word comes from the encoder alone: piece k is in word
 `len(words(decode(ids[:k + 1]))) - 1` (a piece that only adds whitespace joins the word
 before it), so any encoder that decodes prefixes of its ids works (SubwordTextEncoder,
-t2t's numeric TextEncoder, ...). `serving.export` computes the same in the graph.
+t2t's numeric TextEncoder, ...). `export.export` computes the same in the graph.
 
 Pure numpy: importable before TensorFlow.
 """

@@ -3,7 +3,7 @@
 * `T2tLiteEngine`: a model loaded by `decoding.runs` (a run, a checkpoint, an ensemble),
   decoded through the public decode API (`decoding.make_infer_fn`, `pad_batch`,
   `format_decodes`), one infer function per (beam_size, alpha, return_beams).
-* `CTranslate2Engine`: `serving.ct2.Translator` on a `--export_format=ctranslate2` directory.
+* `CTranslate2Engine`: `export.ct2.Translator` on a `--export_format=ctranslate2` directory.
 * `SavedModelEngine`: a `--mode=export` SavedModel (`tf.saved_model.load`), through its
   `encode`, `encode_decode_ids` and `decode` signatures; beam size and alpha are the export's.
 
@@ -267,7 +267,7 @@ class CTranslate2Engine(_ExportEngine):
     """`ct2.Translator` on an exported CTranslate2 directory.
 
     Args:
-      translator: a `t2t_lite.serving.ct2.Translator`.
+      translator: a `t2t_lite.export.ct2.Translator`.
       decode_hp: the server's decode hparams (extra_length, max_input_size, defaults).
       description: what /v1/models shows.
       workers: the server's decode workers (0: `default_workers`, one per replica).

@@ -55,7 +55,7 @@ import numpy as np
 from t2t_lite.data_generators import sentencepiece_encoder
 from t2t_lite.data_generators.text_encoder import EOS_ID, PAD_ID
 from t2t_lite.errors import UserError
-from t2t_lite.serving.ct2_options import (  # noqa: F401 (ct2's API)
+from t2t_lite.export.ct2_options import (  # noqa: F401 (ct2's API)
     SEARCH_OPTIONS,
     default_model_dir,
     gnmt_score,

@@ -2,7 +2,7 @@
 
 t2t's exporter took serialized `tf.Example`s of ids, so every client had to run t2t's Python
 SubwordTextEncoder in front of TensorFlow Serving. Here the encoder and decoder are part of the
-graph (`t2t_lite.serving.subword_graph`, core TensorFlow string ops only), and the SavedModel
+graph (`t2t_lite.export.subword_graph`, core TensorFlow string ops only), and the SavedModel
 needs nothing but TensorFlow.
 
     python run.py --mode=export --problem=translate_ende_wmt32k --data_dir=DATA \
@@ -67,10 +67,10 @@ import tensorflow as tf
 
 from t2t_lite.data_generators import sentencepiece_encoder, text_encoder
 from t2t_lite.decoding import alignment
-from t2t_lite.search import sampling as sampling_lib
+from t2t_lite.export import alignment_graph, sentencepiece_graph, subword_graph
 from t2t_lite.hparams import HParams
 from t2t_lite.layers import native_kernels
-from t2t_lite.serving import alignment_graph, sentencepiece_graph, subword_graph
+from t2t_lite.search import sampling as sampling_lib
 from t2t_lite.utils import checkpoint_guard
 
 EOS_ID = text_encoder.EOS_ID
