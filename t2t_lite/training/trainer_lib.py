@@ -923,10 +923,8 @@ def create_trainer(
         what output_dir was trained with, a damaged hparams.json / flags.json, output_dir
         locked by a live run.
     """
-    hparams = create_hparams(
-        hparams_set, hparams_overrides,
-        hparams_json_path=os.path.join(config.output_dir, "hparams.json"),
-    )
+    hparams = create_hparams(hparams_set, hparams_overrides,
+                             hparams_json_path=os.path.join(config.output_dir, "hparams.json"))
     validation.check_hparams(hparams)
     resume_from = checkpoint_guard.checkpoints_newest_first(config.output_dir) if lock else None
     changes = None
