@@ -197,7 +197,8 @@ def test_saved_model_prefixes_top_p_and_alignments(copy_model, copy_lines, tmp_p
     assert strings(translate([""] * len(copy_lines), 1e-6)["outputs"]) == copy_lines
     sampled = strings(translate([""] * len(copy_lines), 1.0)["outputs"])
     assert all(re.fullmatch(r"[0-9]( [0-9])*", text) for text in sampled)
-    with pytest.raises(tf.errors.InvalidArgumentError, match="sampling_keep_top_p must be <= 1"):
+    with pytest.raises(tf.errors.InvalidArgumentError,
+                       match=r"sampling_keep_top_p must be in \(0, 1\]"):
         translate([""] * len(copy_lines), 1.5)
     # A seed makes the draws reproducible: the same seed, the same outputs; p = 1 draws as
     # plain sampling with that seed does in the library (stateless draws seeded by (seed,

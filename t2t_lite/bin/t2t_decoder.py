@@ -12,7 +12,7 @@ import sys
 
 from absl import logging
 
-from t2t_lite import file_io
+from t2t_lite import file_io, hparams_support
 from t2t_lite.decoding import alignment, runs
 from t2t_lite.decoding.decode_hparams import check_sampling, decode_hparams
 from t2t_lite.decoding.decoding import (
@@ -250,8 +250,8 @@ def _ct2_sampling(flags, decode_hp) -> dict:
 
     items = [item for item in (getattr(flags, "hparams", "") or "").split(",")
              if item.strip().startswith("sampling_")]
-    hparams = HParams(sampling_method="argmax", sampling_temp=1.0, sampling_keep_top_k=-1,
-                      sampling_keep_top_p=1.0)
+    hparams = HParams(**{name: hparams_support.default(name) for name in (
+        "sampling_method", "sampling_temp", "sampling_keep_top_k", "sampling_keep_top_p")})
     try:
         hparams.parse(",".join(items))
         check_sampling(hparams, decode_hp)

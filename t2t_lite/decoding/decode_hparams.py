@@ -133,7 +133,8 @@ def decode_hparams(overrides: str = "") -> HParams:
 
 
 def check_sampling(model_hparams: HParams, decode_hp: HParams) -> None:
-    """Refuses sampling settings that would have no effect (t2t's beam search ignores them).
+    """Refuses sampling settings that would have no effect (t2t's beam search ignores them),
+    and a sampling_keep_top_p outside its declared interval (`hparams_support.check_range`).
 
     Args:
       model_hparams: with sampling_method, sampling_temp, sampling_keep_top_k,
@@ -151,9 +152,8 @@ def check_sampling(model_hparams: HParams, decode_hp: HParams) -> None:
     top_k = hparams_support.hparam(model_hparams, "sampling_keep_top_k")
     if top_k != -1 and top_k <= 0:
         raise ValueError(f"hparams.sampling_keep_top_k={top_k} must be -1 (all) or positive")
-    top_p = hparams_support.hparam(model_hparams, "sampling_keep_top_p")
-    if not 0.0 < top_p <= 1.0:
-        raise ValueError(f"hparams.sampling_keep_top_p={top_p} must be in (0, 1] (1: all)")
+    hparams_support.check_range("sampling_keep_top_p",
+                                hparams_support.hparam(model_hparams, "sampling_keep_top_p"))
     if method == "random" and decode_hp.beam_size > 1:
         raise ValueError("hparams.sampling_method=random applies to greedy decoding: set "
                          f"beam_size=1 in --decode_hparams (beam_size={decode_hp.beam_size} "

@@ -65,6 +65,7 @@ from collections.abc import Iterator
 
 import tensorflow as tf
 
+from t2t_lite import hparams_support
 from t2t_lite.data_generators import sentencepiece_encoder, text_encoder
 from t2t_lite.decoding import alignment
 from t2t_lite.export import alignment_graph, sentencepiece_graph, subword_graph
@@ -117,6 +118,13 @@ def limit_input_ids(inputs: tf.Tensor, limit: int | None) -> tf.Tensor:
         return tf.concat([inputs[:, :limit - 1], last[:, None]], axis=1)
 
     return tf.cond(tf.shape(inputs)[1] > limit, cut, lambda: inputs)
+
+
+def _in_interval(value: tf.Tensor, interval: hparams_support.Interval) -> tf.Tensor:
+    """bool scalar: whether the scalar `value` lies in `interval` (its ends open or closed)."""
+    above = value >= interval.low if interval.low_closed else value > interval.low
+    below = value <= interval.high if interval.high_closed else value < interval.high
+    return tf.logical_and(above, below)
 
 
 class ServingModule(tf.Module):
@@ -213,8 +221,12 @@ class ServingModule(tf.Module):
                                 "export): pass 0")
             with tf.control_dependencies([check]):
                 return self._texts(ids, self._infer(ids, prefix_ids))
-        check = tf.debugging.assert_less_equal(
-            p, 1.0, message="translate_options: sampling_keep_top_p must be <= 1 (1: all)")
+        # p > 0 asks for nucleus sampling: p must then lie in the hparam's declared interval.
+        declared = hparams_support.HPARAMS["sampling_keep_top_p"].check
+        check = tf.debugging.Assert(
+            tf.logical_or(p <= 0.0, _in_interval(p, declared)),
+            [(f"translate_options: sampling_keep_top_p {declared.rule} (<= 0: decode as "
+              "exported), got"), p])
         with tf.control_dependencies([check]):
             p = tf.identity(p)
         nucleus = dataclasses.replace(self._sampling, method="random",
