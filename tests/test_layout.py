@@ -189,7 +189,6 @@ def circles(graph: dict[str, dict[str, int]] | dict[str, set[str]]) -> list[list
             if len(component) > 1:
                 found.append(sorted(component))
 
-    sys.setrecursionlimit(max(sys.getrecursionlimit(), 10 * len(graph) + 100))
     for node in sorted(graph):
         if node not in index:
             visit(node)
