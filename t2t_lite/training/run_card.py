@@ -13,7 +13,7 @@
 * "history" (by `trainer_lib.create_trainer` when a training run resumes): one entry per
   resume, the checkpoint step and the settings it changed (`run_metadata.check_resume`);
 * "eval" (each `Trainer.evaluate`): the step and every dev metric;
-* "bleu" (`decoding.report_bleu`): the decodes and reference files, the checkpoint step,
+* "bleu" (`dev_decode.report_bleu`): the decodes and reference files, the checkpoint step,
   sacreBLEU's score with its signature and t2t's tokenized BLEU lines (and chrF2 / chrF2++ /
   TER with --metrics);
 * "selection" (train_and_eval with `--eval_early_stopping_steps` or

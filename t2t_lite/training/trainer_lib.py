@@ -43,7 +43,8 @@ from t2t_lite.data_generators import data_marker
 from t2t_lite.data_generators.text_encoder import decode_until_stop
 from t2t_lite.errors import RunStopped, UserError, storage_problem
 from t2t_lite.evaluation import metrics as metrics_lib
-from t2t_lite.hparams import HParams, create_hparams
+from t2t_lite.hparams import HParams
+from t2t_lite.hparams_lib import create_hparams
 from t2t_lite.layers import common_layers, native_kernels
 from t2t_lite.training import divergence_guard, optimize, run_card, summaries, warm_start
 from t2t_lite.training.cluster_agreement import hparams_fingerprint
@@ -922,10 +923,8 @@ def create_trainer(
         what output_dir was trained with, a damaged hparams.json / flags.json, output_dir
         locked by a live run.
     """
-    hparams = create_hparams(
-        hparams_set, hparams_overrides,
-        hparams_json_path=os.path.join(config.output_dir, "hparams.json"),
-    )
+    hparams = create_hparams(hparams_set, hparams_overrides,
+                             hparams_json_path=os.path.join(config.output_dir, "hparams.json"))
     validation.check_hparams(hparams)
     resume_from = checkpoint_guard.checkpoints_newest_first(config.output_dir) if lock else None
     changes = None
