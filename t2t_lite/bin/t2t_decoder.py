@@ -13,7 +13,7 @@ import sys
 from absl import logging
 
 from t2t_lite import file_io, hparams_support
-from t2t_lite.decoding import alignment, runs
+from t2t_lite.decoding import alignment, checkpoint_note, runs
 from t2t_lite.decoding.decode_hparams import check_sampling, decode_hparams
 from t2t_lite.decoding.decoding import (
     add_shard_to_filename,
@@ -98,7 +98,7 @@ def main(flags) -> None:
                                    [f"{score:.6f}" for score in scores])
         print(f"Scores of {len(scores)} lines written to {flags.decode_to_file}")
         return
-    logging.info("Decoding with %s", checkpoint)
+    logging.info("Decoding with %s", checkpoint_note.describe(checkpoint, flags.output_dir))
     with runs.one_line_errors():
         infer_fn = make_infer_fn(model, decode_hp, run.target_space_id,
                                  jit_compile=getattr(flags, "xla_compile", False))

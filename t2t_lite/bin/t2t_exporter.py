@@ -11,7 +11,7 @@ import time
 
 from absl import logging
 
-from t2t_lite.decoding import alignment, decode_hparams, runs, text_batches
+from t2t_lite.decoding import alignment, checkpoint_note, decode_hparams, runs, text_batches
 from t2t_lite.errors import UserError
 from t2t_lite.export.export import ServingModule, export, graph_vocabulary
 from t2t_lite.utils import validation
@@ -46,6 +46,7 @@ def main(flags) -> None:
         decode_hp = decode_hparams.decode_hparams(flags.decode_hparams or "")
     run = runs.open_run(spec, flags.hparams)
     checkpoint, model = runs.restore_model(run, flags.checkpoint_path)
+    logging.info("Exporting %s", checkpoint_note.describe(checkpoint, flags.output_dir))
     inputs_vocab = graph_vocabulary(run.encoders.get("inputs"))
     targets_vocab = graph_vocabulary(run.encoders.get("targets"))
     if inputs_vocab is None or targets_vocab is None:
@@ -89,6 +90,7 @@ def export_ctranslate2(flags) -> str:
                         flags.data_dir, flags.model)
     run = runs.open_run(spec, flags.hparams)
     checkpoint, model = runs.restore_model(run, flags.checkpoint_path)
+    logging.info("Exporting %s", checkpoint_note.describe(checkpoint, flags.output_dir))
     encoders = run.encoders
     model_dir = ct2.default_model_dir(flags.export_dir, flags.output_dir, checkpoint)
     validation.check_output_not_input("export_dir", model_dir, {

@@ -214,6 +214,9 @@ def _run_schedule(trainer: Trainer, flags_obj: Any, mode: str) -> dict[str, floa
     decoded: dict[str, float] = {}  # the dev decodes' metrics of the current evaluation
     if flags_obj.schedule == "train_eval_and_decode":
         after_eval = _dev_decoder(trainer, flags_obj, decoded)
+    # The overfitting hint names these flags as the run's own instead of suggesting them.
+    trainer.overfitting.selection(getattr(flags_obj, "keep_best_checkpoints", 0),
+                                  getattr(flags_obj, "eval_early_stopping_steps", None))
     trainer.train(eval_every=trainer.config.local_eval_frequency, after_eval=after_eval,
                   stop_when=_model_selection(trainer, flags_obj, decoded))
     if trainer.chief:  # PNGs of the curves (needs the [viz] extra)

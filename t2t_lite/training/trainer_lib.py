@@ -46,7 +46,8 @@ from t2t_lite.evaluation import metrics as metrics_lib
 from t2t_lite.hparams import HParams
 from t2t_lite.hparams_lib import create_hparams
 from t2t_lite.layers import common_layers, native_kernels
-from t2t_lite.training import divergence_guard, optimize, run_card, summaries, warm_start
+from t2t_lite.training import (divergence_guard, optimize, overfitting, run_card, summaries,
+                               warm_start)
 from t2t_lite.training.cluster_agreement import hparams_fingerprint
 from t2t_lite.training.distribution import (  # noqa: F401 (create_strategy: trainer_lib's API)
     StopSignals, agree_across_workers,
@@ -181,6 +182,9 @@ class Trainer:
         self._read_whole: str | None = None
         self.last_eval_results: dict[str, float] = {}
         self._stops_early = False
+        # The hint when dev loss rises while training loss falls (train_and_eval).
+        self.overfitting = overfitting.OverfittingWatch(config.output_dir,
+                                                        config.local_eval_frequency)
         # Dropout masks derive from this seed, the global step and the replica id.
         common_layers.number_dropout_layers(self.model)
         self.dropout_base_seed = (
@@ -608,6 +612,9 @@ class Trainer:
             stop = False
             if evaluate:
                 results = self.evaluate()
+                hint = self.overfitting.evaluation(step, results["loss"])
+                if hint and self.chief:
+                    logging.warning("%s", hint)
                 if after_eval is not None:
                     after_eval(step)
                 stop = stop_when is not None and stop_when(results)
@@ -665,6 +672,7 @@ class Trainer:
             values["global_step/sec"], progress.training_eta(
                 step, self.config.train_steps, values["global_step/sec"], self._stops_early),
         )
+        self.overfitting.training_loss(values["loss"])
         scalars = dict(values)
         scalars["losses/training"] = values["loss"]
         summaries.write_scalars(self._train_writer, scalars, step)
