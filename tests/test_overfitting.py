@@ -83,57 +83,59 @@ def test_the_watch_says_it_once_per_best_step(tmp_path):
     assert watch.history[-1].training_loss == 2.6
 
 
-class _DriftingDevProblem:
-    """The trainer tests' in-memory problem made to overfit at once: its training targets are
-    the symbol 2 as many times as the input is long, its dev targets the symbol 3. The surer
-    the model gets of 2 (training loss falls), the less it gives 3 (dev loss rises), once the
-    lengths and EOS it shares with the dev set are learnt."""
-
-    def __new__(cls, *args, **kwargs):
-        from tests.trainer_utils import ReverseProblem
-
-        problem = ReverseProblem(*args, **kwargs)
-        for split, symbol in (("train", 2), ("eval", 3)):
-            targets = problem.data[split]["targets"]
-            problem.data[split]["targets"] = np.where(targets > 1, symbol, targets)
-        return problem
-
-
 @pytest.mark.slow
 def test_a_training_run_whose_dev_loss_rises_says_so(tmp_path, caplog):
-    """Through the trainer: real steps, real evaluations every 10 steps; the hint comes once,
-    names the best evaluation's step, its checkpoint and the flags."""
+    """Through the trainer: real steps and progress lines, real evaluations every 10 steps,
+    whose dev loss is made to mirror the training loss (10 minus the mean of the progress
+    losses since the evaluation before), so that it rises exactly while training falls, as
+    an overfitting run's does. The hint comes once per best step, the first when the rule
+    first holds, naming the best evaluation, its checkpoint and the flags."""
     import logging as std_logging
 
     from t2t_lite.training import trainer_lib
-    from tests.trainer_utils import model_fn, tiny_hparams
+    from tests.trainer_utils import ReverseProblem, model_fn, tiny_hparams
 
-    hparams = tiny_hparams(0.0, learning_rate_constant=2.0)
+    hparams = tiny_hparams(0.0)
     config = trainer_lib.RunConfig(output_dir=str(tmp_path), train_steps=60, eval_steps=0,
                                    local_eval_frequency=10, log_step_count_steps=5,
                                    random_seed=1, num_decode_examples=0)
-    trainer = trainer_lib.Trainer(model_fn(hparams), hparams,
-                                  _DriftingDevProblem(16, shuffle=False), "", config)
+    trainer = trainer_lib.Trainer(model_fn(hparams), hparams, ReverseProblem(16), "", config)
+    since_eval = []
+    note_training = trainer.overfitting.training_loss
+
+    def training_loss(loss):
+        since_eval.append(loss)
+        note_training(loss)
+
+    real_evaluate = trainer.evaluate
+
+    def evaluate():
+        results = dict(real_evaluate())
+        results["loss"] = 10.0 - sum(since_eval) / len(since_eval)
+        since_eval.clear()
+        return results
+
+    trainer.overfitting.training_loss = training_loss
+    trainer.evaluate = evaluate
     with caplog.at_level(std_logging.WARNING):
         trainer.train(eval_every=10)
     history = trainer.overfitting.history
-    assert [e.step for e in history] == list(range(10, 61, 10))
-    dev = np.array([e.dev_loss for e in history])
-    training = np.array([e.training_loss for e in history])
-    assert training[-1] < training[0] and dev[-1] > dev.min()  # the run drifts as built
+    steps = [e.step for e in history]
+    assert steps == list(range(10, 61, 10))
+    for evaluation in history:  # the watch read the same losses as the evaluations
+        assert evaluation.dev_loss == pytest.approx(10.0 - evaluation.training_loss)
     hints = [r.getMessage() for r in caplog.records
              if r.getMessage().startswith("The model may be overfitting")]
     expected_at = [e.step for k, e in enumerate(history)
                    if overfitting.is_overfitting(history[:k + 1])]
-    assert expected_at, (dev, training)  # the rule holds somewhere in this run
-    steps = [e.step for e in history]
+    training = [e.training_loss for e in history]
+    # A fresh model's loss falls over its first 30 steps: the rule holds at step 30.
+    assert expected_at and expected_at[0] == 30, training
     bests = [overfitting.best_evaluation(history[:steps.index(at) + 1]) for at in expected_at]
-    # One line per best step, the first at the first evaluation where the rule holds.
     assert len(hints) == len({best.step for best in bests})
-    best = bests[0]
-    assert f"at steps {steps[steps.index(expected_at[0]) - 2]}-{expected_at[0]})" in hints[0]
-    assert f"Best so far: dev loss {best.dev_loss:.4g} at step {best.step}" in hints[0]
-    assert f"--checkpoint_path={tmp_path / f'ckpt-{best.step}'}" in hints[0]
+    assert "at steps 10-30)" in hints[0]
+    assert f"Best so far: dev loss {history[0].dev_loss:.4g} at step 10" in hints[0]
+    assert f"--checkpoint_path={tmp_path / 'ckpt-10'}" in hints[0]
     assert "--keep_best_checkpoints=1" in hints[0]
 
 

@@ -173,3 +173,24 @@ def test_installed_wheel_trains_and_decodes_outside_the_repository(venv, tmp_pat
         assert result.returncode == 0, (other, result.stderr[-3000:])
         lines = decodes.read_text().splitlines()
         assert len(lines) == 2 and all(set(line) <= set("01 ") for line in lines)
+
+
+@pytest.mark.slow
+def test_installed_wheel_names_its_own_commands(venv, tmp_path):
+    """From the wheel: `--help` names the command typed, and a missing extra's line the
+    wheel's install command (`pip install "t2t_lite[serve]"`, not the clone's `-e .`)."""
+    from tests.test_extras import BLOCKER
+
+    for command, name in (("script", "t2t-lite"), ("module", "python -m t2t_lite")):
+        result = _run_command(venv, tmp_path, command, "--help")
+        assert result.returncode == 0, result.stderr[-3000:]
+        assert f"\n    {name} --help " in result.stdout
+    (tmp_path / "sitecustomize.py").write_text(BLOCKER, encoding="utf-8")
+    values = {**_clean_env(), "PYTHONPATH": str(tmp_path), "T2T_TEST_BLOCKED": "fastapi"}
+    result = subprocess.run([str(venv / "bin" / "t2t-lite"), "--mode=serve", "--output_dir=run"],
+                            cwd=tmp_path, env=values, capture_output=True, text=True,
+                            timeout=300, check=False)
+    assert result.returncode == 1
+    assert result.stderr.splitlines() == [
+        'error: --mode=serve needs the [serve] extra (fastapi is not installed): '
+        'pip install "t2t_lite[serve]"']

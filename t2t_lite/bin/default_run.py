@@ -28,6 +28,7 @@ from typing import Any
 from absl import logging
 
 from t2t_lite import registry
+from t2t_lite.utils import heartbeat
 
 DEFAULT_PROBLEM = "algorithmic_identity_decimal40_small"
 DEFAULT_HPARAMS_SET = "transformer_tiny"
@@ -143,10 +144,13 @@ def _report(trainer, results: dict[str, float], metric: str, output_dir: str,
             elapsed: float) -> None:
     from t2t_lite.training.trainer_lib import EVAL
 
-    eval_batch = next(iter(trainer.distributed_dataset(EVAL)))
-    print("\nGreedy decodes of dev examples (inputs -> outputs | targets):")
-    examples = trainer.decode_examples(eval_batch, NUM_DECODES)
-    trainer.summarize_decodes(examples, trainer.step)
+    what = f"Greedy decodes of {NUM_DECODES} dev examples with the model of step {trainer.step}"
+    logging.info("%s (the decoder is traced first)", what)
+    with heartbeat.phase(what):
+        eval_batch = next(iter(trainer.distributed_dataset(EVAL)))
+        examples = trainer.decode_examples(eval_batch, NUM_DECODES)
+        trainer.summarize_decodes(examples, trainer.step)
+    print("\nGreedy decodes of dev examples (inputs -> outputs | targets):", flush=True)
     for example in examples:
         mark = "ok " if example["outputs"] == example["targets"] else "ERR"
         print(f"  {mark} {example['inputs']} -> {example['outputs']} | {example['targets']}")
@@ -156,4 +160,4 @@ def _report(trainer, results: dict[str, float], metric: str, output_dir: str,
           f"{results.get(metric.replace(TARGET_METRIC, 'accuracy'), 0.0):.4f}, "
           f"eval loss = {results.get('loss', 0.0):.4f}; {elapsed:.0f} s in all.")
     print(f"Checkpoints and TensorBoard logs: {output_dir}\n"
-          f"  tensorboard --logdir {output_dir}")
+          f"  tensorboard --logdir {output_dir}", flush=True)

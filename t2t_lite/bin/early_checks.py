@@ -15,7 +15,7 @@ from typing import Any
 from t2t_lite import hparams_support
 from t2t_lite.errors import DataError, UserError
 from t2t_lite.hparams_lib import create_hparams
-from t2t_lite.utils import run_lock, run_metadata, validation
+from t2t_lite.utils import extras, run_lock, run_metadata, validation
 
 TRAINING_MODES = ("train", "train_and_eval")
 # Modes that restore a checkpoint of --output_dir when --checkpoint_path is not given.
@@ -127,6 +127,7 @@ def check(mode: str, flags_obj: Any) -> None:
     Raises:
       UserError (or the library's one-line errors): the first mistake found.
     """
+    check_extras(mode, flags_obj)
     if mode == "default" and _single_process():
         from t2t_lite.bin import default_run
 
@@ -142,6 +143,32 @@ def check(mode: str, flags_obj: Any) -> None:
         if mode == "decode" and flags_obj.decode_engine == "ctranslate2":
             return
         _check_run_reader(mode, flags_obj)
+
+
+def check_extras(mode: str, flags_obj: Any) -> None:
+    """Refuses a mode (or a flag of it) whose optional extra is not installed, in one line
+    naming the extra and the install command that fits this installation.
+
+    Raises:
+      UserError: from `extras.require`.
+    """
+    needs = []
+    if mode == "serve":
+        needs.append(("serve", "--mode=serve"))
+    if mode in ("plot", "attention"):
+        needs.append(("viz", f"--mode={mode}"))
+    engine = getattr(flags_obj, "decode_engine", None)
+    if mode in ("decode", "serve") and engine == "ctranslate2":
+        needs.append(("ctranslate2", f"--mode={mode} --decode_engine=ctranslate2"))
+    if mode == "export" and getattr(flags_obj, "export_format", None) == "ctranslate2":
+        needs.append(("ctranslate2", "--mode=export --export_format=ctranslate2"))
+    if (mode == "export" and getattr(flags_obj, "export_format", None) != "ctranslate2"
+            and getattr(flags_obj, "export_subword_segmenter", None) == "tensorflow_text"):
+        needs.append(("text", "--export_subword_segmenter=tensorflow_text"))
+    if mode == "datagen" and getattr(flags_obj, "vocab_type", None) == "sentencepiece":
+        needs.append(("sentencepiece", "--vocab_type=sentencepiece"))
+    for extra, needed_for in needs:
+        extras.require(extra, needed_for)
 
 
 def check_datagen_flags(flags_obj: Any) -> None:

@@ -1,17 +1,11 @@
 r"""t2t_lite's single entry point: t2t-datagen, t2t-trainer, t2t-decoder, t2t-bleu,
-t2t-avg-all, t2t-exporter and checkpoint import, as modes of one command.
+t2t-avg-all, t2t-exporter and checkpoint import, as modes of one command, installed as
+`t2t-lite`, run as `python -m t2t_lite` and, in a clone, as `python run.py`. `--help` shows
+`help_text` under the name the user typed.
 
-    python run.py                       # embedded default: algorithmic problem, tiny model
-    python run.py --mode=train --problem=translate_ende_wmt32k --hparams_set=transformer_base \
-        --data_dir=... --output_dir=...
-    python run.py --help                # this text and t2t_lite's flags
-    python run.py --helpfull            # every flag, absl's and TensorFlow's included
-
-Modes (--mode): default, datagen, train, eval, train_and_eval, decode, bleu, average, export,
-import_t2t, plot, attention, serve, query.
-Each mode's work lives in a tool module of t2t_lite/bin/; this file only wires
-flags to it. The same command is installed as `t2t-lite` and runs as `python -m t2t_lite`.
+Each mode's work lives in a tool module of t2t_lite/bin/; this file only wires flags to it.
 """
+import contextlib
 import gc
 import importlib
 import os
@@ -25,6 +19,7 @@ from absl import flags as absl_flags
 from t2t_lite import flags as t2t_flags
 from t2t_lite import quiet_start, registry
 from t2t_lite.errors import one_line, report_user_errors
+from t2t_lite.utils import command, heartbeat
 
 FLAGS = t2t_flags.FLAGS
 
@@ -130,24 +125,56 @@ def _main(argv):
         check_names(FLAGS)
         importlib.import_module(EARLY_CHECKS).check(mode, FLAGS)
         quiet_start.drop_routine_info_lines()
-        if needs_tensorflow(mode, FLAGS) or mode == "serve":
-            choose_onednn(FLAGS)
-        if needs_tensorflow(mode, FLAGS):
-            quiet_start.import_tensorflow()
-        module_name, function_name = MODE_FUNCTIONS[mode].split(":")
-        module = importlib.import_module(module_name)
-        getattr(module, function_name)(FLAGS)
+        beating = (heartbeat.started(f"--mode={mode}") if has_heartbeat(mode, FLAGS)
+                   else contextlib.nullcontext())
+        with beating:
+            if needs_tensorflow(mode, FLAGS) or mode == "serve":
+                choose_onednn(FLAGS)
+            if needs_tensorflow(mode, FLAGS):
+                with heartbeat.phase("Importing TensorFlow"):
+                    quiet_start.import_tensorflow()
+            module_name, function_name = MODE_FUNCTIONS[mode].split(":")
+            module = importlib.import_module(module_name)
+            getattr(module, function_name)(FLAGS)
         if mode in NO_EXIT_COLLECTION_MODES:
             skip_exit_collection()
 
 
+def has_heartbeat(mode: str, flags_obj) -> bool:
+    """Whether `mode` runs with `heartbeat`'s lines: every mode but those that wait for
+    someone (the server, its query client, interactive decoding)."""
+    if mode in ("serve", "query"):
+        return False
+    return not (mode == "decode" and getattr(flags_obj, "decode_interactive", False))
+
+
+def help_text(cmd: str) -> str:
+    """The text above the flags in `--help`, its examples under the command `cmd`."""
+    width = max(len(cmd) + 13, 36)
+    examples = [
+        (f"{cmd}", "# embedded default: algorithmic problem, tiny model"),
+        ((f"{cmd} --mode=train --problem=translate_ende_wmt32k --hparams_set=transformer_base "
+          "\\\n        --data_dir=... --output_dir=..."), ""),
+        (f"{cmd} --help", "# this text and t2t_lite's flags"),
+        (f"{cmd} --helpfull", "# every flag, absl's and TensorFlow's included"),
+    ]
+    lines = [f"    {command.ljust(width)}{note}".rstrip() for command, note in examples]
+    return ("t2t_lite's single entry point: t2t-datagen, t2t-trainer, t2t-decoder, t2t-bleu,\n"
+            "t2t-avg-all, t2t-exporter and checkpoint import, as modes of one command.\n\n"
+            + "\n".join(lines) + "\n\n"
+            "Modes (--mode): default, datagen, train, eval, train_and_eval, decode, bleu, "
+            "average, export,\nimport_t2t, plot, attention, serve, query.\n"
+            "The same command is `t2t-lite` when installed, `python -m t2t_lite`, and "
+            "`python run.py` in a clone.\n")
+
+
 def _describe_flags_in_help() -> None:
-    """`--help` shows this docstring and t2t_lite's flags, under every name of the command.
+    """`--help` shows `help_text` and t2t_lite's flags, under every name of the command.
 
     absl prints `__main__`'s docstring and the flags registered for the main module (keyed by
     sys.argv[0]); under the `t2t-lite` console script `__main__` is the generated wrapper.
     """
-    sys.modules["__main__"].__doc__ = __doc__
+    sys.modules["__main__"].__doc__ = help_text(command.name())
     for flag in FLAGS.get_flags_for_module(t2t_flags.__name__):
         FLAGS.register_key_flag_for_module(sys.argv[0], flag)
 
@@ -163,7 +190,8 @@ def parse_flags(argv: list[str]) -> list[str]:
     try:
         return FLAGS(argv)
     except absl_flags.Error as e:
-        print(f"error: {one_line(e)} (python run.py --help lists the flags)", file=sys.stderr)
+        print(f"error: {one_line(e)} ({command.name()} --help lists the flags)",
+              file=sys.stderr)
         sys.exit(1)
     except SystemExit as e:  # only the help flags exit while flags are parsed
         sys.exit(0 if e.code == 1 else e.code)

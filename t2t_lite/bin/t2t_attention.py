@@ -16,7 +16,7 @@ from t2t_lite import file_io
 from t2t_lite.data_generators.text_encoder import EOS_ID, PAD_ID
 from t2t_lite.decoding import decode_hparams, decoding, runs, text_batches
 from t2t_lite.errors import UserError
-from t2t_lite.utils import validation
+from t2t_lite.utils import heartbeat, validation
 from t2t_lite.visualization import attention_viz
 
 
@@ -63,28 +63,36 @@ def main(flags: Any) -> list[str]:
     os.makedirs(out_dir, exist_ok=True)
     written = []
     for k, line in enumerate(lines, 1):
-        started = time.time()
-        input_ids = text_batches.encode_input(line, encoders["inputs"], decode_hp.max_input_size)
-        logging.info("Attention %d/%d: decoding %d input pieces with %s%s", k, len(lines),
-                     len(input_ids), os.path.basename(checkpoint),
-                     " (the first decode traces the model: the longest step)" if k == 1
-                     else "")
-        outputs, _ = infer([input_ids])
-        output_ids = [int(i) for i in text_batches.save_until_eos(outputs.reshape(-1))]
-        while output_ids and output_ids[-1] == PAD_ID:  # no EOS within the decode length
-            output_ids.pop()
-        output_ids.append(EOS_ID)
-        logging.info("Attention %d/%d: %d output pieces; reading the model's attention and "
-                     "drawing 3 pictures", k, len(lines), len(output_ids))
-        weights = attention_viz.attention_weights(model, input_ids, output_ids,
-                                                  target_space_id)
-        files = attention_viz.plot_attention(
-            weights, attention_viz.piece_labels(encoders["inputs"], input_ids),
-            attention_viz.piece_labels(encoders["targets"], output_ids),
-            os.path.join(out_dir, f"line{k - 1}"))
+        with heartbeat.phase(f"Attention {k}/{len(lines)}"):
+            files, output = _picture(k, len(lines), line, checkpoint, model, infer, decode_hp,
+                                     encoders, target_space_id, out_dir)
         written += files
-        logging.info("Attention %d/%d done in %.0f s", k, len(lines), time.time() - started)
-        print(f"{line} -> {encoders['targets'].decode(output_ids[:-1])}", flush=True)
+        print(f"{line} -> {output}", flush=True)
         for path in files:
             print(f"Wrote {path}", flush=True)
     return written
+
+
+def _picture(k: int, n: int, line: str, checkpoint: str, model: Any, infer: Any,
+             decode_hp: Any, encoders: dict, target_space_id: int,
+             out_dir: str) -> tuple[list[str], str]:
+    """Decodes line k of n and writes its pictures; returns (the files, the translation)."""
+    started = time.time()
+    input_ids = text_batches.encode_input(line, encoders["inputs"], decode_hp.max_input_size)
+    logging.info("Attention %d/%d: decoding %d input pieces with %s%s", k, n, len(input_ids),
+                 os.path.basename(checkpoint),
+                 " (the first decode traces the model: the longest step)" if k == 1 else "")
+    outputs, _ = infer([input_ids])
+    output_ids = [int(i) for i in text_batches.save_until_eos(outputs.reshape(-1))]
+    while output_ids and output_ids[-1] == PAD_ID:  # no EOS within the decode length
+        output_ids.pop()
+    output_ids.append(EOS_ID)
+    logging.info("Attention %d/%d: %d output pieces; reading the model's attention and "
+                 "drawing 3 pictures", k, n, len(output_ids))
+    weights = attention_viz.attention_weights(model, input_ids, output_ids, target_space_id)
+    files = attention_viz.plot_attention(
+        weights, attention_viz.piece_labels(encoders["inputs"], input_ids),
+        attention_viz.piece_labels(encoders["targets"], output_ids),
+        os.path.join(out_dir, f"line{k - 1}"))
+    logging.info("Attention %d/%d done in %.0f s", k, n, time.time() - started)
+    return files, encoders["targets"].decode(output_ids[:-1])

@@ -14,7 +14,7 @@ from absl import logging
 from t2t_lite.decoding import alignment, checkpoint_note, decode_hparams, runs, text_batches
 from t2t_lite.errors import UserError
 from t2t_lite.export.export import ServingModule, export, graph_vocabulary
-from t2t_lite.utils import validation
+from t2t_lite.utils import heartbeat, validation
 
 
 def main(flags) -> None:
@@ -60,9 +60,19 @@ def main(flags) -> None:
     export_dir = flags.export_dir or os.path.join(
         flags.output_dir or os.path.dirname(checkpoint), "export")
     start = time.time()
-    logging.info("Export step 2 of 2: tracing the signatures and writing the SavedModel "
-                 "(tens of seconds on a CPU) ...")
-    path = export(module, export_dir)
+    names = module.signature_names
+    # Measured on a 2-core CPU: transformer_tiny 31 s at load 7, 147 s at load 12-15.
+    logging.info("Export step 2 of 2: tracing %d signature%s, then writing the SavedModel "
+                 "(from half a minute for a small model on a quiet CPU to several minutes for "
+                 "a big one or a busy machine; a line per signature)", len(names),
+                 "s" if len(names) > 1 else "")
+
+    def traced(name: str, k: int, n: int, seconds: float) -> None:
+        logging.info("Export step 2 of 2: signature %d/%d (%s) traced in %.0f s%s", k, n, name,
+                     seconds, "; writing the SavedModel" if k == n else "")
+
+    with heartbeat.phase("Export step 2 of 2: tracing the signatures, writing the SavedModel"):
+        path = export(module, export_dir, on_traced=traced)
     logging.info("Export step 2 of 2 done in %.0f s", time.time() - start)
     logging.info("Exported %s to %s", checkpoint, path)
     print(f"SavedModel written to {path}")

@@ -5,6 +5,7 @@ import os
 from typing import Any
 
 from t2t_lite.errors import UserError
+from t2t_lite.utils import heartbeat
 from t2t_lite.visualization import plots
 
 
@@ -26,4 +27,5 @@ def main(flags_obj: Any) -> list[str]:
     def written_one(path: str, k: int, n: int) -> None:
         print(f"Wrote {path} ({k}/{n})", flush=True)
 
-    return plots.plot_run(output_dir, on_written=written_one)
+    with heartbeat.phase(f"--mode=plot: reading and drawing the curves of {output_dir}"):
+        return plots.plot_run(output_dir, on_written=written_one)

@@ -17,6 +17,7 @@ from t2t_lite import file_io
 from t2t_lite.decoding import runs
 from t2t_lite.decoding.decode_hparams import decode_hparams
 from t2t_lite.errors import UserError, one_line, user_error_types
+from t2t_lite.utils import extras
 
 
 def _config(flags, decode_hp):
@@ -138,11 +139,9 @@ def load_saved_model(tf: Any, path: str) -> Any:
         if attempt == "tensorflow_text":
             raise UserError(f"--saved_model_dir={path}: its graph uses the op {op}, which "
                             "neither TensorFlow nor tensorflow-text registers")
-        try:
+        with extras.needed("text", f"--saved_model_dir={path} (its graph uses the op {op}, "
+                           "tensorflow-text's)"):
             import tensorflow_text  # noqa: F401  registers its ops with TensorFlow
-        except ImportError:
-            raise UserError(f"--saved_model_dir={path}: its graph uses the op {op}, which is "
-                            "tensorflow-text's; install it: pip install -e \".[text]\"") from None
 
 
 def _decode_values(decode_hp) -> dict:
@@ -160,7 +159,8 @@ def serve(flags) -> None:
         hparams / data_dir / model, or decode_engine=ctranslate2 with export_dir, or
         saved_model_dir).
     """
-    from t2t_lite.serving import server
+    with extras.needed("serve", "--mode=serve"):
+        from t2t_lite.serving import server
 
     with runs.one_line_errors():
         decode_hp = decode_hparams(flags.decode_hparams or "")

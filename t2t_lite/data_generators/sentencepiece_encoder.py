@@ -23,7 +23,7 @@ from collections.abc import Iterable, Sequence
 
 from t2t_lite import file_io
 from t2t_lite.data_generators import text_encoder
-from t2t_lite.errors import UserError
+from t2t_lite.utils import extras
 
 MODEL_SUFFIX = ".model"
 MODEL_TYPES = ("unigram", "bpe")
@@ -34,12 +34,8 @@ MAX_TRAINING_SENTENCES = 2_000_000
 
 def import_sentencepiece():
     """`import sentencepiece`, or a UserError saying how to install it."""
-    try:
+    with extras.needed("sentencepiece", "a SentencePiece vocabulary"):
         import sentencepiece
-    except ImportError as e:
-        raise UserError(f"SentencePiece is not installed ({e}); install it with "
-                        "`pip install -e \".[sentencepiece]\"` (or `pip install "
-                        "sentencepiece`)") from None
     return sentencepiece
 
 

@@ -62,6 +62,7 @@ from t2t_lite.export.ct2_options import (  # noqa: F401 (ct2's API)
     sampling_options,
     thread_counts,
 )
+from t2t_lite.utils import extras
 
 METADATA_FILE = "t2t_lite_serving.json"
 INPUTS_VOCAB_FILE = "t2t_inputs.subwords"
@@ -75,12 +76,8 @@ POST_NORM_POSTPROCESS = ("dan", "an")
 
 def import_ctranslate2():
     """`import ctranslate2`, or a UserError saying how to install it."""
-    try:
+    with extras.needed("ctranslate2", "CTranslate2 export and decoding"):
         import ctranslate2
-    except ImportError as e:
-        raise UserError(
-            f"CTranslate2 is not installed ({e}); install it with "
-            "`pip install -e \".[ctranslate2]\"` (or `pip install ctranslate2>=4`)") from None
     return ctranslate2
 
 

@@ -61,7 +61,7 @@ import dataclasses
 import logging as std_logging
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import tensorflow as tf
 
@@ -373,7 +373,8 @@ def _tensorflow_save_lines_hidden() -> Iterator[None]:
         loggers[1].setLevel(absl_level)
 
 
-def export(module: ServingModule, export_dir: str) -> str:
+def export(module: ServingModule, export_dir: str,
+           on_traced: Callable[[str, int, int, float], None] | None = None) -> str:
     """Saves `module` as `<export_dir>/<unix time>/` (folders with the user's umask), written
     under a temporary name first (those of killed exports, whose writer no longer runs, are
     removed).
@@ -381,6 +382,8 @@ def export(module: ServingModule, export_dir: str) -> str:
     Args:
       module: the ServingModule.
       export_dir: parent folder of the numbered versions.
+      on_traced: called with (signature name, k, n, seconds) after the k-th of the n
+        signatures is traced (the longest part of an export), before the SavedModel is written.
 
     Returns:
       The SavedModel directory.
@@ -399,7 +402,14 @@ def export(module: ServingModule, export_dir: str) -> str:
         # The SavedModel keeps the model's custom gradients, traced here: as TensorFlow ops,
         # so that it loads where t2t_lite's native kernels are not (serving, plain TF).
         with _tensorflow_save_lines_hidden(), native_kernels.disabled():
-            tf.saved_model.save(module, tmp, signatures=module.signatures())
+            signatures = {}
+            names = module.signature_names
+            for k, name in enumerate(names, 1):
+                started = time.time()
+                signatures[name] = getattr(module, name).get_concrete_function()
+                if on_traced is not None:
+                    on_traced(name, k, len(names), time.time() - started)
+            tf.saved_model.save(module, tmp, signatures=signatures)
         checkpoint_guard.give_dirs_the_umask(tmp)
         tf.io.gfile.rename(tmp, final)
     except BaseException:

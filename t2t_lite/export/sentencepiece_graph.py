@@ -13,7 +13,7 @@ import dataclasses
 
 import tensorflow as tf
 
-from t2t_lite.errors import UserError
+from t2t_lite.utils import extras
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,12 +37,8 @@ class SentencePieceVocab:
 
 def import_tensorflow_text():
     """`import tensorflow_text`, or a UserError saying how to install it."""
-    try:
+    with extras.needed("text", "the SavedModel of a SentencePiece vocabulary"):
         import tensorflow_text
-    except ImportError as e:
-        raise UserError(
-            f"the SavedModel of a SentencePiece vocabulary needs tensorflow-text ({e}); install "
-            "it with `pip install -e \".[text]\"`") from None
     return tensorflow_text
 
 

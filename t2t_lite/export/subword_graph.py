@@ -43,6 +43,8 @@ from collections.abc import Sequence
 import numpy as np
 import tensorflow as tf
 
+from t2t_lite.utils import extras
+
 # The characters t2t adds to every alphabet so that any string can be escaped.
 ESCAPE_CHARS = "\\_u;0123456789"
 # t2t's replacement for an escape `\N;` whose N is not a code point (U+3013 GETA MARK).
@@ -120,11 +122,9 @@ def _fast_wordpiece(strings: list[str], string_to_id: dict[str, int], separator:
     Returns:
       A `tensorflow_text.FastWordpieceTokenizer` (int64 piece ids, no pretokenization).
     """
-    try:
+    with extras.needed("text", "--export_subword_segmenter=tensorflow_text (or use the core "
+                       "segmenter)"):
         import tensorflow_text
-    except ImportError:
-        raise ValueError("The tensorflow_text subword segmenter needs tensorflow-text: "
-                         "pip install 'tensorflow-text' (or use the core segmenter)") from None
     # Entries that t2t's lookup never returns (empty strings, earlier duplicates) become
     # strings that cannot occur in an escaped token, keeping every id at its index.
     table = [s if s and string_to_id[s] == i else f"{separator}{i}"

@@ -21,6 +21,8 @@ import dataclasses
 import os
 from collections.abc import Callable, Sequence
 
+from absl import logging
+
 
 @dataclasses.dataclass(frozen=True)
 class Evaluation:
@@ -126,8 +128,9 @@ class OverfittingWatch:
         self._losses.append(float(loss))
         self._last_loss = float(loss)
 
-    def evaluation(self, step: int, dev_loss: float) -> str | None:
-        """Records an evaluation; returns the hint line when it is due, else None."""
+    def evaluation(self, step: int, dev_loss: float, say: bool = False) -> str | None:
+        """Records an evaluation; returns the hint line when it is due (and, with `say`, logs
+        it as a warning), else None."""
         losses, self._losses = self._losses, []
         training = sum(losses) / len(losses) if losses else self._last_loss
         self.history.append(Evaluation(int(step), float(dev_loss), training))
@@ -138,5 +141,8 @@ class OverfittingWatch:
             return None
         self._said_for = best.step
         prefix = os.path.join(self.output_dir, f"ckpt-{best.step}")
-        return hint_line(self.history, prefix if self._exists(prefix) else None,
+        line = hint_line(self.history, prefix if self._exists(prefix) else None,
                          self.eval_every, self.keep_best, self.early_stopping_steps)
+        if say:
+            logging.warning("%s", line)
+        return line

@@ -50,18 +50,11 @@ from t2t_lite.training import (divergence_guard, optimize, overfitting, run_card
                                warm_start)
 from t2t_lite.training.cluster_agreement import hparams_fingerprint
 from t2t_lite.training.distribution import (  # noqa: F401 (create_strategy: trainer_lib's API)
-    StopSignals, agree_across_workers,
-    create_preemption_handler,
-    create_strategy,
-    is_chief,
-    is_multi_worker,
-    leave_cluster,
-    lost_workers_are_one_line,
-    stop_preemption_watchers,
-    task_name,
-    worker_scratch_dir,
-)
-from t2t_lite.utils import checkpoint_guard, precision, progress, run_lock, run_metadata, validation
+    StopSignals, agree_across_workers, create_preemption_handler, create_strategy, is_chief,
+    is_multi_worker, leave_cluster, lost_workers_are_one_line, stop_preemption_watchers,
+    task_name, worker_scratch_dir)
+from t2t_lite.utils import (checkpoint_guard, heartbeat, precision, progress, run_lock,
+                            run_metadata, validation)
 from t2t_lite.utils import progress as progress_lib  # `progress` is a flag in _train_loop
 
 TRAIN, EVAL = "train", "eval"
@@ -182,8 +175,7 @@ class Trainer:
         self._read_whole: str | None = None
         self.last_eval_results: dict[str, float] = {}
         self._stops_early = False
-        # The hint when dev loss rises while training loss falls (train_and_eval).
-        self.overfitting = overfitting.OverfittingWatch(config.output_dir,
+        self.overfitting = overfitting.OverfittingWatch(config.output_dir,  # dev loss rising
                                                         config.local_eval_frequency)
         # Dropout masks derive from this seed, the global step and the replica id.
         common_layers.number_dropout_layers(self.model)
@@ -571,7 +563,8 @@ class Trainer:
         started = (step, time.time())  # for the run card
         self._stops_early = stop_when is not None  # the progress lines' ETA is an upper bound
         with StopSignals() as signals, lost_workers_are_one_line(
-                self.strategy, self.config.output_dir, lambda: self.step, self._flush_summaries):
+                self.strategy, self.config.output_dir, lambda: self.step, self._flush_summaries
+        ), heartbeat.phase(f"Training from step {step} to {config.train_steps}"):
             preemption = self._preemption_handler(manager, signals) if self.multi_worker else None
             last = self._train_loop(steps, iterator, manager, stats, eval_every, stop_when,
                                     after_eval, signals, preemption)
@@ -611,10 +604,9 @@ class Trainer:
                 last = self._log_progress(stats, step)  # the time-based first report
             stop = False
             if evaluate:
-                results = self.evaluate()
-                hint = self.overfitting.evaluation(step, results["loss"])
-                if hint and self.chief:
-                    logging.warning("%s", hint)
+                with heartbeat.phase(f"Evaluating at step {step}"):
+                    results = self.evaluate()
+                self.overfitting.evaluation(step, results["loss"], say=self.chief)
                 if after_eval is not None:
                     after_eval(step)
                 stop = stop_when is not None and stop_when(results)

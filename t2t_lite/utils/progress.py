@@ -16,7 +16,11 @@ from typing import Any, TypeVar
 from absl import logging
 
 T = TypeVar("T")
-LOG_INTERVAL_SECS = 30.0
+# At most this long between two progress lines (heartbeat.SILENCE_SECS is the same bound for
+# work that cannot count).
+LOG_INTERVAL_SECS = 10.0
+# Training's first time-based progress line (`FirstReport`), after the first step.
+FIRST_REPORT_SECS = 30.0
 
 
 def format_duration(seconds: float) -> str:
@@ -111,7 +115,7 @@ class FirstReport:
     """
 
     def __init__(self, first_step: int, train_steps: int, every: int,
-                 report_after: float = LOG_INTERVAL_SECS):
+                 report_after: float = FIRST_REPORT_SECS):
         self.first_step = first_step
         self.train_steps = train_steps
         self.every = every

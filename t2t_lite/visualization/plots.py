@@ -6,7 +6,7 @@ decode_eval/ and decode/, when a decode with a reference wrote one, labelled wit
 scored), `dev_chrf.png`, `dev_chrfpp.png`, `dev_ter.png` (sacreBLEU's chrF2, chrF2++, TER
 there, with --metrics), each against the global step; a curve of one point is its marker and
 value. Needs
-matplotlib (`pip install t2t_lite[viz]`).
+matplotlib (the [viz] extra).
 """
 from __future__ import annotations
 
@@ -16,17 +16,15 @@ from collections.abc import Callable
 import numpy as np
 
 from t2t_lite.errors import UserError
+from t2t_lite.utils import extras
 
 PLOTS_DIR = "plots"
 
 
 def _pyplot():
     """matplotlib.pyplot on the file-only Agg backend, or a UserError naming the extra."""
-    try:
+    with extras.needed("viz", "drawing pictures (--mode=plot, --mode=attention)"):
         import matplotlib
-    except ImportError:
-        raise UserError("pictures need matplotlib: pip install t2t_lite[viz] "
-                        "(or pip install matplotlib)") from None
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
