@@ -16,6 +16,7 @@ from t2t_lite import hparams_support
 from t2t_lite.errors import DataError, UserError
 from t2t_lite.hparams_lib import create_hparams
 from t2t_lite.utils import extras, run_lock, run_metadata, validation
+from t2t_lite.utils.command import name as command_name
 
 TRAINING_MODES = ("train", "train_and_eval")
 # Modes that restore a checkpoint of --output_dir when --checkpoint_path is not given.
@@ -26,7 +27,7 @@ _SOURCE_FLAGS = "--train_src=... --train_tgt=... --dev_src=... --dev_tgt=..."
 def datagen_command(problem: str, data_dir: str) -> str:
     """The datagen command that makes `problem`'s data in `data_dir`, with the flags naming
     its inputs (translate_files: the four parallel files; WSJ parsing: --wsj_dir)."""
-    command = f"python run.py --mode=datagen --problem={problem} --data_dir={data_dir}"
+    command = f"{command_name()} --mode=datagen --problem={problem} --data_dir={data_dir}"
     base = problem.removesuffix("_rev")
     if base == "translate_files":
         return f"{command} {_SOURCE_FLAGS}"

@@ -36,7 +36,7 @@ from t2t_lite.training.trainer_lib import (
     is_chief,
     leave_cluster,
 )
-from t2t_lite.utils import checkpoint_guard, run_lock, run_metadata, validation
+from t2t_lite.utils import checkpoint_guard, command, run_lock, run_metadata, validation
 from t2t_lite.visualization import plots
 
 
@@ -195,7 +195,7 @@ def _name_damaged_file(trainer: Trainer, splits: tuple[str, ...],
     damaged = data_marker.find_damaged_shard(files)
     if damaged is None:
         return error
-    return DataError(f"Damaged data: {damaged}; datagen regenerates it: python run.py "
+    return DataError(f"Damaged data: {damaged}; datagen regenerates it: {command.name()} "
                      f"--mode=datagen --problem={trainer.problem.name} "
                      f"--data_dir={trainer.data_dir}")
 

@@ -21,6 +21,7 @@ import tensorflow as tf
 from t2t_lite import hparams_support
 from t2t_lite.data_generators import data_reader
 from t2t_lite.hparams import HParams
+from t2t_lite.utils import command as cmd
 
 
 class ModeKeys:
@@ -369,7 +370,7 @@ class Problem:
 
         pattern = self.filepattern(data_dir, mode, shard=shard)
         files = sorted(f for f in tf.io.gfile.glob(pattern) if not f.endswith(".incomplete"))
-        command = f"python run.py --mode=datagen --problem={self.name} --data_dir={data_dir}"
+        command = f"{cmd.name()} --mode=datagen --problem={self.name} --data_dir={data_dir}"
         if not files:
             raise DataError(f"No data files match {pattern}. Generate them first: {command}")
         if shard is None:

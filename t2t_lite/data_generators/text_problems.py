@@ -25,6 +25,7 @@ from t2t_lite import file_io
 from t2t_lite.data_generators import corpus_io, parallel_datagen, problem
 from t2t_lite.errors import UserError
 from t2t_lite.hparams import HParams
+from t2t_lite.utils import command
 
 
 class VocabType:
@@ -367,7 +368,7 @@ class Text2TextProblem(problem.Problem):
                 return candidates[0]
         hint = f"; several candidates: {', '.join(candidates)}" if candidates else ""
         raise FileNotFoundError(
-            f"Vocab file {path} not found{hint}. Generate the data first: python run.py "
+            f"Vocab file {path} not found{hint}. Generate the data first: {command.name()} "
             f"--mode=datagen --problem={self.name} --data_dir={data_dir}"
         )
 

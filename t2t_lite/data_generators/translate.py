@@ -38,6 +38,7 @@ from t2t_lite.data_generators import (
     vocab_sources,
 )
 from t2t_lite.data_generators.text_problems import CorpusError
+from t2t_lite.utils import command
 
 # t2t's per-file character budget for vocab text (`generate_lines_for_vocab`).
 VOCAB_FILE_BYTE_BUDGET = 1e6
@@ -513,7 +514,7 @@ class TranslateProblem(text_problems.Text2TextProblem):
             if paths is None:
                 raise FileNotFoundError(
                     f"No SentencePiece model {self.vocab_filename} in {data_dir}. Generate the "
-                    f"data first: python run.py --mode=datagen --problem={self.name} "
+                    f"data first: {command.name()} --mode=datagen --problem={self.name} "
                     f"--data_dir={data_dir} --vocab_type=sentencepiece")
             return vocab_sources.load_encoders(paths)
         return vocab_sources.make_sentencepiece_encoders(self, self._vocab_settings, data_dir,
