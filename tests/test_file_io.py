@@ -73,7 +73,8 @@ def test_modules_that_write_files_import_without_tensorflow():
     # The CTranslate2 Translator encodes and decodes text with these outside TensorFlow.
     code = ("import sys, t2t_lite.file_io, t2t_lite.decoding.decoding, "
             "t2t_lite.decoding.text_batches, t2t_lite.decoding.decode_hparams, "
-            "t2t_lite.data_generators.text_encoder, t2t_lite.export.ct2; "
+            "t2t_lite.data_generators.text_encoder, t2t_lite.export.ct2, "
+            "t2t_lite.decoding.checkpoint_note, t2t_lite.utils.heartbeat; "
             "print('tensorflow' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True)

@@ -369,8 +369,7 @@ class Text2TextProblem(problem.Problem):
         hint = f"; several candidates: {', '.join(candidates)}" if candidates else ""
         raise FileNotFoundError(
             f"Vocab file {path} not found{hint}. Generate the data first: {command.name()} "
-            f"--mode=datagen --problem={self.name} --data_dir={data_dir}"
-        )
+            f"--mode=datagen --problem={self.name} --data_dir={data_dir}")
 
     def get_or_create_vocab(self, data_dir: str, tmp_dir: str | None, force_get: bool = False):
         """Loads the vocab from data_dir, building it from `generate_text_for_vocab` if absent.

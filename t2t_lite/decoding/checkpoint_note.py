@@ -1,5 +1,8 @@
 """Which checkpoint a tool read, and how it ranks among the run's evaluations.
 
+Importable without TensorFlow (the decoder's CTranslate2 path never loads it); reading a run's
+event files imports it.
+
 Decode and export name the checkpoint they restored; where the run has dev metrics they add
 whether it is the best one, so that a run that went on past its best (overfitting) is not
 decoded or shipped from its newest checkpoint unawares:
@@ -14,7 +17,7 @@ from __future__ import annotations
 import glob
 import os
 
-from t2t_lite.utils import best_checkpoints, checkpoint_guard
+from t2t_lite.utils import best_checkpoints
 
 
 def dev_losses(run_dir: str) -> dict[int, float]:
@@ -65,6 +68,8 @@ def describe(checkpoint: str, output_dir: str | None = None) -> str:
       step 1500: --checkpoint_path=run/ckpt-1500)", "run/ckpt-1500 (step 1500: the best dev
       loss of the run's 5 evaluations, 4.35)", or the prefix alone.
     """
+    from t2t_lite.utils import checkpoint_guard  # TensorFlow's: not at import (CTranslate2)
+
     if "," in checkpoint:
         return checkpoint
     step = checkpoint_guard.step_of(checkpoint)

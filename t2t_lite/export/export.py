@@ -62,6 +62,7 @@ import logging as std_logging
 import os
 import time
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import tensorflow as tf
 
@@ -373,6 +374,21 @@ def _tensorflow_save_lines_hidden() -> Iterator[None]:
         loggers[1].setLevel(absl_level)
 
 
+def _traced(module: Any, on_traced: Callable[[str, int, int, float], None] | None) -> dict:
+    """`module.signatures()`, one signature at a time with `on_traced` after each when the
+    module names them (`signature_names`, a ServingModule's)."""
+    names = getattr(module, "signature_names", None)
+    if names is None:
+        return module.signatures()
+    signatures = {}
+    for k, name in enumerate(names, 1):
+        started = time.time()
+        signatures[name] = getattr(module, name).get_concrete_function()
+        if on_traced is not None:
+            on_traced(name, k, len(names), time.time() - started)
+    return signatures
+
+
 def export(module: ServingModule, export_dir: str,
            on_traced: Callable[[str, int, int, float], None] | None = None) -> str:
     """Saves `module` as `<export_dir>/<unix time>/` (folders with the user's umask), written
@@ -402,14 +418,7 @@ def export(module: ServingModule, export_dir: str,
         # The SavedModel keeps the model's custom gradients, traced here: as TensorFlow ops,
         # so that it loads where t2t_lite's native kernels are not (serving, plain TF).
         with _tensorflow_save_lines_hidden(), native_kernels.disabled():
-            signatures = {}
-            names = module.signature_names
-            for k, name in enumerate(names, 1):
-                started = time.time()
-                signatures[name] = getattr(module, name).get_concrete_function()
-                if on_traced is not None:
-                    on_traced(name, k, len(names), time.time() - started)
-            tf.saved_model.save(module, tmp, signatures=signatures)
+            tf.saved_model.save(module, tmp, signatures=_traced(module, on_traced))
         checkpoint_guard.give_dirs_the_umask(tmp)
         tf.io.gfile.rename(tmp, final)
     except BaseException:
