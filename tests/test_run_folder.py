@@ -67,6 +67,35 @@ def test_stale_lock_takeover_has_exactly_one_winner(tmp_path):
     assert outcomes == [["held"] + ["refused"] * (1 + t % 3) for t in range(20)]
 
 
+def _until_zombie(pid: int) -> None:
+    """Returns once `pid` (a child killed and not waited for) is a zombie: SIGKILL is
+    delivered asynchronously; the child stays a zombie until its Popen is waited for."""
+    for _ in range(100000):
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            if f.read().rpartition(b")")[2].split()[0] == b"Z":
+                return
+    raise AssertionError(f"pid {pid} never became a zombie")
+
+
+def test_a_zombie_lock_holder_is_a_dead_holder(tmp_path):
+    child = subprocess.Popen(["sleep", "60"])
+    try:
+        assert run_lock.pid_alive(child.pid)
+        child.kill()
+        _until_zombie(child.pid)  # killed, not reaped: kill(pid, 0) still succeeds
+        os.kill(child.pid, 0)
+        assert not run_lock.pid_alive(child.pid)
+        (tmp_path / run_lock.LOCK_NAME).write_text(json.dumps(
+            {"host": run_lock.socket.gethostname(), "pid": child.pid, "start_time": 1.0}))
+        run_lock.refuse_if_held(str(tmp_path))  # no refusal
+        lock = run_lock.acquire(str(tmp_path))
+        assert json.loads((tmp_path / run_lock.LOCK_NAME).read_text())["pid"] == os.getpid()
+        lock.release()
+    finally:
+        child.wait()
+    assert run_lock.pid_alive(os.getpid())
+
+
 def _gfile_text(path: str) -> str:
     import tensorflow as tf
 
