@@ -911,7 +911,8 @@ def create_trainer(
       warm_start_partial: load the variables that match and keep the others' initial values.
       flag_values: the run's flags (name -> value) for flags.json.
       lock: a training run: the chief takes output_dir's run lock (`run_lock`, released at
-        exit), removes the temporary folders of a killed save and writes the run's files.
+        exit), removes the temporary folders of a killed save and writes the run's files
+        (not when a resume finds nothing to train: its checkpoint is at --train_steps).
 
     Returns:
       The Trainer (checked against the checkpoint, with its step, when it resumes a
@@ -943,8 +944,10 @@ def create_trainer(
     dataset_filename = getattr(problem, "dataset_filename", None)
     inputs = data_marker.run_inputs(getattr(problem_hparams, "vocabulary", None) or {}, data_dir,
                                     dataset_filename() if dataset_filename else None)
+    data_changes: list[str] = []
     if resume_from:
-        changes += run_metadata.check_inputs(config.output_dir, inputs, "train")
+        data_changes = run_metadata.check_inputs(config.output_dir, inputs, "train")
+        changes += data_changes
     elif warm_start_from and lock:
         run_metadata.check_parent_vocabulary(warm_start_from, inputs)
     if not resume_from and not lock:
@@ -979,6 +982,11 @@ def create_trainer(
     trainer.run_lock = run_lock.acquire(config.output_dir)
     # Held until exit: datagen --overwrite_data refuses to replace the data meanwhile.
     trainer.data_dir_lock = run_lock.hold_data_dir(data_dir)
+    if resume_from and trainer.step >= config.train_steps:
+        return trainer  # nothing to train (`train` says so): the run's files stay as they are
+    if data_changes:
+        logging.warning("This resume trains on data made again since the run's last session "
+                        "(%s): the run card's History records it", "; ".join(data_changes))
     checkpoint_guard.remove_temp_folders(config.output_dir, CHECKPOINT_PREFIX)
     run_metadata.save_hparams(config.output_dir, hparams)
     run_metadata.save_inputs(config.output_dir, inputs)
