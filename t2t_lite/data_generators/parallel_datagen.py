@@ -33,6 +33,7 @@ from typing import Any, BinaryIO
 import google_crc32c
 
 from t2t_lite.data_generators import text_encoder
+from t2t_lite.errors import UserError
 
 INCOMPLETE_SUFFIX = ".incomplete"
 
@@ -167,10 +168,18 @@ _JOB: dict[str, Any] = {}
 
 
 def _run_worker(worker: int) -> list[int]:
+    from t2t_lite.data_generators import data_marker
+
     job = _JOB
     samples = job["make_samples"]()
+
+    def kill_at_first(written: int) -> None:
+        if written == 1:
+            data_marker.kill_point("worker")
+
     return write_owned_shards(samples, job["encoder"], job["has_inputs"], job["paths"],
-                              worker, job["workers"], job["max_cases"])
+                              worker, job["workers"], job["max_cases"],
+                              on_record=kill_at_first if worker == job["workers"] - 1 else None)
 
 
 def write_split(make_samples: Callable[[], Iterable[dict[str, Any]]], encoder: Any,
@@ -219,6 +228,35 @@ def write_split(make_samples: Callable[[], Iterable[dict[str, Any]]], encoder: A
     return sum(counts)
 
 
+def _worker_death(processes: list, workers: int) -> str:
+    """The one line for an encoding worker that died (the out-of-memory killer, a signal),
+    naming its pid and how it ended where the pool's processes are known.
+
+    Args:
+      processes: the pool's `multiprocessing.Process` objects (may be empty).
+      workers: --num_datagen_workers.
+    """
+    import signal
+
+    how = ""
+    for process in processes:
+        process.join(5)  # the pool has ended them: the others by its SIGTERM
+    ended = [p for p in processes if p.exitcode not in (None, 0, -signal.SIGTERM)] or [
+        p for p in processes if p.exitcode not in (None, 0)]
+    if ended:
+        code = ended[0].exitcode
+        if code < 0:
+            name = (signal.Signals(-code).name if -code in signal.valid_signals()
+                    else f"signal {-code}")
+            how = f" (pid {ended[0].pid}, killed by {name})"
+        else:
+            how = f" (pid {ended[0].pid}, exit status {code})"
+    return (f"a datagen worker process (one of --num_datagen_workers={workers}) died before "
+            f"its shards were written{how}; this split's shards were removed, the data made "
+            "before it is kept: run the same command again (fewer --num_datagen_workers need "
+            "less memory)")
+
+
 def _run_workers(make_samples, encoder, has_inputs, paths, max_cases, workers) -> list[int]:
     """Forks `workers` processes, each writing its shards; the per-shard record counts."""
     from absl import logging
@@ -235,7 +273,13 @@ def _run_workers(make_samples, encoder, has_inputs, paths, max_cases, workers) -
         context = multiprocessing.get_context("fork")
         with concurrent.futures.ProcessPoolExecutor(workers, mp_context=context) as pool:
             results = [pool.submit(_run_worker, w) for w in range(workers)]
-            per_worker = [future.result() for future in results]
+            # The worker processes (forked at the first submit), to name one that dies:
+            # the pool itself only says that "a process" ended abruptly.
+            processes = list((getattr(pool, "_processes", None) or {}).values())
+            try:
+                per_worker = [future.result() for future in results]
+            except concurrent.futures.BrokenExecutor:  # a worker died
+                raise UserError(_worker_death(processes, workers)) from None
     finally:
         gc.unfreeze()
         _JOB.clear()
