@@ -516,7 +516,7 @@ class Text2TextProblem(problem.Problem):
             logging.info("Skipping %s: shards exist in %s", split, data_dir)
             return
         logging.info("Generating the %s split of %s", split, self.name)
-        if (self._encodes_with_one_vocab()
+        if (self._encodes_sample_by_sample()
                 and not (self._subword_dropout > 0 and split == problem.DatasetSplit.TRAIN)):
             count = self._write_split_fast(data_dir, tmp_dir, split, paths, max_cases)
         else:
@@ -528,9 +528,15 @@ class Text2TextProblem(problem.Problem):
                 f"({self.source_description(tmp_dir, split)})"
             )
 
-    def _encodes_with_one_vocab(self) -> bool:
+    def _encodes_sample_by_sample(self) -> bool:
         """Whether `generate_encoded_samples` is t2t's (`parallel_datagen` can stand in)."""
         return type(self).generate_encoded_samples is Text2TextProblem.generate_encoded_samples
+
+    def _sample_encoders(self, data_dir: str, tmp_dir: str) -> dict[str, Any]:
+        """The encoders of a sample's sides, {"inputs", "targets"} (built or loaded): t2t's
+        one vocabulary for both."""
+        encoder = self.get_or_create_vocab(data_dir, tmp_dir)
+        return {"inputs": encoder, "targets": encoder}
 
     def _write_split_fast(self, data_dir, tmp_dir, split, paths, max_cases) -> int:
         """The split's shards by `parallel_datagen` (same records as `generate_files` over
@@ -540,12 +546,12 @@ class Text2TextProblem(problem.Problem):
         if hasattr(self, "split_files"):  # compiled/filtered once, before workers read it
             self.split_files(tmp_dir, split)
         prepared = time.time()
-        encoder = self.get_or_create_vocab(data_dir, tmp_dir)
+        encoders = self._sample_encoders(data_dir, tmp_dir)
         vocab_done = time.time()
         count = parallel_datagen.write_split(
-            lambda: self.generate_samples(data_dir, tmp_dir, split), encoder, self.has_inputs,
-            paths, max_cases=max_cases, workers=self.datagen_workers,
-            desc="Writing " + os.path.basename(paths[0]))
+            lambda: self.generate_samples(data_dir, tmp_dir, split), encoders["inputs"],
+            self.has_inputs, paths, max_cases=max_cases, workers=self.datagen_workers,
+            desc="Writing " + os.path.basename(paths[0]), targets_encoder=encoders["targets"])
         self.datagen_stats[split] = {"prepare_s": round(prepared - start, 3),
                                      "vocab_s": round(vocab_done - prepared, 3),
                                      "encode_s": round(time.time() - vocab_done, 3),
