@@ -182,7 +182,11 @@ def test_a_build_is_cached_and_a_failed_build_is_one_line(tmp_path, fresh_build)
     with pytest.raises(native_kernels.BuildError) as error:
         native_kernels.build([str(broken)], str(cache), cxx)
     assert "\n" not in str(error.value) and "broken.cc" in str(error.value)
-    assert sorted(os.listdir(cache)) == [os.path.basename(path)]
+    # No temporary left; the failure is remembered beside the failed library's name.
+    failed = native_kernels.library_name([str(broken)], cxx, [
+        "-march=native", *tf.sysconfig.get_compile_flags(), *tf.sysconfig.get_link_flags()])
+    assert sorted(os.listdir(cache)) == sorted([os.path.basename(path),
+                                                failed + ".failed"])
     # A changed source is another library, not the cached one.
     changed = tmp_path / "layer_norm_grad.cc"
     changed.write_text(pathlib.Path(sources[0]).read_text() + "\n// changed\n")
