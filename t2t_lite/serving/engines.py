@@ -24,15 +24,11 @@ import numpy as np
 from t2t_lite.data_generators.text_encoder import EOS_ID, PAD_ID
 from t2t_lite.decoding import decoding
 from t2t_lite.errors import UserError
-from t2t_lite.serving.batching import Hypothesis, Options, Row
+from t2t_lite.serving.batching import Engine, Hypothesis, Options, Row, Unsupported
 
 
 class SentenceError(UserError):
     """A sentence the engine cannot decode (the message says why); its request gets 422."""
-
-
-class Unsupported(ValueError):
-    """A request option the loaded engine does not offer (the message says which); 422."""
 
 
 NO_ATTENTION = ("return_attention needs a single t2t_lite model (not an ensemble, a SavedModel "
@@ -45,7 +41,7 @@ def _ended_within(ids: np.ndarray, limit: int) -> bool:
     return bool(eos.size) and int(eos[0]) < limit
 
 
-class T2tLiteEngine:
+class T2tLiteEngine(Engine):
     """A t2t_lite model (or ensemble) decoded with `decoding.make_infer_fn`.
 
     Args:
@@ -241,7 +237,7 @@ class SlotRows:
         return self.search.last_steps
 
 
-class _ExportEngine:
+class _ExportEngine(Engine):
     """What the engines of exported models share: no attention, the server's decode hparams.
 
     Args:

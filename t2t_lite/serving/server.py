@@ -42,7 +42,8 @@ from starlette.exceptions import HTTPException
 from t2t_lite.serving import api, batching
 from t2t_lite.serving.config import ServerConfig
 from t2t_lite.serving.continuous_batching import ContinuousBatcher
-from t2t_lite.serving.engines import SentenceError, Unsupported
+from t2t_lite.serving.batching import Unsupported
+from t2t_lite.serving.engines import SentenceError
 from t2t_lite.serving.metrics import Metrics
 
 STATIC_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "static")
@@ -71,7 +72,7 @@ class State:
     def __init__(self, config: ServerConfig, metrics: Metrics):
         self.config = config
         self.metrics = metrics
-        self.engine: Any = None
+        self.engine: batching.Engine | None = None
         self.batcher: batching.Batcher | None = None
         self.ready = False
         self.draining = False
@@ -82,7 +83,8 @@ class State:
         return self.batcher.depth() if self.batcher else 0
 
 
-def _load(state: State, engine_factory: Callable[[], Any], on_failure: Callable[[], None]):
+def _load(state: State, engine_factory: Callable[[], batching.Engine],
+          on_failure: Callable[[], None]):
     """Builds the engine, starts the workers and warms it up (one decode of an empty line with
     the default options); then the server is ready. On failure, asks the server to stop."""
     try:
@@ -95,7 +97,7 @@ def _load(state: State, engine_factory: Callable[[], Any], on_failure: Callable[
             "max_queue": config.max_queue_sentences,
             "on_batch": state.metrics.batch_size.observe,
             "on_redecode": state.metrics.redecoded.inc,
-            "workers": config.decode_workers or getattr(engine, "default_workers", 1),
+            "workers": config.decode_workers or engine.default_workers,
             "on_wait": state.metrics.queue_wait.observe, "on_decode": state.metrics.decoded}
         if continuous(engine, config):
             batcher = ContinuousBatcher(engine, config.max_input_tokens,
@@ -116,20 +118,20 @@ def _load(state: State, engine_factory: Callable[[], Any], on_failure: Callable[
         on_failure()
 
 
-def batch_timeout_ms(engine: Any, config: ServerConfig) -> float:
+def batch_timeout_ms(engine: batching.Engine, config: ServerConfig) -> float:
     """The batch timeout in use: the flag's, else the engine's choice."""
     if config.batch_timeout_ms is not None:
         return config.batch_timeout_ms
-    return getattr(engine, "default_batch_timeout_ms", 5.0)
+    return engine.default_batch_timeout_ms
 
 
-def continuous(engine: Any, config: ServerConfig) -> bool:
+def continuous(engine: batching.Engine, config: ServerConfig) -> bool:
     """Whether the server batches continuously: `--serve_batching=continuous` and an
     engine that can (the t2t_lite engine's `continuous_refusal` is None; otherwise the
     per-batch path, with a log line saying why)."""
     if config.batching != "continuous":
         return False
-    refusal = getattr(engine, "continuous_refusal", lambda: "not offered by this engine")()
+    refusal = engine.continuous_refusal()
     if refusal:
         logging.info("batching: per batch, not continuous: %s", refusal)
     return refusal is None
@@ -264,7 +266,7 @@ def _response(body: api.TranslateRequest, jobs: list[batching.Job]) -> dict:
     return answer
 
 
-def create_app(engine_factory: Callable[[], Any], config: ServerConfig,
+def create_app(engine_factory: Callable[[], batching.Engine], config: ServerConfig,
                on_load_failure: Callable[[], None] = lambda: None) -> FastAPI:
     """The FastAPI application.
 
@@ -315,12 +317,10 @@ def create_app(engine_factory: Callable[[], Any], config: ServerConfig,
                 raise RequestRefused(503, "the model is still loading; GET /readyz says when it "
                                         "is ready", {"Retry-After": "5"})
             options = _options(body, config)
-            check = getattr(state.engine, "check_options", None)
-            if check is not None:
-                try:
-                    check(options)
-                except Unsupported as e:
-                    raise RequestRefused(422, str(e)) from None
+            try:
+                state.engine.check_options(options)
+            except Unsupported as e:
+                raise RequestRefused(422, str(e)) from None
             if body.return_attention and not state.engine.has_attention:
                 raise RequestRefused(422, "return_attention needs a single t2t_lite model (this "
                                         f"server runs {state.engine.description.get('engine')})")
@@ -405,7 +405,8 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
-def serve(engine_factory: Callable[[], Any], config: ServerConfig, sock: socket.socket,
+def serve(engine_factory: Callable[[], batching.Engine], config: ServerConfig,
+          sock: socket.socket,
           log_level: str = "warning") -> State:
     """Serves on `sock` until SIGTERM / SIGINT, then drains and returns (the signal is not
     re-raised: the process exits 0).
