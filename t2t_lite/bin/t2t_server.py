@@ -30,7 +30,9 @@ def _config(flags, decode_hp):
     for name, low in (("max_batch_size", 1), ("max_batch_tokens", 0), ("serve_max_queue", 1),
                       ("serve_max_sentences", 1), ("serve_max_input_tokens", 2),
                       ("serve_max_beam_size", 1), ("serve_max_n_best", 1),
-                      ("serve_decode_workers", 0),
+                      ("serve_decode_workers", 0), ("serve_max_body_bytes", 64),
+                      ("serve_read_timeout_secs", 0.001), ("serve_max_attention_cells", 0),
+                      ("serve_max_compiled_decoders", 1),
                       ("batch_timeout_ms", 0), ("request_timeout_secs", 0.001)):
         value = getattr(flags, name)
         if value is not None and value < low:  # None: the engine's choice
@@ -67,7 +69,8 @@ def _t2t_lite_engine(flags, spec: runs.RunSpec, decode_hp) -> Any:
     return T2tLiteEngine(model, run.encoders, run.target_space_id, decode_hp,
                          int(vocab.get("inputs", vocab["targets"])), description,
                          attention_fn=attention_viz.attention_weights if single else None,
-                         labels_fn=attention_viz.token_labels)
+                         labels_fn=attention_viz.token_labels,
+                         max_compiled_decoders=flags.serve_max_compiled_decoders)
 
 
 def _ctranslate2_engine(flags, decode_hp) -> Any:
@@ -195,7 +198,8 @@ def serve(flags) -> None:
         if isinstance(error, user_error_types()):
             raise error
         raise UserError(f"the model could not be loaded: {one_line(error)}") from error
-    print("stopped: requests in flight answered, queue drained", flush=True)
+    print(f"stopped: {state.stop_signal or 'a stop'} received: requests in flight answered, "
+          "queue drained", flush=True)
 
 
 def query(flags) -> int:

@@ -10,11 +10,14 @@
 The HTTP server starts first; the engine is built (`engine_factory`, the slow part: TensorFlow,
 the checkpoint) and warmed up with one decode on a background thread, so /healthz answers
 at once and /readyz says when translations will. Every error is `{"error": "<sentence>"}`
-with its status: 400 body not UTF-8 JSON, 422 wrong fields or types, an empty list, a bad
-sentence or option, 413 a limit passed (naming the flag), 503 loading, draining or a full
-queue (with Retry-After), 504 past --request_timeout_secs, 500 anything else (the server
-keeps serving). SIGTERM / SIGINT: uvicorn stops accepting, requests in flight finish, the
-workers drain the queue, the process exits 0.
+with its status: 400 body not UTF-8 JSON (or nested too deep; or not HTTP at all), 415 not
+sent as application/json, 408 a body not received whole within --serve_read_timeout_secs,
+413 a limit passed (naming the flag: body bytes, sentences, subwords, attention weights),
+422 wrong fields or types, an empty list, a bad sentence or option, 503 loading, draining
+or a full queue (with Retry-After), 504 past --request_timeout_secs, 500 anything else (the
+server keeps serving). A client that leaves before its answer is counted as 499. SIGTERM,
+SIGINT or SIGHUP: uvicorn stops accepting, requests in flight finish, the workers drain the
+queue, the process exits 0.
 """
 from __future__ import annotations
 
@@ -38,17 +41,27 @@ from fastapi.staticfiles import StaticFiles
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import ValidationError
 from starlette.exceptions import HTTPException
+from starlette.requests import ClientDisconnect
 
 from t2t_lite.serving import api, batching
+from t2t_lite.serving.batching import Unsupported
 from t2t_lite.serving.config import ServerConfig
 from t2t_lite.serving.continuous_batching import ContinuousBatcher
-from t2t_lite.serving.batching import Unsupported
 from t2t_lite.serving.engines import SentenceError
 from t2t_lite.serving.metrics import Metrics
 
 STATIC_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "static")
 # How often a waiting request checks that its client is still connected.
 DISCONNECT_POLL_SECS = 0.25
+# How long the rest of a request that is not HTTP is read and dropped after the 400.
+LINGER_SECS = 2.0
+
+
+# The answer to a request refused before its body was read whole: the connection is closed
+# after it (the rest of the body is never read).
+CLOSE = {"Connection": "close"}
+# nginx's "client closed request": counted in /metrics, never sent.
+CLIENT_LEFT = 499
 
 
 class RequestRefused(Exception):
@@ -59,6 +72,10 @@ class RequestRefused(Exception):
         super().__init__(message)
         self.status = status
         self.headers = headers
+
+
+class ClientLeft(Exception):
+    """The client disconnected before its answer (counted as 499, nothing sent)."""
 
 
 def error_response(status: int, message: str, headers: dict | None = None) -> JSONResponse:
@@ -77,6 +94,7 @@ class State:
         self.ready = False
         self.draining = False
         self.load_error: BaseException | None = None
+        self.stop_signal: str | None = None  # "SIGTERM", ... once one asked the server to stop
 
     def depth(self) -> int:
         """Sentences waiting or being decoded (0 before the engine is loaded)."""
@@ -158,11 +176,63 @@ def _options(body: api.TranslateRequest, config: ServerConfig) -> batching.Optio
     return batching.Options(beam_size, alpha, n_best)
 
 
+def _check_content_type(request: Request) -> None:
+    """Only JSON is read: a browser sends a form or text/plain POST to any site without
+    asking (no CORS preflight), so a page the user visits could make this server translate.
+
+    Raises:
+      RequestRefused: 415 naming the Content-Type sent.
+    """
+    sent = request.headers.get("content-type", "")
+    if sent.split(";", 1)[0].strip().lower() != "application/json":
+        shown = " ".join(sent.split())[:80] or "none"
+        raise RequestRefused(415, f"the body must be JSON, sent with Content-Type: "
+                                  f"application/json (got {shown})", CLOSE)
+
+
+async def _read_body(request: Request, config: ServerConfig) -> bytes:
+    """The request body, read within the body limit and the read timeout: a body longer
+    than --serve_max_body_bytes is refused by its Content-Length before any of it is read,
+    or as soon as the bytes read pass the limit (a chunked one), so that no more than the
+    limit is ever held.
+
+    Raises:
+      RequestRefused: 413 over the limit, 408 not received whole in time (the connection is
+        closed after either).
+      ClientLeft: the client disconnected while sending it.
+    """
+    limit = config.max_body_bytes
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        raise RequestRefused(413, f"the body is {int(declared)} bytes (Content-Length); the "
+                                  f"limit is {limit} (--serve_max_body_bytes)", CLOSE)
+
+    async def read() -> bytes:
+        chunks, size = [], 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                raise RequestRefused(413, f"the body is over {limit} bytes; the limit is "
+                                          f"{limit} (--serve_max_body_bytes)", CLOSE)
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+    try:
+        return await asyncio.wait_for(read(), config.read_timeout_secs)
+    except asyncio.TimeoutError:
+        raise RequestRefused(408, f"the request body was not received whole within "
+                                  f"{config.read_timeout_secs:g} s (--serve_read_timeout_secs)",
+                             CLOSE) from None
+    except ClientDisconnect:
+        raise ClientLeft from None
+
+
 def _parse(raw: bytes) -> api.TranslateRequest:
     """The request body as a TranslateRequest.
 
     Raises:
-      RequestRefused: 400 (not UTF-8, not JSON) or 422 (fields, types, empty list).
+      RequestRefused: 400 (not UTF-8, not JSON, nested too deep, a number too long) or 422
+        (fields, types, empty list).
     """
     try:
         text = raw.decode("utf-8")
@@ -174,6 +244,10 @@ def _parse(raw: bytes) -> api.TranslateRequest:
     except json.JSONDecodeError as e:
         raise RequestRefused(400, f"malformed JSON: {e.msg} at line {e.lineno} column "
                                 f"{e.colno}") from None
+    except RecursionError:
+        raise RequestRefused(400, "malformed JSON: nested too deeply") from None
+    except ValueError as e:  # e.g. an integer of more digits than Python converts
+        raise RequestRefused(400, f"malformed JSON: {' '.join(str(e).split())[:200]}") from None
     if not isinstance(data, dict):
         raise RequestRefused(422, 'the body must be a JSON object like {"inputs": ["..."]}')
     try:
@@ -213,6 +287,24 @@ def _encode(state: State, body: api.TranslateRequest) -> list[list[int]]:
                                     "(--serve_max_input_tokens)")
         id_lists.append(ids)
     return id_lists
+
+
+def _check_attention_budget(state: State, id_lists: list[list[int]]) -> None:
+    """Refuses a return_attention request whose answer could hold more attention weights
+    than --serve_max_attention_cells (each sentence's output counted at its longest): its
+    JSON would be tens of megabytes, and its weights held in memory while it is written.
+
+    Raises:
+      RequestRefused: 413 naming the count and the limit.
+    """
+    limit = state.config.max_attention_cells
+    cells = sum(state.engine.attention_cells(len(ids)) for ids in id_lists)
+    if cells > limit:
+        raise RequestRefused(413, f"return_attention: the attention of these {len(id_lists)} "
+                                  f"sentences may hold {cells} weights (layers x heads x "
+                                  "output x input positions); the limit is "
+                                  f"{limit} (--serve_max_attention_cells): send fewer or "
+                                  "shorter sentences, or leave return_attention out")
 
 
 async def _wait(request: Request, jobs: list[batching.Job], deadline: float) -> bool:
@@ -276,7 +368,8 @@ def create_app(engine_factory: Callable[[], batching.Engine], config: ServerConf
       on_load_failure: called when the engine cannot be built or warmed up (the caller stops
         the server and reports `app.state.serving.load_error`).
     """
-    metrics = Metrics(lambda: state.depth())
+    metrics = Metrics(lambda: state.depth(),
+                      lambda: state.engine.compiled_decoders() if state.engine else 0)
     state = State(config, metrics)
 
     @contextlib.asynccontextmanager
@@ -302,7 +395,7 @@ def create_app(engine_factory: Callable[[], batching.Engine], config: ServerConf
 
     @app.post("/v1/translate", response_model=api.TranslateResponse,
               responses={code: {"model": api.ErrorResponse} for code in
-                         (400, 413, 422, 500, 503, 504)},
+                         (400, 408, 413, 415, 422, 500, 503, 504)},
               openapi_extra={"requestBody": {"required": True, "content": {
                   "application/json": {"schema": api.TranslateRequest.model_json_schema()}}}})
     async def translate(request: Request):
@@ -310,7 +403,8 @@ def create_app(engine_factory: Callable[[], batching.Engine], config: ServerConf
         start = time.monotonic()
         status = 200
         try:
-            body = _parse(await request.body())
+            _check_content_type(request)
+            body = _parse(await _read_body(request, config))
             if state.draining:
                 raise RequestRefused(503, "the server is shutting down", {"Retry-After": "1"})
             if not state.ready:
@@ -324,7 +418,10 @@ def create_app(engine_factory: Callable[[], batching.Engine], config: ServerConf
             if body.return_attention and not state.engine.has_attention:
                 raise RequestRefused(422, "return_attention needs a single t2t_lite model (this "
                                         f"server runs {state.engine.description.get('engine')})")
-            jobs = batching.jobs_for(_encode(state, body), options, body.return_attention)
+            id_lists = _encode(state, body)
+            if body.return_attention:
+                _check_attention_budget(state, id_lists)
+            jobs = batching.jobs_for(id_lists, options, body.return_attention)
             try:
                 state.batcher.submit(jobs)
             except batching.QueueFull as e:
@@ -332,11 +429,15 @@ def create_app(engine_factory: Callable[[], batching.Engine], config: ServerConf
             except batching.Closed as e:
                 raise RequestRefused(503, str(e), {"Retry-After": "1"}) from None
             if not await _wait(request, jobs, start + config.request_timeout_secs):
-                status = 499  # nginx's "client closed request": counted, never sent
-                return Response(status_code=status)
+                raise ClientLeft
             answer = _response(body, jobs)
+            if await request.is_disconnected():
+                raise ClientLeft  # gone while its last sentence was decoded
             metrics.sentences.inc(len(jobs))
             return JSONResponse(answer)
+        except ClientLeft:
+            status = CLIENT_LEFT
+            return Response(status_code=status)
         except RequestRefused as e:
             status = e.status
             return error_response(e.status, str(e), e.headers)
@@ -375,11 +476,13 @@ def create_app(engine_factory: Callable[[], batching.Engine], config: ServerConf
         # the engine's choice; an engine that cannot batch continuously batches per batch).
         batching_in_use = ("continuous" if isinstance(state.batcher, ContinuousBatcher)
                            else "batch")
+        engine = state.engine
         limits = dict(dataclasses.asdict(config), decode_workers=state.batcher.workers,
                       batching=batching_in_use,
-                      batch_timeout_ms=batch_timeout_ms(state.engine, config))
-        return {"models": [dict(state.engine.description,
-                                attention=bool(state.engine.has_attention),
+                      batch_timeout_ms=batch_timeout_ms(engine, config),
+                      max_compiled_decoders=engine.max_compiled_decoders)
+        return {"models": [dict(engine.describe(), attention=bool(engine.has_attention),
+                                compiled_decoders=engine.compiled_decoders(),
                                 limits=limits)]}
 
     @app.get("/", include_in_schema=False)
@@ -388,6 +491,39 @@ def create_app(engine_factory: Callable[[], batching.Engine], config: ServerConf
 
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
     return app
+
+
+def http_protocol() -> type:
+    """uvicorn's h11 protocol, whose own 400 (a request that is not valid HTTP/1.1, or whose
+    request line and headers pass h11's 16 KB) is `{"error": ...}` like every other error,
+    not plain text."""
+    import h11
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    class JsonErrorsH11Protocol(H11Protocol):
+        rejected = False
+
+        def send_400_response(self, msg: str) -> None:
+            body = json.dumps({"error": "invalid HTTP request: malformed, or its request "
+                                        "line and headers are over 16 KB"}).encode("utf-8")
+            headers = [(b"content-type", b"application/json"), (b"connection", b"close"),
+                       (b"content-length", str(len(body)).encode("ascii"))]
+            for event in (h11.Response(status_code=400, headers=headers, reason=b"Bad Request"),
+                          h11.Data(data=body), h11.EndOfMessage()):
+                self.transport.write(self.conn.send(event))
+            # A lingering close: closed with the rest of the request unread, the socket
+            # would reset the connection, and the client could lose the answer. The rest
+            # is read and dropped for a moment, after the answer and its end of stream.
+            self.rejected = True
+            if self.transport.can_write_eof():
+                self.transport.write_eof()
+            self.loop.call_later(LINGER_SECS, self.transport.close)
+
+        def data_received(self, data: bytes) -> None:
+            if not self.rejected:
+                super().data_received(data)
+
+    return JsonErrorsH11Protocol
 
 
 def bind(host: str, port: int) -> socket.socket:
@@ -408,8 +544,8 @@ def bind(host: str, port: int) -> socket.socket:
 def serve(engine_factory: Callable[[], batching.Engine], config: ServerConfig,
           sock: socket.socket,
           log_level: str = "warning") -> State:
-    """Serves on `sock` until SIGTERM / SIGINT, then drains and returns (the signal is not
-    re-raised: the process exits 0).
+    """Serves on `sock` until SIGTERM, SIGINT or SIGHUP, then drains and returns (the signal
+    is not re-raised: the process exits 0; `State.stop_signal` names it).
 
     Returns:
       The server's State (`load_error` set when the engine could not be loaded).
@@ -430,16 +566,29 @@ def serve(engine_factory: Callable[[], batching.Engine], config: ServerConfig,
     class DrainingServer(uvicorn.Server):
         def handle_exit(self, sig, frame) -> None:
             state.draining = True  # /readyz says 503 at once, before the listener closes
+            if state.stop_signal is None:
+                state.stop_signal = signal.Signals(sig).name
             super().handle_exit(sig, frame)
 
+        @contextlib.contextmanager
+        def capture_signals(self):
+            # SIGHUP (a closed terminal, a supervisor's reload) drains as SIGTERM does;
+            # uvicorn takes only SIGINT and SIGTERM.
+            previous = signal.signal(signal.SIGHUP, self.handle_exit)
+            try:
+                with super().capture_signals():
+                    yield
+            finally:
+                signal.signal(signal.SIGHUP, previous)
+
     uvicorn_config = uvicorn.Config(
-        app, log_level=log_level, access_log=False, lifespan="on",
+        app, log_level=log_level, access_log=False, lifespan="on", http=http_protocol(),
         timeout_graceful_shutdown=int(config.request_timeout_secs) + 5)
     server = DrainingServer(uvicorn_config)
     # uvicorn re-raises the stop signal after its graceful shutdown; these handlers take it,
     # so that a drained server exits 0.
     previous = {sig: signal.signal(sig, lambda signum, frame: None)
-                for sig in (signal.SIGTERM, signal.SIGINT)}
+                for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
     try:
         server.run(sockets=[sock])
     finally:
