@@ -19,7 +19,7 @@ import time
 
 import pytest
 
-from tests.conftest import require_extra
+from tests.conftest import REPO_ROOT, require_extra
 from tests.server_helpers import ServerProcess, request
 
 require_extra("fastapi", "serve")
@@ -315,3 +315,124 @@ def test_sighup_drains_like_sigterm(tiny_run_trained, tmp_path):
         assert "Traceback" not in process.stderr()
     finally:
         process.stop()
+
+
+@pytest.fixture
+def without_tensorflow(tmp_path):
+    """The environment of a run.py whose `import tensorflow` fails: what it checks before
+    TensorFlow loads answers; anything later says "tensorflow imported"."""
+    from tests.run_py import env
+
+    fake = tmp_path / "no_tensorflow" / "tensorflow"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text('raise ImportError("tensorflow imported")\n')
+    values = env()
+    values["PYTHONPATH"] = os.pathsep.join(
+        [str(fake.parent), str(REPO_ROOT), values.get("PYTHONPATH", "")])
+    values["TF_ENABLE_ONEDNN_OPTS"] = "0"  # no oneDNN measurement in child processes
+    return values
+
+
+def test_start_up_checks_are_one_line_each_before_serving_and_tensorflow(
+        tiny_run_trained, tmp_path, without_tensorflow):
+    import subprocess
+    import sys
+
+    from tests.conftest import error_line
+
+    def serve(*flags: str) -> str:
+        result = subprocess.run(
+            [sys.executable, str(REPO_ROOT / "run.py"), "--mode=serve", *flags], cwd=tmp_path,
+            env=without_tensorflow, capture_output=True, text=True, timeout=120, check=False)
+        assert "Serving on" not in result.stdout
+        return error_line(result)
+
+    empty = tmp_path / "empty_run"
+    empty.mkdir()
+    (empty / "flags.json").write_text((tiny_run_trained / "flags.json").read_text())
+    assert serve(f"--output_dir={tmp_path / 'missing'}") == (
+        f"error: --output_dir={tmp_path / 'missing'}: no such folder (the training run to "
+        "serve)")
+    assert serve(f"--output_dir={empty}") == (
+        f"error: No checkpoint in --output_dir={empty}; train first or give --checkpoint_path")
+    assert serve(f"--checkpoint_path={tmp_path / 'ckpt-9'}") == (
+        f"error: --checkpoint_path={tmp_path / 'ckpt-9'}: {tmp_path / 'ckpt-9'} is neither a "
+        f"run folder nor a checkpoint ({tmp_path / 'ckpt-9'}.index)")
+    assert serve(f"--saved_model_dir={tmp_path}") == (
+        f"error: --saved_model_dir={tmp_path}: no saved_model.pb there nor in a numbered "
+        "version folder; write one with --mode=export")
+    assert serve(f"--output_dir={tiny_run_trained}", "--port=70000") == (
+        "error: --port=70000: must be between 0 and 65535")
+    line = serve(f"--output_dir={tiny_run_trained}", "--host=no-such-host.invalid")
+    assert line.startswith("error: --host=no-such-host.invalid: not an address or a known "
+                           "host name ("), line
+    # Those checked when listening (still before TensorFlow): a port in use, an address
+    # that is not this machine's.
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        line = serve(f"--output_dir={tiny_run_trained}", f"--port={port}")
+    assert line.startswith(f"error: --port={port}: already in use on --host=127.0.0.1 ("), line
+    assert line.endswith("); pick another --port (0: any free one)")
+    line = serve(f"--output_dir={tiny_run_trained}", "--host=192.0.2.1", "--port=0")
+    assert line.startswith("error: --host=192.0.2.1: cannot listen there ("), line
+    # A good command gets past every check: this one then needs TensorFlow.
+    result = subprocess.run(
+        [sys.executable, str(REPO_ROOT / "run.py"), "--mode=serve", "--port=0",
+         f"--output_dir={tiny_run_trained}"], cwd=tmp_path, env=without_tensorflow,
+        capture_output=True, text=True, timeout=120, check=False)
+    assert "tensorflow imported" in result.stderr
+
+
+def test_query_mode_is_one_line_for_a_malformed_url_or_another_servers_page(tmp_path):
+    import http.server
+    import subprocess
+    import sys
+
+    from tests.conftest import error_line
+    from tests.run_py import env
+
+    page = b"<html><body>" + b"<p>a long page</p>\n" * 500 + b"</body></html>"
+
+    class Proxy(http.server.BaseHTTPRequestHandler):
+        """A proxy's HTML error page for /bad, an HTML page with 200 for /html."""
+
+        def do_POST(self):  # noqa: N802 - http.server's name
+            self.rfile.read(int(self.headers["Content-Length"]))
+            status = 502 if self.path.startswith("/bad") else 200
+            self.send_response(status)
+            self.send_header("Content-Type", "text/html; charset=utf-8")
+            self.send_header("Content-Length", str(len(page)))
+            self.end_headers()
+            self.wfile.write(page)
+
+        def log_message(self, *args):
+            pass
+
+    lines = tmp_path / "in.txt"
+    lines.write_text("0 1\n")
+    proxy = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Proxy)
+    threading.Thread(target=proxy.serve_forever, daemon=True).start()
+    try:
+        def query(url: str) -> str:
+            result = subprocess.run(
+                [sys.executable, str(REPO_ROOT / "run.py"), "--mode=query",
+                 f"--server_url={url}", f"--decode_from_file={lines}"], cwd=tmp_path,
+                env=env(), capture_output=True, text=True, timeout=120, check=False)
+            return error_line(result)
+
+        base = f"http://127.0.0.1:{proxy.server_address[1]}"
+        assert query("notaurl") == ("error: --server_url=notaurl: 'notaurl' is not the URL of "
+                                    "a server; give one like http://127.0.0.1:8080")
+        assert query("http://127.0.0.1:port") == (
+            "error: --server_url=http://127.0.0.1:port: 'http://127.0.0.1:port' is not the URL "
+            "of a server (Port could not be cast to integer value as 'port')")
+        assert query(base + "/bad") == (
+            f"error: --server_url={base}/bad: line 1: 502: Bad Gateway (text/html, not this "
+            "server's JSON error)")
+        assert query(base + "/html") == (
+            f"error: --server_url={base}/html: line 1: 200: the answer is not a JSON object of "
+            f"a translation server (text/html, {len(page)} bytes)")
+    finally:
+        proxy.shutdown()

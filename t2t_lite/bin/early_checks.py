@@ -141,7 +141,11 @@ def check(mode: str, flags_obj: Any) -> None:
     elif mode in CHECKPOINT_MODES and not flags_obj.checkpoint_path:
         if mode == "decode" and flags_obj.decode_engine == "ctranslate2":
             return
-        _check_run_reader(mode, flags_obj)
+        check_run_reader(mode, flags_obj)
+    elif mode == "serve":
+        from t2t_lite.bin import t2t_server
+
+        t2t_server.check_serving(flags_obj)
 
 
 def check_datagen_flags(flags_obj: Any) -> None:
@@ -186,7 +190,13 @@ def _check_training(mode: str, flags_obj: Any) -> None:
     check_hparams(hparams_set, flags_obj.hparams, output_dir)
 
 
-def _check_run_reader(mode: str, flags_obj: Any) -> None:
+def check_run_reader(mode: str, flags_obj: Any) -> None:
+    """A tool that reads a run's checkpoint (decode, export, attention, serve): the names
+    it works on (`runs.resolve`), the hparams and a checkpoint present, without TensorFlow.
+
+    Raises:
+      UserError (or the library's one-line errors): the first mistake found.
+    """
     from t2t_lite.decoding import runs
 
     output_dir = os.path.expanduser(flags_obj.output_dir or "")

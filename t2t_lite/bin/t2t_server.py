@@ -73,12 +73,19 @@ def _t2t_lite_engine(flags, spec: runs.RunSpec, decode_hp) -> Any:
                          max_compiled_decoders=flags.serve_max_compiled_decoders)
 
 
+def _ct2_model_dir(flags) -> str:
+    """The CTranslate2 export to serve (--export_dir, else <--output_dir>/ctranslate2)."""
+    from t2t_lite.serving import ct2
+
+    return ct2.default_model_dir(flags.export_dir, os.path.expanduser(flags.output_dir or ""))
+
+
 def _ctranslate2_engine(flags, decode_hp) -> Any:
     """The CTranslate2 export as a CTranslate2Engine."""
     from t2t_lite.serving import ct2
     from t2t_lite.serving.engines import CTranslate2Engine
 
-    model_dir = ct2.default_model_dir(flags.export_dir, flags.output_dir)
+    model_dir = _ct2_model_dir(flags)
     translator = ct2.Translator(model_dir, device=flags.ct2_device,
                                 compute_type=flags.ct2_compute_type,
                                 inter_threads=flags.ct2_inter_threads,
@@ -88,6 +95,25 @@ def _ctranslate2_engine(flags, decode_hp) -> Any:
         workers=flags.serve_decode_workers)
 
 
+def _saved_model_path(flags) -> str:
+    """The SavedModel folder to serve: --saved_model_dir, or its newest version folder.
+
+    Raises:
+      UserError: no saved_model.pb there nor in a numbered version folder.
+    """
+    path = os.path.expanduser(flags.saved_model_dir)
+    if os.path.isfile(os.path.join(path, "saved_model.pb")):
+        return path
+    versions = sorted((int(name) for name in os.listdir(path) if name.isdigit()
+                       and os.path.isfile(os.path.join(path, name, "saved_model.pb"))),
+                      reverse=True) if os.path.isdir(path) else []
+    if not versions:
+        raise UserError(f"--saved_model_dir={flags.saved_model_dir}: no saved_model.pb "
+                        "there nor in a numbered version folder; write one with "
+                        "--mode=export")
+    return os.path.join(path, str(versions[0]))
+
+
 def _saved_model_engine(flags, decode_hp) -> Any:
     """The SavedModel (its newest version folder when given the export dir)."""
     from t2t_lite import quiet_start
@@ -95,16 +121,7 @@ def _saved_model_engine(flags, decode_hp) -> Any:
     tf = quiet_start.import_tensorflow()
     from t2t_lite.serving.engines import SavedModelEngine
 
-    path = os.path.expanduser(flags.saved_model_dir)
-    if not os.path.isfile(os.path.join(path, "saved_model.pb")):
-        versions = sorted((int(name) for name in os.listdir(path) if name.isdigit()
-                           and os.path.isfile(os.path.join(path, name, "saved_model.pb"))),
-                          reverse=True) if os.path.isdir(path) else []
-        if not versions:
-            raise UserError(f"--saved_model_dir={flags.saved_model_dir}: no saved_model.pb "
-                            "there nor in a numbered version folder; write one with "
-                            "--mode=export")
-        path = os.path.join(path, str(versions[0]))
+    path = _saved_model_path(flags)
     loaded = load_saved_model(tf, path)
     for name in ("encode", "encode_decode_ids", "decode"):
         if name not in loaded.signatures:
@@ -154,6 +171,83 @@ def _decode_values(decode_hp) -> dict:
             ("beam_size", "alpha", "extra_length", "max_input_size", "return_beams")}
 
 
+def check_serving(flags) -> None:
+    """What `--mode=serve` checks before anything else (run.py's early checks: before
+    TensorFlow loads and before "Serving on" is printed), each mistake one line naming its
+    flag: --port's range, --host, and the model to serve (the run folder and its
+    checkpoints, --checkpoint_path, --saved_model_dir or the CTranslate2 export).
+
+    Raises:
+      UserError: the first mistake found.
+    """
+    import socket
+
+    from t2t_lite.bin import early_checks
+
+    if not 0 <= flags.port <= 65535:
+        raise UserError(f"--port={flags.port}: must be between 0 and 65535")
+    try:
+        socket.getaddrinfo(flags.host, None)
+    except (socket.gaierror, UnicodeError) as e:
+        raise UserError(f"--host={flags.host}: not an address or a known host name "
+                        f"({one_line(e)}); use 127.0.0.1, 0.0.0.0 or one of this machine's "
+                        "addresses") from None
+    output_dir = os.path.expanduser(flags.output_dir or "")
+    if output_dir and not os.path.isdir(output_dir) and "://" not in output_dir:
+        raise UserError(f"--output_dir={flags.output_dir}: no such folder (the training run "
+                        "to serve)")
+    if flags.decode_engine == "ctranslate2":
+        model_dir = _ct2_model_dir(flags)
+        if "://" not in model_dir and not os.path.isfile(os.path.join(model_dir, "model.bin")):
+            raise UserError(f"{model_dir}: no CTranslate2 model (model.bin) there; write one "
+                            "with --mode=export --export_format=ctranslate2, or name it with "
+                            "--export_dir")
+    elif flags.saved_model_dir:
+        _saved_model_path(flags)
+    elif flags.checkpoint_path:
+        for path in runs.ensemble_paths(flags.checkpoint_path):
+            if "://" not in path and not (os.path.isdir(path)
+                                          or os.path.isfile(path + ".index")):
+                raise UserError(f"--checkpoint_path={flags.checkpoint_path}: {path} is neither "
+                                f"a run folder nor a checkpoint ({path}.index)")
+    elif not output_dir:
+        raise UserError("--mode=serve needs --output_dir=<training run> (or --checkpoint_path, "
+                        "--saved_model_dir, or --decode_engine=ctranslate2 with --export_dir)")
+    else:
+        early_checks.check_checkpoint_present(output_dir)
+        early_checks.check_run_reader("serve", flags)
+
+
+def _listen(host: str, port: int) -> Any:
+    """`server.bind(host, port)`, its failure one line naming the flag at fault.
+
+    Raises:
+      UserError: the port is taken or privileged (--port), or the host is not this
+        machine's (--host).
+    """
+    import errno
+    import socket
+
+    from t2t_lite.serving import server
+
+    try:
+        return server.bind(host, port)
+    except socket.gaierror as e:
+        raise UserError(f"--host={host}: not an address or a known host name "
+                        f"({one_line(e)})") from None
+    except OSError as e:
+        reason = e.strerror or one_line(e)
+        if e.errno == errno.EADDRINUSE:
+            raise UserError(f"--port={port}: already in use on --host={host} ({reason}); pick "
+                            "another --port (0: any free one)") from None
+        if e.errno in (errno.EACCES, errno.EPERM):
+            raise UserError(f"--port={port}: not allowed to this user ({reason}; ports below "
+                            "1024 need privileges); pick another --port (0: any free one)"
+                            ) from None
+        raise UserError(f"--host={host}: cannot listen there ({reason}); use 127.0.0.1, "
+                        "0.0.0.0 or one of this machine's addresses") from None
+
+
 def serve(flags) -> None:
     """`run.py --mode=serve`: prints the URL, serves until SIGTERM / SIGINT, exits 0.
 
@@ -183,11 +277,7 @@ def serve(flags) -> None:
 
         def factory():
             return _t2t_lite_engine(flags, spec, decode_hp)
-    try:
-        sock = server.bind(flags.host, flags.port)
-    except OSError as e:
-        raise UserError(f"--host={flags.host} --port={flags.port}: cannot listen there "
-                        f"({e.strerror or e}); pick another --port (0: any free one)") from None
+    sock = _listen(flags.host, flags.port)
     host, port = sock.getsockname()[:2]
     shown = f"[{host}]" if ":" in host else host
     print(f"Serving on http://{shown}:{port}/ (POST /v1/translate, the page at /, GET /readyz "
@@ -211,7 +301,10 @@ def query(flags) -> int:
     """
     from t2t_lite.serving.client import ServerError, Translator
 
-    translator = Translator(flags.server_url)
+    try:
+        translator = Translator(flags.server_url)
+    except ServerError as e:
+        raise UserError(f"--server_url={flags.server_url}: {e}") from None
     count = 0
     with contextlib.ExitStack() as stack:
         source = sys.stdin
