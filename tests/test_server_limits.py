@@ -436,3 +436,47 @@ def test_query_mode_is_one_line_for_a_malformed_url_or_another_servers_page(tmp_
             f"a translation server (text/html, {len(page)} bytes)")
     finally:
         proxy.shutdown()
+
+
+def test_a_sentence_gets_the_same_translation_from_the_server_and_decode_from_file(
+        copy_model, tmp_path):
+    import uvicorn
+
+    from t2t_lite.decoding import decoding
+    from t2t_lite.serving import engines, server
+    from tests import copy_task
+
+    model, encoder, _ = copy_model
+    decode_hp = decoding.decode_hparams("beam_size=1,extra_length=4")
+    # Lines as a careless day writes them: CRLF endings, stray spaces and tabs. t2t's
+    # subword encoder keeps "\r" and leading spaces as pieces of their own.
+    raw = ["3 1 4 1 5\r", "  9 2 6\r", "5 3 5 8 9\t \r", "\t7 9\u3000\r"]
+    assert encoder.encode(raw[1]) != encoder.encode(raw[1].strip())
+    source = tmp_path / "lines.txt"
+    source.write_bytes("\n".join(raw).encode("utf-8") + b"\n")
+    decoding.decode_from_file(decoding.make_infer_fn(model, decode_hp), str(source),
+                              {"inputs": encoder, "targets": encoder}, decode_hp,
+                              str(tmp_path / "out.txt"), ("transformer", "tiny", "copy"))
+    decoded = (tmp_path / "out.txt").read_text(encoding="utf-8").split("\n")[:len(raw)]
+    assert decoded[1] == "9 2 6"  # the copy model copies
+
+    engine = engines.T2tLiteEngine(model, {"inputs": encoder, "targets": encoder}, 0,
+                                   decode_hp, copy_task.VOCAB_SIZE, {"checkpoint": None})
+    app = server.create_app(lambda: engine, server.ServerConfig(beam_size=1, alpha=0.6))
+    sock = server.bind("127.0.0.1", 0)
+    instance = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
+    thread = threading.Thread(target=instance.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{sock.getsockname()[1]}"
+    try:
+        deadline = time.monotonic() + 120
+        while request(url + "/readyz")[0] != 200:
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        # Each line as the client read it, nothing stripped.
+        status, answer, _ = request(url + "/v1/translate", {"inputs": raw})
+        assert status == 200, answer
+        assert answer["outputs"] == decoded
+    finally:
+        instance.should_exit = True
+        thread.join(30)

@@ -43,6 +43,7 @@ from pydantic import ValidationError
 from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect
 
+from t2t_lite.decoding import input_files
 from t2t_lite.serving import api, batching
 from t2t_lite.serving.batching import Unsupported
 from t2t_lite.serving.config import ServerConfig
@@ -271,7 +272,9 @@ def _encode(state: State, body: api.TranslateRequest) -> list[list[int]]:
         raise RequestRefused(413, f"{len(body.inputs)} sentences in one request; the limit is "
                                 f"{config.max_sentences} (--serve_max_sentences)")
     id_lists = []
-    for index, text in enumerate(body.inputs):
+    for index, sent in enumerate(body.inputs):
+        # As --decode_from_file reads its lines: the same sentence, the same translation.
+        text = input_files.normalize_record(sent)
         # A sentence far longer in characters than any limit in subwords is not encoded.
         if len(text) > 64 * config.max_input_tokens:
             raise RequestRefused(413, f"inputs[{index}]: {len(text)} characters; the limit is "
