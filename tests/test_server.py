@@ -491,8 +491,10 @@ def test_ctranslate2_engine_cuts_a_batch_into_one_part_per_replica_a_worker_has(
     assert translator.parts[-1] == [[1, 2, 4]]
     assert server.batch_timeout_ms(engine, server.ServerConfig()) == 1.0
     assert server.batch_timeout_ms(engine, server.ServerConfig(batch_timeout_ms=0)) == 0
+
     class Plain(batching.Engine):  # an engine that states no batch timeout of its own
-        description: dict = {}
+        def __init__(self):
+            self.description = {}
 
     assert server.batch_timeout_ms(Plain(), server.ServerConfig()) == 5.0
 

@@ -24,7 +24,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import json
 import math
 import os
 import socket
@@ -39,44 +38,20 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-from pydantic import ValidationError
 from starlette.exceptions import HTTPException
-from starlette.requests import ClientDisconnect
 
 from t2t_lite.decoding import input_files
-from t2t_lite.serving import api, batching
+from t2t_lite.serving import api, batching, http_input
 from t2t_lite.serving.batching import Unsupported
 from t2t_lite.serving.config import ServerConfig
 from t2t_lite.serving.continuous_batching import ContinuousBatcher
 from t2t_lite.serving.engines import SentenceError
+from t2t_lite.serving.http_input import CLIENT_LEFT, ClientLeft, RequestRefused
 from t2t_lite.serving.metrics import Metrics
 
 STATIC_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "static")
 # How often a waiting request checks that its client is still connected.
 DISCONNECT_POLL_SECS = 0.25
-# How long the rest of a request that is not HTTP is read and dropped after the 400.
-LINGER_SECS = 2.0
-
-
-# The answer to a request refused before its body was read whole: the connection is closed
-# after it (the rest of the body is never read).
-CLOSE = {"Connection": "close"}
-# nginx's "client closed request": counted in /metrics, never sent.
-CLIENT_LEFT = 499
-
-
-class RequestRefused(Exception):
-    """A request answered with an error status and one sentence (an HTTP answer, caught by
-    the handlers: never a run.py error line)."""
-
-    def __init__(self, status: int, message: str, headers: dict | None = None):
-        super().__init__(message)
-        self.status = status
-        self.headers = headers
-
-
-class ClientLeft(Exception):
-    """The client disconnected before its answer (counted as 499, nothing sent)."""
 
 
 def error_response(status: int, message: str, headers: dict | None = None) -> JSONResponse:
@@ -175,89 +150,6 @@ def _options(body: api.TranslateRequest, config: ServerConfig) -> batching.Optio
                                 f"{beam_size} (and at most {config.max_n_best}, "
                                 "--serve_max_n_best)")
     return batching.Options(beam_size, alpha, n_best)
-
-
-def _check_content_type(request: Request) -> None:
-    """Only JSON is read: a browser sends a form or text/plain POST to any site without
-    asking (no CORS preflight), so a page the user visits could make this server translate.
-
-    Raises:
-      RequestRefused: 415 naming the Content-Type sent.
-    """
-    sent = request.headers.get("content-type", "")
-    if sent.split(";", 1)[0].strip().lower() != "application/json":
-        shown = " ".join(sent.split())[:80] or "none"
-        raise RequestRefused(415, f"the body must be JSON, sent with Content-Type: "
-                                  f"application/json (got {shown})", CLOSE)
-
-
-async def _read_body(request: Request, config: ServerConfig) -> bytes:
-    """The request body, read within the body limit and the read timeout: a body longer
-    than --serve_max_body_bytes is refused by its Content-Length before any of it is read,
-    or as soon as the bytes read pass the limit (a chunked one), so that no more than the
-    limit is ever held.
-
-    Raises:
-      RequestRefused: 413 over the limit, 408 not received whole in time (the connection is
-        closed after either).
-      ClientLeft: the client disconnected while sending it.
-    """
-    limit = config.max_body_bytes
-    declared = request.headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > limit:
-        raise RequestRefused(413, f"the body is {int(declared)} bytes (Content-Length); the "
-                                  f"limit is {limit} (--serve_max_body_bytes)", CLOSE)
-
-    async def read() -> bytes:
-        chunks, size = [], 0
-        async for chunk in request.stream():
-            size += len(chunk)
-            if size > limit:
-                raise RequestRefused(413, f"the body is over {limit} bytes; the limit is "
-                                          f"{limit} (--serve_max_body_bytes)", CLOSE)
-            chunks.append(chunk)
-        return b"".join(chunks)
-
-    try:
-        return await asyncio.wait_for(read(), config.read_timeout_secs)
-    except asyncio.TimeoutError:
-        raise RequestRefused(408, f"the request body was not received whole within "
-                                  f"{config.read_timeout_secs:g} s (--serve_read_timeout_secs)",
-                             CLOSE) from None
-    except ClientDisconnect:
-        raise ClientLeft from None
-
-
-def _parse(raw: bytes) -> api.TranslateRequest:
-    """The request body as a TranslateRequest.
-
-    Raises:
-      RequestRefused: 400 (not UTF-8, not JSON, nested too deep, a number too long) or 422
-        (fields, types, empty list).
-    """
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise RequestRefused(400, f"the request body is not UTF-8 (byte 0x{raw[e.start]:02x} at "
-                                f"offset {e.start})") from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise RequestRefused(400, f"malformed JSON: {e.msg} at line {e.lineno} column "
-                                f"{e.colno}") from None
-    except RecursionError:
-        raise RequestRefused(400, "malformed JSON: nested too deeply") from None
-    except ValueError as e:  # e.g. an integer of more digits than Python converts
-        raise RequestRefused(400, f"malformed JSON: {' '.join(str(e).split())[:200]}") from None
-    if not isinstance(data, dict):
-        raise RequestRefused(422, 'the body must be a JSON object like {"inputs": ["..."]}')
-    try:
-        body = api.TranslateRequest.model_validate(data)
-    except ValidationError as e:
-        raise RequestRefused(422, api.validation_message(e.errors())) from None
-    if not body.inputs:
-        raise RequestRefused(422, "inputs: the list is empty; give at least one sentence")
-    return body
 
 
 def _encode(state: State, body: api.TranslateRequest) -> list[list[int]]:
@@ -406,8 +298,8 @@ def create_app(engine_factory: Callable[[], batching.Engine], config: ServerConf
         start = time.monotonic()
         status = 200
         try:
-            _check_content_type(request)
-            body = _parse(await _read_body(request, config))
+            http_input.check_content_type(request)
+            body = http_input.parse(await http_input.read_body(request, config))
             if state.draining:
                 raise RequestRefused(503, "the server is shutting down", {"Retry-After": "1"})
             if not state.ready:
@@ -496,39 +388,6 @@ def create_app(engine_factory: Callable[[], batching.Engine], config: ServerConf
     return app
 
 
-def http_protocol() -> type:
-    """uvicorn's h11 protocol, whose own 400 (a request that is not valid HTTP/1.1, or whose
-    request line and headers pass h11's 16 KB) is `{"error": ...}` like every other error,
-    not plain text."""
-    import h11
-    from uvicorn.protocols.http.h11_impl import H11Protocol
-
-    class JsonErrorsH11Protocol(H11Protocol):
-        rejected = False
-
-        def send_400_response(self, msg: str) -> None:
-            body = json.dumps({"error": "invalid HTTP request: malformed, or its request "
-                                        "line and headers are over 16 KB"}).encode("utf-8")
-            headers = [(b"content-type", b"application/json"), (b"connection", b"close"),
-                       (b"content-length", str(len(body)).encode("ascii"))]
-            for event in (h11.Response(status_code=400, headers=headers, reason=b"Bad Request"),
-                          h11.Data(data=body), h11.EndOfMessage()):
-                self.transport.write(self.conn.send(event))
-            # A lingering close: closed with the rest of the request unread, the socket
-            # would reset the connection, and the client could lose the answer. The rest
-            # is read and dropped for a moment, after the answer and its end of stream.
-            self.rejected = True
-            if self.transport.can_write_eof():
-                self.transport.write_eof()
-            self.loop.call_later(LINGER_SECS, self.transport.close)
-
-        def data_received(self, data: bytes) -> None:
-            if not self.rejected:
-                super().data_received(data)
-
-    return JsonErrorsH11Protocol
-
-
 def bind(host: str, port: int) -> socket.socket:
     """A listening socket on host:port (port 0: a free port the system picks).
 
@@ -585,7 +444,7 @@ def serve(engine_factory: Callable[[], batching.Engine], config: ServerConfig,
                 signal.signal(signal.SIGHUP, previous)
 
     uvicorn_config = uvicorn.Config(
-        app, log_level=log_level, access_log=False, lifespan="on", http=http_protocol(),
+        app, log_level=log_level, access_log=False, lifespan="on", http=http_input.http_protocol(),
         timeout_graceful_shutdown=int(config.request_timeout_secs) + 5)
     server = DrainingServer(uvicorn_config)
     # uvicorn re-raises the stop signal after its graceful shutdown; these handlers take it,
