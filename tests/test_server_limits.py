@@ -268,6 +268,17 @@ def test_compiled_searches_take_alpha_as_an_input_and_decode_as_infer(copy_model
             {"inputs": batch, "input_lengths": lengths}, decode_length=4,
             beam_size=beam_size, alpha=0.6)["outputs"])
     assert searches.cache.keys() == [(2, 1), (1, 1)]  # the cap: the least recent dropped
+    # The continuous searches' functions are kept per configuration under the same cap.
+    from t2t_lite.decoding import decoding
+    from t2t_lite.serving import batching, engines
+    from tests import copy_task
+
+    engine = engines.T2tLiteEngine(model, {"targets": copy_model[1]}, 0,
+                                   decoding.decode_hparams("extra_length=4"),
+                                   copy_task.VOCAB_SIZE, {}, max_compiled_decoders=2)
+    for alpha in (0.2, 0.4, 0.6):
+        engine.slot_search(batching.Options(2, alpha, 1), 16, 4)
+    assert engine.compiled_decoders() == 2 == engine.max_compiled_decoders
 
 
 def test_models_says_whether_the_served_checkpoint_is_still_on_disk(limited):
