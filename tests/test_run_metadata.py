@@ -119,9 +119,11 @@ def test_resume_on_data_made_again_says_so_in_one_line_and_the_card_keeps_it(
 def test_nothing_to_train_writes_nothing(data_dir, trained, tmp_path):
     output_dir = _copy(trained, tmp_path)
     before = _snapshot(output_dir)
-    for steps in (4, 2):  # at the checkpoint's step, and below it (another --train_steps)
-        result = _run(*_train_flags(data_dir, output_dir, f"--train_steps={steps}"),
-                      cwd=tmp_path)
+    for steps, mode in ((4, "train"), (2, "train"), (4, "train_and_eval")):
+        # At the checkpoint's step, below it (another --train_steps), and with evaluations.
+        flags = _train_flags(data_dir, output_dir, f"--train_steps={steps}")
+        flags[0] = f"--mode={mode}"
+        result = _run(*flags, cwd=tmp_path)
         assert result.returncode == 0, result.stderr[-3000:]
         assert f"Global step 4 >= train_steps {steps}: nothing to train" in result.stderr
         assert _snapshot(output_dir) == before

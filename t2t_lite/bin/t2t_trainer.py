@@ -214,9 +214,11 @@ def _run_schedule(trainer: Trainer, flags_obj: Any, mode: str) -> dict[str, floa
     decoded: dict[str, float] = {}  # the dev decodes' metrics of the current evaluation
     if flags_obj.schedule == "train_eval_and_decode":
         after_eval = _dev_decoder(trainer, flags_obj, decoded)
+    start = trainer.step
     trainer.train(eval_every=trainer.config.local_eval_frequency, after_eval=after_eval,
                   stop_when=_model_selection(trainer, flags_obj, decoded))
-    if trainer.chief:  # PNGs of the curves (needs the [viz] extra)
+    if trainer.chief and trainer.step > start:
+        # PNGs of the curves (the [viz] extra); a run with nothing to train is left as it was.
         plots.plot_run_if_possible(trainer.config.output_dir)
     return trainer.last_eval_results
 
