@@ -90,16 +90,24 @@ class DataError(FileNotFoundError):
     the files and the datagen command that repairs them. A FileNotFoundError, as t2t raised."""
 
 
+class HParamsError(ValueError):
+    """A bad hyperparameter name, value or override string (raised by `t2t_lite.hparams`)."""
+
+
+class RegistryError(KeyError):
+    """An unknown or duplicate registered name (raised by `t2t_lite.registry`)."""
+
+    def __str__(self) -> str:  # KeyError quotes its message; show it plainly.
+        return str(self.args[0])
+
+
 def user_error_types() -> tuple[type[BaseException], ...]:
     """The exception types whose message is meant for the user as it is.
 
     Returns:
-      UserError and the library's own error classes (imported lazily so that this module
-      stays importable without TensorFlow).
+      UserError and the library's own error classes, all declared here (this module imports
+      nothing of t2t_lite: every other module may import it).
     """
-    from t2t_lite.hparams import HParamsError
-    from t2t_lite.registry import RegistryError
-
     return (UserError, DataError, HParamsError, RegistryError)
 
 

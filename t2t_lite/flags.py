@@ -293,7 +293,7 @@ flags.DEFINE_enum(
     "(loads in any TensorFlow), or tensorflow-text's FastWordpieceTokenizer (same ids, about "
     "2x faster encoding; the serving process must load tensorflow-text's ops).")
 
-# --- CTranslate2 export and decoding (t2t_lite.serving.ct2; not in t2t) --------------------
+# --- CTranslate2 export and decoding (t2t_lite.export.ct2; not in t2t) --------------------
 flags.DEFINE_enum(
     "export_format", "saved_model", ["saved_model", "ctranslate2"],
     "--mode=export: a TensorFlow SavedModel, or a CTranslate2 model directory (written to "

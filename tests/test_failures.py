@@ -58,6 +58,9 @@ def _copy(trained, tmp_path):
     (["--hparams=hidden_size=-32"], "error: hparams hidden_size=-32: must be > 0"),
     (["--hparams=batch_size=0"], "error: hparams batch_size=0: must be > 0"),
     (["--hparams=relu_dropout=1.0"], "error: hparams relu_dropout=1.0: must be in [0, 1)"),
+    (["--hparams=clip_grad_norm=-1.0"], "error: hparams clip_grad_norm=-1.0: must be >= 0"),
+    (["--hparams=sampling_keep_top_p=1.5"],
+     "error: hparams sampling_keep_top_p=1.5: must be in (0, 1]"),
     (["--hparams=weight_dtype=bfloat16"],
      ("error: hparams.weight_dtype='bfloat16' is not supported by t2t_lite (t2t: bfloat16 "
       "weights (TPU)); leave it at 'float32'")),
@@ -430,7 +433,7 @@ def test_decode_memory_estimate_grows_with_the_beam_squared_and_is_refused_over_
     ("num_samples=-2", "num_samples=-2 must be >= -1"),
 ])
 def test_decode_hparams_out_of_range_are_refused_by_name(overrides, message):
-    from t2t_lite.decoding import decoding
+    from t2t_lite.decoding import decode_hparams
 
     with pytest.raises(ValueError, match=f"^--decode_hparams: {re.escape(message)}"):
-        decoding.decode_hparams(overrides)
+        decode_hparams.decode_hparams(overrides)

@@ -384,20 +384,20 @@ def test_decode_reference_missing_or_of_another_length_is_refused_before_decodin
 
 
 def test_report_bleu_with_another_line_count_is_an_error(tmp_path):
-    from t2t_lite.decoding import decoding
+    from t2t_lite.training import dev_decode
 
     (tmp_path / "ref.txt").write_text("a b\n")
     (tmp_path / "hyp.txt").write_text("a b\nc\n")
     with pytest.raises(UserError, match=r"has 1 lines but .* has 2; .* \(the decodes are kept "
                                         r"in .*hyp\.txt\)$"):
-        decoding.report_bleu(str(tmp_path / "ref.txt"), str(tmp_path / "hyp.txt"), None, "x-1")
+        dev_decode.report_bleu(str(tmp_path / "ref.txt"), str(tmp_path / "hyp.txt"), None, "x-1")
 
 
 def test_a_decode_line_too_long_for_memory_is_named_with_the_max_input_size_that_fits(
         tmp_path, monkeypatch):
     from t2t_lite.bin import t2t_decoder
     from t2t_lite.data_generators import text_encoder
-    from t2t_lite.decoding import decoding
+    from t2t_lite.decoding import decode_hparams, text_batches
     from t2t_lite.hparams import HParams
     from t2t_lite.utils import validation
 
@@ -412,7 +412,7 @@ def test_a_decode_line_too_long_for_memory_is_named_with_the_max_input_size_that
     def check(overrides=""):
         t2t_decoder._check_decode_memory(
             _decode_flags(None, decode_from_file=str(inputs)), hparams, problem_hparams,
-            decoding.decode_hparams(overrides), encoders)
+            decode_hparams.decode_hparams(overrides), encoders)
 
     def estimate(length):  # 3 lines per batch, beam 4, extra_length 100
         return validation.decode_memory_estimate(4, 3, 4, length + 100, 16, 2, 1,
@@ -430,8 +430,8 @@ def test_a_decode_line_too_long_for_memory_is_named_with_the_max_input_size_that
             f"--decode_hparams=max_input_size={fits} (t2t's: keeps the first {fits - 1} ids), "
             "or split the line"), str(raised.value)), str(raised.value)
     check(f"max_input_size={fits}")  # cut as decoding cuts it: fits
-    assert decoding.longest_input(inputs.read_text().splitlines(), encoders["inputs"],
-                                  fits) == (2, fits)
+    assert text_batches.longest_input(inputs.read_text().splitlines(), encoders["inputs"],
+                                      fits) == (2, fits)
     # The input terms: the encoder's B x H x L x L attention dominates a long line.
     assert estimate(40001) - validation.decode_memory_estimate(4, 3, 4, 40101, 16, 2, 1) \
         >= 4 * 3 * 2 * 2 * 40001 ** 2

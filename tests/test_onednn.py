@@ -118,7 +118,7 @@ def test_cache_path_and_tensorflow_version_need_no_tensorflow(tmp_path):
 
 
 def test_run_py_sets_the_variable_and_logs_one_line(monkeypatch, caplog):
-    import run
+    from t2t_lite.bin import main as run  # run.py's body
 
     monkeypatch.delenv(onednn.ENV, raising=False)
     flags = types.SimpleNamespace(onednn="off", hparams_set="transformer_tiny", hparams="")

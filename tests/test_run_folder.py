@@ -301,7 +301,7 @@ def test_every_path_flag_expands_home(monkeypatch, tmp_path):
 
 def test_a_bom_is_dropped_from_every_text_input(tmp_path):
     from t2t_lite.data_generators import text_problems
-    from t2t_lite.decoding import decoding, score_file
+    from t2t_lite.decoding import input_files, score_file
     from t2t_lite.evaluation import bleu_hook
 
     text = "the cat sat on the mat\nein Haus am See\n"
@@ -312,17 +312,17 @@ def test_a_bom_is_dropped_from_every_text_input(tmp_path):
     assert bleu_hook.bleu_report(str(plain), str(marked))[1:] == [
         "BLEU_uncased = 100.00", "BLEU_cased = 100.00"]
     assert bleu_hook.read_lines(str(marked)) == bleu_hook.read_lines(str(plain))
-    assert decoding.read_inputs(str(marked)) == ["the cat sat on the mat", "ein Haus am See"]
+    assert input_files.read_inputs(str(marked)) == ["the cat sat on the mat", "ein Haus am See"]
     assert list(text_problems.txt_line_iterator(str(marked))) == [
         "the cat sat on the mat", "ein Haus am See"]
     scores = tmp_path / "scores.txt"
     scores.write_bytes(b"\xef\xbb\xbfa b\tc d\n")
     assert score_file.read_score_file(str(scores)) == [("a b", "c d")]
     # Only a leading mark goes: one inside the text is the text's.
-    assert decoding.read_inputs(str(plain)) == decoding.read_inputs(str(marked))
+    assert input_files.read_inputs(str(plain)) == input_files.read_inputs(str(marked))
     inner = tmp_path / "inner.txt"
     inner.write_text("a\n\ufeffb\n", encoding="utf-8")
-    assert decoding.read_inputs(str(inner)) == ["a", "\ufeffb"]
+    assert input_files.read_inputs(str(inner)) == ["a", "\ufeffb"]
 
 
 # --- run.py: one check per user-facing case (the session's tiny run, copied) -------------------

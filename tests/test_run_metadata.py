@@ -15,7 +15,7 @@ import pytest
 import tensorflow as tf
 
 from t2t_lite import registry
-from t2t_lite.hparams import create_hparams
+from t2t_lite.hparams_lib import create_hparams
 from t2t_lite.training import optimize, run_card
 from t2t_lite.utils import run_lock, run_metadata
 from tests.run_py import PROBLEM, TINY

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from t2t_lite.decoding import decoding
+from t2t_lite.decoding import decoding, text_batches
 from t2t_lite.search import sampling
 from tests.test_decoding import ENCODERS, FakeModel, hp
 
@@ -198,8 +198,8 @@ def test_ctranslate2_target_prefix_decodes_as_t2t_lite(tmp_path):
     model = _tiny_model("")
     translator = _export(model, tmp_path)
     prefixes = [[7, 3], [], [12], [5, 5, 5]]
-    batch = decoding.pad_batch([ids + [1] for ids in INPUTS])
-    expected = model.infer({"inputs": batch, "prefixes": decoding.pad_batch(prefixes)},
+    batch = text_batches.pad_batch([ids + [1] for ids in INPUTS])
+    expected = model.infer({"inputs": batch, "prefixes": text_batches.pad_batch(prefixes)},
                            decode_length=EXTRA_LENGTH)["outputs"].numpy()
     got = translator.translate_ids(INPUTS, beam_size=1, extra_length=EXTRA_LENGTH,
                                    prefixes=prefixes)

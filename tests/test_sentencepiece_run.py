@@ -24,9 +24,9 @@ import tensorflow as tf
 
 from t2t_lite.bin import t2t_datagen, t2t_exporter
 from t2t_lite.data_generators import sentencepiece_encoder
-from t2t_lite.decoding import decoding, runs
+from t2t_lite.decoding import decode_hparams, runs, text_batches
 from t2t_lite.errors import UserError
-from t2t_lite.serving import export
+from t2t_lite.export import export
 from tests.run_py import TINY, run
 
 pytestmark = pytest.mark.slow
@@ -155,8 +155,8 @@ def exported(trained, tmp_path_factory):
     run_ = runs.open_run(runs.resolve("export", str(trained.output_dir)))
     _, model = runs.restore_model(run_)
     vocab = export.graph_vocabulary(run_.encoders["inputs"])
-    hp = decoding.decode_hparams(DECODE_HPARAMS)
-    module = export.ServingModule(model, vocab, vocab, hp, decoding.input_length_limit(hp),
+    hp = decode_hparams.decode_hparams(DECODE_HPARAMS)
+    module = export.ServingModule(model, vocab, vocab, hp, text_batches.input_length_limit(hp),
                                   run_.target_space_id)
     path = export.export(module, str(tmp_path_factory.mktemp("sp_export") / "export"))
     return types.SimpleNamespace(path=path, module=module)
@@ -166,7 +166,7 @@ def test_saved_model_from_plain_tensorflow_with_tensorflow_text(trained, decoded
                                                                 exported, tmp_path):
     lines = (corpus / "dev.en").read_text(encoding="utf-8").split("\n")[:-1]
     # Decode mode's one batch: sorted by word count, longest first.
-    sorted_lines, sorted_keys = decoding.sort_inputs(lines)
+    sorted_lines, sorted_keys = text_batches.sort_inputs(lines)
     (tmp_path / "lines.json").write_text(json.dumps(sorted_lines + [UNSEEN]), encoding="utf-8")
     result = subprocess.run(
         [sys.executable, "-c", FRESH_PROCESS_SCRIPT, exported.path, str(tmp_path / "lines.json")],
@@ -215,7 +215,7 @@ def test_served_by_the_run_and_by_its_saved_model_as_each_line_decoded_alone(
 
 def test_ctranslate2_export_decodes_as_decode_mode(trained, decoded, corpus, tmp_path):
     require_extra("ctranslate2", "ctranslate2")
-    from t2t_lite.serving import ct2
+    from t2t_lite.export import ct2
 
     path = t2t_exporter.export_ctranslate2(types.SimpleNamespace(
         output_dir=str(trained.output_dir), problem=None, hparams_set=None, data_dir=None,

@@ -455,8 +455,9 @@ def test_a_batch_waits_after_the_previous_decode_for_the_clients_it_answered():
 
 
 def test_ctranslate2_engine_cuts_a_batch_into_one_part_per_replica_a_worker_has():
-    from t2t_lite.decoding.decoding import decode_hparams
-    from t2t_lite.serving import ct2, engines
+    from t2t_lite.decoding.decode_hparams import decode_hparams
+    from t2t_lite.export import ct2
+    from t2t_lite.serving import engines
 
     class Translator:
         inter_threads = 2
@@ -507,7 +508,7 @@ def test_the_serve_flags_defaults_are_the_server_configs():
 
     import t2t_lite.flags  # noqa: F401 - defines the flags
     from t2t_lite.bin import t2t_server
-    from t2t_lite.decoding.decoding import decode_hparams
+    from t2t_lite.decoding.decode_hparams import decode_hparams
     from t2t_lite.serving.config import FLAGS
 
     assert set(FLAGS) | {"beam_size", "alpha"} == {

@@ -269,12 +269,12 @@ def test_compiled_searches_take_alpha_as_an_input_and_decode_as_infer(copy_model
             beam_size=beam_size, alpha=0.6)["outputs"])
     assert searches.cache.keys() == [(2, 1), (1, 1)]  # the cap: the least recent dropped
     # The continuous searches' functions are kept per configuration under the same cap.
-    from t2t_lite.decoding import decoding
+    from t2t_lite.decoding.decode_hparams import decode_hparams
     from t2t_lite.serving import batching, engines
     from tests import copy_task
 
     engine = engines.T2tLiteEngine(model, {"targets": copy_model[1]}, 0,
-                                   decoding.decode_hparams("extra_length=4"),
+                                   decode_hparams("extra_length=4"),
                                    copy_task.VOCAB_SIZE, {}, max_compiled_decoders=2)
     for alpha in (0.2, 0.4, 0.6):
         engine.slot_search(batching.Options(2, alpha, 1), 16, 4)
@@ -457,11 +457,12 @@ def test_a_sentence_gets_the_same_translation_from_the_server_and_decode_from_fi
     import uvicorn
 
     from t2t_lite.decoding import decoding
+    from t2t_lite.decoding.decode_hparams import decode_hparams
     from t2t_lite.serving import engines, server
     from tests import copy_task
 
     model, encoder, _ = copy_model
-    decode_hp = decoding.decode_hparams("beam_size=1,extra_length=4")
+    decode_hp = decode_hparams("beam_size=1,extra_length=4")
     # Lines as a careless day writes them: CRLF endings, stray spaces and tabs. t2t's
     # subword encoder keeps "\r" and leading spaces as pieces of their own.
     raw = ["3 1 4 1 5\r", "  9 2 6\r", "5 3 5 8 9\t \r", "\t7 9\u3000\r"]

@@ -14,7 +14,7 @@ from typing import Any
 
 from t2t_lite import hparams_support
 from t2t_lite.errors import DataError, UserError
-from t2t_lite.hparams import create_hparams
+from t2t_lite.hparams_lib import create_hparams
 from t2t_lite.utils import run_lock, run_metadata, validation
 
 TRAINING_MODES = ("train", "train_and_eval")

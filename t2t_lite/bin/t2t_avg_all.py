@@ -9,13 +9,12 @@ from __future__ import annotations
 import os
 
 from t2t_lite.errors import UserError, one_line
-from t2t_lite.training import keep_best
 from t2t_lite.training.avg_checkpoints import (
     average_checkpoints,
     average_newest,
     average_ranked,
 )
-from t2t_lite.utils import checkpoint_guard, run_metadata, validation
+from t2t_lite.utils import best_checkpoints, checkpoint_guard, run_metadata, validation
 
 
 def source_of(output_dir: str | None, checkpoint_path: str | None) -> tuple[str, int | None]:
@@ -55,16 +54,17 @@ def main(flags) -> None:
     if average_best and not checkpoint_path:
         if not flags.output_dir:
             raise UserError("--average_best needs --output_dir=<training run directory>")
-        checkpoint_path = os.path.join(flags.output_dir, keep_best.BEST_DIR)
+        checkpoint_path = os.path.join(flags.output_dir, best_checkpoints.BEST_DIR)
     model_dir, newest_step = source_of(flags.output_dir, checkpoint_path)
     try:
-        best = keep_best.ranked(model_dir) if checkpoint_path and os.path.isdir(model_dir) else []
+        best = (best_checkpoints.ranked(model_dir)
+                if checkpoint_path and os.path.isdir(model_dir) else [])
     except ValueError as e:  # a damaged best_checkpoints.json, named
         raise UserError(one_line(e)) from e
     if average_best and not best:
-        if os.path.exists(os.path.join(model_dir, keep_best.INDEX_FILE)):
+        if os.path.exists(os.path.join(model_dir, best_checkpoints.INDEX_FILE)):
             raise UserError(f"--average_best={average_best}: none of the checkpoints that "
-                            f"{os.path.join(model_dir, keep_best.INDEX_FILE)} lists is in "
+                            f"{os.path.join(model_dir, best_checkpoints.INDEX_FILE)} lists is in "
                             f"{model_dir}; average the run's own with --n instead")
         raise UserError(f"{model_dir} holds no best_checkpoints.json: train with "
                         "--keep_best_checkpoints=N first")

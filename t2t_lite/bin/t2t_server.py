@@ -15,7 +15,7 @@ from typing import Any
 
 from t2t_lite import file_io
 from t2t_lite.decoding import runs
-from t2t_lite.decoding.decoding import decode_hparams
+from t2t_lite.decoding.decode_hparams import decode_hparams
 from t2t_lite.errors import UserError, one_line, user_error_types
 
 
@@ -51,7 +51,7 @@ def _t2t_lite_engine(flags, spec: runs.RunSpec, decode_hp) -> Any:
     from t2t_lite import quiet_start
 
     quiet_start.import_tensorflow()
-    from t2t_lite.decoding.decoding import check_sampling
+    from t2t_lite.decoding.decode_hparams import check_sampling
     from t2t_lite.serving.engines import T2tLiteEngine
     from t2t_lite.visualization import attention_viz
 
@@ -75,14 +75,14 @@ def _t2t_lite_engine(flags, spec: runs.RunSpec, decode_hp) -> Any:
 
 def _ct2_model_dir(flags) -> str:
     """The CTranslate2 export to serve (--export_dir, else <--output_dir>/ctranslate2)."""
-    from t2t_lite.serving import ct2
+    from t2t_lite.export import ct2
 
     return ct2.default_model_dir(flags.export_dir, os.path.expanduser(flags.output_dir or ""))
 
 
 def _ctranslate2_engine(flags, decode_hp) -> Any:
     """The CTranslate2 export as a CTranslate2Engine."""
-    from t2t_lite.serving import ct2
+    from t2t_lite.export import ct2
     from t2t_lite.serving.engines import CTranslate2Engine
 
     model_dir = _ct2_model_dir(flags)

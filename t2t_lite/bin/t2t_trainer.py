@@ -229,10 +229,10 @@ def _check_dev_decode_flags(flags_obj: Any) -> None:
     Raises:
       UserError: one line naming the decode hparam or the reference file.
     """
-    from t2t_lite.decoding import decoding
+    from t2t_lite.decoding import decode_hparams, decoding
 
     with runs.one_line_errors():
-        decode_hp = decoding.decode_hparams(flags_obj.decode_hparams or "")
+        decode_hp = decode_hparams.decode_hparams(flags_obj.decode_hparams or "")
     reference = flags_obj.decode_reference or decode_hp.decode_reference
     if reference:
         # The dev set's record count is known only when it is read: existence checked here.
@@ -242,12 +242,13 @@ def _check_dev_decode_flags(flags_obj: Any) -> None:
 def _dev_decoder(trainer: Trainer, flags_obj: Any,
                  decoded: dict[str, float]) -> Callable[[int], Any]:
     """t2t's train_eval_and_decode: after each eval the chief decodes the dev set with
-    --decode_hparams and logs its BLEU and --metrics (`decoding.decode_dev_and_score`);
+    --decode_hparams and logs its BLEU and --metrics (`dev_decode.decode_dev_and_score`);
     they are put in `decoded` for early stopping and keep-best."""
-    from t2t_lite.decoding import decoding
+    from t2t_lite.decoding import decode_hparams
+    from t2t_lite.training import dev_decode
 
-    decode_hp = decoding.decode_hparams(flags_obj.decode_hparams or "")
-    decoding.check_sampling(trainer.hparams, decode_hp)
+    decode_hp = decode_hparams.decode_hparams(flags_obj.decode_hparams or "")
+    decode_hparams.check_sampling(trainer.hparams, decode_hp)
     reference = flags_obj.decode_reference or decode_hp.decode_reference or None
     name_parts = (flags_obj.model, flags_obj.hparams_set, trainer.problem.name)
 
@@ -255,7 +256,7 @@ def _dev_decoder(trainer: Trainer, flags_obj: Any,
 
     def decode(step: int) -> None:
         if trainer.chief:
-            decoded.update(decoding.decode_dev_and_score(
+            decoded.update(dev_decode.decode_dev_and_score(
                 trainer.model, trainer.problem, trainer.hparams, trainer.data_dir, decode_hp,
                 trainer.config.output_dir, step, name_parts, reference, metrics))
 
@@ -315,10 +316,10 @@ def _check_selection_flags(flags_obj: Any, mode: str) -> None:
     if asked["eval_early_stopping_metric"]:
         early_stopping.read_state(output_dir)
     if asked["best_checkpoint_metric"]:
-        from t2t_lite.training import keep_best
+        from t2t_lite.utils import best_checkpoints
 
         try:
-            keep_best.read_index(os.path.join(output_dir, keep_best.BEST_DIR))
+            best_checkpoints.read_index(os.path.join(output_dir, best_checkpoints.BEST_DIR))
         except ValueError as e:
             raise UserError(one_line(e)) from e
 

@@ -439,9 +439,8 @@ class Text2TextProblem(problem.Problem):
             yield from text2text_generate_encoded(samples, resegmenting,
                                                   has_inputs=self.has_inputs)
 
-    def generate_data(
-        self, data_dir: str, tmp_dir: str, task_id: int = -1, max_cases: int | None = None
-    ) -> None:
+    def generate_data(self, data_dir: str, tmp_dir: str, task_id: int = -1,
+                      max_cases: int | None = None) -> None:
         """Builds the vocab, writes every split's shards, shuffles them (t2t's flow).
 
         Existing final shards are kept (generation is skipped). On any error, every shard
@@ -477,9 +476,8 @@ class Text2TextProblem(problem.Problem):
                 for split, paths in split_paths:
                     self._generate_split(data_dir, tmp_dir, split, paths, max_cases)
             else:
-                self._generate_split(
-                    data_dir, tmp_dir, problem.DatasetSplit.TRAIN, all_paths, max_cases
-                )
+                self._generate_split(data_dir, tmp_dir, problem.DatasetSplit.TRAIN, all_paths,
+                                     max_cases)
             if not self.already_shuffled:
                 generator_utils.shuffle_dataset(all_paths, extra_fn=self._pack_fn())
         except BaseException:
@@ -523,25 +521,20 @@ class Text2TextProblem(problem.Problem):
             samples = self.generate_encoded_samples(data_dir, tmp_dir, split)
             count = generator_utils.generate_files(samples, paths, max_cases=max_cases)
         if count == 0:
-            raise CorpusError(
-                f"Empty corpus: the {split} split of {self.name} has no examples "
-                f"({self.source_description(tmp_dir, split)})"
-            )
+            raise CorpusError(f"Empty corpus: the {split} split of {self.name} has no examples "
+                              f"({self.source_description(tmp_dir, split)})")
 
     def _encodes_sample_by_sample(self) -> bool:
         """Whether `generate_encoded_samples` is t2t's (`parallel_datagen` can stand in)."""
         return type(self).generate_encoded_samples is Text2TextProblem.generate_encoded_samples
 
     def _sample_encoders(self, data_dir: str, tmp_dir: str) -> dict[str, Any]:
-        """The encoders of a sample's sides, {"inputs", "targets"} (built or loaded): t2t's
-        one vocabulary for both."""
-        encoder = self.get_or_create_vocab(data_dir, tmp_dir)
-        return {"inputs": encoder, "targets": encoder}
+        """Each side's encoder (built or loaded): t2t's one vocabulary for both."""
+        return dict.fromkeys(("inputs", "targets"), self.get_or_create_vocab(data_dir, tmp_dir))
 
     def _write_split_fast(self, data_dir, tmp_dir, split, paths, max_cases) -> int:
-        """The split's shards by `parallel_datagen` (same records as `generate_files` over
-        `generate_encoded_samples`), timing the vocab and the encoding into
-        `datagen_stats[split]`."""
+        """The split's shards by `parallel_datagen` (the records `generate_encoded_samples`
+        gives), timing the vocab and the encoding into `datagen_stats[split]`."""
         start = time.time()
         if hasattr(self, "split_files"):  # compiled/filtered once, before workers read it
             self.split_files(tmp_dir, split)

@@ -183,9 +183,9 @@ def _remembered_failure(library: str) -> str | None:
         with open(path, encoding="utf-8") as f:
             record = json.load(f)
         return str(record["error"])
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError, KeyError, TypeError) as e:
+    except OSError:
+        return None  # none, or an unreadable cache: the build says which in its own line
+    except (ValueError, KeyError, TypeError) as e:
         logging.warning("Ignoring the damaged native-kernel build record %s (%s): building "
                         "again", path, type(e).__name__)
         return None
@@ -226,6 +226,14 @@ def _compile(cmd_head: list[str], target_sets: list[list[str]], tail: list[str],
     return errors_seen[0] if errors_seen else "no target to try"
 
 
+def library_path(sources: list[str], out_dir: str, cxx: str, environ=os.environ) -> str:
+    """Where `build` puts (or finds) the library of `sources` for `cxx` and the target of
+    `march(environ)` in the cache folder `out_dir`."""
+    flags = [f"-march={march(environ)}", *tf.sysconfig.get_compile_flags(),
+             *tf.sysconfig.get_link_flags()]
+    return os.path.join(out_dir, library_name(sources, cxx, flags))
+
+
 def build(sources: list[str], out_dir: str, cxx: str, timeout: float = BUILD_TIMEOUT_S,
           environ=os.environ) -> str:
     """Compiles `sources` into one library in `out_dir` for the target of `march()` unless
@@ -242,9 +250,8 @@ def build(sources: list[str], out_dir: str, cxx: str, timeout: float = BUILD_TIM
         earlier build, `out_dir` cannot be written, or the target's name is malformed.
     """
     target = march(environ)
-    compile_flags = [f"-march={target}", *tf.sysconfig.get_compile_flags()]
     link_flags = list(tf.sysconfig.get_link_flags())
-    path = os.path.join(out_dir, library_name(sources, cxx, compile_flags + link_flags))
+    path = library_path(sources, out_dir, cxx, environ)
     if os.path.exists(path):
         return path
     remembered = _remembered_failure(path)

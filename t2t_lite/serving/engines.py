@@ -4,7 +4,7 @@
   decoded by `Transformer.infer`'s search with the decode API's batching and formatting
   (`pad_batch`, `format_decodes`): one compiled decoder per (beam_size, n-best > 1), alpha
   an input, at most --serve_max_compiled_decoders of them (`compiled_decoders`).
-* `CTranslate2Engine`: `serving.ct2.Translator` on a `--export_format=ctranslate2` directory.
+* `CTranslate2Engine`: `export.ct2.Translator` on a `--export_format=ctranslate2` directory.
 * `SavedModelEngine`: a `--mode=export` SavedModel (`tf.saved_model.load`), through its
   `encode`, `encode_decode_ids` and `decode` signatures; beam size and alpha are the export's.
 
@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from t2t_lite.data_generators.text_encoder import EOS_ID, PAD_ID
-from t2t_lite.decoding import decoding
+from t2t_lite.decoding import decoding, text_batches
 from t2t_lite.errors import UserError
 from t2t_lite.serving.batching import Engine, Hypothesis, Options, Row, Unsupported
 from t2t_lite.serving.compiled_decoders import CompiledSearches, LruCache
@@ -51,7 +51,7 @@ class T2tLiteEngine(Engine):
       model: from `runs.restore_model`.
       encoders: the run's {"inputs", "targets"} text encoders.
       target_space_id: the problem's.
-      decode_hp: the server's decode hparams (`decoding.decode_hparams`); requests may
+      decode_hp: the server's decode hparams (`decode_hparams.decode_hparams`); requests may
         change beam_size, alpha and the number of hypotheses.
       input_vocab_size: ids at or above it are refused per sentence.
       description: what /v1/models shows (hparams set, problem, checkpoint, step).
@@ -97,16 +97,16 @@ class T2tLiteEngine(Engine):
         return self.attention_fn is not None
 
     def encode(self, text: str) -> list[int]:
-        """The input ids of a sentence, EOS last (`decoding.encode_input`).
+        """The input ids of a sentence, EOS last (`text_batches.encode_input`).
 
         Raises:
           SentenceError: a token the input encoder cannot read, or an id outside the vocab.
         """
         try:
-            decoding.check_id_inputs([text], self.inputs_encoder, "input")
+            text_batches.check_id_inputs([text], self.inputs_encoder, "input")
         except UserError as e:
             raise SentenceError(str(e).removeprefix("input:1: ")) from None
-        ids = decoding.encode_input(text, self.inputs_encoder, self.decode_hp.max_input_size)
+        ids = text_batches.encode_input(text, self.inputs_encoder, self.decode_hp.max_input_size)
         bad = [i for i in ids if not 0 <= i < self.input_vocab_size]
         if bad:
             raise SentenceError(f"id {bad[0]} is outside the input vocabulary (0 to "
@@ -137,7 +137,7 @@ class T2tLiteEngine(Engine):
         search's `input_lengths`) and stops where it would alone, so no row depends on its
         batch, except with force_decode_length, skip_eos_postprocess or identity_output
         (the tokens after EOS are then part of the output and follow the batch's steps)."""
-        batch = decoding.pad_batch(id_lists)
+        batch = text_batches.pad_batch(id_lists)
         lengths = np.array([len(ids) for ids in id_lists], np.int32)
         outputs, scores = self._searches(
             batch, lengths, options.beam_size, options.alpha,
@@ -159,11 +159,11 @@ class T2tLiteEngine(Engine):
         hp = self.decode_hp
         hypotheses = []
         for k in range(min(n_best, outputs.shape[0])):
-            text = decoding.format_decodes(
+            text = text_batches.format_decodes(
                 outputs[k: k + 1], None, self.targets_encoder,
                 skip_eos_postprocess=hp.skip_eos_postprocess,
                 identity_output=hp.identity_output)[0]
-            target = [int(i) for i in decoding.save_until_eos(outputs[k])]
+            target = [int(i) for i in text_batches.save_until_eos(outputs[k])]
             hypotheses.append(Hypothesis(text, float(scores[k]), target))
         return hypotheses
 
@@ -290,7 +290,7 @@ class CTranslate2Engine(_ExportEngine):
     """`ct2.Translator` on an exported CTranslate2 directory.
 
     Args:
-      translator: a `t2t_lite.serving.ct2.Translator`.
+      translator: a `t2t_lite.export.ct2.Translator`.
       decode_hp: the server's decode hparams (extra_length, max_input_size, defaults).
       description: what /v1/models shows.
       workers: the server's decode workers (0: `default_workers`, one per replica).
@@ -325,8 +325,8 @@ class CTranslate2Engine(_ExportEngine):
         Raises:
           SentenceError: longer than the positions the export serves.
         """
-        ids = decoding.encode_input(text, self.translator.inputs_encoder,
-                                    self.decode_hp.max_input_size)
+        ids = text_batches.encode_input(text, self.translator.inputs_encoder,
+                                        self.decode_hp.max_input_size)
         if len(ids) > self.translator.max_position:
             raise SentenceError(f"{len(ids)} subwords (EOS included) is longer than the "
                                 f"{self.translator.max_position} positions this export serves")
@@ -413,7 +413,7 @@ class SavedModelEngine(_ExportEngine):
         import tensorflow as tf
 
         self.check_options(options)
-        batch = decoding.pad_batch(id_lists)
+        batch = text_batches.pad_batch(id_lists)
         result = self.loaded.signatures["encode_decode_ids"](inputs=tf.constant(batch))
         outputs = np.asarray(result["outputs"])
         if outputs.ndim == 2:
@@ -425,7 +425,7 @@ class SavedModelEngine(_ExportEngine):
         rows = []
         for r, ids in enumerate(id_lists):
             hypotheses = [Hypothesis(texts[r * outputs.shape[1] + k], float(scores[r, k]),
-                                     [int(i) for i in decoding.save_until_eos(outputs[r, k])])
+                                     [int(i) for i in text_batches.save_until_eos(outputs[r, k])])
                           for k in range(options.n_best)]
             limit = len(ids) + self.extra_length
             depends = len(ids) < batch.shape[1] and not all(

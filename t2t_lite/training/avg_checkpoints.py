@@ -181,7 +181,7 @@ def average_ranked(ranked: list[str], n: int, model_dir: str,
     that vanishes while it is read (training beside this replaces it) is one line.
 
     Args:
-      ranked: the folder's checkpoint prefixes, best first (`keep_best.ranked`).
+      ranked: the folder's checkpoint prefixes, best first (`best_checkpoints.ranked`).
       n: how many to average.
       model_dir: the keep-best folder, for the messages.
       flag: the flag that asked for `n` ("--average_best=2").

@@ -43,7 +43,8 @@ from t2t_lite.data_generators import data_marker
 from t2t_lite.data_generators.text_encoder import decode_until_stop
 from t2t_lite.errors import RunStopped, UserError, storage_problem
 from t2t_lite.evaluation import metrics as metrics_lib
-from t2t_lite.hparams import HParams, create_hparams
+from t2t_lite.hparams import HParams
+from t2t_lite.hparams_lib import create_hparams
 from t2t_lite.layers import common_layers, native_kernels
 from t2t_lite.training import divergence_guard, optimize, run_card, summaries, warm_start
 from t2t_lite.training.cluster_agreement import hparams_fingerprint
@@ -911,8 +912,7 @@ def create_trainer(
       warm_start_partial: load the variables that match and keep the others' initial values.
       flag_values: the run's flags (name -> value) for flags.json.
       lock: a training run: the chief takes output_dir's run lock (`run_lock`, released at
-        exit), removes the temporary folders of a killed save and writes the run's files
-        (not when a resume finds nothing to train: its checkpoint is at --train_steps).
+        exit), removes the temporary folders of a killed save and writes the run's files.
 
     Returns:
       The Trainer (checked against the checkpoint, with its step, when it resumes a
@@ -923,10 +923,8 @@ def create_trainer(
         what output_dir was trained with, a damaged hparams.json / flags.json, output_dir
         locked by a live run.
     """
-    hparams = create_hparams(
-        hparams_set, hparams_overrides,
-        hparams_json_path=os.path.join(config.output_dir, "hparams.json"),
-    )
+    hparams = create_hparams(hparams_set, hparams_overrides,
+                             hparams_json_path=os.path.join(config.output_dir, "hparams.json"))
     validation.check_hparams(hparams)
     resume_from = checkpoint_guard.checkpoints_newest_first(config.output_dir) if lock else None
     changes = None
@@ -944,10 +942,8 @@ def create_trainer(
     dataset_filename = getattr(problem, "dataset_filename", None)
     inputs = data_marker.run_inputs(getattr(problem_hparams, "vocabulary", None) or {}, data_dir,
                                     dataset_filename() if dataset_filename else None)
-    data_changes: list[str] = []
     if resume_from:
-        data_changes = run_metadata.check_inputs(config.output_dir, inputs, "train")
-        changes += data_changes
+        changes += run_metadata.check_inputs(config.output_dir, inputs, "train")
     elif warm_start_from and lock:
         run_metadata.check_parent_vocabulary(warm_start_from, inputs)
     if not resume_from and not lock:
@@ -980,13 +976,9 @@ def create_trainer(
         # as they were (train restores it, with the input pipeline).
         trainer.check_resume()
     trainer.run_lock = run_lock.acquire(config.output_dir)
-    # Held until exit: datagen --overwrite_data refuses to replace the data meanwhile.
-    trainer.data_dir_lock = run_lock.hold_data_dir(data_dir)
+    trainer.data_dir_lock = run_lock.hold_data_dir(data_dir)  # no --overwrite_data meanwhile
     if resume_from and trainer.step >= config.train_steps:
         return trainer  # nothing to train (`train` says so): the run's files stay as they are
-    if data_changes:
-        logging.warning("This resume trains on data made again since the run's last session "
-                        "(%s): the run card's History records it", "; ".join(data_changes))
     checkpoint_guard.remove_temp_folders(config.output_dir, CHECKPOINT_PREFIX)
     run_metadata.save_hparams(config.output_dir, hparams)
     run_metadata.save_inputs(config.output_dir, inputs)
