@@ -14,6 +14,7 @@ import sys
 from typing import Any
 
 from t2t_lite import file_io
+from t2t_lite.bin import early_checks
 from t2t_lite.decoding import runs
 from t2t_lite.decoding.decode_hparams import decode_hparams
 from t2t_lite.errors import UserError, one_line, user_error_types
@@ -73,19 +74,12 @@ def _t2t_lite_engine(flags, spec: runs.RunSpec, decode_hp) -> Any:
                          max_compiled_decoders=flags.serve_max_compiled_decoders)
 
 
-def _ct2_model_dir(flags) -> str:
-    """The CTranslate2 export to serve (--export_dir, else <--output_dir>/ctranslate2)."""
-    from t2t_lite.export import ct2
-
-    return ct2.default_model_dir(flags.export_dir, os.path.expanduser(flags.output_dir or ""))
-
-
 def _ctranslate2_engine(flags, decode_hp) -> Any:
     """The CTranslate2 export as a CTranslate2Engine."""
     from t2t_lite.export import ct2
     from t2t_lite.serving.engines import CTranslate2Engine
 
-    model_dir = _ct2_model_dir(flags)
+    model_dir = early_checks.ct2_model_dir(flags)
     translator = ct2.Translator(model_dir, device=flags.ct2_device,
                                 compute_type=flags.ct2_compute_type,
                                 inter_threads=flags.ct2_inter_threads,
@@ -95,25 +89,6 @@ def _ctranslate2_engine(flags, decode_hp) -> Any:
         workers=flags.serve_decode_workers)
 
 
-def _saved_model_path(flags) -> str:
-    """The SavedModel folder to serve: --saved_model_dir, or its newest version folder.
-
-    Raises:
-      UserError: no saved_model.pb there nor in a numbered version folder.
-    """
-    path = os.path.expanduser(flags.saved_model_dir)
-    if os.path.isfile(os.path.join(path, "saved_model.pb")):
-        return path
-    versions = sorted((int(name) for name in os.listdir(path) if name.isdigit()
-                       and os.path.isfile(os.path.join(path, name, "saved_model.pb"))),
-                      reverse=True) if os.path.isdir(path) else []
-    if not versions:
-        raise UserError(f"--saved_model_dir={flags.saved_model_dir}: no saved_model.pb "
-                        "there nor in a numbered version folder; write one with "
-                        "--mode=export")
-    return os.path.join(path, str(versions[0]))
-
-
 def _saved_model_engine(flags, decode_hp) -> Any:
     """The SavedModel (its newest version folder when given the export dir)."""
     from t2t_lite import quiet_start
@@ -121,7 +96,7 @@ def _saved_model_engine(flags, decode_hp) -> Any:
     tf = quiet_start.import_tensorflow()
     from t2t_lite.serving.engines import SavedModelEngine
 
-    path = _saved_model_path(flags)
+    path = early_checks.saved_model_path(flags)
     loaded = load_saved_model(tf, path)
     for name in ("encode", "encode_decode_ids", "decode"):
         if name not in loaded.signatures:
@@ -169,53 +144,6 @@ def _decode_values(decode_hp) -> dict:
     """The decode hparams a client cares about."""
     return {name: decode_hp.get(name) for name in
             ("beam_size", "alpha", "extra_length", "max_input_size", "return_beams")}
-
-
-def check_serving(flags) -> None:
-    """What `--mode=serve` checks before anything else (run.py's early checks: before
-    TensorFlow loads and before "Serving on" is printed), each mistake one line naming its
-    flag: --port's range, --host, and the model to serve (the run folder and its
-    checkpoints, --checkpoint_path, --saved_model_dir or the CTranslate2 export).
-
-    Raises:
-      UserError: the first mistake found.
-    """
-    import socket
-
-    from t2t_lite.bin import early_checks
-
-    if not 0 <= flags.port <= 65535:
-        raise UserError(f"--port={flags.port}: must be between 0 and 65535")
-    try:
-        socket.getaddrinfo(flags.host, None)
-    except (socket.gaierror, UnicodeError) as e:
-        raise UserError(f"--host={flags.host}: not an address or a known host name "
-                        f"({one_line(e)}); use 127.0.0.1, 0.0.0.0 or one of this machine's "
-                        "addresses") from None
-    output_dir = os.path.expanduser(flags.output_dir or "")
-    if output_dir and not os.path.isdir(output_dir) and "://" not in output_dir:
-        raise UserError(f"--output_dir={flags.output_dir}: no such folder (the training run "
-                        "to serve)")
-    if flags.decode_engine == "ctranslate2":
-        model_dir = _ct2_model_dir(flags)
-        if "://" not in model_dir and not os.path.isfile(os.path.join(model_dir, "model.bin")):
-            raise UserError(f"{model_dir}: no CTranslate2 model (model.bin) there; write one "
-                            "with --mode=export --export_format=ctranslate2, or name it with "
-                            "--export_dir")
-    elif flags.saved_model_dir:
-        _saved_model_path(flags)
-    elif flags.checkpoint_path:
-        for path in runs.ensemble_paths(flags.checkpoint_path):
-            if "://" not in path and not (os.path.isdir(path)
-                                          or os.path.isfile(path + ".index")):
-                raise UserError(f"--checkpoint_path={flags.checkpoint_path}: {path} is neither "
-                                f"a run folder nor a checkpoint ({path}.index)")
-    elif not output_dir:
-        raise UserError("--mode=serve needs --output_dir=<training run> (or --checkpoint_path, "
-                        "--saved_model_dir, or --decode_engine=ctranslate2 with --export_dir)")
-    else:
-        early_checks.check_checkpoint_present(output_dir)
-        early_checks.check_run_reader("serve", flags)
 
 
 def _listen(host: str, port: int) -> Any:
