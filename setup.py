@@ -7,7 +7,8 @@ not drop generic top-level packages named `problems` or `hparams` into site-pack
 from setuptools import find_packages, setup
 
 # The translation server's distributions (the [serve] extra; [test] has them too).
-SERVE = ["fastapi>=0.100", "uvicorn>=0.29", "prometheus-client", "pydantic>=2", "starlette"]
+SERVE = ["fastapi>=0.100", "uvicorn>=0.29", "h11", "prometheus-client", "pydantic>=2",
+         "starlette"]
 
 # Non-Python files the package reads at run time, as globs relative to t2t_lite/.
 PACKAGE_DATA = ["serving/static/*", "layers/native/*.cc", "layers/native/*.h"]

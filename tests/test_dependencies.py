@@ -38,6 +38,7 @@ DISTRIBUTIONS: dict[str, tuple[str, str | None]] = {
     "ctranslate2": ("ctranslate2", "ctranslate2"),
     "matplotlib": ("matplotlib", "viz"),
     "fastapi": ("fastapi", "serve"),
+    "h11": ("h11", "serve"),
     "prometheus_client": ("prometheus-client", "serve"),
     "pydantic": ("pydantic", "serve"),
     "starlette": ("starlette", "serve"),

@@ -6,6 +6,7 @@ status, the one `error: ...` line, and that nothing was left behind or lost.
 from __future__ import annotations
 
 import glob
+import json
 import os
 import re
 import shutil
@@ -144,6 +145,43 @@ def test_second_run_refuses_then_stale_lock_of_killed_run_is_taken_over(data_dir
     assert not (output_dir / "ckpt-999_temp").exists()
     assert not (output_dir / "run.lock").exists()  # released at exit
     assert _listed_steps(output_dir)[-1] == resume_at + 2
+
+
+@pytest.mark.slow
+def test_a_killed_trainer_still_a_zombie_does_not_hold_its_run(data_dir, trained, tmp_path):
+    """SIGKILL, then the same command at once: the killed trainer is not reaped (this test
+    holds its Popen without waiting, as a PID 1 that does not reap would), yet its lock is
+    stale."""
+    output_dir = _copy(trained, tmp_path)
+    first = subprocess.Popen(
+        [sys.executable, str(REPO_ROOT / "run.py"),
+         *_train_flags(data_dir, output_dir, "--train_steps=100000")],
+        cwd=tmp_path, env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.time() + 240
+        while (max(_steps(output_dir)) <= 4 and time.time() < deadline
+               and first.poll() is None):
+            time.sleep(0.5)
+        assert max(_steps(output_dir)) > 4, "the first run saved no checkpoint"
+        lock = json.loads((output_dir / "run.lock").read_text())
+        assert lock["pid"] == first.pid
+        first.send_signal(signal.SIGKILL)
+        with open(f"/proc/{first.pid}/stat", "rb"):  # not reaped: the pid still exists
+            pass
+        resume_at = checkpoint_guard.step_of(
+            checkpoint_guard.newest_good_checkpoint(str(output_dir)))
+        again = _run(*_train_flags(data_dir, output_dir, f"--train_steps={resume_at + 2}"),
+                     cwd=tmp_path)
+        with open(f"/proc/{first.pid}/stat", "rb") as f:  # still a zombie throughout
+            assert f.read().rpartition(b")")[2].split()[0] == b"Z"
+    finally:
+        first.kill()
+        first.wait()
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "Taking over the stale lock" in again.stderr
+    assert f"pid {first.pid} on host" in again.stderr
+    assert _listed_steps(output_dir)[-1] == resume_at + 2
+    assert not (output_dir / "run.lock").exists()
 
 
 @pytest.mark.slow

@@ -277,3 +277,37 @@ def test_separate_models_trained_or_given_encode_each_side(corpus, tmp_path):
     assert [(given_dir / n).read_bytes() for n in names] == [
         (trained_dir / n).read_bytes() for n in names]
     assert _records(given_dir, "dev") == records
+
+
+def test_sentencepiece_shards_are_byte_identical_for_any_number_of_workers(corpus, tmp_path):
+    from t2t_lite import registry
+    from t2t_lite.data_generators import text_problems
+
+    first = tmp_path / "w1"
+    _datagen(first, corpus, vocab_type="sentencepiece", approx_vocab_size=350,
+             sentencepiece_model_type="bpe", sentencepiece_separate=True)
+    names = [f"vocab.translate_files.{side}.sentencepiece.model" for side in ("inputs",
+                                                                              "targets")]
+
+    def shards(data_dir) -> dict[str, bytes]:
+        return {p.name: p.read_bytes() for p in sorted(data_dir.glob("translate_files-*"))}
+
+    expected = shards(first)
+    assert len([n for n in expected if "-train-" in n]) > 1
+    # The records are t2t's encoding of each pair, each side by its own model.
+    encoders = registry.problem("translate_files").feature_encoders(str(first))
+    pairs = text_problems.text2text_txt_iterator(str(corpus / "train.en"),
+                                                 str(corpus / "train.de"))
+    encoded = text_problems.text2text_generate_encoded(pairs, encoders["inputs"],
+                                                       encoders["targets"])
+    assert sorted(map(repr, _records(first, "train"))) == sorted(
+        repr({k: list(sample[k]) for k in ("inputs", "targets")}) for sample in encoded)
+    for workers in (2, 3):
+        data_dir = tmp_path / f"w{workers}"
+        _datagen(data_dir, corpus, vocab_type="sentencepiece",
+                 sentencepiece_model=str(first / names[0]),
+                 target_sentencepiece_model=str(first / names[1]),
+                 num_datagen_workers=workers)
+        report = json.loads((data_dir / "datagen_report.json").read_text())
+        assert report["translate_files"]["splits"]["train"]["workers"] == workers, report
+        assert shards(data_dir) == expected, workers

@@ -224,11 +224,9 @@ def test_sigterm_answers_the_request_in_flight_and_exits_0(served):
 
 
 # ------------------------------------------------------------ a scripted engine, in process
-class ScriptedEngine:
+class ScriptedEngine(batching.Engine):
     """Reverses the input ids; blocks while `gate` is clear; fails on a batch holding id 9
     (and on row 9 alone)."""
-
-    has_attention = False
 
     def __init__(self):
         self.description = {"engine": "scripted"}
@@ -494,7 +492,12 @@ def test_ctranslate2_engine_cuts_a_batch_into_one_part_per_replica_a_worker_has(
     assert translator.parts[-1] == [[1, 2, 4]]
     assert server.batch_timeout_ms(engine, server.ServerConfig()) == 1.0
     assert server.batch_timeout_ms(engine, server.ServerConfig(batch_timeout_ms=0)) == 0
-    assert server.batch_timeout_ms(object(), server.ServerConfig()) == 5.0
+
+    class Plain(batching.Engine):  # an engine that states no batch timeout of its own
+        def __init__(self):
+            self.description = {}
+
+    assert server.batch_timeout_ms(Plain(), server.ServerConfig()) == 5.0
 
 
 def test_the_serve_flags_defaults_are_the_server_configs():

@@ -17,7 +17,7 @@ from t2t_lite.bin.early_checks import check_training_flags as check_flags
 from t2t_lite.bin.early_checks import datagen_command
 from t2t_lite.data_generators import datagen
 from t2t_lite.decoding import runs
-from t2t_lite.errors import UserError
+from t2t_lite.errors import UserError, one_line
 from t2t_lite.evaluation import mt_metrics
 from t2t_lite.training import learning_rate
 from t2t_lite.training.cluster_agreement import flag_fingerprint
@@ -217,9 +217,11 @@ def _run_schedule(trainer: Trainer, flags_obj: Any, mode: str) -> dict[str, floa
     # The overfitting hint names these flags as the run's own instead of suggesting them.
     trainer.overfitting.selection(getattr(flags_obj, "keep_best_checkpoints", 0),
                                   getattr(flags_obj, "eval_early_stopping_steps", None))
+    start = trainer.step
     trainer.train(eval_every=trainer.config.local_eval_frequency, after_eval=after_eval,
                   stop_when=_model_selection(trainer, flags_obj, decoded))
-    if trainer.chief:  # PNGs of the curves (needs the [viz] extra)
+    if trainer.chief and trainer.step > start:
+        # PNGs of the curves (the [viz] extra); a run with nothing to train is left as it was.
         plots.plot_run_if_possible(trainer.config.output_dir)
     return trainer.last_eval_results
 
@@ -309,6 +311,20 @@ def _check_selection_flags(flags_obj: Any, mode: str) -> None:
             raise UserError(f"--{flag}={name}: not a metric of this run; use one of "
                             f"{', '.join(sorted(known))} (bleu, chrf, chrf++, ter need "
                             "--schedule=train_eval_and_decode)")
+    # The selection's state read before anything is written: a damaged file is one line
+    # naming it, not a failure after the run's files were rewritten.
+    output_dir = os.path.expanduser(getattr(flags_obj, "output_dir", None) or "")
+    if not output_dir:
+        return
+    if asked["eval_early_stopping_metric"]:
+        early_stopping.read_state(output_dir)
+    if asked["best_checkpoint_metric"]:
+        from t2t_lite.utils import best_checkpoints
+
+        try:
+            best_checkpoints.read_index(os.path.join(output_dir, best_checkpoints.BEST_DIR))
+        except ValueError as e:
+            raise UserError(one_line(e)) from e
 
 
 def _model_selection(trainer: Trainer, flags_obj: Any,
@@ -343,6 +359,8 @@ def _model_selection(trainer: Trainer, flags_obj: Any,
             metric = early_stopping.resolve_metric(flags_obj.best_checkpoint_metric, available)
             best = keep_best.BestCheckpoints(output_dir, keep, metric,
                                              early_stopping.lower_is_better(metric))
+    except UserError:
+        raise  # a state file that does not read, named
     except ValueError as e:
         raise UserError(f"--{flag}={getattr(flags_obj, flag)}: {e}") from e
 

@@ -976,8 +976,9 @@ def create_trainer(
         # as they were (train restores it, with the input pipeline).
         trainer.check_resume()
     trainer.run_lock = run_lock.acquire(config.output_dir)
-    # Held until exit: datagen --overwrite_data refuses to replace the data meanwhile.
-    trainer.data_dir_lock = run_lock.hold_data_dir(data_dir)
+    trainer.data_dir_lock = run_lock.hold_data_dir(data_dir)  # no --overwrite_data meanwhile
+    if resume_from and trainer.step >= config.train_steps:
+        return trainer  # nothing to train (`train` says so): the run's files stay as they are
     checkpoint_guard.remove_temp_folders(config.output_dir, CHECKPOINT_PREFIX)
     run_metadata.save_hparams(config.output_dir, hparams)
     run_metadata.save_inputs(config.output_dir, inputs)

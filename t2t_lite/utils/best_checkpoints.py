@@ -23,7 +23,7 @@ def read_index(best_dir: str) -> dict[str, Any] | None:
     with open(path, encoding="utf-8") as f:
         try:
             return json.load(f)
-        except json.JSONDecodeError as e:
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:  # junk bytes too: named
             raise ValueError(f"{path} does not parse ({e}); it is rewritten at the next "
                              "evaluation, or remove the folder") from e
 
