@@ -12,15 +12,14 @@ from typing import Any
 
 import tensorflow as tf
 
-from t2t_lite import hparams_support
-
 # t2t's value for logits taken out of the draw (top-k): exp(-1e6 - max) is exactly 0.
 REMOVED_LOGIT = -1e6
 
 
 @dataclasses.dataclass(frozen=True)
 class Sampling:
-    """The model hparams that choose a token (t2t's names; keep_top_p is t2t_lite's own).
+    """The model hparams that choose a token (t2t's names; keep_top_p is t2t_lite's own),
+    which the models read from their hparams (`Transformer.sampling`).
 
     Attributes:
       method: "argmax" or "random".
@@ -39,12 +38,6 @@ class Sampling:
     keep_top_k: int = -1
     keep_top_p: float = 1.0
     seed: Any = None
-
-    @classmethod
-    def from_hparams(cls, hparams) -> Sampling:
-        """The sampling settings of model `hparams` (defaults for those a set lacks)."""
-        return cls(*(hparams_support.hparam(hparams, f"sampling_{name}")
-                     for name in ("method", "temp", "keep_top_k", "keep_top_p")))
 
 
 def keep_top_p(logits: tf.Tensor, p: float) -> tf.Tensor:
@@ -74,7 +67,8 @@ def sample(logits: tf.Tensor, sampling: Sampling, step=0) -> tf.Tensor:
     Args:
       logits: float32 [N, V].
       sampling: the settings.
-      step: int32 scalar, the decoding step (with `sampling.seed`, the draw's second seed).
+      step: int32, the decoding step: a scalar, or [N] (each row's own; not with a
+        `sampling.seed`, which seeds one draw of all rows by (seed, step)).
 
     Returns:
       int32 [N].
@@ -105,6 +99,9 @@ def _draw(logits: tf.Tensor, seed, step) -> tf.Tensor:
     or from the stateful generator when `seed` is None or a negative tensor."""
     def stateful():
         return tf.random.categorical(logits, 1, dtype=tf.int32)[:, 0]
+
+    if seed is not None and tf.convert_to_tensor(step).shape.rank != 0:
+        raise ValueError("a seeded draw takes one step for all rows, got a step per row")
 
     def stateless():
         seeds = tf.stack([tf.cast(seed, tf.int64), tf.cast(step, tf.int64)])
