@@ -12,20 +12,26 @@ same order):
   become the new alive set (with their raw log-probs); the ones that did end in EOS compete
   with the old finished set for its K places (by normalised score).
 * Stop after `decode_length` steps, or earlier when no alive hypothesis can still beat the
-  finished ones (`bound_met`, see `_is_not_finished`).
+  finished ones (`bound_met`, `BeamSearch.stopped`).
 * A batch element that never finished a hypothesis returns its alive hypotheses and their raw
   log-probabilities.
 
+The step is written once, `BeamSearch.step` (`interface.Strategy`), for a step t that is
+one scalar for the whole batch or each sentence's own; `search` runs it over a model's
+decoder in `loop.run_steps` (the continuous search, `continuous.py`, runs the same step).
+
 Implementation choices (results unchanged): the sequences live in fixed `[B, K, decode_length
 + 1]` buffers written at column i + 1 (t2t concatenates a column per step, its TPU path uses
-the same buffer); the decoder states are kept merged as `[B * K, ...]` and gathered once per
-step by the parent beam of each new alive hypothesis (t2t gathers them twice, to the 2K
-candidates and then to the K survivors, which selects the same rows). The states may grow
-along every axis but the last, as in t2t (its shape invariants), e.g. key/value caches that
-append a position per step; `unordered_states` are carried without reordering (for storage
-that the step function indexes itself). The top 2K of the `[B, K * V]` scores come from
-`best_extensions` (the same values and indices as `tf.math.top_k` over all scores, computing
-the scores of a few chunks only). The output
+the same buffer); the model's cache is merged as `[B * K, ...]` rows and reordered once per
+step by the parent row of each new alive hypothesis (t2t gathers them twice, to the 2K
+candidates and then to the K survivors, which selects the same rows), by the model
+(`interface.Decoder.reorder`): t2t's `states` convention (tensors with the batch on axis 0,
+tiled to the beams and gathered by the search) is `beam_search`'s and `beam_search_buffers`'
+way of giving one. The states may grow along every axis but the last, as in t2t (its shape
+invariants), e.g. key/value caches that append a position per step; `unordered_states` are
+carried without reordering (for storage that the step function indexes itself). The top 2K
+of the `[B, K * V]` scores come from `best_extensions` (the same values and indices as
+`tf.math.top_k` over all scores, computing the scores of a few chunks only). The output
 keeps t2t's length: the number of steps actually run.
 `beam_search_buffers` is the same search with every shape static, for XLA.
 """

@@ -1,5 +1,6 @@
-"""Decoding a `SearchModel` (interface.py): the cache layout, greedy or beam search, the
-traced / XLA-compiled decoders and their input buckets.
+"""Decoding a model that implements `start_decoding` (interface.py): the cache layout,
+greedy or beam search over its `Decoder`, the traced / XLA-compiled decoders and their
+input buckets.
 
 `infer` is `Transformer.infer` and `TransformerEnsemble.infer`: the models hold a
 `CompiledDecoders` and pass it with themselves.
@@ -185,7 +186,7 @@ def infer(model, functions: CompiledDecoders, features: dict, decode_length=50,
     that graph.
 
     Args:
-      model: a `SearchModel` (interface.py).
+      model: a model with `start_decoding`, `vocab_size` and `sampling` (interface.py).
       functions: the model's compiled decoders.
       features: {"inputs": int [B, L_in], optional "target_space_id": int scalar,
         optional "prefixes": int [B, P]: target prefixes, 0-padded subword ids without
