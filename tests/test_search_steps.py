@@ -117,13 +117,14 @@ def test_continuous_search_gives_each_sentence_its_search_alone(beam_size, top_b
         want_ids, want_scores = _alone(tables, i % 6, len(ids) + 2, beam_size, top_beams)
         got, steps = done[i].outputs, want_ids.shape[1]
         np.testing.assert_array_equal(got[:, :steps], want_ids)
-        if beam_size > 1:  # (greedy keeps t2t's tokens after EOS, written while others run)
-            assert not got[:, steps:].any()
+        assert not got[:, steps:].any()  # nothing after EOS, however long the others run
         np.testing.assert_allclose(done[i].scores, want_scores, rtol=1e-6)
 
 
 @pytest.mark.parametrize("strategy", [
     greedy.Greedy(lambda logits, t: tf.argmax(logits, -1, output_type=tf.int32), EOS),
+    greedy.Greedy(lambda logits, t: tf.argmax(logits, -1, output_type=tf.int32), EOS,
+                  rows_alone=True),
     beam_search.BeamSearch(3, V, 0.6, EOS, rows_alone=True),
     beam_search.BeamSearch(3, V, 1.0, EOS, "batch_worst"),
 ])

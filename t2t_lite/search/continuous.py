@@ -96,7 +96,8 @@ class SlotSearch:
         self.steps_per_call = int(steps_per_call)
         if self.beam_size == 1:
             self.strategy = greedy.Greedy(
-                lambda logits, t: sampling.sample(logits, sampling.Sampling()), int(eos_id))
+                lambda logits, t: sampling.sample(logits, sampling.Sampling()), int(eos_id),
+                rows_alone=True)
         else:
             # n-best lists compare a sentence's lowest finished score, as a search of that
             # sentence alone does.

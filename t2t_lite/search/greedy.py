@@ -20,7 +20,7 @@ from t2t_lite.search.rows import forced_tokens, step_mask, with_prefixes
 class Greedy:
     """t2t's greedy step: the token `choose` picks, or the prefix's, written while a row is
     within its length; log-probs summed up to and including the first EOS; tokens after it
-    are kept, as in t2t.
+    are kept, as in t2t (not with `rows_alone`).
 
     State: "seq" int32 [B, T] (the tokens, step t in column t), "log_prob" float32 [B],
     "hit_eos" bool [B], "last" int32 [B, 1] (the last token), "limit" int32 (scalar or
@@ -33,15 +33,19 @@ class Greedy:
       eos_id: the id that ends a row.
       force_decode_length: a row stops at its limit only, not at its EOS (t2t's decode
         hparam).
+      rows_alone: a row that has stopped (`stopped`) keeps its state: no token is written
+        after its EOS, so that its output does not depend on when the loop ends (the
+        continuous search); False: t2t's tokens after EOS, written until the loop ends.
     """
 
     beams = 1
 
     def __init__(self, choose: Callable[[tf.Tensor, tf.Tensor], tf.Tensor], eos_id: int,
-                 force_decode_length: bool = False):
+                 force_decode_length: bool = False, rows_alone: bool = False):
         self.choose = choose
         self.eos_id = eos_id
         self.force_decode_length = force_decode_length
+        self.rows_alone = rows_alone
 
     def start(self, initial_ids: tf.Tensor, buffer_length, limit, prefixes=None) -> dict:
         """See `interface.Strategy.start` (t2t's greedy decoding starts from id 0, which
@@ -72,6 +76,8 @@ class Greedy:
         chosen = tf.gather(log_probs, token, axis=1, batch_dims=1)
         hit_eos = state["hit_eos"]
         writing = t < state["limit"]
+        if self.rows_alone:
+            writing = tf.logical_not(self.stopped(state, t))
         log_prob = state["log_prob"] + tf.where(
             writing, chosen * (1.0 - tf.cast(hit_eos, tf.float32)), 0.0)
         hit_eos = tf.logical_or(hit_eos, tf.logical_and(writing, tf.equal(token, self.eos_id)))
@@ -83,11 +89,10 @@ class Greedy:
     def stopped(self, state: dict, t) -> tf.Tensor:
         """See `interface.Strategy.stopped`: at the limit, or at EOS (unless
         force_decode_length)."""
-        hit_eos = state["hit_eos"]
-        ended = tf.logical_or(t >= state["limit"], tf.zeros_like(hit_eos))
-        if self.force_decode_length:
-            return ended
-        return tf.logical_or(ended, hit_eos)
+        ended = t >= state["limit"]
+        if self.force_decode_length:  # [B], whether t and the limit are scalars or not
+            return tf.logical_or(ended, tf.zeros_like(state["hit_eos"]))
+        return tf.logical_or(ended, state["hit_eos"])
 
     def parent_rows(self, state: dict) -> None:
         """Greedy rows continue themselves."""
