@@ -23,9 +23,9 @@ class Greedy:
     are kept, as in t2t (not with `rows_alone`).
 
     State: "seq" int32 [B, T] (the tokens, step t in column t), "log_prob" float32 [B],
-    "hit_eos" bool [B], "last" int32 [B, 1] (the last token), "limit" int32 (scalar or
-    [B]: a row writes while t < limit), optional "prefixes", "prefix_lengths"
-    (`with_prefixes`).
+    "hit_eos" bool [B], "last" int32 [B, 1] (the last token), optional "limit" int32
+    (scalar or [B]: a row writes while t < limit; without it, the loop's number of steps
+    bounds every row), optional "prefixes", "prefix_lengths" (`with_prefixes`).
 
     Args:
       choose: `fn(logits float32 [B, V], t) -> int32 [B]`, the next token (argmax or a
@@ -49,14 +49,15 @@ class Greedy:
 
     def start(self, initial_ids: tf.Tensor, buffer_length, limit, prefixes=None) -> dict:
         """See `interface.Strategy.start` (t2t's greedy decoding starts from id 0, which
-        `ids` puts first in the whole prefix)."""
+        `ids` puts first in the whole prefix); `limit` may be None (see the state)."""
         initial_ids = tf.convert_to_tensor(initial_ids, tf.int32)
         batch_size = tf.shape(initial_ids)[0]
         state = {"seq": tf.zeros([batch_size, buffer_length], tf.int32),
                  "log_prob": tf.zeros([batch_size], tf.float32),
                  "hit_eos": tf.zeros([batch_size], tf.bool),
-                 "last": initial_ids[:, tf.newaxis],
-                 "limit": tf.convert_to_tensor(limit, tf.int32)}
+                 "last": initial_ids[:, tf.newaxis]}
+        if limit is not None:
+            state["limit"] = tf.convert_to_tensor(limit, tf.int32)
         return with_prefixes(state, prefixes)
 
     def ids(self, state: dict, t, whole_prefix: bool = False) -> tf.Tensor:
@@ -75,24 +76,30 @@ class Greedy:
             token = tf.where(is_forced, forced, token)
         chosen = tf.gather(log_probs, token, axis=1, batch_dims=1)
         hit_eos = state["hit_eos"]
-        writing = t < state["limit"]
-        if self.rows_alone:
-            writing = tf.logical_not(self.stopped(state, t))
-        log_prob = state["log_prob"] + tf.where(
-            writing, chosen * (1.0 - tf.cast(hit_eos, tf.float32)), 0.0)
-        hit_eos = tf.logical_or(hit_eos, tf.logical_and(writing, tf.equal(token, self.eos_id)))
+        log_prob = chosen * (1.0 - tf.cast(hit_eos, tf.float32))
+        eos = tf.equal(token, self.eos_id)
         seq = state["seq"]
-        column = tf.logical_and(step_mask(t, tf.shape(seq)[1]), tf.reshape(writing, [-1, 1]))
-        return dict(state, seq=tf.where(column, token[:, tf.newaxis], seq), log_prob=log_prob,
-                    hit_eos=hit_eos, last=token[:, tf.newaxis])
+        column = step_mask(t, tf.shape(seq)[1])
+        if self.rows_alone or "limit" in state:
+            writing = (tf.logical_not(self.stopped(state, t)) if self.rows_alone
+                       else t < state["limit"])
+            log_prob = tf.where(writing, log_prob, 0.0)
+            eos = tf.logical_and(writing, eos)
+            column = tf.logical_and(column, tf.reshape(writing, [-1, 1]))
+        return dict(state, seq=tf.where(column, token[:, tf.newaxis], seq),
+                    log_prob=state["log_prob"] + log_prob,
+                    hit_eos=tf.logical_or(hit_eos, eos), last=token[:, tf.newaxis])
 
     def stopped(self, state: dict, t) -> tf.Tensor:
         """See `interface.Strategy.stopped`: at the limit, or at EOS (unless
         force_decode_length)."""
+        hit_eos = state["hit_eos"]
+        if "limit" not in state:
+            return tf.zeros_like(hit_eos) if self.force_decode_length else hit_eos
         ended = t >= state["limit"]
         if self.force_decode_length:  # [B], whether t and the limit are scalars or not
-            return tf.logical_or(ended, tf.zeros_like(state["hit_eos"]))
-        return tf.logical_or(ended, state["hit_eos"])
+            return tf.logical_or(ended, tf.zeros_like(hit_eos))
+        return tf.logical_or(ended, hit_eos)
 
     def parent_rows(self, state: dict) -> None:
         """Greedy rows continue themselves."""
@@ -133,9 +140,8 @@ def search(decoder: Decoder, batch_size, max_length, choose: Callable, eos_id: i
     """
     initial_ids = tf.zeros([batch_size], tf.int32)  # t2t's start id 0
     strategy = Greedy(choose, eos_id, force_decode_length)
-    limit = max_length if row_lengths is None else row_lengths
     state = strategy.start(initial_ids, max_length if buffer_length is None else buffer_length,
-                           limit, prefixes)
+                           row_lengths, prefixes)
     state, _, _, steps = loop.run_steps(strategy, state, decoder, 0, max_length, whole_prefix)
     ids, scores = strategy.result(state)
     return ids, scores, steps

@@ -35,10 +35,13 @@ def run_steps(strategy: Strategy, state: dict, decoder: Decoder, t: tf.Tensor,
       cache and the int32 scalar number of steps run.
     """
     t = tf.convert_to_tensor(t, tf.int32)
+    # A scalar t counts the steps itself; a step per sentence needs a counter, n.
+    counter = t.shape.rank != 0
+    start, end = t, t + max_steps
 
     def not_finished(n, t, state, cache):
-        return tf.logical_and(n < max_steps,
-                              tf.logical_not(tf.reduce_all(strategy.stopped(state, t))))
+        more = n < max_steps if counter else t < end
+        return tf.logical_and(more, tf.logical_not(tf.reduce_all(strategy.stopped(state, t))))
 
     cache_invariants = decoder.shape_invariants(decoder.cache)
 
@@ -53,11 +56,11 @@ def run_steps(strategy: Strategy, state: dict, decoder: Decoder, t: tf.Tensor,
         # (the cache those its invariants keep: all of them for XLA's static shapes).
         tf.nest.map_structure(lambda new, old: new.set_shape(old.shape), new_state, state)
         tf.nest.map_structure(lambda new, shape: new.set_shape(shape), cache, cache_invariants)
-        return n + 1, t + 1, new_state, cache
+        return (n + 1 if counter else n), t + 1, new_state, cache
 
     loop_vars = (tf.constant(0), t, state, decoder.cache)
     invariants = (tf.TensorShape([]), t.shape,
                   tf.nest.map_structure(lambda tensor: tensor.shape, state), cache_invariants)
-    steps, t, state, cache = tf.while_loop(not_finished, body, loop_vars,
-                                           shape_invariants=invariants, parallel_iterations=1)
-    return state, t, cache, steps
+    n, t, state, cache = tf.while_loop(not_finished, body, loop_vars,
+                                       shape_invariants=invariants, parallel_iterations=1)
+    return state, t, cache, (n if counter else t - start)

@@ -13,8 +13,9 @@ def at_step(table: tf.Tensor, t: tf.Tensor) -> tf.Tensor:
 
 
 def step_mask(t: tf.Tensor, columns: tf.Tensor) -> tf.Tensor:
-    """bool [1, C] (scalar t) or [B, C] (t [B]): True at column t of each row."""
-    return tf.equal(tf.range(columns)[tf.newaxis, :], tf.reshape(t, [-1, 1]))
+    """bool [1, C] (scalar t) or [B, C] (t [B]): True at column t of each row (nowhere when
+    t is outside 0..C - 1)."""
+    return tf.one_hot(tf.reshape(t, [-1]), columns, True, False)
 
 
 def with_prefixes(state: dict, prefixes) -> dict:
