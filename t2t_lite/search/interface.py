@@ -121,7 +121,8 @@ class Strategy(Protocol):
     def start(self, initial_ids: tf.Tensor, buffer_length, limit, prefixes=None) -> dict:
         """The state of B new sentences: `initial_ids` int32 [B] (the start id of each,
         0 in t2t), buffers of `buffer_length` steps, `limit` int32 (scalar or [B]) the steps
-        each may run, `prefixes` optional int32 [B, P] tokens each output must start with."""
+        each may run (greedy decoding also takes None: the loop's number of steps bounds
+        them all), `prefixes` optional int32 [B, P] tokens each output must start with."""
 
     def ids(self, state: dict, t, whole_prefix: bool = False) -> tf.Tensor:
         """int32 [N, 1], the last token of each model row, or [N, t + 1] with
