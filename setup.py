@@ -6,9 +6,12 @@ not drop generic top-level packages named `problems` or `hparams` into site-pack
 """
 from setuptools import find_packages, setup
 
+# The translation server's distributions (the [serve] extra; [test] has them too).
+SERVE = ["fastapi>=0.100", "uvicorn>=0.29", "h11", "prometheus-client", "pydantic>=2",
+         "starlette"]
+
 # Non-Python files the package reads at run time, as globs relative to t2t_lite/.
-PACKAGE_DATA = ["serving/static/*", "serving/templates/*", "layers/native/*.cc",
-                "layers/native/*.h"]
+PACKAGE_DATA = ["serving/static/*", "layers/native/*.cc", "layers/native/*.h"]
 
 setup(
     name="t2t_lite",
@@ -27,7 +30,6 @@ setup(
     },
     # Files the package reads at run time besides its modules (the serving page's assets).
     package_data={"t2t_lite": PACKAGE_DATA},
-    py_modules=["run"],
     install_requires=[
         "tensorflow>=2.16,<2.22",
         "keras>=3",
@@ -43,6 +45,9 @@ setup(
         "tqdm",
         # TFRecord framing of datagen's shards without TensorFlow (parallel_datagen.py).
         "google-crc32c",
+        # The checkpoint state file's text format (utils/checkpoint_guard.py); TensorFlow's own
+        # dependency, imported here directly.
+        "protobuf",
     ],
     extras_require={
         # The in-graph encoder's FastWordpiece segmenter (--export_subword_segmenter).
@@ -50,18 +55,19 @@ setup(
         # SentencePiece vocabularies (--vocab_type=sentencepiece; their SavedModel also needs
         # the [text] extra).
         "sentencepiece": ["sentencepiece>=0.1.99"],
-        # CTranslate2 export and decoding (t2t_lite.serving.ct2).
+        # CTranslate2 export and decoding (t2t_lite.export.ct2).
         "ctranslate2": ["ctranslate2>=4"],
         # Pictures: --mode=plot, --mode=attention and the curves at the end of train_and_eval.
         "viz": ["matplotlib"],
-        # The translation server (--mode=serve) and its Insights page.
-        "serve": ["fastapi>=0.100", "uvicorn>=0.29", "prometheus-client"],
+        # The translation server (--mode=serve) and its Insights page; t2t_lite.serving imports
+        # pydantic and starlette itself (FastAPI brings them, they are named all the same).
+        "serve": SERVE,
         # CI tests the optional paths.
         "test": ["pytest", "pytest-xdist", "hypothesis", "tensorboard",
                  "tensorflow-text>=2.16,<2.22", "sentencepiece>=0.1.99",
-                 "ctranslate2>=4", "matplotlib",
-                 "fastapi>=0.100", "uvicorn>=0.29", "prometheus-client", "selenium"],
+                 "ctranslate2>=4", "matplotlib", *SERVE, "selenium"],
         "bench": [],
     },
-    entry_points={"console_scripts": ["t2t-lite=run:main"]},
+    # `t2t-lite` and `python -m t2t_lite` run the same function; the repository's run.py too.
+    entry_points={"console_scripts": ["t2t-lite=t2t_lite.bin.main:main"]},
 )

@@ -5,7 +5,7 @@ checkpoint, in one run.
         [--t2t_python ../t2t-venv/bin/python --t2t_data_dir T2T_DATA] [--lines 500]
 
 The checkpoint is an original tensor2tensor one (so that t2t-decoder can decode it too; it is
-read by t2t_lite's t2t_checkpoint and exported by t2t_lite.serving.ct2 in this run); `--vocab`
+read by t2t_lite's t2t_checkpoint and exported by t2t_lite.export.ct2 in this run); `--vocab`
 is its SubwordTextEncoder file. The first `--lines` lines of the toy WMT dev set are decoded
 with beam 4, alpha 0.6 (t2t's defaults, 32 sentences per batch, sorted by length) by:
 
@@ -39,11 +39,11 @@ sys.path.insert(0, str(REPO_ROOT))
 SHARED = REPO_ROOT.parent / "shared"
 
 from t2t_lite.data_generators import text_encoder
-from t2t_lite.decoding import decoding
+from t2t_lite.decoding import decode_hparams, decoding
 from t2t_lite.evaluation import bleu_hook
-from t2t_lite.hparams import create_hparams
+from t2t_lite.export import ct2
+from t2t_lite.hparams_lib import create_hparams
 from t2t_lite.models import t2t_checkpoint
-from t2t_lite.serving import ct2
 
 
 def _best_time(fn, rounds: int):
@@ -116,9 +116,9 @@ def main() -> None:
           f"int8 {sizes['int8']:.1f} MB", flush=True)
 
     def lite(beam_size: int, subset=None):
-        hp = decoding.decode_hparams(f"beam_size={beam_size},alpha={args.alpha},"
-                                     f"extra_length={args.extra_length},log_results=False,"
-                                     "write_beam_scores=True,return_beams=True")
+        hp = decode_hparams.decode_hparams(f"beam_size={beam_size},alpha={args.alpha},"
+                                           f"extra_length={args.extra_length},log_results=False,"
+                                           "write_beam_scores=True,return_beams=True")
         records = decoding.decode_lines(subset or lines, decoding.make_infer_fn(model, hp),
                                         encoder, encoder, hp,
                                         parallel_batches=decoding.default_parallel_batches())

@@ -34,7 +34,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_training import _time, synthetic_batch, t2t_lite_step  # noqa: E402
 from machine import describe_cpu  # noqa: E402
 
-from t2t_lite.hparams import create_hparams  # noqa: E402
+from t2t_lite.hparams_lib import create_hparams  # noqa: E402
 from t2t_lite.layers import common_layers, fused_ops  # noqa: E402
 from t2t_lite.models.transformer import Transformer  # noqa: E402
 

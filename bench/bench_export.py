@@ -8,7 +8,7 @@ Both sides translate the same sentences with t2t's fixture model (transformer_ti
 * in-process: what `run.py --mode=decode` does per batch (t2t_lite.decoding.decoding): Python
   SubwordTextEncoder.encode + EOS + padding, `Transformer.infer` (its own tf.function), cut at
   EOS, Python decode;
-* SavedModel: the model exported in this run by t2t_lite.serving.export and loaded back with
+* SavedModel: the model exported in this run by t2t_lite.export.export and loaded back with
   `tf.saved_model.load`; one call of the `serving_default` signature on the raw strings
   (encoding, decoding and detokenization are graph ops).
 
@@ -38,10 +38,10 @@ sys.path.insert(0, str(REPO_ROOT))
 SHARED = REPO_ROOT.parent / "shared"
 
 from t2t_lite.data_generators import text_encoder
-from t2t_lite.decoding import decoding
-from t2t_lite.hparams import create_hparams
+from t2t_lite.decoding import decode_hparams, decoding, text_batches
+from t2t_lite.export import export
+from t2t_lite.hparams_lib import create_hparams
 from t2t_lite.models import t2t_checkpoint
-from t2t_lite.serving import export
 
 
 def _record_ms(fn, timings: list[list[float]], index: int) -> None:
@@ -61,7 +61,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=9)
     args = parser.parse_args()
 
-    decode_hp = decoding.decode_hparams(args.decode_hparams)
+    decode_hp = decode_hparams.decode_hparams(args.decode_hparams)
     decode_hp.log_results = False
     hparams = create_hparams(args.hparams_set)
     encoder = text_encoder.SubwordTextEncoder(args.vocab)
@@ -72,7 +72,7 @@ def main() -> None:
         start = time.perf_counter()
         module = export.ServingModule(
             model, encoder.all_subtoken_strings, encoder.all_subtoken_strings, decode_hp,
-            decoding.input_length_limit(decode_hp), 0)
+            text_batches.input_length_limit(decode_hp), 0)
         path = export.export(module, tmp)
         export_s = time.perf_counter() - start
         start = time.perf_counter()
@@ -82,7 +82,7 @@ def main() -> None:
         graph_encode = served.signatures["encode"]
 
         lines = pathlib.Path(args.source).read_text(encoding="utf-8").split("\n")
-        batches = {"batch 1": lines[:1], "batch 32": decoding.sort_inputs(lines[:32])[0]}
+        batches = {"batch 1": lines[:1], "batch 32": text_batches.sort_inputs(lines[:32])[0]}
         cases = []
         for name, batch in batches.items():
             def in_process(batch=batch):

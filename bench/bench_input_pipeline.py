@@ -38,7 +38,7 @@ import tensorflow as tf
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from t2t_lite import registry
 from t2t_lite.data_generators import problem as problem_lib
-from t2t_lite.hparams import create_hparams
+from t2t_lite.hparams_lib import create_hparams
 from t2t_lite.layers import common_layers
 from t2t_lite.models.transformer import Transformer
 

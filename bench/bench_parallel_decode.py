@@ -21,8 +21,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from t2t_lite.data_generators import text_encoder
-from t2t_lite.decoding import decoding
-from t2t_lite.hparams import create_hparams
+from t2t_lite.decoding import decode_hparams, decoding, input_files
+from t2t_lite.hparams_lib import create_hparams
 from t2t_lite.models import t2t_checkpoint
 
 DEV_SOURCE = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
@@ -45,8 +45,8 @@ def main() -> None:
 
     encoder = text_encoder.SubwordTextEncoder(args.vocab)
     model = t2t_checkpoint.load_model(args.checkpoint, create_hparams(args.hparams_set))
-    lines = decoding.read_inputs(args.source)[: args.lines]
-    decode_hp = decoding.decode_hparams(args.decode_hparams + ",log_results=False")
+    lines = input_files.read_inputs(args.source)[: args.lines]
+    decode_hp = decode_hparams.decode_hparams(args.decode_hparams + ",log_results=False")
     infer_fn = decoding.make_infer_fn(model, decode_hp)
     decoding.decode_lines(lines[:64], infer_fn, encoder, encoder, decode_hp)  # trace
     decoding.decode_lines(lines[:64], infer_fn, encoder, encoder, decode_hp, parallel)

@@ -230,13 +230,13 @@ import sys, time
 sys.path.insert(0, sys.argv[1])
 from t2t_lite import quiet_start
 quiet_start.import_tensorflow()
-from t2t_lite.decoding import decoding, runs
+from t2t_lite.decoding import decode_hparams, decoding, runs
 flags = dict(arg[2:].split("=", 1) for arg in sys.argv[4:])
 spec = runs.resolve("decode", flags.get("output_dir"), flags.get("problem"),
                     flags.get("hparams_set"), flags.get("data_dir"), flags.get("model"))
 run = runs.open_run(spec, flags.get("hparams", ""))
 _, model = runs.restore_model(run, flags.get("checkpoint_path"))
-hp = decoding.decode_hparams(sys.argv[3])
+hp = decode_hparams.decode_hparams(sys.argv[3])
 hp.set_hparam("log_results", False)
 infer = decoding.make_infer_fn(model, hp, run.target_space_id)
 lines = [line.strip() for line in open(sys.argv[2], encoding="utf-8")]
@@ -254,8 +254,8 @@ print(f"Decoded {len(lines)} records in {time.time() - start:.2f} s")
 CT2_OFFLINE = """
 import sys, time
 sys.path.insert(0, sys.argv[1])
-from t2t_lite.decoding.decoding import decode_hparams
-from t2t_lite.serving import ct2
+from t2t_lite.decoding.decode_hparams import decode_hparams
+from t2t_lite.export import ct2
 hp = decode_hparams(sys.argv[4])
 translator = ct2.Translator(sys.argv[2])
 lines = [line.strip() for line in open(sys.argv[3], encoding="utf-8")]

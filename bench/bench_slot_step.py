@@ -43,7 +43,7 @@ def main() -> None:
     from t2t_lite import quiet_start
 
     quiet_start.import_tensorflow()
-    from t2t_lite.decoding import decoding, runs
+    from t2t_lite.decoding import decode_hparams, decoding, runs, text_batches
     from t2t_lite.search.continuous import SlotSearch
 
     spec = runs.resolve("decode", args.output_dir, args.problem, None, args.data_dir, None)
@@ -52,7 +52,7 @@ def main() -> None:
     encoder = run.encoders.get("inputs", run.encoders["targets"])
     with open(args.source, encoding="utf-8") as f:
         lines = [line.strip() for line in f]
-    ids = [decoding.encode_input(line, encoder, 0) for line in lines]
+    ids = [text_batches.encode_input(line, encoder, 0) for line in lines]
     sizes = [int(s) for s in args.sizes.split(",")]
     functions: dict = {}
     timings: dict[int, list[float]] = {n: [] for n in sizes}
@@ -68,14 +68,14 @@ def main() -> None:
             timings[n].append((time.perf_counter() - start) / args.steps)
     # The same sentences decoded to their ends (extra_length 100): the per-batch search
     # (`input_lengths`, what --serve_batching=batch runs) against the continuous one.
-    hp = decoding.decode_hparams(f"beam_size={args.beam_size},alpha=0.6")
+    hp = decode_hparams.decode_hparams(f"beam_size={args.beam_size},alpha=0.6")
     infer = decoding.make_infer_fn(model, hp, run.target_space_id)
     whole: dict[tuple[str, int], list[float]] = {}
     for round_ in range(args.rounds + 1):
         for n in sizes:
             batch = ids[:n]
             start = time.perf_counter()
-            infer(decoding.pad_batch(batch),
+            infer(text_batches.pad_batch(batch),
                   input_lengths=np.array([len(i) for i in batch], np.int32))
             per_batch = time.perf_counter() - start
             search = SlotSearch(model, args.beam_size, 0.6, 100, 256,

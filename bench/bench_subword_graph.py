@@ -1,6 +1,6 @@
 """Benchmark: the SavedModel's in-graph subword encoder, core TensorFlow ops vs tensorflow-text.
 
-`t2t_lite.serving.subword_graph.SubwordGraphEncoder` splits escaped tokens into subtokens either
+`t2t_lite.export.subword_graph.SubwordGraphEncoder` splits escaped tokens into subtokens either
 with core TensorFlow ops ("core", the default of `--mode=export`) or with tensorflow-text's
 FastWordpieceTokenizer ("tensorflow_text", `--export_subword_segmenter=tensorflow_text`).
 Measured in the same run, on the toy WMT dev lines, each encoder as a `tf.function` with the
@@ -35,7 +35,7 @@ from t2t_lite import quiet_start
 tf = quiet_start.import_tensorflow()
 
 from t2t_lite.data_generators import text_encoder
-from t2t_lite.serving import subword_graph
+from t2t_lite.export import subword_graph
 
 FIXTURE_VOCAB = SHARED / "fixtures" / "t2t" / "vocab.translate_toy_ende1k.1024.subwords"
 

@@ -17,7 +17,7 @@ runs, one after another (nothing else should run meanwhile; each step's log is k
    toy data's own vocabulary size (its subword vocabulary's, 8085 here), and for
    transformer_base (batch 32 x 32): the step's % of its matmul rate by wall time;
 
-and prints the machine line, the table row (markdown) and each goal of issue 46 for this
+and prints the machine line, the table row (markdown) and each per-ISA goal for this
 machine's ISA with its figure, met or not. The bench scripts run with the oneDNN setting that
 `run.py --onednn=auto` takes on this machine. The compare scripts get the environment as it
 is: their `run.py` decides for itself, and tensor2tensor runs with TensorFlow's default
@@ -47,9 +47,10 @@ from machine import cpu_flags, describe_cpu, vector_isa  # noqa: E402
 from t2t_lite.data_generators.text_encoder import SubwordTextEncoder  # noqa: E402
 from t2t_lite.utils import onednn  # noqa: E402
 
-# Issue 46's goals: training steps/s against t2t's by vector unit, and the rest on every CPU.
+# The per-ISA goals: training steps/s and decoding time against t2t's by vector unit (AVX512
+# covers the AVX512-BF16 and AMX machines), the step's matmul share on every CPU.
 TRAINING_GOAL = {"AVX2": 1.25, "AVX512": 1.5}
-DECODING_GOAL = 1.8
+DECODING_GOAL = {"AVX2": 1.8, "AVX512": 2.0}
 TINY_GOAL = 85.0
 BASE_GOAL = 90.0
 
@@ -122,14 +123,15 @@ def _decoded_lines(decode: dict) -> str:
 
 def goals(isa: str, train: dict, decode: dict, tiny: dict, tiny_data: dict,
           base: dict) -> list[tuple[str, str, bool]]:
-    """Issue 46's goals on a CPU with vector unit `isa`: (goal, this machine's figure, met)."""
+    """The per-ISA goals on a CPU with vector unit `isa`: (goal, this machine's figure, met)."""
     training_goal = TRAINING_GOAL["AVX512" if isa == "AVX512" else "AVX2"]
+    decoding_goal = DECODING_GOAL["AVX512" if isa == "AVX512" else "AVX2"]
     return [
         (f"training >= {training_goal}x t2t's steps/s", f"{train['ratio']:.2f}x",
          train["ratio"] >= training_goal),
-        (f"decoding >= {DECODING_GOAL}x t2t, lines identical",
+        (f"decoding >= {decoding_goal}x t2t, lines identical",
          f"{decode['ratio']:.2f}x, {_decoded_lines(decode)}",
-         decode["ratio"] >= DECODING_GOAL and decode["identical"] == decode["lines"]),
+         decode["ratio"] >= decoding_goal and decode["identical"] == decode["lines"]),
         (f"transformer_tiny step >= {TINY_GOAL:.0f}% of its matmul rate (bench vocabulary)",
          f"{tiny['wall']:.1f}%", tiny["wall"] >= TINY_GOAL),
         (f"transformer_tiny step >= {TINY_GOAL:.0f}% at the toy data's vocabulary",

@@ -81,3 +81,7 @@ def describe_cpu(cpuinfo_path: str = "/proc/cpuinfo") -> str:
     name = cpu_model(cpuinfo) + (f" ({generation})" if generation else "")
     return (f"{name}, {cores} cores, {vector_isa(flags)} vectors, bfloat16 matmuls on "
             f"{bfloat16_units(flags)}")
+
+
+if __name__ == "__main__":
+    print(describe_cpu())

@@ -26,8 +26,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from profile_train_step import print_table, xplane_op_times
 
 from t2t_lite.data_generators import text_encoder
-from t2t_lite.decoding import decoding, runs
-from t2t_lite.hparams import create_hparams
+from t2t_lite.decoding import decode_hparams, decoding, input_files, runs
+from t2t_lite.hparams_lib import create_hparams
 from t2t_lite.models import t2t_checkpoint
 
 
@@ -55,9 +55,9 @@ def main() -> None:
         source_encoder = encoder
     else:
         ap.error("give --output_dir (a t2t_lite run) or --checkpoint with --vocab")
-    decode_hp = decoding.decode_hparams(f"beam_size={args.beam_size},alpha=0.6")
+    decode_hp = decode_hparams.decode_hparams(f"beam_size={args.beam_size},alpha=0.6")
     infer_fn = decoding.make_infer_fn(model, decode_hp, target_space_id)
-    lines = decoding.read_inputs(args.source)[: args.lines]
+    lines = input_files.read_inputs(args.source)[: args.lines]
     start = time.perf_counter()
     decoding.decode_lines(lines, infer_fn, source_encoder, encoder, decode_hp)
     print(f"first pass (incl. tracing): {time.perf_counter() - start:.2f} s")

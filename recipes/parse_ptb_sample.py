@@ -1,6 +1,6 @@
 """Recipe: a constituency parser on the Penn Treebank sample, scored with EVALB, in one command.
 
-    python recipes/parse_ptb_sample.py                    # the measured defaults (see README)
+    python recipes/parse_ptb_sample.py              # the measured defaults (docs/sample_corpora.md)
     python recipes/parse_ptb_sample.py --quick            # seconds: a smoke test (CI)
     python recipes/parse_ptb_sample.py --train_steps=8000 --work_dir=/tmp/parse
 
@@ -53,7 +53,7 @@ PROBLEMS = {"parsing_english_ptb16k": "tags", "parsing_english_ptb16k_xx": "tags
 TRAIN_FILES = "0001-0159"
 DEV_FILES = "0160-0179"
 
-# The best settings of the trials reported in README.md ("Results on the sample corpora").
+# The best settings of the trials reported in docs/sample_corpora.md.
 DEFAULTS = {
     "problem": "parsing_english_ptb_words",
     "hparams_set": "transformer_tiny",

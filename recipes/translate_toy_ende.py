@@ -4,25 +4,26 @@
     python recipes/translate_toy_ende.py --tuned        # the tuned recipe (best of the search)
     python recipes/translate_toy_ende.py --quick        # a few steps of a tiny model (CI)
 
-By default this is tensor2tensor's own recipe for this corpus, the one whose numbers the README
-sets beside t2t 1.15.7's: `translate_files` over `../shared/data/wmt_toy_ende` (9,000 train
-pairs, 500 dev pairs) with one shared 8k subword vocab (`--approx_vocab_size=8192`),
-`transformer_tiny` (batch 4096 tokens, 8,000 warmup steps), 4,800 steps, dev evaluation every
-1,000 steps, then beam 4 / alpha 0.6 decoding of the 500 dev sentences (newest checkpoint, and
-the average of the last 3) scored with sacreBLEU and t2t's BLEU.
+By default this is tensor2tensor's own recipe for this corpus, the one whose numbers
+docs/sample_corpora.md sets beside t2t 1.15.7's: `translate_files` over
+`../shared/data/wmt_toy_ende` (9,000 train pairs, 500 dev pairs) with one shared 8k subword
+vocab (`--approx_vocab_size=8192`), `transformer_tiny` (batch 4096 tokens, 8,000 warmup steps),
+4,800 steps, dev evaluation every 1,000 steps, then beam 4 / alpha 0.6 decoding of the 500 dev
+sentences (newest checkpoint, and the average of the last 3) scored with sacreBLEU and t2t's
+BLEU.
 
 Every step is a `python run.py --mode=...` command, printed before it runs, so the recipe is
 also the list of commands a user types. The last line printed is the summary:
 
     RESULT translate_toy_ende: steps 4800 | dev loss ... acc ... | sacreBLEU ... (avg3 ...) | ...
 
-`--tuned` selects the settings the README's search on this corpus found best within the same
-budget (4,800 steps of ~3.4k target tokens): a 4k vocab, `transformer_small` with 3 layers, half
-t2t's learning rate with a linear cool-down over the last 1,600 steps, more dropout and label
-smoothing, beam 4 / alpha 1.0. `--approx_vocab_size`, `--hparams_set`, `--hparams`,
-`--train_steps`, `--eval_every`, `--decode_hparams` and `--average_last` override either
-preset. Re-running with the same `--work_dir` reuses the generated data and resumes training
-from the newest checkpoint.
+`--tuned` selects the settings that the search on this corpus (docs/sample_corpora.md) found
+best within the same budget (4,800 steps of ~3.4k target tokens): a 4k vocab,
+`transformer_small` with 3 layers, half t2t's learning rate with a linear cool-down over the
+last 1,600 steps, more dropout and label smoothing, beam 4 / alpha 1.0. `--approx_vocab_size`,
+`--hparams_set`, `--hparams`, `--train_steps`, `--eval_every`, `--decode_hparams` and
+`--average_last` override either preset. Re-running with the same `--work_dir` reuses the
+generated data and resumes training from the newest checkpoint.
 """
 from __future__ import annotations
 
@@ -41,7 +42,8 @@ DEFAULT_CORPUS = os.path.join(os.path.dirname(PROJECT), "shared", "data", "wmt_t
 T2T_RECIPE = {"approx_vocab_size": 8192, "hparams_set": "transformer_tiny", "hparams": "",
               "train_steps": 4800, "eval_every": 1000, "decode_hparams": "beam_size=4,alpha=0.6",
               "average_last": 3}
-# The best settings of the README's search ("Towards a tuned recipe"), same training budget.
+# The best settings of docs/sample_corpora.md's search ("Towards a tuned recipe"), same
+# training budget.
 TUNED = {"approx_vocab_size": 4096, "hparams_set": "transformer_small",
          "hparams": "num_hidden_layers=3,learning_rate_constant=1.0,"
                     "learning_rate_warmup_steps=1000,layer_prepostprocess_dropout=0.3,"
@@ -90,7 +92,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--random_seed", type=int, default=1)
     preset_group = ap.add_mutually_exclusive_group()
     preset_group.add_argument("--tuned", action="store_true",
-                              help="the best settings of the README's search, same budget")
+                              help="the best settings of the search in docs/sample_corpora.md, "
+                                   "same budget")
     preset_group.add_argument("--quick", action="store_true",
                               help="a tiny model for a few steps on a few dev lines: checks "
                                    "the path")

@@ -90,16 +90,24 @@ class DataError(FileNotFoundError):
     the files and the datagen command that repairs them. A FileNotFoundError, as t2t raised."""
 
 
+class HParamsError(ValueError):
+    """A bad hyperparameter name, value or override string (raised by `t2t_lite.hparams`)."""
+
+
+class RegistryError(KeyError):
+    """An unknown or duplicate registered name (raised by `t2t_lite.registry`)."""
+
+    def __str__(self) -> str:  # KeyError quotes its message; show it plainly.
+        return str(self.args[0])
+
+
 def user_error_types() -> tuple[type[BaseException], ...]:
     """The exception types whose message is meant for the user as it is.
 
     Returns:
-      UserError and the library's own error classes (imported lazily so that this module
-      stays importable without TensorFlow).
+      UserError and the library's own error classes, all declared here (this module imports
+      nothing of t2t_lite: every other module may import it).
     """
-    from t2t_lite.hparams import HParamsError
-    from t2t_lite.registry import RegistryError
-
     return (UserError, DataError, HParamsError, RegistryError)
 
 
@@ -115,9 +123,11 @@ STORAGE_ERRNOS = {
 _STORAGE_TEXTS = {"No space left on device": errno.ENOSPC, "Disk quota exceeded": errno.EDQUOT,
                   "Read-only file system": errno.EROFS, "Permission denied": errno.EACCES,
                   "is not a directory": errno.ENOTDIR, "Not a directory": errno.ENOTDIR}
-# The path in a TensorFlow file error: "<path>; No space left on device", "<path> is not a
-# directory", "...: <path>; Read-only file system".
-_TF_PATH = re.compile(r"(?:^|[\s:{}])(/[^\s;]*|[a-z][a-z0-9+.-]*://[^\s;]*)[;\s]")
+# The path in a TensorFlow file error, the word right before the reason: "<path>; No space
+# left on device", "<path> is not a directory", "...: <path>; Read-only file system",
+# "{{function_node ...}} <path>; ..."; absolute, relative ("run/eval", as --output_dir=run
+# gives it) or with a scheme.
+_TF_PATH = re.compile(r"(?:^|[\s{}])([^\s{};]*[^\s{};:])(?:;\s*|\s+)$")
 
 
 def storage_problem(error: BaseException) -> tuple[str, str | None] | None:
@@ -141,7 +151,7 @@ def storage_problem(error: BaseException) -> tuple[str, str | None] | None:
         return None
     for text, number in _STORAGE_TEXTS.items():
         if text in message:
-            match = _TF_PATH.search(message)
+            match = _TF_PATH.search(message[:message.index(text)])
             path = match.group(1).split(".tempstate")[0] if match else None
             return STORAGE_ERRNOS[number], _target(path)
     return None

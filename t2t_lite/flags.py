@@ -293,7 +293,7 @@ flags.DEFINE_enum(
     "(loads in any TensorFlow), or tensorflow-text's FastWordpieceTokenizer (same ids, about "
     "2x faster encoding; the serving process must load tensorflow-text's ops).")
 
-# --- CTranslate2 export and decoding (t2t_lite.serving.ct2; not in t2t) --------------------
+# --- CTranslate2 export and decoding (t2t_lite.export.ct2; not in t2t) --------------------
 flags.DEFINE_enum(
     "export_format", "saved_model", ["saved_model", "ctranslate2"],
     "--mode=export: a TensorFlow SavedModel, or a CTranslate2 model directory (written to "
@@ -379,6 +379,21 @@ flags.DEFINE_integer(
     "serve_decode_workers", _SERVE.decode_workers,
     "--mode=serve: batches decoded at the same time, one thread each (0: one per usable CPU "
     "core with a t2t_lite model, as --decode_parallel_batches; 1 for an export).")
+flags.DEFINE_integer(
+    "serve_max_body_bytes", _SERVE.max_body_bytes,
+    "--mode=serve: bytes of a request body at most (by Content-Length, and while reading: "
+    "never more is read); larger ones get 413.")
+flags.DEFINE_float(
+    "serve_read_timeout_secs", _SERVE.read_timeout_secs,
+    "--mode=serve: a request body not received whole within this many seconds gets 408.")
+flags.DEFINE_integer(
+    "serve_max_attention_cells", _SERVE.max_attention_cells,
+    "--mode=serve: attention weights (layers x heads x output x input positions, summed over "
+    "a request's sentences) that return_attention may answer with at most; beyond: 413.")
+flags.DEFINE_integer(
+    "serve_max_compiled_decoders", _SERVE.max_compiled_decoders,
+    "--mode=serve: compiled decoders (one per beam size and n-best > 1 that requests use) "
+    "kept at most; the least recently used one is dropped beyond.")
 flags.DEFINE_enum(
     "serve_batching", _SERVE.batching, ["batch", "continuous"],
     "--mode=serve: batch: each batch is decoded to its end before the next; continuous: "

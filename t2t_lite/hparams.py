@@ -5,14 +5,16 @@ element type) and checks every later assignment against it, exactly as t2t's HPa
 ints reject floats, floats accept ints, bools accept `true/True/false/False` or an integer,
 strings take the raw text, and a hparam whose default is None cannot be set.
 
-`create_hparams(name, overrides)` builds a registered set (see `t2t_lite.hparams_sets`) and
-applies a `"a=1,b=2,c=[1,2]"` override string.
+`HParamsError` (declared in `t2t_lite.errors`) names the hparam in one line. Building a
+registered set with overrides is `t2t_lite.hparams_lib.create_hparams` (t2t's module name).
 """
 from __future__ import annotations
 
 import json
 import re
 from typing import Any
+
+from t2t_lite.errors import HParamsError
 
 _PARAM_RE = re.compile(
     r"""
@@ -27,10 +29,6 @@ _PARAM_RE = re.compile(
 )
 
 _TYPE_NAMES = {int: "int", float: "float", bool: "bool", str: "str"}
-
-
-class HParamsError(ValueError):
-    """A bad hyperparameter name, value or override string."""
 
 
 def _type_name(param_type: type | None, is_list: bool) -> str:
@@ -268,39 +266,3 @@ class HParams:
     def __repr__(self) -> str:
         items = ", ".join(f"{k}={v!r}" for k, v in sorted(self.values().items()))
         return f"HParams({items})"
-
-
-def create_hparams(name: str, overrides: str = "", hparams_json_path: str | None = None) -> HParams:
-    """Builds the registered hparams set `name` (with t2t_lite's own hparams,
-    `hparams_support.OWN`), then applies overrides (t2t order).
-
-    Args:
-      name: a registered set, e.g. "transformer_base".
-      overrides: "a=1,b=2" override string (`--hparams`).
-      hparams_json_path: optional `hparams.json` of an earlier run, applied before
-        `overrides` (t2t-trainer's restart behaviour); ignored when the file is absent.
-
-    Returns:
-      HParams.
-
-    Raises:
-      UserError: hparams.json is damaged, edited by hand (`run_metadata.read_hparams_json`)
-        or names an hparam the set lacks (one line naming the file).
-    """
-    from t2t_lite import hparams_support, registry
-    from t2t_lite.errors import UserError
-    from t2t_lite.utils.run_metadata import read_hparams_json
-
-    hparams = registry.hparams(name)
-    hparams_support.add_own_hparams(hparams)
-    stored = read_hparams_json(hparams_json_path) if hparams_json_path else None
-    if stored is not None:
-        try:
-            hparams.override_from_dict(stored)
-        except HParamsError as e:
-            raise UserError(f"{hparams_json_path}: {e} (the run's hparams do not fit "
-                            f"--hparams_set={name}; use the set the run was trained with)"
-                            ) from None
-    if overrides:
-        hparams.parse(overrides)
-    return hparams

@@ -8,8 +8,9 @@ defaults, kept as t2t wrote them); `tests/test_hparams_support.py` walks all set
 hparams. What reads it:
 
 * `check_supported` (the model calls it first) and `utils/validation.check_hparams` (before
-  a run writes anything): `choices` and the `NOT_SUPPORTED` values, and `check` (> 0, >= 0,
-  in [0, 1)), each refused in one line naming the hparam;
+  a run writes anything, and when a tool loads a run): `choices` and the `NOT_SUPPORTED`
+  values, and `check`, the `Interval` a number must lie in (each end open or closed, e.g.
+  `interval("(0, 1]")`), each refused in one line naming the hparam and the interval;
 * `utils/run_metadata`: `resume` says whether a resume (and eval, decode, export, attention
   of a run) may change it: `VARIABLES` shape the checkpoint's variables, `COMPUTATION` keep
   them but change what the weights compute, `SAFE` ones may change (the run card's History
@@ -37,6 +38,8 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
+import re
 from typing import Any
 
 from t2t_lite.hparams import HParams, HParamsError
@@ -47,8 +50,68 @@ USED_KIND = "used"
 NO_EFFECT_KIND = "no effect"
 NOT_SUPPORTED_KIND = "not supported"
 OWN_KIND = "own"
-# `Hparam.check`: the range a number must be in (None: no range).
-POSITIVE, NON_NEGATIVE, UNIT_INTERVAL = "must be > 0", "must be >= 0", "must be in [0, 1)"
+
+
+@dataclasses.dataclass(frozen=True)
+class Interval:
+    """The numbers an hparam accepts: from `low` to `high` (-inf / inf: unbounded), each end
+    included (closed) or not (open). `str()` is the notation, e.g. "(0, 1]"."""
+    low: float = -math.inf
+    high: float = math.inf
+    low_closed: bool = False
+    high_closed: bool = False
+
+    def __contains__(self, value: float) -> bool:
+        above = value >= self.low if self.low_closed else value > self.low
+        below = value <= self.high if self.high_closed else value < self.high
+        return above and below
+
+    def __str__(self) -> str:
+        def end(bound: float) -> str:
+            return "inf" if bound == math.inf else "-inf" if bound == -math.inf else f"{bound:g}"
+
+        return (f"{'[' if self.low_closed else '('}{end(self.low)}, "
+                f"{end(self.high)}{']' if self.high_closed else ')'}")
+
+    @property
+    def rule(self) -> str:
+        """What a value outside it is told: "must be > 0", "must be >= 0" for an interval
+        bounded on one side, "must be in (0, 1]" for one bounded on both."""
+        if self.high == math.inf:
+            return f"must be {'>=' if self.low_closed else '>'} {self.low:g}"
+        if self.low == -math.inf:
+            return f"must be {'<=' if self.high_closed else '<'} {self.high:g}"
+        return f"must be in {self}"
+
+
+_INTERVAL = re.compile(r"^\s*([\[(])\s*(\S+?)\s*,\s*(\S+?)\s*([\])])\s*$")
+
+
+def interval(text: str) -> Interval:
+    """The interval written `text`: "(0, 1]", "[0, inf)", "(-inf, 0)" ("[" / "]": closed,
+    "(" / ")": open; an infinite end must be open).
+
+    Raises:
+      ValueError: `text` is not such an interval.
+    """
+    problem = ValueError(f"{text!r} is not an interval such as (0, 1] or [0, inf)")
+    match = _INTERVAL.match(text)
+    if not match:
+        raise problem
+    opening, low, high, closing = match.groups()
+    try:
+        result = Interval(float(low), float(high), opening == "[", closing == "]")
+    except ValueError:
+        raise problem from None
+    if result.low > result.high or (math.isinf(result.low) and result.low_closed) or (
+            math.isinf(result.high) and result.high_closed):
+        raise problem
+    return result
+
+
+# `Hparam.check`s used by many hparams (None: no range).
+POSITIVE, NON_NEGATIVE, UNIT_INTERVAL = interval("(0, inf)"), interval("[0, inf)"), interval(
+    "[0, 1)")
 # `Hparam.resume`: whether a resumed run (or a tool reading a run) may change it.
 SAFE = "may change on resume"
 VARIABLES = "changes the checkpoint's variables"
@@ -64,7 +127,8 @@ class Hparam:
       doc: what it does in t2t_lite, in one line (NOT_SUPPORTED: what t2t does with the
         values t2t_lite refuses).
       support: USED_KIND, NO_EFFECT_KIND, NOT_SUPPORTED_KIND or OWN_KIND.
-      check: the range of a number (POSITIVE, NON_NEGATIVE, UNIT_INTERVAL) or None.
+      check: the `Interval` of a number (POSITIVE, NON_NEGATIVE, UNIT_INTERVAL, or any
+        `interval("...")`) or None.
       choices: the values accepted (None: any of the type); a NOT_SUPPORTED hparam has one.
       others: what t2t does with the values outside `choices` (USED hparams with choices).
       resume: SAFE, VARIABLES or COMPUTATION.
@@ -72,20 +136,18 @@ class Hparam:
     """
     doc: str
     support: str = USED_KIND
-    check: str | None = None
+    check: Interval | None = None
     choices: tuple[Any, ...] | None = None
     others: str = ""
     resume: str = SAFE
     default: Any = _NO_DEFAULT
 
     def range_error(self, value: Any) -> str | None:
-        """`check`'s rule when the number `value` breaks it (None: it does not, or it is
-        not a number)."""
+        """`check`'s rule ("must be in (0, 1]") when the number `value` lies outside it
+        (None: it does not, or it is not a number)."""
         if self.check is None or isinstance(value, bool) or not isinstance(value, (int, float)):
             return None
-        ok = {POSITIVE: value > 0, NON_NEGATIVE: value >= 0,
-              UNIT_INTERVAL: 0 <= value < 1}[self.check]
-        return None if ok else self.check
+        return None if value in self.check else self.check.rule
 
 
 def used(doc: str, **kwargs: Any) -> Hparam:
@@ -404,7 +466,7 @@ HPARAMS: dict[str, Hparam] = {
         "nucleus sampling: with sampling_method=random, the draw is among the most likely ids "
         "whose probability (after sampling_temp and sampling_keep_top_k) first reaches p "
         "(1.0: all)",
-        check=POSITIVE,
+        check=interval("(0, 1]"),
     ),
 }
 
@@ -504,3 +566,25 @@ def hparam(hparams: Any, name: str) -> Any:
     else:
         value = getattr(hparams, name, _MISSING)
     return _declared_values()[name] if value is _MISSING else value
+
+
+def default(name: str) -> Any:
+    """The one default of hparam `name`: what `hparam` gives for a set that lacks it.
+
+    Raises:
+      KeyError: `name` is not declared by `basic_params1`, `transformer_base_v1` or `OWN`.
+    """
+    return _declared_values()[name]
+
+
+def check_range(name: str, value: Any) -> None:
+    """Refuses a value of hparam `name` outside its declared interval (`Hparam.check`), for
+    callers holding one value rather than a run's hparams (`validation.check_hparams`).
+
+    Raises:
+      HParamsError: "hparams sampling_keep_top_p=1.5: must be in (0, 1]".
+    """
+    declared = HPARAMS.get(name)
+    rule = declared.range_error(value) if declared is not None else None
+    if rule:
+        raise HParamsError(f"hparams {name}={value!r}: {rule}")

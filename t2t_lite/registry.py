@@ -11,6 +11,8 @@ import importlib
 from collections.abc import Callable
 from typing import TypeVar
 
+from t2t_lite.errors import RegistryError
+
 _HPARAMS: dict[str, Callable] = {}
 _PROBLEMS: dict[str, type] = {}
 _MODELS: dict[str, type] = {}
@@ -29,13 +31,6 @@ _BUILTIN_MODULES = {
 _loaded: set[str] = set()
 
 T = TypeVar("T")
-
-
-class RegistryError(KeyError):
-    """An unknown or duplicate registered name."""
-
-    def __str__(self) -> str:  # KeyError quotes its message; show it plainly.
-        return str(self.args[0])
 
 
 def _load_builtins(kind: str) -> None:

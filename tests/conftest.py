@@ -57,6 +57,26 @@ def small_disk(path: pathlib.Path, size: str):
         subprocess.run(["umount", "--lazy", str(path)], check=False)
 
 
+@contextlib.contextmanager
+def read_only_view(source: pathlib.Path, path: pathlib.Path):
+    """`source` seen read-only at `path` (a read-only bind mount) for the block: a file system
+    that refuses every write, also to root. Skips the test where mounting needs root or is
+    not allowed."""
+    if os.geteuid() != 0 or not shutil.which("mount"):
+        pytest.skip("a read-only bind mount needs root")
+    path.mkdir(parents=True)
+    if subprocess.run(["mount", "--bind", str(source), str(path)],
+                      capture_output=True, check=False).returncode:
+        pytest.skip("this machine does not allow bind mounts")
+    try:
+        if subprocess.run(["mount", "-o", "remount,bind,ro", str(path)],
+                          capture_output=True, check=False).returncode:
+            pytest.skip("this machine does not allow a read-only remount")
+        yield path
+    finally:
+        subprocess.run(["umount", "--lazy", str(path)], check=False)
+
+
 def fill_up(disk: pathlib.Path) -> None:
     """Writes zeros to `disk`/filler until the file system is full."""
     with open(disk / "filler", "wb", buffering=0) as f, contextlib.suppress(OSError):

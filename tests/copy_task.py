@@ -72,7 +72,7 @@ def train():
     import keras
     import tensorflow as tf
 
-    from t2t_lite.hparams import create_hparams
+    from t2t_lite.hparams_lib import create_hparams
     from t2t_lite.models.transformer import Transformer
 
     keras.utils.set_random_seed(1)

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from t2t_lite.hparams import create_hparams
+from t2t_lite.hparams_lib import create_hparams
 from t2t_lite.training import adafactor, optimize
 
 FIXTURE_DIR = pathlib.Path(__file__).resolve().parent / "fixtures" / "t2t_adafactor"

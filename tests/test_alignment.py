@@ -12,7 +12,7 @@ import re
 import numpy as np
 import pytest
 
-from t2t_lite.decoding import alignment, decoding
+from t2t_lite.decoding import alignment, decode_hparams, decoding, text_batches
 from tests import copy_task
 
 PHARAOH = re.compile(r"^(\d+-\d+( \d+-\d+)*)?$")
@@ -67,13 +67,13 @@ def test_hard_alignment_sums_attention_over_the_pieces_of_words():
 
 
 def test_alignment_decode_hparams_join_only_when_set():
-    assert "return_alignment" not in decoding.decode_hparams("beam_size=2")
-    assert alignment.layer(decoding.decode_hparams("beam_size=2")) is None
-    assert alignment.layer(decoding.decode_hparams("return_alignment=true")) == -1
-    hp = decoding.decode_hparams("return_alignment=true,alignment_layer=0,beam_size=1")
+    assert "return_alignment" not in decode_hparams.decode_hparams("beam_size=2")
+    assert alignment.layer(decode_hparams.decode_hparams("beam_size=2")) is None
+    assert alignment.layer(decode_hparams.decode_hparams("return_alignment=true")) == -1
+    hp = decode_hparams.decode_hparams("return_alignment=true,alignment_layer=0,beam_size=1")
     assert alignment.layer(hp) == 0 and hp.beam_size == 1
     with pytest.raises(ValueError) as info:
-        decoding.decode_hparams("alignment_layer=0")
+        decode_hparams.decode_hparams("alignment_layer=0")
     assert "alignment_layer=0" in str(info.value) and "return_alignment=true" in str(info.value)
     assert "\n" not in str(info.value)
 
@@ -92,7 +92,7 @@ def copy_lines():
 def _align_file(model, encoder, lines, tmp_path, overrides, **infer_options):
     source = tmp_path / "in.txt"
     source.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    hp = decoding.decode_hparams(overrides)
+    hp = decode_hparams.decode_hparams(overrides)
     output = decoding.decode_from_file(
         decoding.make_infer_fn(model, hp, **infer_options), str(source),
         {"inputs": encoder, "targets": encoder}, hp, str(tmp_path / "out.txt"), ("", "", ""))
@@ -159,11 +159,11 @@ def test_xla_decodes_prefixes_as_without_xla(copy_model):
 def test_saved_model_prefixes_top_p_and_alignments(copy_model, copy_lines, tmp_path):
     import tensorflow as tf
 
+    from t2t_lite.export import export
     from t2t_lite.search import sampling
-    from t2t_lite.serving import export
 
     model, encoder, _ = copy_model
-    hp = decoding.decode_hparams("beam_size=1,extra_length=3,return_alignment=true")
+    hp = decode_hparams.decode_hparams("beam_size=1,extra_length=3,return_alignment=true")
     subtokens = export.subtoken_strings(encoder)
     module = export.ServingModule(model, subtokens, subtokens, hp, None, 0)
     loaded = tf.saved_model.load(export.export(module, str(tmp_path / "export")))
@@ -197,29 +197,44 @@ def test_saved_model_prefixes_top_p_and_alignments(copy_model, copy_lines, tmp_p
     assert strings(translate([""] * len(copy_lines), 1e-6)["outputs"]) == copy_lines
     sampled = strings(translate([""] * len(copy_lines), 1.0)["outputs"])
     assert all(re.fullmatch(r"[0-9]( [0-9])*", text) for text in sampled)
-    with pytest.raises(tf.errors.InvalidArgumentError, match="sampling_keep_top_p must be <= 1"):
+    with pytest.raises(tf.errors.InvalidArgumentError,
+                       match=r"sampling_keep_top_p must be in \(0, 1\]"):
         translate([""] * len(copy_lines), 1.5)
     # A seed makes the draws reproducible: the same seed, the same outputs; p = 1 draws as
     # plain sampling with that seed does in the library (stateless draws seeded by (seed,
-    # step), `sampling.Sampling.seed`). Lines three times as long as any it was trained on
-    # leave the copy model unsure after its 8th word, so that its draws there vary (twice
-    # as long left a better-trained model sure enough that two seeds drew the same 24 lines).
-    long_lines = [f"{line} {line} {line}" for line in copy_lines]
+    # step), `sampling.Sampling.seed`). The check needs inputs on which the model is unsure
+    # enough that two seeds draw differently: lines longer than any it was trained on, the
+    # first length (3x, 4x, 6x) on which the library's own draws differ, so that it holds on
+    # any CPU's numerics (a copy model trained on another CPU was sure of every word of the
+    # 3x lines, and both seeds drew the argmax output).
+    def library_draws(lines, seed=None):
+        rows = [encoder.encode(line) + [1] for line in lines]
+        ids = np.array([row + [0] * (max(map(len, rows)) - len(row)) for row in rows],
+                       np.int32)
+        draw = {} if seed is None else {
+            "sampling": sampling.Sampling("random", 1.0, -1, 1.0, seed=seed)}
+        result = model.infer({"inputs": ids}, decode_length=3, **draw)
+        return result, [encoder.decode(text_batches.save_until_eos(row))
+                        for row in result["outputs"].numpy()]
+
+    long_lines = None
+    for times in (3, 4, 6):
+        lines = [" ".join([line] * times) for line in copy_lines]
+        argmax_lines = library_draws(lines)[1]
+        if argmax_lines != library_draws(lines, 5)[1] != library_draws(lines, 6)[1]:
+            long_lines = lines
+            break
+    assert long_lines is not None, \
+        "seed 5 drew the argmax lines or seed 6's up to 6x the trained length"
     none = [""] * len(copy_lines)
     seeded = {seed: translate(none, 1.0, seed, tf.constant(long_lines)) for seed in (5, 6)}
     again = translate(none, 1.0, 5, tf.constant(long_lines))
     assert strings(again["outputs"]) == strings(seeded[5]["outputs"])
     assert strings(seeded[5]["outputs"]) != strings(seeded[6]["outputs"])
-    rows = [encoder.encode(line) + [1] for line in long_lines]
-    ids = np.array([row + [0] * (max(map(len, rows)) - len(row)) for row in rows], np.int32)
-    plain = model.infer({"inputs": ids}, decode_length=3,
-                        sampling=sampling.Sampling("random", 1.0, -1, 1.0, seed=5))
-    assert strings(seeded[5]["outputs"]) == [
-        encoder.decode(decoding.save_until_eos(row)) for row in plain["outputs"].numpy()]
+    plain, plain_lines = library_draws(long_lines, 5)
+    assert strings(seeded[5]["outputs"]) == plain_lines
     np.testing.assert_allclose(seeded[5]["scores"], plain["scores"], rtol=1e-5)
-    argmax = model.infer({"inputs": ids}, decode_length=3)["outputs"].numpy()
-    assert strings(seeded[5]["outputs"]) != [
-        encoder.decode(decoding.save_until_eos(row)) for row in argmax]
+    assert strings(seeded[5]["outputs"]) != argmax_lines
 
 
 @pytest.mark.slow
@@ -227,7 +242,7 @@ def test_ctranslate2_alignments_prefixes_and_top_p(copy_model, copy_lines, tmp_p
     from tests.conftest import require_extra
 
     require_extra("ctranslate2", "ctranslate2")
-    from t2t_lite.serving import ct2
+    from t2t_lite.export import ct2
 
     model, encoder, _ = copy_model
     path = ct2.export(model, str(tmp_path / "ct2"), encoder, encoder, alignment_layer=-1)

@@ -11,7 +11,7 @@ sys.path.insert(0, str(REPO_ROOT / "bench"))
 import bench_dropout_mask
 import bench_training
 
-from t2t_lite.hparams import create_hparams
+from t2t_lite.hparams_lib import create_hparams
 from t2t_lite.models.transformer import Transformer
 
 

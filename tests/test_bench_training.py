@@ -14,7 +14,7 @@ import bench_training
 import isa_row
 import machine
 
-from t2t_lite.hparams import create_hparams
+from t2t_lite.hparams_lib import create_hparams
 
 
 @pytest.mark.parametrize("name", ["transformer_tiny", "transformer_base"])

@@ -1,4 +1,4 @@
-"""CTranslate2 export (t2t_lite.serving.ct2): the exported model decodes the same ids as
+"""CTranslate2 export (t2t_lite.export.ct2): the exported model decodes the same ids as
 t2t_lite's own decoder.
 
 Tiny random models cover the layouts (pre-norm / post-norm, shared / separate vocabularies,
@@ -23,12 +23,12 @@ import tensorflow as tf
 
 from t2t_lite import registry
 from t2t_lite.data_generators import text_encoder
-from t2t_lite.decoding import decoding
+from t2t_lite.decoding import decode_hparams, decoding, text_batches
 from t2t_lite.errors import UserError
-from t2t_lite.hparams import create_hparams
+from t2t_lite.export import ct2, ct2_options
+from t2t_lite.hparams_lib import create_hparams
 from t2t_lite.models import t2t_checkpoint
 from t2t_lite.models.transformer import Transformer
-from t2t_lite.serving import ct2, ct2_options
 
 TINY = "num_heads=4,num_hidden_layers=2,symbol_modality_num_shards=3"
 SMALL = ",hidden_size=16,filter_size=32"
@@ -60,7 +60,7 @@ def _export(model, tmp_path, target_space_id=0, **kwargs) -> ct2.Translator:
 
 
 def _t2t_lite_ids(model, inputs, beam_size=1, target_space_id=0):
-    batch = decoding.pad_batch([ids + [text_encoder.EOS_ID] for ids in inputs])
+    batch = text_batches.pad_batch([ids + [text_encoder.EOS_ID] for ids in inputs])
     result = model.infer({"inputs": batch, "target_space_id": target_space_id},
                          decode_length=EXTRA_LENGTH, beam_size=beam_size, alpha=0.6)
     return np.asarray(result["outputs"]), np.asarray(result["scores"])
@@ -129,7 +129,7 @@ def test_beam_search_matches_t2t_lite_on_a_random_model(tmp_path):
     for row, hyps in enumerate(got):
         # Up to 2: only finished hypotheses are returned when one exists (t2t's rule).
         assert 1 <= len(hyps) <= 2 and hyps[0].score >= hyps[-1].score
-        assert hyps[0].ids == decoding.save_until_eos(expected[row]).tolist()
+        assert hyps[0].ids == text_batches.save_until_eos(expected[row]).tolist()
         assert hyps[0].score == pytest.approx(scores[row], rel=5e-3)
 
 
@@ -240,7 +240,7 @@ def test_t2t_checkpoint_exported_by_run_py_decodes_like_t2t_lite(t2t_fixtures, w
     encoder = text_encoder.SubwordTextEncoder(str(t2t_fixtures / VOCAB))
     model = t2t_checkpoint.load_model(str(t2t_fixtures / "ckpt_A_trained"),
                                       create_hparams("transformer_tiny"))
-    decode_hp = decoding.decode_hparams(
+    decode_hp = decode_hparams.decode_hparams(
         "beam_size=1,extra_length=20,log_results=False,return_alignment=true")
     aligned = []  # the t2t_lite engine's alignments (run.py's decode_from_file writes them)
     expected = decoding.decode_lines(lines, decoding.make_infer_fn(model, decode_hp), encoder,
@@ -324,7 +324,7 @@ def test_translate_queues_batches_in_parallel_and_keeps_input_order(tmp_path):
     got = parallel.translate(lines, beam_size=2, extra_length=6, batch_size=3)
 
     one_by_one = ct2.Translator(export_dir, inter_threads=1, intra_threads=1)
-    sorted_lines, keys = decoding.sort_inputs(lines)
+    sorted_lines, keys = text_batches.sort_inputs(lines)
     expected = []
     for start in range(0, len(lines), 3):
         expected += one_by_one.translate_ids(

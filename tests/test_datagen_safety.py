@@ -113,6 +113,23 @@ def test_sigkill_at_any_moment_then_rerun_gives_the_complete_data(corpus, refere
 
 
 @pytest.mark.slow
+def test_a_killed_datagen_worker_is_one_line_and_a_rerun_completes(corpus, reference):
+    data_dir = corpus / "worker_killed"
+    killed = _datagen(corpus, data_dir.name, "--num_datagen_workers=2", kill_at="worker")
+    line = error_line(killed)
+    assert re.fullmatch(
+        r"error: a datagen worker process \(one of --num_datagen_workers=2\) died before its "
+        r"shards were written \(pid \d+, killed by SIGKILL\); this split's shards were "
+        r"removed, the data made before it is kept: run the same command again \(fewer "
+        r"--num_datagen_workers need less memory\)", line), line
+    left = os.listdir(data_dir) if data_dir.exists() else []  # a new data_dir is removed
+    assert not [f for f in left if "-train-" in f or "incomplete" in f], left
+    again = _datagen(corpus, data_dir.name, "--num_datagen_workers=2")
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert _contents(data_dir) == reference
+
+
+@pytest.mark.slow
 def test_training_refuses_the_data_of_a_datagen_killed_in_the_shuffle(corpus):
     data_dir = corpus / "killed_in_shuffle"
     assert _datagen(corpus, data_dir.name, kill_at="shuffle").returncode == -signal.SIGKILL

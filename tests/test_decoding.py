@@ -13,7 +13,7 @@ import pytest
 
 from t2t_lite.bin import t2t_decoder
 from t2t_lite.data_generators import text_encoder
-from t2t_lite.decoding import decoding
+from t2t_lite.decoding import decode_hparams, decoding, input_files, text_batches
 from t2t_lite.errors import UserError
 
 ENCODER = text_encoder.TextEncoder()  # "3 4" <-> [5, 6]
@@ -33,7 +33,7 @@ class FakeModel:
         self.batches.append(inputs.copy())
         rows, scores = [], []
         for row in inputs:
-            ids = list(decoding.save_until_eos(row))
+            ids = list(text_batches.save_until_eos(row))
             beam_rows = [ids[::-1] + [EOS, 7, 7], ids + [EOS]]
             rows.append(beam_rows[: self.beams])
             scores.append([-1.234 * len(ids), -5.678][: self.beams])
@@ -55,41 +55,41 @@ def _read(path) -> str:
 
 def hp(**overrides):
     text = ",".join(f"{k}={v}" for k, v in overrides.items())
-    return decoding.decode_hparams(text)
+    return decode_hparams.decode_hparams(text)
 
 
 def test_decode_hparams_defaults_are_t2ts():
-    h = decoding.decode_hparams()
+    h = decode_hparams.decode_hparams()
     assert (h.beam_size, h.alpha, h.extra_length, h.batch_size) == (4, 0.6, 100, 0)
     assert (h.return_beams, h.write_beam_scores, h.max_input_size, h.delimiter) == (
         False, False, -1, "\n")
-    h = decoding.decode_hparams("beam_size=21,alpha=0.3,extra_length=300,return_beams=true")
+    h = decode_hparams.decode_hparams("beam_size=21,alpha=0.3,extra_length=300,return_beams=true")
     assert (h.beam_size, h.alpha, h.extra_length, h.return_beams) == (21, 0.3, 300, True)
     with pytest.raises(ValueError, match="beam_siz"):
-        decoding.decode_hparams("beam_siz=2")
+        decode_hparams.decode_hparams("beam_siz=2")
 
 
 def test_read_inputs(tmp_path):
     path = tmp_path / "in.txt"
     path.write_text("  a b \n\nc\n", encoding="utf-8")
-    assert decoding.read_inputs(str(path)) == ["a b", "", "c"]
+    assert input_files.read_inputs(str(path)) == ["a b", "", "c"]
     path.write_text("x y|z|", encoding="utf-8")
-    assert decoding.read_inputs(str(path), delimiter="|") == ["x y", "z"]
+    assert input_files.read_inputs(str(path), delimiter="|") == ["x y", "z"]
 
 
 def test_sort_inputs_stable_longest_first():
     inputs = ["1 2", "3", "4 5 6", "7 8", "9"]
-    sorted_inputs, keys = decoding.sort_inputs(inputs)
+    sorted_inputs, keys = text_batches.sort_inputs(inputs)
     assert sorted_inputs == ["4 5 6", "1 2", "7 8", "3", "9"]
     assert [sorted_inputs[keys[i]] for i in range(len(inputs))] == inputs
 
 
 def test_batch_inputs_pads_appends_eos_and_truncates():
-    batches = list(decoding.batch_inputs(["1 2 3", "4", "5 6"], ENCODER, 2))
+    batches = list(text_batches.batch_inputs(["1 2 3", "4", "5 6"], ENCODER, 2))
     np.testing.assert_array_equal(batches[0], [[3, 4, 5, EOS], [6, EOS, 0, 0]])
     np.testing.assert_array_equal(batches[1], [[7, 8, EOS]])
     assert batches[0].dtype == np.int32
-    truncated = list(decoding.batch_inputs(["1 2 3"], ENCODER, 2, max_input_size=3))
+    truncated = list(text_batches.batch_inputs(["1 2 3"], ENCODER, 2, max_input_size=3))
     np.testing.assert_array_equal(truncated[0], [[3, 4, EOS]])
 
 
@@ -147,7 +147,7 @@ def test_parallel_batches_run_at_once_and_keep_the_order():
 
 
 def test_parallel_batch_count_from_the_flag(monkeypatch):
-    from t2t_lite.hparams import create_hparams
+    from t2t_lite.hparams_lib import create_hparams
 
     monkeypatch.setattr(decoding, "usable_cores", lambda: 3)
     hparams = create_hparams("transformer_tiny")
@@ -173,14 +173,14 @@ def test_parallel_batches_decode_a_real_model_to_the_same_lines(t2t_fixtures, wm
     """Beam search and greedy decoding of 40 dev lines with the t2t fixture checkpoint, 4
     lines a batch: 3 batches at a time on threads give the same ids and bit-equal scores for
     every batch, and the same lines, as one at a time."""
-    from t2t_lite.hparams import create_hparams
+    from t2t_lite.hparams_lib import create_hparams
     from t2t_lite.models import t2t_checkpoint
 
     vocab = text_encoder.SubwordTextEncoder(
         str(t2t_fixtures / "vocab.translate_toy_ende1k.1024.subwords"))
     model = t2t_checkpoint.load_model(str(t2t_fixtures / "ckpt_A_trained"),
                                       create_hparams("transformer_tiny"))
-    lines = decoding.read_inputs(str(wmt_toy_dir / "dev.en"))[:40]
+    lines = input_files.read_inputs(str(wmt_toy_dir / "dev.en"))[:40]
     for settings in ({"beam_size": 4, "alpha": 0.6}, {"beam_size": 1}):
         decode_hp = hp(batch_size=4, extra_length=10, **settings)
         infer_fn = decoding.make_infer_fn(model, decode_hp)
@@ -206,13 +206,13 @@ def test_parallel_batches_decode_a_real_model_to_the_same_lines(t2t_fixtures, wm
 def test_format_decodes_beams_and_scores():
     outputs = np.array([[[5, 6, EOS, 9], [7, EOS, 0, 0]]])
     scores = np.array([[-1.234, -5.678]])
-    assert decoding.format_decodes(outputs, scores, ENCODER) == ["3 4"]
-    assert decoding.format_decodes(outputs, scores, ENCODER, return_beams=True) == ["3 4\t5"]
-    assert decoding.format_decodes(outputs, scores, ENCODER, True, True) == [
+    assert text_batches.format_decodes(outputs, scores, ENCODER) == ["3 4"]
+    assert text_batches.format_decodes(outputs, scores, ENCODER, return_beams=True) == ["3 4\t5"]
+    assert text_batches.format_decodes(outputs, scores, ENCODER, True, True) == [
         "3 4\t-1.23\t5\t-5.68"]
     # No EOS: everything is kept. Beam size 1 with return_beams: a single beam.
-    assert decoding.format_decodes(np.array([[5, 6]]), np.array([-0.5]), ENCODER, True,
-                                   True) == ["3 4\t-0.50"]
+    assert text_batches.format_decodes(np.array([[5, 6]]), np.array([-0.5]), ENCODER, True,
+                                       True) == ["3 4\t-0.50"]
 
 
 def test_return_beams_through_decode_lines():
@@ -267,10 +267,10 @@ def test_decode_interactively():
 def test_a_word_where_ids_are_expected_is_named_by_file_line(tmp_path, capsys):
     # ENCODER reads ids (t2t's TextEncoder, as the algorithmic problems).
     with pytest.raises(UserError, match=r"^--decode_from_file=f:3: 'two' is not a token id; "):
-        decoding.check_id_inputs(["1 2", "3", "4 two"], ENCODER, "--decode_from_file=f")
+        text_batches.check_id_inputs(["1 2", "3", "4 two"], ENCODER, "--decode_from_file=f")
     with pytest.raises(UserError, match=r"^F: record 2: '\+' is not a token id"):
-        decoding.check_id_inputs(["1", "2 +"], ENCODER, "F", delimiter=";")
-    decoding.check_id_inputs(["any words"], text_encoder.ByteTextEncoder(), "F")
+        text_batches.check_id_inputs(["1", "2 +"], ENCODER, "F", delimiter=";")
+    text_batches.check_id_inputs(["any words"], text_encoder.ByteTextEncoder(), "F")
     # Interactive decoding says why and goes on with the next line.
     out = io.StringIO()
     count = decoding.decode_interactively(FakeModel(), ENCODERS, hp(),
@@ -338,7 +338,7 @@ def test_end_to_end_greedy_matches_t2t_and_checkpoint_round_trip(t2t_fixtures, w
     fixture = np.load(t2t_fixtures / "model_A_trained.npz")
     # t2t's greedy decodes of the same three sentences, batched together as decode_from_file
     # batches them (same padded length 17, so the same 37 decode steps).
-    expected = [vocab.decode(decoding.save_until_eos(row)) for row in fixture["greedy_outputs"]]
+    expected = [vocab.decode(text_batches.save_until_eos(row)) for row in fixture["greedy_outputs"]]
     assert expected[1:] == ["Vielen Dank", "Die Aussprache ist geschlossen."]
 
     out_file = tmp_path / "greedy.de"
@@ -353,7 +353,7 @@ def test_end_to_end_greedy_matches_t2t_and_checkpoint_round_trip(t2t_fixtures, w
 
     # The same weights as a t2t_lite run directory (hparams.json, flags.json, ckpt-25):
     # decoding from --output_dir alone, then from its averaged checkpoint, gives the same.
-    from t2t_lite.hparams import create_hparams
+    from t2t_lite.hparams_lib import create_hparams
     from t2t_lite.models import t2t_checkpoint
 
     hparams = create_hparams("transformer_tiny")
@@ -469,7 +469,7 @@ def test_run_py_decodes_the_dev_set(t2t_fixtures, wmt_toy_dir, tmp_path):
         check=False, cwd=repo, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr[-3000:]
     base = f"{out_base}.transformer.transformer_tiny.translate_files.beam1.alpha0.6."
-    expected = [vocab.decode(decoding.save_until_eos(row)) for row in fixture["greedy_outputs"]]
+    expected = [vocab.decode(text_batches.save_until_eos(row)) for row in fixture["greedy_outputs"]]
     assert _read(base + "decodes").split("\n")[:-1] == expected
     info = json.loads((t2t_fixtures / "model_A.json").read_text())
     assert _read(base + "targets").split("\n")[:-1] == info["examples"]["target_text"]
@@ -492,48 +492,48 @@ NON_DEFAULT = {bool: "true", int: "7", float: "0.5", str: "x"}
 
 
 def test_every_t2t_decode_hparam_exists_and_unsupported_ones_are_refused_by_name():
-    defaults = decoding.decode_hparams()
+    defaults = decode_hparams.decode_hparams()
     assert sorted(defaults.values()) == sorted(T2T_DECODE_HPARAMS)
-    assert set(decoding.UNSUPPORTED_DECODE_HPARAMS) < set(T2T_DECODE_HPARAMS)
-    for name in decoding.UNSUPPORTED_DECODE_HPARAMS:
+    assert set(decode_hparams.UNSUPPORTED_DECODE_HPARAMS) < set(T2T_DECODE_HPARAMS)
+    for name in decode_hparams.UNSUPPORTED_DECODE_HPARAMS:
         value = NON_DEFAULT[defaults.type_of(name)[0]]
         with pytest.raises(ValueError) as info:
-            decoding.decode_hparams(f"{name}={value}")
+            decode_hparams.decode_hparams(f"{name}={value}")
         text = str(info.value)
         assert f"{name}=" in text and "is not supported" in text and "\n" not in text
         # Its default is accepted.
-        decoding.decode_hparams(f"{name}={getattr(defaults, name)}" if
-                                defaults.type_of(name)[0] is not str else f"{name}=")
+        decode_hparams.decode_hparams(f"{name}={getattr(defaults, name)}" if
+                                      defaults.type_of(name)[0] is not str else f"{name}=")
 
 
 def test_decode_hparam_combinations_that_t2t_ignores_are_refused():
     with pytest.raises(ValueError, match="force_decode_length=True applies to greedy"):
-        decoding.decode_hparams("force_decode_length=true,beam_size=4")
-    decoding.decode_hparams("force_decode_length=true,beam_size=1")
-    greedy, beam = decoding.decode_hparams("beam_size=1"), decoding.decode_hparams()
+        decode_hparams.decode_hparams("force_decode_length=true,beam_size=4")
+    decode_hparams.decode_hparams("force_decode_length=true,beam_size=1")
+    greedy, beam = decode_hparams.decode_hparams("beam_size=1"), decode_hparams.decode_hparams()
     sampling = types.SimpleNamespace(
         get=lambda name, default=None: {"sampling_method": "random"}.get(name, default))
-    decoding.check_sampling(sampling, greedy)
+    decode_hparams.check_sampling(sampling, greedy)
     with pytest.raises(ValueError, match="sampling_method=random applies to greedy"):
-        decoding.check_sampling(sampling, beam)
+        decode_hparams.check_sampling(sampling, beam)
     per_example = types.SimpleNamespace(
         get=lambda name, default=None: {"sampling_method": "random_per_example"}.get(
             name, default))
     with pytest.raises(ValueError, match="sampling_method='random_per_example' is not"):
-        decoding.check_sampling(per_example, greedy)
+        decode_hparams.check_sampling(per_example, greedy)
     top_k = types.SimpleNamespace(
         get=lambda name, default=None: {"sampling_keep_top_k": 0}.get(name, default))
     with pytest.raises(ValueError, match="sampling_keep_top_k=0"):
-        decoding.check_sampling(top_k, greedy)
+        decode_hparams.check_sampling(top_k, greedy)
 
 
 def test_skip_eos_postprocess_and_identity_output():
     outputs = np.array([[5, 6, EOS, 9, 0]])
-    assert decoding.format_decodes(outputs, None, ENCODER) == ["3 4"]
+    assert text_batches.format_decodes(outputs, None, ENCODER) == ["3 4"]
     # All ids decoded (TextEncoder shows EOS and padding as their reserved tokens).
-    assert decoding.format_decodes(outputs, None, ENCODER, skip_eos_postprocess=True) == [
+    assert text_batches.format_decodes(outputs, None, ENCODER, skip_eos_postprocess=True) == [
         ENCODER.decode([5, 6, EOS, 9, 0])]
-    assert decoding.format_decodes(outputs, None, ENCODER, identity_output=True) == [
+    assert text_batches.format_decodes(outputs, None, ENCODER, identity_output=True) == [
         "5 6 1 9 0"]
     lines = decoding.decode_lines(["1 2"], FakeModel(), ENCODER, ENCODER,
                                   hp(skip_eos_postprocess=True))
@@ -560,7 +560,7 @@ def test_num_decodes_goes_over_the_dev_set_n_times(tmp_path):
 
 @pytest.mark.slow
 def test_force_decode_length_runs_every_greedy_step(t2t_fixtures):
-    from t2t_lite.hparams import create_hparams
+    from t2t_lite.hparams_lib import create_hparams
     from t2t_lite.models import t2t_checkpoint
 
     model = t2t_checkpoint.load_model(str(t2t_fixtures / "ckpt_A_trained"),

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from t2t_lite.decoding import decoding, runs
+from t2t_lite.decoding import decode_hparams, decoding, runs, text_batches
 from t2t_lite.errors import UserError
 from t2t_lite.models.ensemble import TransformerEnsemble
 from tests.conftest import error_line
@@ -60,7 +60,7 @@ def test_decode_mode_decodes_with_the_ensemble_of_the_checkpoints(trained, other
     checkpoints, model = runs.restore_model(run_, both)
     assert isinstance(model, TransformerEnsemble) and len(model.members) == 2
     assert checkpoints == f"{trained}/ckpt-4,{other}/ckpt-4"
-    hp = decoding.decode_hparams(DECODE_HPARAMS)
+    hp = decode_hparams.decode_hparams(DECODE_HPARAMS)
     expected = decoding.decode_lines(LINES, decoding.make_infer_fn(model, hp, run_.target_space_id),
                                      run_.encoders["inputs"], run_.encoders["targets"], hp)
     assert decoded == expected and len(decoded) == len(LINES)
@@ -86,8 +86,8 @@ def test_the_saved_model_of_an_ensemble_serves_its_decodes(trained, other, tmp_p
     expected = model.infer(features, decode_length=4, beam_size=2)
     result = served(inputs=tf.constant(inputs))
     for served_row, expected_row in zip(result["outputs"].numpy(), expected["outputs"].numpy()):
-        np.testing.assert_array_equal(decoding.save_until_eos(served_row),
-                                      decoding.save_until_eos(expected_row))
+        np.testing.assert_array_equal(text_batches.save_until_eos(served_row),
+                                      text_batches.save_until_eos(expected_row))
     np.testing.assert_allclose(result["scores"], expected["scores"], rtol=1e-5)
     # The ensemble's scores, not those of either member alone.
     for member in model.members:

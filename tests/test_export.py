@@ -19,11 +19,11 @@ import tensorflow as tf
 from t2t_lite import registry
 from t2t_lite.bin import import_t2t, t2t_avg_all, t2t_exporter
 from t2t_lite.data_generators import text_encoder
-from t2t_lite.decoding import decoding
+from t2t_lite.decoding import decode_hparams, decoding, text_batches
 from t2t_lite.errors import UserError
-from t2t_lite.hparams import create_hparams
+from t2t_lite.export import export
+from t2t_lite.hparams_lib import create_hparams
 from t2t_lite.models import t2t_checkpoint
-from t2t_lite.serving import export
 from tests.conftest import REPO_ROOT, require_extra
 
 VOCAB = "vocab.translate_toy_ende1k.1024.subwords"
@@ -139,9 +139,9 @@ def test_cut_at_eos():
 def test_input_length_limit_is_max_input_size_alone():
     # One rule for decode mode and export: t2t's max_input_size; the model's max_length
     # (a training filter) plays no part.
-    assert decoding.input_length_limit(decoding.decode_hparams()) is None
-    assert decoding.input_length_limit(decoding.decode_hparams("max_input_size=20")) == 20
-    assert decoding.encode_input("1 2 3", text_encoder.TextEncoder(), 3) == [3, 4, 1]
+    assert text_batches.input_length_limit(decode_hparams.decode_hparams()) is None
+    assert text_batches.input_length_limit(decode_hparams.decode_hparams("max_input_size=20")) == 20
+    assert text_batches.encode_input("1 2 3", text_encoder.TextEncoder(), 3) == [3, 4, 1]
 
 
 @pytest.mark.slow
@@ -157,22 +157,23 @@ def test_decode_and_export_agree_on_a_400_subtoken_input(fixture_model, encoder,
     ids = encoder.encode(text)[:400]
     text = encoder.decode(ids)
     assert len(encoder.encode(text)) == 400
-    hp = decoding.decode_hparams(f"beam_size=2,extra_length=5,max_input_size={max_input_size},"
-                                 "log_results=False")
+    hp = decode_hparams.decode_hparams(
+        f"beam_size=2,extra_length=5,max_input_size={max_input_size},log_results=False")
     decoded = decoding.decode_lines([text], decoding.make_infer_fn(fixture_model, hp),
                                     encoder, encoder, hp)
     vocab = encoder.all_subtoken_strings
     module = export.ServingModule(fixture_model, vocab, vocab, hp,
-                                  decoding.input_length_limit(hp), 0)
+                                  text_batches.input_length_limit(hp), 0)
     served_ids = module.encode(tf.constant([text]))["outputs"].numpy()[0].tolist()
-    assert served_ids == decoding.encode_input(text, encoder, max_input_size)
+    assert served_ids == text_batches.encode_input(text, encoder, max_input_size)
     assert len(served_ids) == (401 if max_input_size < 0 else 100)
     assert _texts(module.serving_default(tf.constant([text]))["outputs"]) == decoded
 
 
 def test_problem_without_subword_vocab_exports_ids_only(fixture_model):
-    module = export.ServingModule(fixture_model, None, None,
-                                  decoding.decode_hparams("beam_size=1,extra_length=2"), None, 0)
+    module = export.ServingModule(
+        fixture_model, None, None, decode_hparams.decode_hparams("beam_size=1,extra_length=2"),
+        None, 0)
     assert not hasattr(module, "serving_default")
     assert module.signature_names == ["encode_decode_ids"]
 
@@ -191,7 +192,7 @@ def test_mismatched_checkpoint_fails_clearly(t2t_fixtures, data_dir, tmp_path):
 def test_greedy_export_reproduces_t2t_greedy_decoding(fixture_model, encoder, t2t_fixtures):
     module = export.ServingModule(
         fixture_model, encoder.all_subtoken_strings, encoder.all_subtoken_strings,
-        decoding.decode_hparams("beam_size=1,extra_length=20"), 256, 0)
+        decode_hparams.decode_hparams("beam_size=1,extra_length=20"), 256, 0)
     fixture = np.load(t2t_fixtures / "model_A_trained.npz")
     info = json.loads((t2t_fixtures / "model_A.json").read_text(encoding="utf-8"))
     sources = tf.constant(info["examples"]["source_text"])
@@ -203,7 +204,7 @@ def test_greedy_export_reproduces_t2t_greedy_decoding(fixture_model, encoder, t2
     after_eos = np.cumsum(t2t_greedy == 1, axis=1) - (t2t_greedy == 1) > 0
     assert got.tolist() == np.where(after_eos, 0, t2t_greedy).tolist()
     texts = _texts(module.serving_default(sources)["outputs"])
-    assert texts == [encoder.decode(decoding.save_until_eos(row)) for row in t2t_greedy]
+    assert texts == [encoder.decode(text_batches.save_until_eos(row)) for row in t2t_greedy]
     assert texts[1:] == ["Vielen Dank", "Die Aussprache ist geschlossen."]
 
 
@@ -229,7 +230,7 @@ def test_fresh_tensorflow_process_matches_decode_mode(saved_model_path, model_fl
             f"--decode_to_file={decodes}", f"--decode_hparams={DECODE_HPARAMS}")
     expected = decodes.read_text(encoding="utf-8").split("\n")[:-1]
     # Decode mode's batches: t2t's sort by word count, longest first, 32 lines a batch.
-    sorted_lines, sorted_keys = decoding.sort_inputs(lines)
+    sorted_lines, sorted_keys = text_batches.sort_inputs(lines)
     batches = [sorted_lines[i:i + 32] for i in range(0, len(lines), 32)]
     batches_file = tmp_path / "batches.json"
     batches_file.write_text(json.dumps(batches), encoding="utf-8")
@@ -334,13 +335,13 @@ def test_edge_inputs_give_defined_outputs(served, encoder, fixture_model, wmt_to
     ids = encode(inputs=tf.constant(batch))["outputs"].numpy()
     assert ids.shape == (5, 256)
     for row, text in zip(ids, texts):
-        expected = decoding.encode_input(text, encoder, max_input_size=256)
+        expected = text_batches.encode_input(text, encoder, max_input_size=256)
         assert row.tolist() == expected + [0] * (256 - len(expected))
     result = serve(inputs=tf.constant(batch))
     assert result["outputs"].shape == (5,) and result["outputs"].dtype == tf.string
     assert np.all(np.isfinite(result["scores"].numpy()))
     # The long input alone is translated like decode mode with max_input_size=256.
-    hp = decoding.decode_hparams(f"{DECODE_HPARAMS},log_results=False")
+    hp = decode_hparams.decode_hparams(f"{DECODE_HPARAMS},log_results=False")
     python = decoding.decode_lines([long_text], decoding.make_infer_fn(fixture_model, hp),
                                    encoder, encoder, hp)
     assert _texts(serve(inputs=tf.constant([long_text]))["outputs"]) == python
@@ -373,12 +374,12 @@ def test_encode_decode_ids_equals_model_infer(served, fixture_model, encoder, t2
     assert got["outputs"].numpy().tolist() == np.where(after_eos, 0, outputs).tolist()
     np.testing.assert_allclose(got["scores"].numpy(), want["scores"].numpy(), rtol=1e-5)
     text = served.signatures["decode"](inputs=tf.constant(outputs))["outputs"]
-    assert _texts(text) == [encoder.decode(decoding.save_until_eos(row)) for row in outputs]
+    assert _texts(text) == [encoder.decode(text_batches.save_until_eos(row)) for row in outputs]
 
 
 @pytest.mark.slow
 def test_return_beams_gives_n_best(fixture_model, encoder):
-    decode_hp = decoding.decode_hparams(
+    decode_hp = decode_hparams.decode_hparams(
         "beam_size=3,return_beams=True,extra_length=10,log_results=False")
     module = export.ServingModule(fixture_model, encoder.all_subtoken_strings,
                                   encoder.all_subtoken_strings, decode_hp, 256, 0)
@@ -398,7 +399,7 @@ def test_return_beams_gives_n_best(fixture_model, encoder):
 def test_tensorflow_text_segmenter_export_serves_the_same_text(fixture_model, encoder,
                                                                wmt_toy_dir, tmp_path):
     # The faster in-graph encoder: a fresh process needs tensorflow-text's ops (and only them).
-    decode_hp = decoding.decode_hparams(f"{DECODE_HPARAMS},beam_size=2,log_results=False")
+    decode_hp = decode_hparams.decode_hparams(f"{DECODE_HPARAMS},beam_size=2,log_results=False")
     module = export.ServingModule(fixture_model, encoder.all_subtoken_strings,
                                   encoder.all_subtoken_strings, decode_hp, 256, 0,
                                   subword_segmenter="tensorflow_text")

@@ -6,6 +6,7 @@ status, the one `error: ...` line, and that nothing was left behind or lost.
 from __future__ import annotations
 
 import glob
+import json
 import os
 import re
 import shutil
@@ -57,6 +58,9 @@ def _copy(trained, tmp_path):
     (["--hparams=hidden_size=-32"], "error: hparams hidden_size=-32: must be > 0"),
     (["--hparams=batch_size=0"], "error: hparams batch_size=0: must be > 0"),
     (["--hparams=relu_dropout=1.0"], "error: hparams relu_dropout=1.0: must be in [0, 1)"),
+    (["--hparams=clip_grad_norm=-1.0"], "error: hparams clip_grad_norm=-1.0: must be >= 0"),
+    (["--hparams=sampling_keep_top_p=1.5"],
+     "error: hparams sampling_keep_top_p=1.5: must be in (0, 1]"),
     (["--hparams=weight_dtype=bfloat16"],
      ("error: hparams.weight_dtype='bfloat16' is not supported by t2t_lite (t2t: bfloat16 "
       "weights (TPU)); leave it at 'float32'")),
@@ -141,6 +145,43 @@ def test_second_run_refuses_then_stale_lock_of_killed_run_is_taken_over(data_dir
     assert not (output_dir / "ckpt-999_temp").exists()
     assert not (output_dir / "run.lock").exists()  # released at exit
     assert _listed_steps(output_dir)[-1] == resume_at + 2
+
+
+@pytest.mark.slow
+def test_a_killed_trainer_still_a_zombie_does_not_hold_its_run(data_dir, trained, tmp_path):
+    """SIGKILL, then the same command at once: the killed trainer is not reaped (this test
+    holds its Popen without waiting, as a PID 1 that does not reap would), yet its lock is
+    stale."""
+    output_dir = _copy(trained, tmp_path)
+    first = subprocess.Popen(
+        [sys.executable, str(REPO_ROOT / "run.py"),
+         *_train_flags(data_dir, output_dir, "--train_steps=100000")],
+        cwd=tmp_path, env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.time() + 240
+        while (max(_steps(output_dir)) <= 4 and time.time() < deadline
+               and first.poll() is None):
+            time.sleep(0.5)
+        assert max(_steps(output_dir)) > 4, "the first run saved no checkpoint"
+        lock = json.loads((output_dir / "run.lock").read_text())
+        assert lock["pid"] == first.pid
+        first.send_signal(signal.SIGKILL)
+        with open(f"/proc/{first.pid}/stat", "rb"):  # not reaped: the pid still exists
+            pass
+        resume_at = checkpoint_guard.step_of(
+            checkpoint_guard.newest_good_checkpoint(str(output_dir)))
+        again = _run(*_train_flags(data_dir, output_dir, f"--train_steps={resume_at + 2}"),
+                     cwd=tmp_path)
+        with open(f"/proc/{first.pid}/stat", "rb") as f:  # still a zombie throughout
+            assert f.read().rpartition(b")")[2].split()[0] == b"Z"
+    finally:
+        first.kill()
+        first.wait()
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "Taking over the stale lock" in again.stderr
+    assert f"pid {first.pid} on host" in again.stderr
+    assert _listed_steps(output_dir)[-1] == resume_at + 2
+    assert not (output_dir / "run.lock").exists()
 
 
 @pytest.mark.slow
@@ -392,7 +433,7 @@ def test_decode_memory_estimate_grows_with_the_beam_squared_and_is_refused_over_
     ("num_samples=-2", "num_samples=-2 must be >= -1"),
 ])
 def test_decode_hparams_out_of_range_are_refused_by_name(overrides, message):
-    from t2t_lite.decoding import decoding
+    from t2t_lite.decoding import decode_hparams
 
     with pytest.raises(ValueError, match=f"^--decode_hparams: {re.escape(message)}"):
-        decoding.decode_hparams(overrides)
+        decode_hparams.decode_hparams(overrides)

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from t2t_lite.hparams import create_hparams
+from t2t_lite.hparams_lib import create_hparams
 from t2t_lite.models import t2t_checkpoint
 from t2t_lite.models.transformer import BEAM_SLOT_BLOCK, Transformer
 

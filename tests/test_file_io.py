@@ -72,7 +72,8 @@ def test_atomic_open_streams_two_files_and_removes_them_on_failure(tmp_path):
 def test_modules_that_write_files_import_without_tensorflow():
     # The CTranslate2 Translator encodes and decodes text with these outside TensorFlow.
     code = ("import sys, t2t_lite.file_io, t2t_lite.decoding.decoding, "
-            "t2t_lite.data_generators.text_encoder, t2t_lite.serving.ct2; "
+            "t2t_lite.decoding.text_batches, t2t_lite.decoding.decode_hparams, "
+            "t2t_lite.data_generators.text_encoder, t2t_lite.export.ct2; "
             "print('tensorflow' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True)

@@ -13,7 +13,7 @@ import time
 import pytest
 
 from t2t_lite.errors import UserError
-from t2t_lite.hparams import create_hparams
+from t2t_lite.hparams_lib import create_hparams
 from tests.conftest import REPO_ROOT, error_line, load_script
 
 
@@ -214,7 +214,7 @@ def test_bleu_picture_names_the_file_scored(tmp_path):
     from t2t_lite.visualization import plots
 
     writer = tf.summary.create_file_writer(str(tmp_path / "decode"))
-    with writer.as_default():  # as decoding.report_bleu writes it
+    with writer.as_default():  # as dev_decode.report_bleu writes it
         tf.summary.scalar("BLEU", 12.5, step=300, description="/data/newstest2014.de")
     writer.close()
     title, curves = plots.bleu_curves(str(tmp_path), [], [(300, 12.5)])

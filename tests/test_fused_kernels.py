@@ -6,8 +6,8 @@ import pytest
 import tensorflow as tf
 
 from t2t_lite.decoding import runs
+from t2t_lite.export import export
 from t2t_lite.hparams import HParams
-from t2t_lite.serving import export
 from t2t_lite.training import trainer_lib
 from tests.trainer_utils import VOCAB, ReverseProblem, model_fn, read_events, tiny_hparams
 

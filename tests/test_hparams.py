@@ -4,7 +4,8 @@ import json
 import pytest
 
 from t2t_lite import hparams_support, registry
-from t2t_lite.hparams import HParams, HParamsError, create_hparams
+from t2t_lite.hparams import HParams, HParamsError
+from t2t_lite.hparams_lib import create_hparams
 from t2t_lite.hparams_sets.transformer import basic_params1
 
 CWRH = "constant*linear_warmup*rsqrt_decay*rsqrt_hidden_size"

@@ -1,12 +1,14 @@
 """The hparams walk: every hparam of every registered set is used with t2t's meaning, has no
 effect on the numbers in t2t either, or is refused by name when not at its accepted value.
 What the USED and NO_EFFECT ones do is observed in `test_hparams_meaning.py`."""
+import re
 import types
 
 import pytest
 
 from t2t_lite import hparams_support, registry
-from t2t_lite.hparams import HParams, create_hparams
+from t2t_lite.hparams import HParams
+from t2t_lite.hparams_lib import create_hparams
 from t2t_lite.models.transformer import Transformer
 
 SETS = registry.list_hparams()
@@ -92,3 +94,47 @@ def test_hparam_falls_back_to_the_one_declared_default():
     assert hparams_support.hparam(types.SimpleNamespace(max_length=3), "max_length") == 3
     with pytest.raises(KeyError):
         hparams_support.hparam(hp, "no_such_hparam")
+
+
+def test_an_interval_is_written_as_its_notation_with_open_and_closed_ends():
+    interval = hparams_support.interval
+    top_p = interval("(0, 1]")
+    assert (top_p.low, top_p.high, top_p.low_closed, top_p.high_closed) == (0, 1, False, True)
+    assert [v in top_p for v in (0, 1e-9, 0.5, 1, 1.0000001)] == [False, True, True, True, False]
+    assert str(top_p) == "(0, 1]" and top_p.rule == "must be in (0, 1]"
+    assert str(interval(" [0 , inf) ")) == "[0, inf)"
+    assert interval("[0, inf)").rule == "must be >= 0"
+    assert interval("(0, inf)").rule == "must be > 0"
+    assert interval("(-inf, 1]").rule == "must be <= 1"
+    assert interval("(-inf, 1)").rule == "must be < 1"
+    assert interval("[0.5, 2)").rule == "must be in [0.5, 2)"
+    assert hparams_support.UNIT_INTERVAL == interval("[0, 1)")
+    for bad in ("0, 1", "[1, 0]", "[0, inf]", "[-inf, 0)", "(a, 1]"):
+        with pytest.raises(ValueError, match="is not an interval"):
+            interval(bad)
+
+
+@pytest.mark.parametrize("override, line", [
+    # each kind of end: open low, closed low, open high, closed high
+    ("hidden_size=0", "hparams hidden_size=0: must be > 0"),
+    ("clip_grad_norm=-0.5", "hparams clip_grad_norm=-0.5: must be >= 0"),
+    ("relu_dropout=1.0", "hparams relu_dropout=1.0: must be in [0, 1)"),
+    ("sampling_keep_top_p=0.0", "hparams sampling_keep_top_p=0.0: must be in (0, 1]"),
+    ("sampling_keep_top_p=1.5", "hparams sampling_keep_top_p=1.5: must be in (0, 1]"),
+])
+def test_an_override_out_of_its_interval_is_one_line_naming_the_hparam_and_interval(
+        override, line):
+    from t2t_lite.errors import UserError
+    from t2t_lite.utils import validation
+
+    hparams = create_hparams("transformer_tiny", override)
+    with pytest.raises(UserError) as raised:
+        validation.check_hparams(hparams)
+    message = str(raised.value)
+    assert "\n" not in message
+    assert message == f"{line} (set by --hparams, the hparams set, or the output_dir's " \
+                      "hparams.json)"
+    name = override.split("=")[0]
+    with pytest.raises(ValueError, match=rf"^{re.escape(line)}$"):
+        hparams_support.check_range(name, hparams.get(name))
+    hparams_support.check_range(name, hparams_support.default(name))

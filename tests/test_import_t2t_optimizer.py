@@ -15,7 +15,8 @@ import tensorflow as tf
 from t2t_lite import registry
 from t2t_lite.bin import import_t2t
 from t2t_lite.errors import UserError
-from t2t_lite.hparams import HParams, create_hparams
+from t2t_lite.hparams import HParams
+from t2t_lite.hparams_lib import create_hparams
 from t2t_lite.models import t2t_checkpoint
 from t2t_lite.models.transformer import Transformer
 from t2t_lite.training import adafactor, t2t_import, trainer_lib

@@ -13,7 +13,8 @@ import pytest
 import tensorflow as tf
 
 from t2t_lite.data_generators import data_reader, generator_utils, problem
-from t2t_lite.hparams import HParams, create_hparams
+from t2t_lite.hparams import HParams
+from t2t_lite.hparams_lib import create_hparams
 
 # T2T_REFERENCE.md §5.3 [verified against t2t 1.15.7].
 BOUNDARIES_256 = [

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from t2t_lite.hparams import create_hparams
+from t2t_lite.hparams_lib import create_hparams
 from t2t_lite.layers import common_attention, common_layers, modalities
 from t2t_lite.models import transformer_layers as transformer
 from t2t_lite.models.transformer import Transformer

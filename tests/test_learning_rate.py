@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from t2t_lite import registry
-from t2t_lite.hparams import create_hparams
+from t2t_lite.hparams_lib import create_hparams
 from t2t_lite.training.learning_rate import LearningRateError, learning_rate_schedule
 
 # T2T_REFERENCE.md §4.2, verified by running t2t 1.15.7: steps 0, 1, 100, 4000, 8000, 16000,

@@ -56,6 +56,46 @@ def test_early_stopping_state_is_the_runs_and_survives_a_new_process(tmp_path):
     assert third.history[-1] == (400, 0.10000000149011612)
 
 
+@pytest.mark.parametrize("content", [b"\x89PNG\r\n\x1a\n\xff\xfe junk", b'{"history": ',
+                                     b"[1, 2]", b'{"history": {"loss": [[1, "x"]]}}'])
+def test_a_damaged_early_stopping_state_is_one_line_naming_the_file(tmp_path, content):
+    from t2t_lite.errors import UserError
+
+    path = tmp_path / early_stopping.STATE_FILE
+    path.write_bytes(content)
+    with pytest.raises(UserError) as raised:
+        EarlyStopping(str(tmp_path), "loss", 200, 0.1, True)
+    message = str(raised.value)
+    assert message.startswith(f"{path} ") and message.endswith(
+        "; remove it to start the early-stopping history afresh")
+    assert "\n" not in message
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("state_file", ["early_stopping", "best"])
+def test_run_py_junk_selection_state_is_one_line_naming_it_before_anything_is_written(
+        tiny_run_trained, tmp_path, state_file):
+    from tests.conftest import error_line
+    from tests.run_py import snapshot
+
+    output_dir = tmp_path / "run"
+    shutil.copytree(tiny_run_trained, output_dir)
+    if state_file == "best":
+        (output_dir / "best").mkdir()
+        path = output_dir / "best" / keep_best.INDEX_FILE
+    else:
+        path = output_dir / early_stopping.STATE_FILE
+    path.write_bytes(b"\xff\xfe\x00junk")
+    before = snapshot(output_dir)
+    flags = train_flags(tiny_run_trained.parent / "data", output_dir, "--train_steps=8",
+                        "--local_eval_frequency=2", "--eval_steps=1",
+                        "--eval_early_stopping_steps=4", "--keep_best_checkpoints=2")
+    flags[0] = "--mode=train_and_eval"
+    line = error_line(run(*flags, cwd=tmp_path))
+    assert line.startswith(f"error: {path} does not parse ("), line
+    assert snapshot(output_dir) == before
+
+
 def test_resolve_metric_names():
     available = ["loss", "metrics-p/targets/accuracy", "metrics-p/targets/accuracy_top5",
                  "BLEU", "chrF2"]

@@ -182,7 +182,10 @@ def test_a_build_is_cached_and_a_failed_build_is_one_line(tmp_path, fresh_build)
     with pytest.raises(native_kernels.BuildError) as error:
         native_kernels.build([str(broken)], str(cache), cxx)
     assert "\n" not in str(error.value) and "broken.cc" in str(error.value)
-    assert sorted(os.listdir(cache)) == [os.path.basename(path)]
+    # No temporary left; the failure is remembered beside the failed library's name.
+    failed = native_kernels.library_path([str(broken)], str(cache), cxx, environ={})
+    assert sorted(os.listdir(cache)) == sorted([os.path.basename(path),
+                                                os.path.basename(failed) + ".failed"])
     # A changed source is another library, not the cached one.
     changed = tmp_path / "layer_norm_grad.cc"
     changed.write_text(pathlib.Path(sources[0]).read_text() + "\n// changed\n")
@@ -250,3 +253,197 @@ def test_no_compiler_is_none_and_the_cache_follows_the_environment():
     assert native_kernels.compiler({"CXX": "/nonexistent/c++"}) is None
     assert native_kernels.cache_dir({native_kernels.CACHE_ENV: "/x/k"}) == "/x/k"
     assert native_kernels.cache_dir({"XDG_CACHE_HOME": "/c"}) == "/c/t2t_lite/kernels"
+
+
+def _cpu_flags() -> set[str]:
+    from t2t_lite.utils import onednn
+    return onednn.cpu_info(onednn.read_cpuinfo())[1]
+
+
+def test_each_target_is_tried_without_avx512_fp16_first_then_as_it_is():
+    # TensorFlow's Eigen headers fail under GCC 12 with AVX512-FP16 (PacketMathFP16.h), and
+    # the kernels have no half-precision code: leaving it out first costs nothing.
+    assert native_kernels.target_flag_sets("native", {"avx2", "fma"}, "x86_64") == [
+        ["-march=native", "-mno-avx512fp16"], ["-march=native"], ["-march=x86-64-v3"]]
+    assert native_kernels.target_flag_sets("native", {"sse4_2"}, "x86_64")[-1] == [
+        "-march=x86-64-v2"]
+    assert native_kernels.target_flag_sets("haswell", {"avx2", "fma"}, "x86_64") == [
+        ["-march=haswell", "-mno-avx512fp16"], ["-march=haswell"]]
+    assert native_kernels.target_flag_sets("native", set(), "aarch64") == [["-march=native"]]
+
+
+@needs_compiler
+@pytest.mark.slow
+@pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"),
+                    reason="sapphirerapids is an x86 target")
+def test_the_kernels_compile_for_sapphirerapids(tmp_path):
+    """The target of today's Intel servers (AVX512-FP16, AMX), whose build failed inside
+    TensorFlow's Eigen headers: compiled on any x86 machine, run where the CPU has it."""
+    sources, cxx = native_kernels.sources(), native_kernels.compiler()
+    environ = {native_kernels.MARCH_ENV: "sapphirerapids"}
+    path = native_kernels.build(sources, str(tmp_path), cxx, environ=environ)
+    assert os.path.getsize(path) > 0 and not os.path.exists(native_kernels.failure_path(path))
+    if not {"avx512_fp16", "amx_tile", "avx512_bf16"} <= _cpu_flags():
+        return  # compile only: this CPU cannot run the target's code
+    script = ("import sys, tensorflow as tf\n"
+              "ops = tf.load_op_library(sys.argv[1])\n"
+              "got = ops.t2t_lite_softmax_dropout_grad(d_dropped=[[1., 2., 3.]],"
+              " weights=[[.2, .3, .5]], mask=[[1., 1., 0.]])\n"
+              "print(repr(got.numpy().tolist()))\n")
+    result = subprocess.run([sys.executable, "-c", script, path], capture_output=True,
+                            text=True, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+    assert result.returncode == 0, result.stderr[-2000:]
+    # (d * m - sum(d * m * w)) * w = ([1, 2, 0] - 0.8) * [.2, .3, .5]
+    np.testing.assert_allclose(eval(result.stdout.strip().splitlines()[-1]),
+                               [[0.04, 0.36, -0.4]], rtol=1e-6)
+
+
+_FAKE_COMPILER = """#!/bin/sh
+echo "$PPID $*" >> "{calls}"
+sleep 2
+echo "kernel.cc:1:1: error: this compiler always fails" >&2
+exit 1
+"""
+
+_LOAD = ("import logging, sys\n"
+         "from t2t_lite.layers import native_kernels\n"
+         "print('loaded' if native_kernels.layer_norm_grad() else 'fallback')\n")
+
+
+def _run_load(env: dict) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-c", _LOAD], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+@pytest.mark.slow
+def test_a_failing_compiler_builds_once_across_processes_and_is_remembered(tmp_path):
+    calls = tmp_path / "calls.txt"
+    fake = tmp_path / "fake-c++"
+    fake.write_text(_FAKE_COMPILER.format(calls=calls))
+    fake.chmod(0o755)
+    env = dict(os.environ, CXX=str(fake), TF_CPP_MIN_LOG_LEVEL="2",
+               **{native_kernels.CACHE_ENV: str(tmp_path / "cache")})
+    env.pop(native_kernels.ENV, None)
+    env.pop(native_kernels.MARCH_ENV, None)
+    first, second = _run_load(env), _run_load(env)  # two processes starting at once
+    outputs = [p.communicate(timeout=300) for p in (first, second)]
+    assert [out.strip() for out, _ in outputs] == ["fallback", "fallback"]
+    builds = calls.read_text().splitlines()
+    # One build: each target flag set tried once, by one process (not twice, one per process).
+    one_build = native_kernels.target_flag_sets("native", _cpu_flags())
+    assert len(builds) == len(one_build)
+    assert len({line.split()[0] for line in builds}) == 1
+    for _, err in outputs:
+        warnings = [line for line in err.splitlines() if "Native kernels unavailable" in line]
+        assert len(warnings) == 1 and "always fails" in warnings[0], err[-2000:]
+    # The next process compiles nothing: the failure is remembered under the library's key.
+    out, err = _run_load(env).communicate(timeout=300)
+    assert out.strip() == "fallback" and "remembered" in err
+    assert len(calls.read_text().splitlines()) == len(one_build)
+
+
+@needs_compiler
+@pytest.mark.slow
+@pytest.mark.parametrize("content", ["junk", "foreign"])
+def test_a_damaged_or_foreign_library_in_the_cache_is_one_warning_and_rebuilt(
+        tmp_path, fresh_build, content):
+    """A file under the cache's name that does not load, or loads without the kernels' ops:
+    one warning, TensorFlow ops in that process (the same gradients), removed; the next
+    process builds the library again."""
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    cxx = native_kernels.compiler()
+    # A "compiler" that hands over the library built once for this module (no 20 s build).
+    fake = tmp_path / "copying-c++"
+    fake.write_text('#!/bin/sh\nwhile [ "$1" != "-o" ]; do shift; done\n'
+                    f'cp "{fresh_build[1]}" "$2"\n')
+    fake.chmod(0o755)
+    env = dict(os.environ, CXX=str(fake), TF_CPP_MIN_LOG_LEVEL="2",
+               **{native_kernels.CACHE_ENV: str(cache)})
+    env.pop(native_kernels.ENV, None)
+    env.pop(native_kernels.MARCH_ENV, None)
+    path = pathlib.Path(native_kernels.library_path(native_kernels.sources(), str(cache),
+                                                    str(fake), environ={}))
+    if content == "junk":
+        path.write_bytes(b"\x7fELF not really a library")
+    else:  # a real shared library that is not ours
+        source = tmp_path / "other.c"
+        source.write_text("int t2t_lite_other(void) { return 1; }\n")
+        subprocess.run([cxx, "-x", "c", "-shared", "-fPIC", str(source), "-o", str(path)],
+                       check=True)
+    script = ("import numpy as np, tensorflow as tf\n"
+              "from t2t_lite.layers import fused_ops, native_kernels\n"
+              "x = tf.constant(np.random.default_rng(1).normal(size=(5, 8)), tf.float32)\n"
+              "with tf.GradientTape() as tape:\n"
+              "    tape.watch(x)\n"
+              "    y = fused_ops.layer_norm(x, tf.ones([8]), tf.zeros([8]), 1e-6)\n"
+              "dx = tape.gradient(y, x, output_gradients=tf.reshape(tf.range(40.), [5, 8]))\n"
+              "print('loaded' if native_kernels._load() else 'fallback', "
+              "repr(dx.numpy().tolist()))\n")
+    result = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+                            text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    state, dx = result.stdout.strip().splitlines()[-1].split(" ", 1)
+    assert state == "fallback"
+    warnings = [line for line in result.stderr.splitlines() if "does not load" in line]
+    assert len(warnings) == 1 and str(path) in warnings[0], result.stderr[-2000:]
+    x = np.random.default_rng(1).normal(size=(5, 8)).astype(np.float32)
+    want = _reference_grad(np.arange(40.0).reshape(5, 8), x, np.ones(8))[0]
+    np.testing.assert_allclose(eval(dx), want, rtol=1e-4, atol=1e-4)
+    assert not path.exists()  # removed: the next process builds it anew
+    out, err = _run_load(env).communicate(timeout=300)
+    assert out.strip() == "loaded", err[-2000:]
+    assert path.exists()
+
+
+def test_a_cache_that_cannot_be_written_is_one_warning_and_training_runs(tmp_path, monkeypatch,
+                                                                         caplog):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    monkeypatch.setenv(native_kernels.CACHE_ENV, str(blocker / "kernels"))
+    monkeypatch.delenv(native_kernels.ENV, raising=False)
+    monkeypatch.setenv("CXX", "/bin/false")  # never reached: the cache is checked first
+    native_kernels._load.cache_clear()
+    try:
+        with caplog.at_level("WARNING"):
+            assert native_kernels.layer_norm_grad() is None
+            assert native_kernels.softmax_dropout_grad() is None
+        warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+        assert len(warnings) == 1 and "cannot write the kernel cache" in warnings[0]
+        x = tf.constant(np.random.default_rng(2).normal(size=(4, 8)).astype(np.float32))
+        got = _norm_grads(x, tf.ones([8]), tf.zeros([8]), tf.ones_like(x))
+        for a, b in zip(got, _reference_grad(np.ones((4, 8)), x, np.ones(8))):
+            np.testing.assert_allclose(a, b, atol=1e-5)
+    finally:
+        native_kernels._load.cache_clear()
+
+
+@needs_compiler
+def test_only_a_computation_placed_on_a_cpu_takes_the_native_ops():
+    """The kernels are registered for CPU devices only: a layer norm or attention placed on
+    a GPU (here by its device string; TensorFlow places it softly where there is none)
+    differentiates with TensorFlow ops; on a CPU with the native ops."""
+    assert native_kernels.placed_on_cpu(tf.constant(1.0))  # eager, on this host's CPU
+
+    def grads(x, device):
+        with tf.device(device):
+            with tf.GradientTape() as tape:
+                tape.watch(x)
+                y = fused_ops.layer_norm(x, tf.ones([8]), tf.zeros([8]), 1e-6)
+                z = fused_ops.softmax_dropout_matmul(
+                    tf.reshape(y, [1, 1, 4, 8])[..., :4], tf.ones([1, 1, 4, 4]),
+                    tf.ones([1, 1, 4, 4]))
+                loss = tf.reduce_sum(z * z)
+            return tape.gradient(loss, x)
+
+    spec = tf.TensorSpec([4, 8], tf.float32)
+    op_types = {}
+    for device in ("/device:GPU:0", "/device:CPU:0"):
+        graph = tf.function(lambda x, d=device: grads(x, d), autograph=False
+                            ).get_concrete_function(spec).graph
+        op_types[device] = {op.type for op in graph.get_operations()}
+    if native_kernels._load() is None:
+        pytest.fail("the native kernels did not build on a machine with a compiler")
+    assert {"T2tLiteLayerNormGrad", "T2tLiteSoftmaxDropoutGrad"} <= op_types["/device:CPU:0"]
+    assert not {"T2tLiteLayerNormGrad", "T2tLiteSoftmaxDropoutGrad"} & \
+        op_types["/device:GPU:0"]

@@ -101,6 +101,21 @@ def test_storage_problems_are_recognised_with_their_path():
     below = tf.errors.FailedPreconditionError(None, None, "/tmp/afile is not a directory")
     assert errors.storage_problem(below) == (
         "a path component is a file, not a directory", "/tmp/afile")
+    # TensorFlow's own texts for a relative --output_dir=run on a read-only file system.
+    made = tf.errors.PermissionDeniedError(None, None, "run/eval2; Read-only file system")
+    assert errors.storage_problem(made) == ("read-only file system", "run/eval2")
+    events = tf.errors.PermissionDeniedError(None, None, (
+        "{{function_node __wrapped__CreateSummaryFileWriter_device_/job:localhost/replica:0/"
+        "task:0/device:CPU:0}} run/eval/events.out.tfevents.17.vm.21.0.v2; Read-only file "
+        "system\n\tCreating writable file run/eval/events.out.tfevents.17.vm.21.0.v2\n\tCould "
+        "not initialize events writer. [Op:CreateSummaryFileWriter] name: "))
+    assert errors.storage_problem(events) == (
+        "read-only file system", "run/eval/events.out.tfevents.17.vm.21.0.v2")
+    remote = tf.errors.PermissionDeniedError(None, None, "Error: gs://b/run/x; Permission denied")
+    assert errors.storage_problem(remote) == ("permission denied", "gs://b/run/x")
+    # No path before the reason: none named (never a word of the message).
+    bare = tf.errors.PermissionDeniedError(None, None, "Could not open file: Permission denied")
+    assert errors.storage_problem(bare) == ("permission denied", None)
     # Running out of memory is no storage problem; nor is any other OSError.
     assert errors.storage_problem(tf.errors.ResourceExhaustedError(None, None, "OOM")) is None
     assert errors.storage_problem(OSError(errno.ENOENT, "No such file", "/x")) is None
@@ -179,6 +194,22 @@ def test_read_only_output_dir_and_output_dir_below_a_file_are_refused_before_any
             f"--output_dir={output_dir}: cannot write in {output_dir} (Read-only file system)")):
         t2t_trainer.main(_train_flags(tiny_run_data_dir, output_dir), "train")
     assert not os.listdir(output_dir)
+
+
+@pytest.mark.slow
+def test_eval_of_a_read_only_run_names_the_file_not_written(tiny_run_trained, tmp_path):
+    from tests.conftest import read_only_view
+
+    shutil.copytree(tiny_run_trained, tmp_path / "source" / "run")
+    with read_only_view(tmp_path / "source", tmp_path / "ro") as view:
+        before = _tree(view)
+        # A relative --output_dir: TensorFlow names the file as it was given.
+        result = run("--mode=eval", "--output_dir=run", "--eval_steps=1", cwd=view)
+        assert error_line(result) == (
+            "error: read-only file system: run/eval; that file was not written, the files "
+            "written before it are whole; make room (or choose a writable directory) and run "
+            "the same command again")
+        assert _tree(view) == before
 
 
 def test_run_lock_holding_null_or_malformed_json_is_taken_over(tmp_path):
@@ -353,20 +384,20 @@ def test_decode_reference_missing_or_of_another_length_is_refused_before_decodin
 
 
 def test_report_bleu_with_another_line_count_is_an_error(tmp_path):
-    from t2t_lite.decoding import decoding
+    from t2t_lite.training import dev_decode
 
     (tmp_path / "ref.txt").write_text("a b\n")
     (tmp_path / "hyp.txt").write_text("a b\nc\n")
     with pytest.raises(UserError, match=r"has 1 lines but .* has 2; .* \(the decodes are kept "
                                         r"in .*hyp\.txt\)$"):
-        decoding.report_bleu(str(tmp_path / "ref.txt"), str(tmp_path / "hyp.txt"), None, "x-1")
+        dev_decode.report_bleu(str(tmp_path / "ref.txt"), str(tmp_path / "hyp.txt"), None, "x-1")
 
 
 def test_a_decode_line_too_long_for_memory_is_named_with_the_max_input_size_that_fits(
         tmp_path, monkeypatch):
     from t2t_lite.bin import t2t_decoder
     from t2t_lite.data_generators import text_encoder
-    from t2t_lite.decoding import decoding
+    from t2t_lite.decoding import decode_hparams, text_batches
     from t2t_lite.hparams import HParams
     from t2t_lite.utils import validation
 
@@ -381,7 +412,7 @@ def test_a_decode_line_too_long_for_memory_is_named_with_the_max_input_size_that
     def check(overrides=""):
         t2t_decoder._check_decode_memory(
             _decode_flags(None, decode_from_file=str(inputs)), hparams, problem_hparams,
-            decoding.decode_hparams(overrides), encoders)
+            decode_hparams.decode_hparams(overrides), encoders)
 
     def estimate(length):  # 3 lines per batch, beam 4, extra_length 100
         return validation.decode_memory_estimate(4, 3, 4, length + 100, 16, 2, 1,
@@ -399,8 +430,8 @@ def test_a_decode_line_too_long_for_memory_is_named_with_the_max_input_size_that
             f"--decode_hparams=max_input_size={fits} (t2t's: keeps the first {fits - 1} ids), "
             "or split the line"), str(raised.value)), str(raised.value)
     check(f"max_input_size={fits}")  # cut as decoding cuts it: fits
-    assert decoding.longest_input(inputs.read_text().splitlines(), encoders["inputs"],
-                                  fits) == (2, fits)
+    assert text_batches.longest_input(inputs.read_text().splitlines(), encoders["inputs"],
+                                      fits) == (2, fits)
     # The input terms: the encoder's B x H x L x L attention dominates a long line.
     assert estimate(40001) - validation.decode_memory_estimate(4, 3, 4, 40101, 16, 2, 1) \
         >= 4 * 3 * 2 * 2 * 40001 ** 2

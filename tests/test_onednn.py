@@ -8,6 +8,8 @@ import subprocess
 import sys
 import types
 
+import pytest
+
 from t2t_lite.utils import onednn
 from tests.conftest import REPO_ROOT
 
@@ -116,7 +118,7 @@ def test_cache_path_and_tensorflow_version_need_no_tensorflow(tmp_path):
 
 
 def test_run_py_sets_the_variable_and_logs_one_line(monkeypatch, caplog):
-    import run
+    from t2t_lite.bin import main as run  # run.py's body
 
     monkeypatch.delenv(onednn.ENV, raising=False)
     flags = types.SimpleNamespace(onednn="off", hparams_set="transformer_tiny", hparams="")
@@ -142,3 +144,29 @@ def test_decide_on_this_machine_reads_this_cpu_and_the_environment_cache(tmp_pat
     assert onednn.decide_on_this_machine("off", environ, 128, 512).enabled is False
     assert onednn.decide_on_this_machine(
         "off", dict(environ, **{onednn.ENV: "1"}), 128, 512).enabled is True
+
+
+@pytest.mark.parametrize("content", [
+    "{not json", "[1, 2]", "null", "\x00\xff junk",
+    '{"AMD EPYC 7B12 | tensorflow 2.21.0 | hidden 128 filter 512": '
+    '{"eigen_s": "fast", "onednn_s": 0.5}}',
+    '{"AMD EPYC 7B12 | tensorflow 2.21.0 | hidden 128 filter 512": '
+    '{"eigen_s": null, "onednn_s": null}}',
+    '{"AMD EPYC 7B12 | tensorflow 2.21.0 | hidden 128 filter 512": [0.2, 0.1]}'])
+def test_a_damaged_cache_is_one_warning_then_measured_and_rewritten(tmp_path, caplog, content):
+    cache = tmp_path / "cache" / "onednn.json"
+    cache.parent.mkdir(parents=True)
+    cache.write_text(content, encoding="utf-8", errors="surrogateescape")
+    measure = Measure((0.265, 0.152))
+    with caplog.at_level("WARNING"):
+        choice = _decide(tmp_path, measure=measure)
+    assert choice.enabled is True and "measured now" in choice.reason
+    assert measure.calls == [(128, 512)]
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warnings) == 1 and str(cache) in warnings[0] and "\n" not in warnings[0]
+    entries = json.loads(cache.read_text())  # rewritten whole, with the new measurement
+    assert entries["AMD EPYC 7B12 | tensorflow 2.21.0 | hidden 128 filter 512"]["eigen_s"] \
+        == 0.265
+    caplog.clear()
+    assert _decide(tmp_path, measure=measure).enabled is True and len(measure.calls) == 1
+    assert not [r for r in caplog.records if r.levelname == "WARNING"]

@@ -8,7 +8,7 @@ import pytest
 import tensorflow as tf
 
 from t2t_lite.errors import UserError
-from t2t_lite.hparams import create_hparams
+from t2t_lite.hparams_lib import create_hparams
 from t2t_lite.layers import common_layers
 from t2t_lite.training import optimize
 from t2t_lite.training.learning_rate import learning_rate_schedule

@@ -7,7 +7,7 @@ import pytest
 import tensorflow as tf
 
 from t2t_lite.data_generators import generator_utils
-from t2t_lite.hparams import create_hparams
+from t2t_lite.hparams_lib import create_hparams
 from t2t_lite.layers import common_attention
 from t2t_lite.models.transformer import Transformer
 from t2t_lite.problems import translate_files

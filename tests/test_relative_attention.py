@@ -12,13 +12,13 @@ import pytest
 import tensorflow as tf
 
 from t2t_lite import hparams_support, registry
-from t2t_lite.decoding import decoding
+from t2t_lite.decoding import decode_hparams
 from t2t_lite.errors import UserError
-from t2t_lite.hparams import create_hparams
+from t2t_lite.export import export
+from t2t_lite.hparams_lib import create_hparams
 from t2t_lite.layers import common_attention
 from t2t_lite.models import t2t_checkpoint
 from t2t_lite.models.transformer import Transformer
-from t2t_lite.serving import export
 from t2t_lite.training import t2t_import
 
 FIXTURE = pathlib.Path(__file__).resolve().parent / "fixtures" / "t2t_relative"
@@ -285,7 +285,7 @@ def test_saved_model_decodes_as_the_model(tmp_path, beam_size):
     inputs = tf.constant([[3, 7, 9, 4, 1], [5, 11, 1, 0, 0]])
     module = export.ServingModule(
         model, None, None,
-        decoding.decode_hparams(f"beam_size={beam_size},extra_length=4"), None, 0)
+        decode_hparams.decode_hparams(f"beam_size={beam_size},extra_length=4"), None, 0)
     path = export.export(module, str(tmp_path / f"beam{beam_size}"))
     loaded = tf.saved_model.load(path)
     served = loaded.signatures["encode_decode_ids"](inputs)
@@ -298,7 +298,7 @@ def test_saved_model_decodes_as_the_model(tmp_path, beam_size):
 
 
 def test_ctranslate2_export_refuses_relative_attention():
-    from t2t_lite.serving import ct2
+    from t2t_lite.export import ct2
 
     model = _tiny()
     with pytest.raises(UserError, match="self_attention_type=dot_product_relative") as info:

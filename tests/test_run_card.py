@@ -5,8 +5,7 @@ import sys
 import pytest
 import tensorflow as tf
 
-from t2t_lite.decoding import decoding
-from t2t_lite.training import run_card, trainer_lib
+from t2t_lite.training import dev_decode, run_card, trainer_lib
 from tests.trainer_utils import ReverseProblem, model_fn, tiny_hparams
 
 
@@ -95,8 +94,8 @@ def test_decode_bleu_lands_in_the_card(tmp_path):
     decodes = tmp_path / "dec.txt"
     reference.write_text("the cat sat on the mat\nhello world again today\n")
     decodes.write_text("the cat sat on the mat\nhello world again today\n")
-    decoding.report_bleu(str(reference), str(decodes), str(tmp_path),
-                         str(tmp_path / "ckpt-7"))
+    dev_decode.report_bleu(str(reference), str(decodes), str(tmp_path),
+                           str(tmp_path / "ckpt-7"))
     bleu = run_card.read(str(tmp_path))["bleu"]
     assert bleu["checkpoint step"] == 7
     assert bleu["sacreBLEU"].startswith("BLEU|") and "100.00" in bleu["sacreBLEU"]

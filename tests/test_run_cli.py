@@ -42,24 +42,24 @@ def test_flagfile_is_supported(tmp_path):
 
 
 def test_schedule_maps_to_mode():
-    sys.path.insert(0, str(REPO_ROOT))
-    import run
+    from t2t_lite.bin import main as entry_point  # run.py's body
 
     class Flags:
         mode = None
         schedule = "continuous_train_and_eval"
 
-    assert run.resolve_mode(Flags) == "train_and_eval"
+    assert entry_point.resolve_mode(Flags) == "train_and_eval"
     Flags.schedule = None
-    assert run.resolve_mode(Flags) == "default"
+    assert entry_point.resolve_mode(Flags) == "default"
     Flags.mode = "decode"
-    assert run.resolve_mode(Flags) == "decode"
+    assert entry_point.resolve_mode(Flags) == "decode"
 
 
 def _console_script(*args: str) -> subprocess.CompletedProcess:
-    """Runs `run:main` the way the `t2t-lite` console script does (`__main__` is a wrapper
-    module without a docstring)."""
-    wrapper = "import sys; sys.argv[0] = 't2t-lite'; from run import main; sys.exit(main())"
+    """Runs `t2t_lite.bin.main:main` the way the `t2t-lite` console script does (`__main__`
+    is a wrapper module without a docstring)."""
+    wrapper = ("import sys; sys.argv[0] = 't2t-lite'; from t2t_lite.bin.main import main; "
+               "sys.exit(main())")
     return subprocess.run(
         [sys.executable, "-c", wrapper, *args],
         check=False, capture_output=True, text=True, timeout=60, cwd=REPO_ROOT,
@@ -68,7 +68,10 @@ def _console_script(*args: str) -> subprocess.CompletedProcess:
 
 def test_help_is_the_same_for_run_py_and_the_console_script():
     direct, script = _run("--help"), _console_script("--help")
-    for result in (direct, script):
+    module = subprocess.run([sys.executable, "-m", "t2t_lite", "--help"], check=False,
+                            capture_output=True, text=True, timeout=60, cwd=REPO_ROOT)
+    for result in (direct, script, module):
+        assert result.returncode == 0, result.stderr
         text = result.stdout
         assert "t2t_lite's single entry point" in text
         # The wrapped example command keeps its line break (a raw docstring).
@@ -78,7 +81,7 @@ def test_help_is_the_same_for_run_py_and_the_console_script():
     def flag_lines(text: str) -> list[str]:
         return [line for line in text.splitlines() if line.startswith("  --")]
 
-    assert flag_lines(direct.stdout) == flag_lines(script.stdout)
+    assert flag_lines(direct.stdout) == flag_lines(script.stdout) == flag_lines(module.stdout)
 
 
 def test_tensorflow_start_prints_nothing_but_the_answer(tmp_path):

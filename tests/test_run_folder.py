@@ -67,6 +67,35 @@ def test_stale_lock_takeover_has_exactly_one_winner(tmp_path):
     assert outcomes == [["held"] + ["refused"] * (1 + t % 3) for t in range(20)]
 
 
+def _until_zombie(pid: int) -> None:
+    """Returns once `pid` (a child killed and not waited for) is a zombie: SIGKILL is
+    delivered asynchronously; the child stays a zombie until its Popen is waited for."""
+    for _ in range(100000):
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            if f.read().rpartition(b")")[2].split()[0] == b"Z":
+                return
+    raise AssertionError(f"pid {pid} never became a zombie")
+
+
+def test_a_zombie_lock_holder_is_a_dead_holder(tmp_path):
+    child = subprocess.Popen(["sleep", "60"])
+    try:
+        assert run_lock.pid_alive(child.pid)
+        child.kill()
+        _until_zombie(child.pid)  # killed, not reaped: kill(pid, 0) still succeeds
+        os.kill(child.pid, 0)
+        assert not run_lock.pid_alive(child.pid)
+        (tmp_path / run_lock.LOCK_NAME).write_text(json.dumps(
+            {"host": run_lock.socket.gethostname(), "pid": child.pid, "start_time": 1.0}))
+        run_lock.refuse_if_held(str(tmp_path))  # no refusal
+        lock = run_lock.acquire(str(tmp_path))
+        assert json.loads((tmp_path / run_lock.LOCK_NAME).read_text())["pid"] == os.getpid()
+        lock.release()
+    finally:
+        child.wait()
+    assert run_lock.pid_alive(os.getpid())
+
+
 def _gfile_text(path: str) -> str:
     import tensorflow as tf
 
@@ -272,7 +301,7 @@ def test_every_path_flag_expands_home(monkeypatch, tmp_path):
 
 def test_a_bom_is_dropped_from_every_text_input(tmp_path):
     from t2t_lite.data_generators import text_problems
-    from t2t_lite.decoding import decoding, score_file
+    from t2t_lite.decoding import input_files, score_file
     from t2t_lite.evaluation import bleu_hook
 
     text = "the cat sat on the mat\nein Haus am See\n"
@@ -283,17 +312,17 @@ def test_a_bom_is_dropped_from_every_text_input(tmp_path):
     assert bleu_hook.bleu_report(str(plain), str(marked))[1:] == [
         "BLEU_uncased = 100.00", "BLEU_cased = 100.00"]
     assert bleu_hook.read_lines(str(marked)) == bleu_hook.read_lines(str(plain))
-    assert decoding.read_inputs(str(marked)) == ["the cat sat on the mat", "ein Haus am See"]
+    assert input_files.read_inputs(str(marked)) == ["the cat sat on the mat", "ein Haus am See"]
     assert list(text_problems.txt_line_iterator(str(marked))) == [
         "the cat sat on the mat", "ein Haus am See"]
     scores = tmp_path / "scores.txt"
     scores.write_bytes(b"\xef\xbb\xbfa b\tc d\n")
     assert score_file.read_score_file(str(scores)) == [("a b", "c d")]
     # Only a leading mark goes: one inside the text is the text's.
-    assert decoding.read_inputs(str(plain)) == decoding.read_inputs(str(marked))
+    assert input_files.read_inputs(str(plain)) == input_files.read_inputs(str(marked))
     inner = tmp_path / "inner.txt"
     inner.write_text("a\n\ufeffb\n", encoding="utf-8")
-    assert decoding.read_inputs(str(inner)) == ["a", "\ufeffb"]
+    assert input_files.read_inputs(str(inner)) == ["a", "\ufeffb"]
 
 
 # --- run.py: one check per user-facing case (the session's tiny run, copied) -------------------
@@ -389,5 +418,88 @@ def test_run_py_average_of_another_run_falls_back_past_a_damaged_checkpoint(
     assert result.returncode == 0, result.stderr[-3000:]
     warnings = [line for line in result.stderr.splitlines() if "damaged" in line]
     assert len(warnings) == 1 and "ckpt-4 damaged" in warnings[0], result.stderr[-3000:]
+    assert _short_of_n_warnings(result, "--n=2", other) == ["ckpt-2"]
     assert "Averaged 1 checkpoints: ckpt-2" in result.stdout
     assert (mine / "avg" / "ckpt-2.index").exists()
+
+
+def _short_of_n_warnings(result, flag: str, where) -> list[str]:
+    """The checkpoints named by the one warning that fewer than asked for were averaged."""
+    lines = [line for line in result.stderr.splitlines() if " readable checkpoint(s) in " in line]
+    assert len(lines) == 1, result.stderr[-3000:]
+    head = f"{flag}: only "
+    assert head in lines[0] and f" readable checkpoint(s) in {where}, averaging " in lines[0]
+    return lines[0].split(", averaging ", 1)[1].split(" (an average")[0].split(", ")
+
+
+@pytest.mark.slow
+def test_run_py_average_warns_when_fewer_than_n_checkpoints_read(tiny_run_trained, tmp_path):
+    from tests.run_py import run
+
+    run_dir = tmp_path / "run"
+    shutil.copytree(tiny_run_trained, run_dir)
+    for path in run_dir.glob("ckpt-4.*"):  # removed by hand: not damaged, gone
+        path.unlink()
+    result = run("--mode=average", f"--output_dir={run_dir}", "--n=2", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "damaged" not in result.stderr
+    assert _short_of_n_warnings(result, "--n=2", run_dir) == ["ckpt-2"]
+    assert "Averaged 1 checkpoints: ckpt-2" in result.stdout
+    result = run("--mode=average", f"--output_dir={run_dir}", "--n=1",
+                 f"--avg_output_dir={tmp_path / 'avg1'}", cwd=tmp_path)
+    assert result.returncode == 0 and "readable checkpoint(s)" not in result.stderr
+
+
+def _best_folder(run_dir) -> None:
+    """A keep-best folder in `run_dir` as `--keep_best_checkpoints=2` leaves it: ckpt-4 the
+    best by loss, then ckpt-2."""
+    best = run_dir / "best"
+    best.mkdir()
+    for path in run_dir.glob("ckpt-*"):
+        shutil.copy(path, best / path.name)
+    for name in ("hparams.json", "flags.json", "run_inputs.json"):
+        shutil.copy(run_dir / name, best / name)
+    (best / "best_checkpoints.json").write_text(json.dumps(
+        {"metric": "loss", "minimize": True, "checkpoints": {"2": 1.5, "4": 1.0}}))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("harm", ["truncated", "data deleted", "none whole", "all deleted"])
+def test_run_py_average_best_copes_with_a_damaged_or_deleted_best(tiny_run_trained, tmp_path,
+                                                                  harm):
+    from tests.conftest import error_line
+    from tests.run_py import run
+
+    run_dir = tmp_path / "run"
+    shutil.copytree(tiny_run_trained, run_dir)
+    _best_folder(run_dir)
+    best = run_dir / "best"
+    if harm == "truncated":
+        with open(best / "ckpt-4.data-00000-of-00001", "r+b") as f:
+            f.truncate(100)
+    else:
+        (best / "ckpt-4.data-00000-of-00001").unlink()
+    if harm in ("none whole", "all deleted"):
+        for path in best.glob("ckpt-2.*"):
+            path.unlink()
+    if harm == "all deleted":
+        (best / "ckpt-4.index").unlink()
+    result = run("--mode=average", f"--output_dir={run_dir}", "--average_best=2",
+                 cwd=tmp_path)
+    if harm == "none whole":
+        assert error_line(result) == (f"error: --average_best=2: no checkpoint of {best} is "
+                                      "whole (files of ckpt-4 are missing); restore them "
+                                      "from a backup")
+    if harm == "all deleted":
+        assert error_line(result) == (f"error: --average_best=2: none of the checkpoints that "
+                                      f"{best / 'best_checkpoints.json'} lists is in {best}; "
+                                      "average the run's own with --n instead")
+    if harm in ("none whole", "all deleted"):
+        assert not (run_dir / "avg").exists()
+        return
+    assert result.returncode == 0, result.stderr[-3000:]
+    damaged = [line for line in result.stderr.splitlines() if "damaged" in line]
+    assert len(damaged) == (harm == "truncated"), result.stderr[-3000:]
+    assert _short_of_n_warnings(result, "--average_best=2", best) == ["ckpt-2"]
+    assert "Averaged 1 checkpoints: ckpt-2" in result.stdout
+    assert (run_dir / "avg" / "ckpt-2.index").exists()

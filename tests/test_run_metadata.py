@@ -15,7 +15,7 @@ import pytest
 import tensorflow as tf
 
 from t2t_lite import registry
-from t2t_lite.hparams import create_hparams
+from t2t_lite.hparams_lib import create_hparams
 from t2t_lite.training import optimize, run_card
 from t2t_lite.utils import run_lock, run_metadata
 from tests.run_py import PROBLEM, TINY
@@ -83,6 +83,50 @@ def test_resume_with_safe_changes_is_recorded_in_the_history(data_dir, trained, 
     assert json.loads((output_dir / "hparams.json").read_text())[
         "learning_rate_constant"] == 1.0
     assert json.loads((output_dir / "flags.json").read_text())["train_steps"] == 6
+
+
+@pytest.mark.slow
+def test_resume_on_data_made_again_says_so_in_one_line_and_the_card_keeps_it(
+        data_dir, trained, tmp_path):
+    import shutil
+
+    output_dir = _copy(trained, tmp_path)
+    new_data = tmp_path / "data"
+    shutil.copytree(data_dir, new_data)
+    flags = json.loads((output_dir / "flags.json").read_text())
+    (output_dir / "flags.json").write_text(json.dumps(dict(flags, data_dir=str(new_data))))
+    recorded = json.loads((output_dir / run_metadata.INPUTS_NAME).read_text())["data"]
+    # The same problem's data made again, into the same folder, from another seed.
+    made = _run("--mode=datagen", f"--problem={PROBLEM}", f"--data_dir={new_data}",
+                "--overwrite_data", "--random_seed=7", cwd=tmp_path)
+    assert made.returncode == 0, made.stderr[-3000:]
+    result = _run(*_train_flags(new_data, output_dir, "--train_steps=6"), cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    now = json.loads((output_dir / run_metadata.INPUTS_NAME).read_text())["data"]
+    changed = sorted(name for name in recorded if recorded[name] != now[name])
+    assert changed  # the train split at least
+    said = "; ".join(f"data {name} sha256 {recorded[name][:12]} -> {now[name][:12]}"
+                     for name in changed)
+    lines = [line for line in result.stderr.splitlines() if "data made again" in line]
+    assert len(lines) == 1, result.stderr[-3000:]
+    assert lines[0].endswith(f"This resume trains on data made again since the run's last "
+                             f"session ({said}): the run card's History records it")
+    history = json.loads((output_dir / "run_card.json").read_text())["history"]
+    assert history["1. resumed at step 4"] == f"train_steps 4 -> 6; {said}"
+
+
+@pytest.mark.slow
+def test_nothing_to_train_writes_nothing(data_dir, trained, tmp_path):
+    output_dir = _copy(trained, tmp_path)
+    before = _snapshot(output_dir)
+    for steps, mode in ((4, "train"), (2, "train"), (4, "train_and_eval")):
+        # At the checkpoint's step, below it (another --train_steps), and with evaluations.
+        flags = _train_flags(data_dir, output_dir, f"--train_steps={steps}")
+        flags[0] = f"--mode={mode}"
+        result = _run(*flags, cwd=tmp_path)
+        assert result.returncode == 0, result.stderr[-3000:]
+        assert f"Global step 4 >= train_steps {steps}: nothing to train" in result.stderr
+        assert _snapshot(output_dir) == before
 
 
 @pytest.mark.slow

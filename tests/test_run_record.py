@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import re
 import shutil
@@ -14,7 +15,7 @@ import pytest
 
 from t2t_lite import errors
 from t2t_lite.errors import UserError
-from t2t_lite.hparams import create_hparams
+from t2t_lite.hparams_lib import create_hparams
 from t2t_lite.utils import run_lock, run_metadata, validation
 from tests.conftest import error_line
 from tests.run_py import PROBLEM, TINY, run, steps, train_flags
@@ -140,7 +141,19 @@ def test_every_hparam_of_every_set_is_declared_once():
                                                      "num_heads", "pos"}
 
 
-_OUTSIDE = {"must be > 0": (0, 1), "must be >= 0": (-1, 0), "must be in [0, 1)": (1.0, 0.0)}
+def _outside_and_inside(interval) -> tuple[list[float], float]:
+    """Values outside an interval (at each finite end: the end itself when it is open, one
+    past it when it is closed) and one inside."""
+    outside = []
+    if math.isfinite(interval.low):
+        outside.append(interval.low - (1 if interval.low_closed else 0))
+    if math.isfinite(interval.high):
+        outside.append(interval.high + (1 if interval.high_closed else 0))
+    if math.isfinite(interval.low) and math.isfinite(interval.high):
+        inside = (interval.low + interval.high) / 2
+    else:
+        inside = interval.low + 1 if math.isfinite(interval.low) else interval.high - 1
+    return outside, inside
 
 
 def test_every_declared_range_is_enforced_by_validation():
@@ -148,12 +161,19 @@ def test_every_declared_range_is_enforced_by_validation():
 
     checked = {n: h.check for n, h in hparams_support.HPARAMS.items() if h.check}
     assert {"hidden_size", "num_heads", "batch_size", "attention_key_channels",
-            "relu_dropout", "label_smoothing"} <= set(checked)
-    for name, rule in checked.items():
-        bad, good = _OUTSIDE[rule]
-        with pytest.raises(UserError, match=rf"^hparams {name}={bad!r}: {re.escape(rule)} "):
-            validation.check_hparams({name: bad})
-        validation.check_hparams({name: good})
+            "relu_dropout", "label_smoothing", "sampling_keep_top_p"} <= set(checked)
+    rules = {"must be > 0", "must be >= 0", "must be in [0, 1)", "must be in (0, 1]"}
+    assert {interval.rule for interval in checked.values()} == rules
+    for name, interval in checked.items():
+        outside, inside = _outside_and_inside(interval)
+        assert outside
+        for bad in outside:
+            with pytest.raises(UserError,
+                               match=rf"^hparams {name}={bad!r}: {re.escape(interval.rule)} "):
+                validation.check_hparams({name: bad})
+        validation.check_hparams({name: inside})
+        # The one default of each hparam lies in its interval.
+        assert hparams_support.default(name) in interval, name
 
 
 def test_resume_rule_of_each_declaration_decides_what_a_reader_may_change(tmp_path):

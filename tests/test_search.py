@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from t2t_lite.decoding import decoding
+from t2t_lite.decoding import decoding, text_batches
 from t2t_lite.search import sampling
 from tests.test_decoding import ENCODERS, FakeModel, hp
 
@@ -57,8 +57,6 @@ def test_nucleus_at_one_draws_as_plain_sampling_and_near_zero_as_argmax():
     # p just below 1: the filter runs and keeps every token of these rows, the same draws.
     np.testing.assert_array_equal(draws(1 - 1e-7), plain)
     np.testing.assert_array_equal(draws(1e-6), tf.argmax(logits, -1).numpy())
-    with pytest.raises(ValueError, match="sampling_keep_top_p=0.0 must be in"):
-        sampling.sample(logits, sampling.Sampling("random", 1.0, -1, 0.0))
     # Seeded: TensorFlow's stateless draws, seeded by (seed, step), whatever the global seed;
     # p = 1 (also as a run-time tensor, the SavedModel's input) draws as plain sampling.
     def seeded(top_p, seed, step=3):
@@ -198,8 +196,8 @@ def test_ctranslate2_target_prefix_decodes_as_t2t_lite(tmp_path):
     model = _tiny_model("")
     translator = _export(model, tmp_path)
     prefixes = [[7, 3], [], [12], [5, 5, 5]]
-    batch = decoding.pad_batch([ids + [1] for ids in INPUTS])
-    expected = model.infer({"inputs": batch, "prefixes": decoding.pad_batch(prefixes)},
+    batch = text_batches.pad_batch([ids + [1] for ids in INPUTS])
+    expected = model.infer({"inputs": batch, "prefixes": text_batches.pad_batch(prefixes)},
                            decode_length=EXTRA_LENGTH)["outputs"].numpy()
     got = translator.translate_ids(INPUTS, beam_size=1, extra_length=EXTRA_LENGTH,
                                    prefixes=prefixes)

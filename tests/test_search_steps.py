@@ -161,3 +161,15 @@ def test_the_search_imports_nothing_of_t2t_lite_outside_itself():
             outside += [f"{path.name}: {name}" for name in names
                         if name.startswith("t2t_lite") and not name.startswith("t2t_lite.search")]
     assert outside == []
+
+
+def test_the_model_side_checks_the_sampling_hparams_it_hands_to_the_search():
+    from t2t_lite.errors import HParamsError
+    from t2t_lite.models.transformer_decoding import sampling_from_hparams
+    from t2t_lite.hparams_lib import create_hparams
+
+    hparams = create_hparams("transformer_tiny", "sampling_method=random,sampling_keep_top_p=0.5")
+    assert sampling_from_hparams(hparams) == sampling.Sampling("random", 1.0, -1, 0.5)
+    hparams.sampling_keep_top_p = 0.0  # past the override's own check, as a caller might set it
+    with pytest.raises(HParamsError, match=r"sampling_keep_top_p=0.0: must be in \(0, 1\]"):
+        sampling_from_hparams(hparams)

@@ -24,9 +24,9 @@ import tensorflow as tf
 
 from t2t_lite.bin import t2t_datagen, t2t_exporter
 from t2t_lite.data_generators import sentencepiece_encoder
-from t2t_lite.decoding import decoding, runs
+from t2t_lite.decoding import decode_hparams, runs, text_batches
 from t2t_lite.errors import UserError
-from t2t_lite.serving import export
+from t2t_lite.export import export
 from tests.run_py import TINY, run
 
 pytestmark = pytest.mark.slow
@@ -155,8 +155,8 @@ def exported(trained, tmp_path_factory):
     run_ = runs.open_run(runs.resolve("export", str(trained.output_dir)))
     _, model = runs.restore_model(run_)
     vocab = export.graph_vocabulary(run_.encoders["inputs"])
-    hp = decoding.decode_hparams(DECODE_HPARAMS)
-    module = export.ServingModule(model, vocab, vocab, hp, decoding.input_length_limit(hp),
+    hp = decode_hparams.decode_hparams(DECODE_HPARAMS)
+    module = export.ServingModule(model, vocab, vocab, hp, text_batches.input_length_limit(hp),
                                   run_.target_space_id)
     path = export.export(module, str(tmp_path_factory.mktemp("sp_export") / "export"))
     return types.SimpleNamespace(path=path, module=module)
@@ -166,7 +166,7 @@ def test_saved_model_from_plain_tensorflow_with_tensorflow_text(trained, decoded
                                                                 exported, tmp_path):
     lines = (corpus / "dev.en").read_text(encoding="utf-8").split("\n")[:-1]
     # Decode mode's one batch: sorted by word count, longest first.
-    sorted_lines, sorted_keys = decoding.sort_inputs(lines)
+    sorted_lines, sorted_keys = text_batches.sort_inputs(lines)
     (tmp_path / "lines.json").write_text(json.dumps(sorted_lines + [UNSEEN]), encoding="utf-8")
     result = subprocess.run(
         [sys.executable, "-c", FRESH_PROCESS_SCRIPT, exported.path, str(tmp_path / "lines.json")],
@@ -215,7 +215,7 @@ def test_served_by_the_run_and_by_its_saved_model_as_each_line_decoded_alone(
 
 def test_ctranslate2_export_decodes_as_decode_mode(trained, decoded, corpus, tmp_path):
     require_extra("ctranslate2", "ctranslate2")
-    from t2t_lite.serving import ct2
+    from t2t_lite.export import ct2
 
     path = t2t_exporter.export_ctranslate2(types.SimpleNamespace(
         output_dir=str(trained.output_dir), problem=None, hparams_set=None, data_dir=None,
@@ -277,3 +277,37 @@ def test_separate_models_trained_or_given_encode_each_side(corpus, tmp_path):
     assert [(given_dir / n).read_bytes() for n in names] == [
         (trained_dir / n).read_bytes() for n in names]
     assert _records(given_dir, "dev") == records
+
+
+def test_sentencepiece_shards_are_byte_identical_for_any_number_of_workers(corpus, tmp_path):
+    from t2t_lite import registry
+    from t2t_lite.data_generators import text_problems
+
+    first = tmp_path / "w1"
+    _datagen(first, corpus, vocab_type="sentencepiece", approx_vocab_size=350,
+             sentencepiece_model_type="bpe", sentencepiece_separate=True)
+    names = [f"vocab.translate_files.{side}.sentencepiece.model" for side in ("inputs",
+                                                                              "targets")]
+
+    def shards(data_dir) -> dict[str, bytes]:
+        return {p.name: p.read_bytes() for p in sorted(data_dir.glob("translate_files-*"))}
+
+    expected = shards(first)
+    assert len([n for n in expected if "-train-" in n]) > 1
+    # The records are t2t's encoding of each pair, each side by its own model.
+    encoders = registry.problem("translate_files").feature_encoders(str(first))
+    pairs = text_problems.text2text_txt_iterator(str(corpus / "train.en"),
+                                                 str(corpus / "train.de"))
+    encoded = text_problems.text2text_generate_encoded(pairs, encoders["inputs"],
+                                                       encoders["targets"])
+    assert sorted(map(repr, _records(first, "train"))) == sorted(
+        repr({k: list(sample[k]) for k in ("inputs", "targets")}) for sample in encoded)
+    for workers in (2, 3):
+        data_dir = tmp_path / f"w{workers}"
+        _datagen(data_dir, corpus, vocab_type="sentencepiece",
+                 sentencepiece_model=str(first / names[0]),
+                 target_sentencepiece_model=str(first / names[1]),
+                 num_datagen_workers=workers)
+        report = json.loads((data_dir / "datagen_report.json").read_text())
+        assert report["translate_files"]["splits"]["train"]["workers"] == workers, report
+        assert shards(data_dir) == expected, workers

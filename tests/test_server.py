@@ -224,11 +224,9 @@ def test_sigterm_answers_the_request_in_flight_and_exits_0(served):
 
 
 # ------------------------------------------------------------ a scripted engine, in process
-class ScriptedEngine:
+class ScriptedEngine(batching.Engine):
     """Reverses the input ids; blocks while `gate` is clear; fails on a batch holding id 9
     (and on row 9 alone)."""
-
-    has_attention = False
 
     def __init__(self):
         self.description = {"engine": "scripted"}
@@ -457,8 +455,9 @@ def test_a_batch_waits_after_the_previous_decode_for_the_clients_it_answered():
 
 
 def test_ctranslate2_engine_cuts_a_batch_into_one_part_per_replica_a_worker_has():
-    from t2t_lite.decoding.decoding import decode_hparams
-    from t2t_lite.serving import ct2, engines
+    from t2t_lite.decoding.decode_hparams import decode_hparams
+    from t2t_lite.export import ct2
+    from t2t_lite.serving import engines
 
     class Translator:
         inter_threads = 2
@@ -493,7 +492,12 @@ def test_ctranslate2_engine_cuts_a_batch_into_one_part_per_replica_a_worker_has(
     assert translator.parts[-1] == [[1, 2, 4]]
     assert server.batch_timeout_ms(engine, server.ServerConfig()) == 1.0
     assert server.batch_timeout_ms(engine, server.ServerConfig(batch_timeout_ms=0)) == 0
-    assert server.batch_timeout_ms(object(), server.ServerConfig()) == 5.0
+
+    class Plain(batching.Engine):  # an engine that states no batch timeout of its own
+        def __init__(self):
+            self.description = {}
+
+    assert server.batch_timeout_ms(Plain(), server.ServerConfig()) == 5.0
 
 
 def test_the_serve_flags_defaults_are_the_server_configs():
@@ -504,7 +508,7 @@ def test_the_serve_flags_defaults_are_the_server_configs():
 
     import t2t_lite.flags  # noqa: F401 - defines the flags
     from t2t_lite.bin import t2t_server
-    from t2t_lite.decoding.decoding import decode_hparams
+    from t2t_lite.decoding.decode_hparams import decode_hparams
     from t2t_lite.serving.config import FLAGS
 
     assert set(FLAGS) | {"beam_size", "alpha"} == {

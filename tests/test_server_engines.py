@@ -13,8 +13,8 @@ from tests.conftest import require_extra
 tf = pytest.importorskip("tensorflow")
 pytestmark = pytest.mark.slow
 from t2t_lite.data_generators import text_encoder
-from t2t_lite.decoding import decoding
-from t2t_lite.hparams import create_hparams
+from t2t_lite.decoding import decode_hparams, decoding
+from t2t_lite.hparams_lib import create_hparams
 from t2t_lite.models.transformer import Transformer
 from t2t_lite.serving import batching, engines
 
@@ -34,7 +34,7 @@ def setup(tmp_path_factory):
     model = Transformer(create_hparams(
         "transformer_tiny", "num_heads=4,num_hidden_layers=2,hidden_size=16,filter_size=32"),
         40, 40)
-    decode_hp = decoding.decode_hparams(f"beam_size=1,extra_length={EXTRA_LENGTH}")
+    decode_hp = decode_hparams.decode_hparams(f"beam_size=1,extra_length={EXTRA_LENGTH}")
     return model, encoder, decode_hp, path.parent
 
 
@@ -69,8 +69,8 @@ def test_t2t_lite_engine_batched_equals_alone_and_decode_mode(setup):
     assert len({len(h.ids) for h in batched}) > 1
     infer = decoding.make_infer_fn(model, decode_hp)
     expected = decoding.decode_lines(SENTENCES, infer, encoder, encoder,
-                                     decoding.decode_hparams(f"beam_size=1,extra_length="
-                                                             f"{EXTRA_LENGTH},batch_size=1"))
+                                     decode_hparams.decode_hparams(f"beam_size=1,extra_length="
+                                                                   f"{EXTRA_LENGTH},batch_size=1"))
     assert [h.text for h in batched] == expected
     with pytest.raises(engines.SentenceError, match="outside the input vocabulary"):
         engines.T2tLiteEngine(model, {"inputs": encoder, "targets": encoder}, 0, decode_hp,
@@ -79,7 +79,7 @@ def test_t2t_lite_engine_batched_equals_alone_and_decode_mode(setup):
 
 def test_ctranslate2_engine_gives_t2t_lite_greedy_translations(setup, tmp_path):
     require_extra("ctranslate2", "ctranslate2")
-    from t2t_lite.serving import ct2
+    from t2t_lite.export import ct2
 
     model, encoder, decode_hp, _ = setup
     path = ct2.export(model, str(tmp_path / "ct2"), encoder, encoder, 0)

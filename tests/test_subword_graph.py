@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from t2t_lite.data_generators import text_encoder, tokenizer
-from t2t_lite.serving import subword_graph
+from t2t_lite.export import subword_graph
 
 VOCAB = "vocab.translate_toy_ende1k.1024.subwords"
 

@@ -11,7 +11,7 @@ import pytest
 import tensorflow as tf
 
 from t2t_lite.bin import import_t2t
-from t2t_lite.hparams import create_hparams
+from t2t_lite.hparams_lib import create_hparams
 from t2t_lite.models import t2t_checkpoint
 from t2t_lite.models.transformer import Transformer
 

@@ -531,7 +531,8 @@ def test_dev_decode_bleu_is_t2ts_bleu_of_the_decodes(tmp_path):
     """decode_dev_and_bleu with a model that reverses its inputs (the reverse problem's exact
     answer, except where it is told to be wrong): BLEU 100, then less."""
     from t2t_lite import registry
-    from t2t_lite.decoding import decoding
+    from t2t_lite.decoding import decode_hparams
+    from t2t_lite.training import dev_decode
 
     problem = registry.problem("algorithmic_reverse_binary40_test")
     data_dir = str(tmp_path / "data")
@@ -551,22 +552,23 @@ def test_dev_decode_bleu_is_t2ts_bleu_of_the_decodes(tmp_path):
             return {"outputs": outputs, "scores": np.zeros(len(inputs))}
 
     hparams = tiny_hparams()
-    decode_hp = decoding.decode_hparams("num_samples=30,batch_size=8,beam_size=1")
+    decode_hp = decode_hparams.decode_hparams("num_samples=30,batch_size=8,beam_size=1")
     names = ("transformer", "transformer_tiny", problem.name)
     model = Reverser()
-    bleu = decoding.decode_dev_and_bleu(model, problem, hparams, data_dir, decode_hp,
-                                        str(tmp_path), 5, names)
+    bleu = dev_decode.decode_dev_and_bleu(model, problem, hparams, data_dir, decode_hp,
+                                          str(tmp_path), 5, names)
     assert bleu == pytest.approx(100.0)
     model.wrong = True
-    worse = decoding.decode_dev_and_bleu(model, problem, hparams, data_dir, decode_hp,
-                                         str(tmp_path), 6, names)
+    worse = dev_decode.decode_dev_and_bleu(model, problem, hparams, data_dir, decode_hp,
+                                           str(tmp_path), 6, names)
     assert 0 < worse < 100
     events = dict(read_events(str(tmp_path / "decode_eval"))["BLEU"])
     assert float(events[5]) == pytest.approx(100.0) and float(events[6]) == pytest.approx(worse)
     # --metrics: sacreBLEU's chrF2 and TER of the same decodes, to TensorBoard and the card.
     model.wrong = False
-    scores = decoding.decode_dev_and_score(model, problem, hparams, data_dir, decode_hp,
-                                           str(tmp_path), 7, names, metrics=("bleu", "chrf", "ter"))
+    scores = dev_decode.decode_dev_and_score(model, problem, hparams, data_dir, decode_hp,
+                                             str(tmp_path), 7, names,
+                                             metrics=("bleu", "chrf", "ter"))
     assert scores == pytest.approx({"BLEU": 100.0, "chrF2": 100.0, "TER": 0.0})
     assert float(dict(read_events(str(tmp_path / "decode_eval"))["TER"])[7]) == 0.0
     from t2t_lite.training import run_card

@@ -8,7 +8,7 @@ import pytest
 import tensorflow as tf
 
 from t2t_lite import registry
-from t2t_lite.hparams import create_hparams
+from t2t_lite.hparams_lib import create_hparams
 from t2t_lite.layers import common_layers
 from t2t_lite.models import t2t_checkpoint
 from t2t_lite.models.transformer import Transformer

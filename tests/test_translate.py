@@ -224,7 +224,7 @@ def test_translate_files_from_flags_with_sgm_dev(wmt_toy_dir, tmp_path):
 
 
 def create_small_hparams():
-    from t2t_lite.hparams import create_hparams
+    from t2t_lite.hparams_lib import create_hparams
 
     hp = create_hparams("transformer_tiny")
     hp.batch_size = 1024

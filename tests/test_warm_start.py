@@ -8,7 +8,8 @@ import tensorflow as tf
 
 from t2t_lite import registry
 from t2t_lite.bin import t2t_trainer
-from t2t_lite.hparams import HParams, create_hparams
+from t2t_lite.hparams import HParams
+from t2t_lite.hparams_lib import create_hparams
 from t2t_lite.models.transformer import Transformer
 from t2t_lite.training import trainer_lib, warm_start
 from tests.trainer_utils import IdEncoder

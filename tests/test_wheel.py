@@ -1,10 +1,12 @@
 """What `pip install .` installs: the wheel holds every package folder and data file of the
-source tree, and a tiny datagen + train + decode runs from it alone.
+source tree and no top-level module, and a tiny datagen + train + decode runs from it alone
+through both of its commands, `t2t-lite` and `python -m t2t_lite`.
 
 The README's and CI's editable install (`pip install -e .`) reads the source tree, so a folder
 that setup.py forgot is only noticed by a user who installs the wheel: this test builds it
-(`pip wheel`, no build isolation, so nothing is downloaded), installs it into an empty target
-folder and runs it from outside the repository with only that folder on PYTHONPATH.
+(`pip wheel`, no build isolation, so nothing is downloaded), installs it into a fresh virtual
+environment (`--system-site-packages`, `--no-deps`: the dependencies are this machine's) and
+runs it from outside the repository.
 """
 from __future__ import annotations
 
@@ -20,7 +22,8 @@ import pytest
 from tests.conftest import REPO_ROOT
 from tests.run_py import PROBLEM, TINY, env
 
-# What setup.py packages: the package, the folders mapped into it, the entry point.
+# The source tree setup.py reads: the package and the folders mapped into it (run.py, the
+# repository's entry point, is copied too: it must stay out of the wheel).
 SOURCES = ("setup.py", "run.py", "t2t_lite", "problems", "hparams")
 # Installed name -> source folder, for the folders setup.py maps into the package.
 MAPPED = {"t2t_lite/problems": "problems", "t2t_lite/hparams_sets": "hparams"}
@@ -89,50 +92,84 @@ def test_wheel_holds_every_package_folder_and_data_file_once(wheel):
         assert {n.rsplit("/", 1)[1] for n in names
                 if n.rsplit("/", 1)[0] == installed} == modules
     assert not [n for n in names if n.split("/")[0] in ("problems", "hparams", "tests")]
-    assert "run.py" in names
+    # Nothing at the top of site-packages but the package and its metadata: no `run` module.
+    assert {n.split("/")[0] for n in names} == {"t2t_lite", f"{_dist_info(wheel)}"}
+    entry_points = zipfile.ZipFile(wheel).read(f"{_dist_info(wheel)}/entry_points.txt")
+    assert "t2t-lite = t2t_lite.bin.main:main" in entry_points.decode()
     data = _source_data_files(REPO_ROOT) | {"t2t_lite/serving/static/probe.html"}
     assert data <= set(names)
 
 
-def _run_installed(target: pathlib.Path, cwd: pathlib.Path, *args: str):
-    """`python -m run args` with only the installed wheel's folder as the package's source."""
-    values = dict(env(), PYTHONPATH=str(target))
-    return subprocess.run([sys.executable, *args], cwd=cwd, env=values, capture_output=True,
+def _dist_info(wheel: pathlib.Path) -> str:
+    """The wheel's .dist-info folder name ("t2t_lite-0.1.0.dist-info")."""
+    return "-".join(wheel.name.split("-")[:2]) + ".dist-info"
+
+
+@pytest.fixture(scope="module")
+def venv(wheel, tmp_path_factory) -> pathlib.Path:
+    """A fresh virtual environment with the wheel installed (its dependencies are this
+    machine's: --system-site-packages, --no-deps)."""
+    folder = tmp_path_factory.mktemp("venv") / "env"
+    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip",
+                    str(folder)], check=True, timeout=120)
+    result = subprocess.run(
+        [str(folder / "bin" / "python"), "-m", "pip", "install", "--no-deps", "-q",
+         str(wheel)], capture_output=True, text=True, timeout=300, check=False,
+        env=_clean_env())
+    assert result.returncode == 0, result.stderr[-3000:]
+    return folder
+
+
+def _clean_env() -> dict:
+    """run.py's subprocess environment without PYTHONPATH (which may name a source tree)."""
+    values = env()
+    values.pop("PYTHONPATH", None)
+    return values
+
+
+def _site_packages(venv: pathlib.Path) -> pathlib.Path:
+    (found,) = venv.glob("lib/python3*/site-packages")
+    return found
+
+
+def _run_command(venv: pathlib.Path, cwd: pathlib.Path, command: str, *args: str):
+    """`t2t-lite args` ("script") or `python -m t2t_lite args` ("module") of the venv."""
+    program = ([str(venv / "bin" / "t2t-lite")] if command == "script"
+               else [str(venv / "bin" / "python"), "-m", "t2t_lite"])
+    return subprocess.run([*program, *args], cwd=cwd, env=_clean_env(), capture_output=True,
                           text=True, timeout=600, check=False)
 
 
 @pytest.mark.slow
-def test_installed_wheel_trains_and_decodes_outside_the_repository(wheel, tmp_path):
-    target = tmp_path / "target"
-    result = subprocess.run(
-        [sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(target),
-         str(wheel)], cwd=tmp_path, capture_output=True, text=True, timeout=300, check=False)
-    assert result.returncode == 0, result.stderr[-3000:]
+def test_installed_wheel_trains_and_decodes_outside_the_repository(venv, tmp_path):
+    site_packages = _site_packages(venv)
+    assert not (site_packages / "run.py").exists()
+    assert sorted(p.name for p in site_packages.iterdir() if p.suffix == ".py") == []
+    assert (site_packages / "t2t_lite" / "__main__.py").exists()
     work = tmp_path / "work"
     work.mkdir()
     assert REPO_ROOT not in work.parents
+    # The modules come from the wheel, not from the editable install or a source tree.
+    where = subprocess.run([str(venv / "bin" / "python"), "-c",
+                            "import t2t_lite.bin.main as m; print(m.__file__)"], cwd=work,
+                           env=_clean_env(), capture_output=True, text=True, check=False,
+                           timeout=120)
+    assert pathlib.Path(where.stdout.strip()).is_relative_to(site_packages), where.stderr
 
     output_dir = work / "train"
-    result = _run_installed(
-        target, work, "-m", "run", "--mode=train", "--generate_data",
-        f"--problem={PROBLEM}", "--data_dir=data", "--hparams_set=transformer_tiny",
-        f"--hparams={TINY}", f"--output_dir={output_dir}", "--train_steps=2",
-        "--random_seed=1")
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert (output_dir / "ckpt-2.index").exists()
+    train = ["--mode=train", f"--problem={PROBLEM}", "--data_dir=data",
+             "--hparams_set=transformer_tiny", f"--hparams={TINY}", f"--output_dir={output_dir}",
+             "--random_seed=1"]
     (work / "in.txt").write_text("0 1 1\n1 0\n")
-    # Decoding in a process that first says where the modules come from (the editable
-    # install's finder must not win).
-    decode = (
-        "import sys, run, t2t_lite\n"
-        "print(run.__file__); print(t2t_lite.__file__)\n"
-        f"sys.argv = ['run.py', '--mode=decode', '--output_dir={output_dir}',\n"
-        "            '--decode_from_file=in.txt', '--decode_to_file=out.txt']\n"
-        "run.main()\n")
-    result = _run_installed(target, work, "-c", decode)
-    assert result.returncode == 0, result.stderr[-3000:]
-    run_file, package_file = result.stdout.split()[:2]
-    assert pathlib.Path(run_file).parent == target
-    assert pathlib.Path(package_file).parent.parent == target
-    lines = (work / "out.txt").read_text().splitlines()
-    assert len(lines) == 2 and all(set(line) <= set("01 ") for line in lines)
+    for command, steps in (("script", 2), ("module", 4)):  # the second resumes the first run
+        result = _run_command(venv, work, command, *train, "--generate_data",
+                              f"--train_steps={steps}")
+        assert result.returncode == 0, (command, result.stderr[-3000:])
+        assert (output_dir / f"ckpt-{steps}.index").exists()
+        decodes = work / f"out-{command}.txt"
+        other = "module" if command == "script" else "script"
+        result = _run_command(venv, work, other, "--mode=decode", f"--output_dir={output_dir}",
+                              "--decode_from_file=in.txt", f"--decode_to_file={decodes}")
+        assert result.returncode == 0, (other, result.stderr[-3000:])
+        lines = decodes.read_text().splitlines()
+        assert len(lines) == 2 and all(set(line) <= set("01 ") for line in lines)

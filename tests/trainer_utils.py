@@ -13,7 +13,8 @@ import os
 import numpy as np
 import tensorflow as tf
 
-from t2t_lite.hparams import HParams, create_hparams
+from t2t_lite.hparams import HParams
+from t2t_lite.hparams_lib import create_hparams
 
 VOCAB = 12
 LENGTH = 6

@@ -3,7 +3,8 @@
 Importing TensorFlow takes 3 s on a quiet machine and 30 s and more on a loaded one; a
 mistake that can be seen without it (a missing or out-of-range flag, an unknown hparam or
 a bad value, a missing --data_dir or its data, a run without a checkpoint, an output_dir
-held by a live run) is answered before, in seconds. The tools check the same things again
+held by a live run; for `--mode=serve` its port, host and model: `check_serving`) is
+answered before, in seconds. The tools check the same things again
 after (for paths with a scheme, gs://..., and multi-worker runs only they do).
 """
 from __future__ import annotations
@@ -13,8 +14,8 @@ import os
 from typing import Any
 
 from t2t_lite import hparams_support
-from t2t_lite.errors import DataError, UserError
-from t2t_lite.hparams import create_hparams
+from t2t_lite.errors import DataError, UserError, one_line
+from t2t_lite.hparams_lib import create_hparams
 from t2t_lite.utils import run_lock, run_metadata, validation
 
 TRAINING_MODES = ("train", "train_and_eval")
@@ -141,7 +142,9 @@ def check(mode: str, flags_obj: Any) -> None:
     elif mode in CHECKPOINT_MODES and not flags_obj.checkpoint_path:
         if mode == "decode" and flags_obj.decode_engine == "ctranslate2":
             return
-        _check_run_reader(mode, flags_obj)
+        check_run_reader(mode, flags_obj)
+    elif mode == "serve":
+        check_serving(flags_obj)
 
 
 def check_datagen_flags(flags_obj: Any) -> None:
@@ -186,7 +189,13 @@ def _check_training(mode: str, flags_obj: Any) -> None:
     check_hparams(hparams_set, flags_obj.hparams, output_dir)
 
 
-def _check_run_reader(mode: str, flags_obj: Any) -> None:
+def check_run_reader(mode: str, flags_obj: Any) -> None:
+    """A tool that reads a run's checkpoint (decode, export, attention, serve): the names
+    it works on (`runs.resolve`), the hparams and a checkpoint present, without TensorFlow.
+
+    Raises:
+      UserError (or the library's one-line errors): the first mistake found.
+    """
     from t2t_lite.decoding import runs
 
     output_dir = os.path.expanduser(flags_obj.output_dir or "")
@@ -199,3 +208,76 @@ def _check_run_reader(mode: str, flags_obj: Any) -> None:
             validation.check_hparams(hparams)
             hparams_support.check_supported(hparams)
     check_checkpoint_present(output_dir or None)
+
+
+def check_serving(flags) -> None:
+    """What `--mode=serve` checks before anything else (before TensorFlow loads and before
+    "Serving on" is printed), each mistake one line naming its
+    flag: --port's range, --host, and the model to serve (the run folder and its
+    checkpoints, --checkpoint_path, --saved_model_dir or the CTranslate2 export).
+
+    Raises:
+      UserError: the first mistake found.
+    """
+    import socket
+
+    from t2t_lite.decoding import runs
+
+    if not 0 <= flags.port <= 65535:
+        raise UserError(f"--port={flags.port}: must be between 0 and 65535")
+    try:
+        socket.getaddrinfo(flags.host, None)
+    except (socket.gaierror, UnicodeError) as e:
+        raise UserError(f"--host={flags.host}: not an address or a known host name "
+                        f"({one_line(e)}); use 127.0.0.1, 0.0.0.0 or one of this machine's "
+                        "addresses") from None
+    output_dir = os.path.expanduser(flags.output_dir or "")
+    if output_dir and not os.path.isdir(output_dir) and "://" not in output_dir:
+        raise UserError(f"--output_dir={flags.output_dir}: no such folder (the training run "
+                        "to serve)")
+    if flags.decode_engine == "ctranslate2":
+        model_dir = ct2_model_dir(flags)
+        if "://" not in model_dir and not os.path.isfile(os.path.join(model_dir, "model.bin")):
+            raise UserError(f"{model_dir}: no CTranslate2 model (model.bin) there; write one "
+                            "with --mode=export --export_format=ctranslate2, or name it with "
+                            "--export_dir")
+    elif flags.saved_model_dir:
+        saved_model_path(flags)
+    elif flags.checkpoint_path:
+        for path in runs.ensemble_paths(flags.checkpoint_path):
+            if "://" not in path and not (os.path.isdir(path)
+                                          or os.path.isfile(path + ".index")):
+                raise UserError(f"--checkpoint_path={flags.checkpoint_path}: {path} is neither "
+                                f"a run folder nor a checkpoint ({path}.index)")
+    elif not output_dir:
+        raise UserError("--mode=serve needs --output_dir=<training run> (or --checkpoint_path, "
+                        "--saved_model_dir, or --decode_engine=ctranslate2 with --export_dir)")
+    else:
+        check_checkpoint_present(output_dir)
+        check_run_reader("serve", flags)
+
+
+def ct2_model_dir(flags) -> str:
+    """The CTranslate2 export to serve (--export_dir, else <--output_dir>/ctranslate2)."""
+    from t2t_lite.export import ct2
+
+    return ct2.default_model_dir(flags.export_dir, os.path.expanduser(flags.output_dir or ""))
+
+
+def saved_model_path(flags) -> str:
+    """The SavedModel folder to serve: --saved_model_dir, or its newest version folder.
+
+    Raises:
+      UserError: no saved_model.pb there nor in a numbered version folder.
+    """
+    path = os.path.expanduser(flags.saved_model_dir)
+    if os.path.isfile(os.path.join(path, "saved_model.pb")):
+        return path
+    versions = sorted((int(name) for name in os.listdir(path) if name.isdigit()
+                       and os.path.isfile(os.path.join(path, name, "saved_model.pb"))),
+                      reverse=True) if os.path.isdir(path) else []
+    if not versions:
+        raise UserError(f"--saved_model_dir={flags.saved_model_dir}: no saved_model.pb "
+                        "there nor in a numbered version folder; write one with "
+                        "--mode=export")
+    return os.path.join(path, str(versions[0]))

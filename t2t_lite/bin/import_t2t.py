@@ -6,7 +6,7 @@ Reads the flags and runs `t2t_lite.training.t2t_import` (weights through
 from __future__ import annotations
 
 from t2t_lite.errors import UserError, one_line
-from t2t_lite.hparams import create_hparams
+from t2t_lite.hparams_lib import create_hparams
 from t2t_lite.models.t2t_checkpoint import T2TCheckpointError
 from t2t_lite.training.learning_rate import LearningRateError
 from t2t_lite.training.t2t_import import import_checkpoint

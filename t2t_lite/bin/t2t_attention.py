@@ -11,7 +11,7 @@ from typing import Any
 
 from t2t_lite import file_io
 from t2t_lite.data_generators.text_encoder import EOS_ID, PAD_ID
-from t2t_lite.decoding import decoding, runs
+from t2t_lite.decoding import decode_hparams, decoding, runs, text_batches
 from t2t_lite.errors import UserError
 from t2t_lite.utils import validation
 from t2t_lite.visualization import attention_viz
@@ -48,7 +48,7 @@ def main(flags: Any) -> list[str]:
         "attention_dir", out_dir, validation.run_folders(flags.output_dir, flags.checkpoint_path),
         spec.data_dir)
     with runs.one_line_errors():
-        decode_hp = decoding.decode_hparams(flags.decode_hparams or "")
+        decode_hp = decode_hparams.decode_hparams(flags.decode_hparams or "")
     run = runs.open_run(spec, flags.hparams)
     _, model = runs.restore_model(run, flags.checkpoint_path)
     encoders, target_space_id = run.encoders, run.target_space_id
@@ -58,9 +58,9 @@ def main(flags: Any) -> list[str]:
     os.makedirs(out_dir, exist_ok=True)
     written = []
     for k, line in enumerate(lines):
-        input_ids = decoding.encode_input(line, encoders["inputs"], decode_hp.max_input_size)
+        input_ids = text_batches.encode_input(line, encoders["inputs"], decode_hp.max_input_size)
         outputs, _ = infer([input_ids])
-        output_ids = [int(i) for i in decoding.save_until_eos(outputs.reshape(-1))]
+        output_ids = [int(i) for i in text_batches.save_until_eos(outputs.reshape(-1))]
         while output_ids and output_ids[-1] == PAD_ID:  # no EOS within the decode length
             output_ids.pop()
         output_ids.append(EOS_ID)

@@ -9,13 +9,12 @@ from __future__ import annotations
 import os
 
 from t2t_lite.errors import UserError, one_line
-from t2t_lite.training import keep_best
 from t2t_lite.training.avg_checkpoints import (
     average_checkpoints,
     average_newest,
-    average_tensors,
+    average_ranked,
 )
-from t2t_lite.utils import checkpoint_guard, run_metadata, validation
+from t2t_lite.utils import best_checkpoints, checkpoint_guard, run_metadata, validation
 
 
 def source_of(output_dir: str | None, checkpoint_path: str | None) -> tuple[str, int | None]:
@@ -55,10 +54,18 @@ def main(flags) -> None:
     if average_best and not checkpoint_path:
         if not flags.output_dir:
             raise UserError("--average_best needs --output_dir=<training run directory>")
-        checkpoint_path = os.path.join(flags.output_dir, keep_best.BEST_DIR)
+        checkpoint_path = os.path.join(flags.output_dir, best_checkpoints.BEST_DIR)
     model_dir, newest_step = source_of(flags.output_dir, checkpoint_path)
-    best = keep_best.ranked(model_dir) if checkpoint_path and os.path.isdir(model_dir) else []
+    try:
+        best = (best_checkpoints.ranked(model_dir)
+                if checkpoint_path and os.path.isdir(model_dir) else [])
+    except ValueError as e:  # a damaged best_checkpoints.json, named
+        raise UserError(one_line(e)) from e
     if average_best and not best:
+        if os.path.exists(os.path.join(model_dir, best_checkpoints.INDEX_FILE)):
+            raise UserError(f"--average_best={average_best}: none of the checkpoints that "
+                            f"{os.path.join(model_dir, best_checkpoints.INDEX_FILE)} lists is in "
+                            f"{model_dir}; average the run's own with --n instead")
         raise UserError(f"{model_dir} holds no best_checkpoints.json: train with "
                         "--keep_best_checkpoints=N first")
     # The run the checkpoints belong to (a keep-best folder's is its parent).
@@ -71,17 +78,18 @@ def main(flags) -> None:
     validation.check_output_dir("avg_output_dir", avg_dir)
     validation.check_writable_dir("avg_output_dir", avg_dir)
     n = average_best or flags.n
+    flag = f"--average_best={average_best}" if average_best else f"--n={n}"
     # The run's record is checked as decode checks it: no hand-edited hparams.json, no
     # changed vocabulary (the average carries the record on).
     run_metadata.read_hparams_json(os.path.join(run_dir, "hparams.json"))
     run_metadata.check_recorded_vocab(run_dir, "average")
     try:
         if best:
-            # The n best by their metric, averaged oldest first (the newest gives the step).
-            paths = sorted(best[:n], key=checkpoint_guard.step_of)
-            values = average_tensors(paths)
+            # The n best readable by their metric, averaged oldest first (the newest gives
+            # the step).
+            paths, values = average_ranked(best, n, model_dir, flag)
         else:
-            paths, values = average_newest(model_dir, n, newest_step)
+            paths, values = average_newest(model_dir, n, newest_step, flag)
         prefix = average_checkpoints(paths, avg_dir, values)
     except ValueError as e:
         raise UserError(one_line(e)) from e

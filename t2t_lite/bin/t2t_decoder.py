@@ -2,7 +2,7 @@
 
 Reads t2t-decoder's flags and runs `t2t_lite.decoding.decoding` (whose docstring describes the
 sources, the files written and the defaults taken from the training run), or with
-`--decode_engine=ctranslate2` the CTranslate2 Translator of `t2t_lite.serving.ct2` on the
+`--decode_engine=ctranslate2` the CTranslate2 Translator of `t2t_lite.export.ct2` on the
 directory that `--mode=export --export_format=ctranslate2` wrote.
 """
 from __future__ import annotations
@@ -12,30 +12,27 @@ import sys
 
 from absl import logging
 
-from t2t_lite import file_io
+from t2t_lite import file_io, hparams_support
 from t2t_lite.decoding import alignment, runs
+from t2t_lite.decoding.decode_hparams import check_sampling, decode_hparams
 from t2t_lite.decoding.decoding import (
     add_shard_to_filename,
-    check_id_inputs,
     check_reference,
-    check_sampling,
     decode_filename,
     decode_from_dataset,
     decode_from_file,
-    decode_hparams,
     decode_interactively,
     default_parallel_batches,
-    longest_input,
     make_infer_fn,
-    read_inputs,
-    read_prefixes,
-    report_bleu,
     unpacked_problem,
 )
+from t2t_lite.decoding.input_files import read_inputs, read_prefixes
 from t2t_lite.decoding.score_file import read_score_file, score_pairs
+from t2t_lite.decoding.text_batches import check_id_inputs, longest_input
 from t2t_lite.errors import UserError, one_line
 from t2t_lite.evaluation import mt_metrics
 from t2t_lite.hparams import HParams
+from t2t_lite.training.dev_decode import report_bleu
 from t2t_lite.utils import validation
 
 
@@ -181,7 +178,7 @@ def decode_ctranslate2(flags) -> str:
       The decodes file written.
     """
     from t2t_lite.evaluation import bleu_hook
-    from t2t_lite.serving import ct2
+    from t2t_lite.export import ct2
 
     try:
         decode_hp = decode_hparams(flags.decode_hparams or "")
@@ -249,12 +246,12 @@ def decode_ctranslate2(flags) -> str:
 def _ct2_sampling(flags, decode_hp) -> dict:
     """CTranslate2's sampling options from the sampling hparams in --hparams (the engine
     has no run to read hparams from; `ct2.sampling_options`), seeded by --random_seed."""
-    from t2t_lite.serving import ct2
+    from t2t_lite.export import ct2
 
     items = [item for item in (getattr(flags, "hparams", "") or "").split(",")
              if item.strip().startswith("sampling_")]
-    hparams = HParams(sampling_method="argmax", sampling_temp=1.0, sampling_keep_top_k=-1,
-                      sampling_keep_top_p=1.0)
+    hparams = HParams(**{name: hparams_support.default(name) for name in (
+        "sampling_method", "sampling_temp", "sampling_keep_top_k", "sampling_keep_top_p")})
     try:
         hparams.parse(",".join(items))
         check_sampling(hparams, decode_hp)

@@ -1,8 +1,8 @@
 """t2t-exporter: `run.py --mode=export`.
 
-Reads t2t-exporter's flags and runs `t2t_lite.serving.export` (whose docstring describes the
+Reads t2t-exporter's flags and runs `t2t_lite.export.export` (whose docstring describes the
 SavedModel and its signatures), or with `--export_format=ctranslate2` writes a CTranslate2
-model directory with `t2t_lite.serving.ct2`.
+model directory with `t2t_lite.export.ct2`.
 """
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ import time
 
 from absl import logging
 
-from t2t_lite.decoding import alignment, decoding, runs
+from t2t_lite.decoding import alignment, decode_hparams, runs, text_batches
 from t2t_lite.errors import UserError
-from t2t_lite.serving.export import ServingModule, export, graph_vocabulary
+from t2t_lite.export.export import ServingModule, export, graph_vocabulary
 from t2t_lite.utils import validation
 
 
@@ -43,7 +43,7 @@ def main(flags) -> None:
         validation.check_writable_dir("export_dir", export_dir)
     logging.info("Export step 1 of 2: loading the model and building the graph encoders")
     with runs.one_line_errors():
-        decode_hp = decoding.decode_hparams(flags.decode_hparams or "")
+        decode_hp = decode_hparams.decode_hparams(flags.decode_hparams or "")
     run = runs.open_run(spec, flags.hparams)
     checkpoint, model = runs.restore_model(run, flags.checkpoint_path)
     inputs_vocab = graph_vocabulary(run.encoders.get("inputs"))
@@ -54,7 +54,7 @@ def main(flags) -> None:
                         "exporting the encode_decode_ids signature only", spec.problem_name)
     with runs.one_line_errors():
         module = ServingModule(model, inputs_vocab, targets_vocab, decode_hp,
-                               decoding.input_length_limit(decode_hp), run.target_space_id,
+                               text_batches.input_length_limit(decode_hp), run.target_space_id,
                                subword_segmenter=flags.export_subword_segmenter)
     export_dir = flags.export_dir or os.path.join(
         flags.output_dir or os.path.dirname(checkpoint), "export")
@@ -69,7 +69,7 @@ def main(flags) -> None:
 
 def export_ctranslate2(flags) -> str:
     """`--mode=export --export_format=ctranslate2`: writes the CTranslate2 directory of the
-    run's (or --checkpoint_path's) model (`t2t_lite.serving.ct2.export`) and prints its path.
+    run's (or --checkpoint_path's) model (`t2t_lite.export.ct2.export`) and prints its path.
 
     Args:
       flags: absl FLAGS (problem, data_dir, output_dir, checkpoint_path, hparams_set, hparams,
@@ -79,7 +79,7 @@ def export_ctranslate2(flags) -> str:
     Returns:
       The directory written (default `<output_dir>/ctranslate2`).
     """
-    from t2t_lite.serving import ct2
+    from t2t_lite.export import ct2
 
     if len(runs.ensemble_paths(flags.checkpoint_path)) > 1:
         raise UserError("--export_format=ctranslate2 exports one model, not an ensemble "
@@ -98,7 +98,7 @@ def export_ctranslate2(flags) -> str:
         "export_dir", model_dir, validation.run_folders(flags.output_dir, checkpoint),
         spec.data_dir)
     try:  # the decoder layer of word alignments (return_attention) is fixed at export
-        layer = alignment.layer(decoding.decode_hparams(flags.decode_hparams or ""))
+        layer = alignment.layer(decode_hparams.decode_hparams(flags.decode_hparams or ""))
     except ValueError as e:
         raise UserError(str(e)) from None
     path = ct2.export(model, model_dir,

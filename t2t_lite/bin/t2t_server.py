@@ -14,8 +14,9 @@ import sys
 from typing import Any
 
 from t2t_lite import file_io
+from t2t_lite.bin import early_checks
 from t2t_lite.decoding import runs
-from t2t_lite.decoding.decoding import decode_hparams
+from t2t_lite.decoding.decode_hparams import decode_hparams
 from t2t_lite.errors import UserError, one_line, user_error_types
 
 
@@ -30,7 +31,9 @@ def _config(flags, decode_hp):
     for name, low in (("max_batch_size", 1), ("max_batch_tokens", 0), ("serve_max_queue", 1),
                       ("serve_max_sentences", 1), ("serve_max_input_tokens", 2),
                       ("serve_max_beam_size", 1), ("serve_max_n_best", 1),
-                      ("serve_decode_workers", 0),
+                      ("serve_decode_workers", 0), ("serve_max_body_bytes", 64),
+                      ("serve_read_timeout_secs", 0.001), ("serve_max_attention_cells", 0),
+                      ("serve_max_compiled_decoders", 1),
                       ("batch_timeout_ms", 0), ("request_timeout_secs", 0.001)):
         value = getattr(flags, name)
         if value is not None and value < low:  # None: the engine's choice
@@ -49,7 +52,7 @@ def _t2t_lite_engine(flags, spec: runs.RunSpec, decode_hp) -> Any:
     from t2t_lite import quiet_start
 
     quiet_start.import_tensorflow()
-    from t2t_lite.decoding.decoding import check_sampling
+    from t2t_lite.decoding.decode_hparams import check_sampling
     from t2t_lite.serving.engines import T2tLiteEngine
     from t2t_lite.visualization import attention_viz
 
@@ -67,15 +70,16 @@ def _t2t_lite_engine(flags, spec: runs.RunSpec, decode_hp) -> Any:
     return T2tLiteEngine(model, run.encoders, run.target_space_id, decode_hp,
                          int(vocab.get("inputs", vocab["targets"])), description,
                          attention_fn=attention_viz.attention_weights if single else None,
-                         labels_fn=attention_viz.token_labels)
+                         labels_fn=attention_viz.token_labels,
+                         max_compiled_decoders=flags.serve_max_compiled_decoders)
 
 
 def _ctranslate2_engine(flags, decode_hp) -> Any:
     """The CTranslate2 export as a CTranslate2Engine."""
-    from t2t_lite.serving import ct2
+    from t2t_lite.export import ct2
     from t2t_lite.serving.engines import CTranslate2Engine
 
-    model_dir = ct2.default_model_dir(flags.export_dir, flags.output_dir)
+    model_dir = early_checks.ct2_model_dir(flags)
     translator = ct2.Translator(model_dir, device=flags.ct2_device,
                                 compute_type=flags.ct2_compute_type,
                                 inter_threads=flags.ct2_inter_threads,
@@ -92,16 +96,7 @@ def _saved_model_engine(flags, decode_hp) -> Any:
     tf = quiet_start.import_tensorflow()
     from t2t_lite.serving.engines import SavedModelEngine
 
-    path = os.path.expanduser(flags.saved_model_dir)
-    if not os.path.isfile(os.path.join(path, "saved_model.pb")):
-        versions = sorted((int(name) for name in os.listdir(path) if name.isdigit()
-                           and os.path.isfile(os.path.join(path, name, "saved_model.pb"))),
-                          reverse=True) if os.path.isdir(path) else []
-        if not versions:
-            raise UserError(f"--saved_model_dir={flags.saved_model_dir}: no saved_model.pb "
-                            "there nor in a numbered version folder; write one with "
-                            "--mode=export")
-        path = os.path.join(path, str(versions[0]))
+    path = early_checks.saved_model_path(flags)
     loaded = load_saved_model(tf, path)
     for name in ("encode", "encode_decode_ids", "decode"):
         if name not in loaded.signatures:
@@ -151,6 +146,36 @@ def _decode_values(decode_hp) -> dict:
             ("beam_size", "alpha", "extra_length", "max_input_size", "return_beams")}
 
 
+def _listen(host: str, port: int) -> Any:
+    """`server.bind(host, port)`, its failure one line naming the flag at fault.
+
+    Raises:
+      UserError: the port is taken or privileged (--port), or the host is not this
+        machine's (--host).
+    """
+    import errno
+    import socket
+
+    from t2t_lite.serving import server
+
+    try:
+        return server.bind(host, port)
+    except socket.gaierror as e:
+        raise UserError(f"--host={host}: not an address or a known host name "
+                        f"({one_line(e)})") from None
+    except OSError as e:
+        reason = e.strerror or one_line(e)
+        if e.errno == errno.EADDRINUSE:
+            raise UserError(f"--port={port}: already in use on --host={host} ({reason}); pick "
+                            "another --port (0: any free one)") from None
+        if e.errno in (errno.EACCES, errno.EPERM):
+            raise UserError(f"--port={port}: not allowed to this user ({reason}; ports below "
+                            "1024 need privileges); pick another --port (0: any free one)"
+                            ) from None
+        raise UserError(f"--host={host}: cannot listen there ({reason}); use 127.0.0.1, "
+                        "0.0.0.0 or one of this machine's addresses") from None
+
+
 def serve(flags) -> None:
     """`run.py --mode=serve`: prints the URL, serves until SIGTERM / SIGINT, exits 0.
 
@@ -180,11 +205,7 @@ def serve(flags) -> None:
 
         def factory():
             return _t2t_lite_engine(flags, spec, decode_hp)
-    try:
-        sock = server.bind(flags.host, flags.port)
-    except OSError as e:
-        raise UserError(f"--host={flags.host} --port={flags.port}: cannot listen there "
-                        f"({e.strerror or e}); pick another --port (0: any free one)") from None
+    sock = _listen(flags.host, flags.port)
     host, port = sock.getsockname()[:2]
     shown = f"[{host}]" if ":" in host else host
     print(f"Serving on http://{shown}:{port}/ (POST /v1/translate, the page at /, GET /readyz "
@@ -195,7 +216,8 @@ def serve(flags) -> None:
         if isinstance(error, user_error_types()):
             raise error
         raise UserError(f"the model could not be loaded: {one_line(error)}") from error
-    print("stopped: requests in flight answered, queue drained", flush=True)
+    print(f"stopped: {state.stop_signal or 'a stop'} received: requests in flight answered, "
+          "queue drained", flush=True)
 
 
 def query(flags) -> int:
@@ -207,7 +229,10 @@ def query(flags) -> int:
     """
     from t2t_lite.serving.client import ServerError, Translator
 
-    translator = Translator(flags.server_url)
+    try:
+        translator = Translator(flags.server_url)
+    except ServerError as e:
+        raise UserError(f"--server_url={flags.server_url}: {e}") from None
     count = 0
     with contextlib.ExitStack() as stack:
         source = sys.stdin

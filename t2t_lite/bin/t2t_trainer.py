@@ -17,7 +17,7 @@ from t2t_lite.bin.early_checks import check_training_flags as check_flags
 from t2t_lite.bin.early_checks import datagen_command
 from t2t_lite.data_generators import datagen
 from t2t_lite.decoding import runs
-from t2t_lite.errors import UserError
+from t2t_lite.errors import UserError, one_line
 from t2t_lite.evaluation import mt_metrics
 from t2t_lite.training import learning_rate
 from t2t_lite.training.cluster_agreement import flag_fingerprint
@@ -214,9 +214,11 @@ def _run_schedule(trainer: Trainer, flags_obj: Any, mode: str) -> dict[str, floa
     decoded: dict[str, float] = {}  # the dev decodes' metrics of the current evaluation
     if flags_obj.schedule == "train_eval_and_decode":
         after_eval = _dev_decoder(trainer, flags_obj, decoded)
+    start = trainer.step
     trainer.train(eval_every=trainer.config.local_eval_frequency, after_eval=after_eval,
                   stop_when=_model_selection(trainer, flags_obj, decoded))
-    if trainer.chief:  # PNGs of the curves (needs the [viz] extra)
+    if trainer.chief and trainer.step > start:
+        # PNGs of the curves (the [viz] extra); a run with nothing to train is left as it was.
         plots.plot_run_if_possible(trainer.config.output_dir)
     return trainer.last_eval_results
 
@@ -227,10 +229,10 @@ def _check_dev_decode_flags(flags_obj: Any) -> None:
     Raises:
       UserError: one line naming the decode hparam or the reference file.
     """
-    from t2t_lite.decoding import decoding
+    from t2t_lite.decoding import decode_hparams, decoding
 
     with runs.one_line_errors():
-        decode_hp = decoding.decode_hparams(flags_obj.decode_hparams or "")
+        decode_hp = decode_hparams.decode_hparams(flags_obj.decode_hparams or "")
     reference = flags_obj.decode_reference or decode_hp.decode_reference
     if reference:
         # The dev set's record count is known only when it is read: existence checked here.
@@ -240,12 +242,13 @@ def _check_dev_decode_flags(flags_obj: Any) -> None:
 def _dev_decoder(trainer: Trainer, flags_obj: Any,
                  decoded: dict[str, float]) -> Callable[[int], Any]:
     """t2t's train_eval_and_decode: after each eval the chief decodes the dev set with
-    --decode_hparams and logs its BLEU and --metrics (`decoding.decode_dev_and_score`);
+    --decode_hparams and logs its BLEU and --metrics (`dev_decode.decode_dev_and_score`);
     they are put in `decoded` for early stopping and keep-best."""
-    from t2t_lite.decoding import decoding
+    from t2t_lite.decoding import decode_hparams
+    from t2t_lite.training import dev_decode
 
-    decode_hp = decoding.decode_hparams(flags_obj.decode_hparams or "")
-    decoding.check_sampling(trainer.hparams, decode_hp)
+    decode_hp = decode_hparams.decode_hparams(flags_obj.decode_hparams or "")
+    decode_hparams.check_sampling(trainer.hparams, decode_hp)
     reference = flags_obj.decode_reference or decode_hp.decode_reference or None
     name_parts = (flags_obj.model, flags_obj.hparams_set, trainer.problem.name)
 
@@ -253,7 +256,7 @@ def _dev_decoder(trainer: Trainer, flags_obj: Any,
 
     def decode(step: int) -> None:
         if trainer.chief:
-            decoded.update(decoding.decode_dev_and_score(
+            decoded.update(dev_decode.decode_dev_and_score(
                 trainer.model, trainer.problem, trainer.hparams, trainer.data_dir, decode_hp,
                 trainer.config.output_dir, step, name_parts, reference, metrics))
 
@@ -305,6 +308,20 @@ def _check_selection_flags(flags_obj: Any, mode: str) -> None:
             raise UserError(f"--{flag}={name}: not a metric of this run; use one of "
                             f"{', '.join(sorted(known))} (bleu, chrf, chrf++, ter need "
                             "--schedule=train_eval_and_decode)")
+    # The selection's state read before anything is written: a damaged file is one line
+    # naming it, not a failure after the run's files were rewritten.
+    output_dir = os.path.expanduser(getattr(flags_obj, "output_dir", None) or "")
+    if not output_dir:
+        return
+    if asked["eval_early_stopping_metric"]:
+        early_stopping.read_state(output_dir)
+    if asked["best_checkpoint_metric"]:
+        from t2t_lite.utils import best_checkpoints
+
+        try:
+            best_checkpoints.read_index(os.path.join(output_dir, best_checkpoints.BEST_DIR))
+        except ValueError as e:
+            raise UserError(one_line(e)) from e
 
 
 def _model_selection(trainer: Trainer, flags_obj: Any,
@@ -339,6 +356,8 @@ def _model_selection(trainer: Trainer, flags_obj: Any,
             metric = early_stopping.resolve_metric(flags_obj.best_checkpoint_metric, available)
             best = keep_best.BestCheckpoints(output_dir, keep, metric,
                                              early_stopping.lower_is_better(metric))
+    except UserError:
+        raise  # a state file that does not read, named
     except ValueError as e:
         raise UserError(f"--{flag}={getattr(flags_obj, flag)}: {e}") from e
 

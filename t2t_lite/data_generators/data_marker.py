@@ -52,7 +52,8 @@ _SHARD_NAME = re.compile(r"-(\d{5})-of-(\d{5})$")
 # that tests can check that a rerun after a crash at any moment gives the complete data set
 # (`<point>:SIGTERM` sends that signal instead, a scheduler's stop at that moment).
 # Points: "vocab" (vocab built, not stored), "generate" (10 examples written), "rename" (one
-# shard renamed), "shuffle" (one shard shuffled), "marker" (one split's marker written).
+# shard renamed), "shuffle" (one shard shuffled), "marker" (one split's marker written),
+# "worker" (the last of several encoding workers, `parallel_datagen`, after its first record).
 KILL_AT_ENV = "T2T_LITE_DATAGEN_KILL_AT"
 
 

@@ -159,9 +159,6 @@ def _set_big_corpus_options(problem, name: str, filters, num_workers: int | None
         if not isinstance(problem, text_problems.Text2TextProblem):
             raise ValueError(f"--num_datagen_workers does not apply to {name} (no text "
                              "to encode)")
-        if num_workers > 1 and problem.vocab_type == text_problems.VocabType.SENTENCEPIECE:
-            raise ValueError(f"--num_datagen_workers={num_workers}: SentencePiece data "
-                             "(--vocab_type=sentencepiece) is encoded by one process; use 1")
         if num_workers > 1 and problem.subword_dropout[0] > 0:
             raise ValueError(f"--num_datagen_workers={num_workers}: the training passes of "
                              "--subword_dropout are encoded by one process; use 1")

@@ -12,7 +12,9 @@ sample at a time and the encoder; nothing grows with the corpus.
 Workers are forked (`multiprocessing` "fork"): they inherit the problem, its encoder and the
 modules already imported, and import nothing (TensorFlow, imported by the parent, takes
 seconds to import again). Workers only need samples that can be read again, so N > 1 is
-offered for the translation problems (files on disk); other problems use one process.
+offered for the translation problems (files on disk); other problems use one process. The
+encoder is t2t's subword vocabulary or a SentencePiece model (one per side when the two
+sides have their own): either encodes a sample on its own, whatever N is.
 
 Records are framed as TFRecord (length, masked CRC32C of the length, data, masked CRC32C of
 the data) by this module, with `google_crc32c`, so that no TensorFlow call is made per
@@ -33,6 +35,7 @@ from typing import Any, BinaryIO
 import google_crc32c
 
 from t2t_lite.data_generators import text_encoder
+from t2t_lite.errors import UserError
 
 INCOMPLETE_SUFFIX = ".incomplete"
 
@@ -104,13 +107,15 @@ def write_record(f: BinaryIO, record: bytes) -> None:
     f.write(length + _masked_crc(length) + record + _masked_crc(record))
 
 
-def _encode_sample(sample: dict[str, Any], encoder: Any, has_inputs: bool) -> bytes:
-    """A text sample's serialized Example: each side encoded, EOS appended (t2t's
-    `text2text_generate_encoded`)."""
+def _encode_sample(sample: dict[str, Any], encoder: Any, has_inputs: bool,
+                   targets_encoder: Any = None) -> bytes:
+    """A text sample's serialized Example: each side encoded (the targets by
+    `targets_encoder` when given), EOS appended (t2t's `text2text_generate_encoded`)."""
     features = dict(sample)
     if has_inputs:
         features["inputs"] = encoder.encode(sample["inputs"]) + [text_encoder.EOS_ID]
-    features["targets"] = encoder.encode(sample["targets"]) + [text_encoder.EOS_ID]
+    features["targets"] = ((targets_encoder or encoder).encode(sample["targets"])
+                           + [text_encoder.EOS_ID])
     if features.keys() == ({"inputs", "targets"} if has_inputs else {"targets"}):
         return serialize_example(features)
     from t2t_lite.data_generators import generator_utils  # other features: t2t's to_example
@@ -121,7 +126,8 @@ def _encode_sample(sample: dict[str, Any], encoder: Any, has_inputs: bool) -> by
 def write_owned_shards(samples: Iterable[dict[str, Any]], encoder: Any, has_inputs: bool,
                        paths: list[str], worker: int, workers: int,
                        max_cases: int | None = None,
-                       on_record: Callable[[int], None] | None = None) -> list[int]:
+                       on_record: Callable[[int], None] | None = None,
+                       targets_encoder: Any = None) -> list[int]:
     """Encodes and writes the examples of worker `worker`'s shards (`<path>.incomplete`).
 
     Example k (counting every sample, up to `max_cases`) belongs to shard k mod S; the
@@ -130,12 +136,13 @@ def write_owned_shards(samples: Iterable[dict[str, Any]], encoder: Any, has_inpu
 
     Args:
       samples: the split's text samples ({"inputs": str, "targets": str}), in order.
-      encoder: text encoder of both sides.
+      encoder: text encoder of both sides (of the inputs, with `targets_encoder`).
       has_inputs: whether samples have inputs.
       paths: the S final shard paths (written with the `.incomplete` suffix).
       worker, workers: this worker's index and the number of workers.
       max_cases: examples of the split to consider (None or 0: all).
       on_record: called with the running count of records this worker wrote.
+      targets_encoder: the targets' own encoder (two SentencePiece models; None: `encoder`).
 
     Returns:
       [S] records written per shard (0 for shards of other workers).
@@ -154,7 +161,8 @@ def write_owned_shards(samples: Iterable[dict[str, Any]], encoder: Any, has_inpu
             shard = k % num_shards
             if not owned[shard]:
                 continue
-            write_record(files[shard], _encode_sample(sample, encoder, has_inputs))
+            write_record(files[shard], _encode_sample(sample, encoder, has_inputs,
+                                                      targets_encoder))
             counts[shard] += 1
             written += 1
             if on_record is not None:
@@ -167,15 +175,24 @@ _JOB: dict[str, Any] = {}
 
 
 def _run_worker(worker: int) -> list[int]:
+    from t2t_lite.data_generators import data_marker
+
     job = _JOB
     samples = job["make_samples"]()
+
+    def kill_at_first(written: int) -> None:
+        if written == 1:
+            data_marker.kill_point("worker")
+
     return write_owned_shards(samples, job["encoder"], job["has_inputs"], job["paths"],
-                              worker, job["workers"], job["max_cases"])
+                              worker, job["workers"], job["max_cases"],
+                              on_record=kill_at_first if worker == job["workers"] - 1 else None,
+                              targets_encoder=job["targets_encoder"])
 
 
 def write_split(make_samples: Callable[[], Iterable[dict[str, Any]]], encoder: Any,
                 has_inputs: bool, paths: list[str], max_cases: int | None = None,
-                workers: int = 1, desc: str = "Writing") -> int:
+                workers: int = 1, desc: str = "Writing", targets_encoder: Any = None) -> int:
     """Writes a split's shards (round robin, t2t's) with `workers` processes, renaming each
     shard to its final name once all are complete; on any error (or Ctrl-C) every shard
     file of the split is removed.
@@ -183,12 +200,13 @@ def write_split(make_samples: Callable[[], Iterable[dict[str, Any]]], encoder: A
     Args:
       make_samples: returns a new iterator over the split's text samples each call (a
         worker reads the split itself).
-      encoder: text encoder of both sides.
+      encoder: text encoder of both sides (of the inputs, with `targets_encoder`).
       has_inputs: whether samples have inputs.
       paths: the S shard paths.
       max_cases: at most this many examples (None or 0: all).
       workers: processes encoding (1: this process).
       desc: progress label.
+      targets_encoder: the targets' own encoder (two SentencePiece models; None: `encoder`).
 
     Returns:
       Number of examples written.
@@ -204,9 +222,10 @@ def write_split(make_samples: Callable[[], Iterable[dict[str, Any]]], encoder: A
 
             samples = progress.track(make_samples(), max_cases or None, desc, "examples")
             counts = write_owned_shards(samples, encoder, has_inputs, paths, 0, 1, max_cases,
-                                        on_record=kill_at_ten)
+                                        on_record=kill_at_ten, targets_encoder=targets_encoder)
         else:
-            counts = _run_workers(make_samples, encoder, has_inputs, paths, max_cases, workers)
+            counts = _run_workers(make_samples, encoder, has_inputs, paths, max_cases, workers,
+                                  targets_encoder)
         for path in paths:
             os.replace(path + INCOMPLETE_SUFFIX, path)
             data_marker.kill_point("rename")
@@ -219,12 +238,43 @@ def write_split(make_samples: Callable[[], Iterable[dict[str, Any]]], encoder: A
     return sum(counts)
 
 
-def _run_workers(make_samples, encoder, has_inputs, paths, max_cases, workers) -> list[int]:
+def _worker_death(processes: list, workers: int) -> str:
+    """The one line for an encoding worker that died (the out-of-memory killer, a signal),
+    naming its pid and how it ended where the pool's processes are known.
+
+    Args:
+      processes: the pool's `multiprocessing.Process` objects (may be empty).
+      workers: --num_datagen_workers.
+    """
+    import signal
+
+    how = ""
+    for process in processes:
+        process.join(5)  # the pool has ended them: the others by its SIGTERM
+    ended = [p for p in processes if p.exitcode not in (None, 0, -signal.SIGTERM)] or [
+        p for p in processes if p.exitcode not in (None, 0)]
+    if ended:
+        code = ended[0].exitcode
+        if code < 0:
+            name = (signal.Signals(-code).name if -code in signal.valid_signals()
+                    else f"signal {-code}")
+            how = f" (pid {ended[0].pid}, killed by {name})"
+        else:
+            how = f" (pid {ended[0].pid}, exit status {code})"
+    return (f"a datagen worker process (one of --num_datagen_workers={workers}) died before "
+            f"its shards were written{how}; this split's shards were removed, the data made "
+            "before it is kept: run the same command again (fewer --num_datagen_workers need "
+            "less memory)")
+
+
+def _run_workers(make_samples, encoder, has_inputs, paths, max_cases, workers,
+                 targets_encoder) -> list[int]:
     """Forks `workers` processes, each writing its shards; the per-shard record counts."""
     from absl import logging
 
     _JOB.update(make_samples=make_samples, encoder=encoder, has_inputs=has_inputs,
-                paths=paths, max_cases=max_cases, workers=workers)
+                paths=paths, max_cases=max_cases, workers=workers,
+                targets_encoder=targets_encoder)
     start = time.time()
     # The workers share the parent's memory pages until they write to them; the cyclic
     # garbage collector would write to every object's header it scans (copying the page).
@@ -235,7 +285,13 @@ def _run_workers(make_samples, encoder, has_inputs, paths, max_cases, workers) -
         context = multiprocessing.get_context("fork")
         with concurrent.futures.ProcessPoolExecutor(workers, mp_context=context) as pool:
             results = [pool.submit(_run_worker, w) for w in range(workers)]
-            per_worker = [future.result() for future in results]
+            # The worker processes (forked at the first submit), to name one that dies:
+            # the pool itself only says that "a process" ended abruptly.
+            processes = list((getattr(pool, "_processes", None) or {}).values())
+            try:
+                per_worker = [future.result() for future in results]
+            except concurrent.futures.BrokenExecutor:  # a worker died
+                raise UserError(_worker_death(processes, workers)) from None
     finally:
         gc.unfreeze()
         _JOB.clear()

@@ -439,9 +439,8 @@ class Text2TextProblem(problem.Problem):
             yield from text2text_generate_encoded(samples, resegmenting,
                                                   has_inputs=self.has_inputs)
 
-    def generate_data(
-        self, data_dir: str, tmp_dir: str, task_id: int = -1, max_cases: int | None = None
-    ) -> None:
+    def generate_data(self, data_dir: str, tmp_dir: str, task_id: int = -1,
+                      max_cases: int | None = None) -> None:
         """Builds the vocab, writes every split's shards, shuffles them (t2t's flow).
 
         Existing final shards are kept (generation is skipped). On any error, every shard
@@ -477,9 +476,8 @@ class Text2TextProblem(problem.Problem):
                 for split, paths in split_paths:
                     self._generate_split(data_dir, tmp_dir, split, paths, max_cases)
             else:
-                self._generate_split(
-                    data_dir, tmp_dir, problem.DatasetSplit.TRAIN, all_paths, max_cases
-                )
+                self._generate_split(data_dir, tmp_dir, problem.DatasetSplit.TRAIN, all_paths,
+                                     max_cases)
             if not self.already_shuffled:
                 generator_utils.shuffle_dataset(all_paths, extra_fn=self._pack_fn())
         except BaseException:
@@ -516,36 +514,37 @@ class Text2TextProblem(problem.Problem):
             logging.info("Skipping %s: shards exist in %s", split, data_dir)
             return
         logging.info("Generating the %s split of %s", split, self.name)
-        if (self._encodes_with_one_vocab()
+        if (self._encodes_sample_by_sample()
                 and not (self._subword_dropout > 0 and split == problem.DatasetSplit.TRAIN)):
             count = self._write_split_fast(data_dir, tmp_dir, split, paths, max_cases)
         else:
             samples = self.generate_encoded_samples(data_dir, tmp_dir, split)
             count = generator_utils.generate_files(samples, paths, max_cases=max_cases)
         if count == 0:
-            raise CorpusError(
-                f"Empty corpus: the {split} split of {self.name} has no examples "
-                f"({self.source_description(tmp_dir, split)})"
-            )
+            raise CorpusError(f"Empty corpus: the {split} split of {self.name} has no examples "
+                              f"({self.source_description(tmp_dir, split)})")
 
-    def _encodes_with_one_vocab(self) -> bool:
+    def _encodes_sample_by_sample(self) -> bool:
         """Whether `generate_encoded_samples` is t2t's (`parallel_datagen` can stand in)."""
         return type(self).generate_encoded_samples is Text2TextProblem.generate_encoded_samples
 
+    def _sample_encoders(self, data_dir: str, tmp_dir: str) -> dict[str, Any]:
+        """Each side's encoder (built or loaded): t2t's one vocabulary for both."""
+        return dict.fromkeys(("inputs", "targets"), self.get_or_create_vocab(data_dir, tmp_dir))
+
     def _write_split_fast(self, data_dir, tmp_dir, split, paths, max_cases) -> int:
-        """The split's shards by `parallel_datagen` (same records as `generate_files` over
-        `generate_encoded_samples`), timing the vocab and the encoding into
-        `datagen_stats[split]`."""
+        """The split's shards by `parallel_datagen` (the records `generate_encoded_samples`
+        gives), timing the vocab and the encoding into `datagen_stats[split]`."""
         start = time.time()
         if hasattr(self, "split_files"):  # compiled/filtered once, before workers read it
             self.split_files(tmp_dir, split)
         prepared = time.time()
-        encoder = self.get_or_create_vocab(data_dir, tmp_dir)
+        encoders = self._sample_encoders(data_dir, tmp_dir)
         vocab_done = time.time()
         count = parallel_datagen.write_split(
-            lambda: self.generate_samples(data_dir, tmp_dir, split), encoder, self.has_inputs,
-            paths, max_cases=max_cases, workers=self.datagen_workers,
-            desc="Writing " + os.path.basename(paths[0]))
+            lambda: self.generate_samples(data_dir, tmp_dir, split), encoders["inputs"],
+            self.has_inputs, paths, max_cases=max_cases, workers=self.datagen_workers,
+            desc="Writing " + os.path.basename(paths[0]), targets_encoder=encoders["targets"])
         self.datagen_stats[split] = {"prepare_s": round(prepared - start, 3),
                                      "vocab_s": round(vocab_done - prepared, 3),
                                      "encode_s": round(time.time() - vocab_done, 3),

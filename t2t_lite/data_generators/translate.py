@@ -25,6 +25,7 @@ import os
 import tarfile
 from collections import Counter
 from collections.abc import Iterator
+from typing import Any
 
 from absl import logging
 
@@ -534,11 +535,17 @@ class TranslateProblem(text_problems.Text2TextProblem):
             return self._sentencepiece_encoders(data_dir, None, force_get=True)
         return super().feature_encoders(data_dir)
 
-    def _encodes_with_one_vocab(self) -> bool:
-        """t2t's shared subword vocab (not SentencePiece, whose two sides may have their own
-        models), unless a subclass encodes its own way."""
-        return (self.vocab_type != text_problems.VocabType.SENTENCEPIECE
-                and type(self).generate_encoded_samples is TranslateProblem.generate_encoded_samples)
+    def _encodes_sample_by_sample(self) -> bool:
+        """t2t's shared subword vocab or SentencePiece models (`_sample_encoders`), unless a
+        subclass encodes its own way."""
+        return type(self).generate_encoded_samples is TranslateProblem.generate_encoded_samples
+
+    def _sample_encoders(self, data_dir: str, tmp_dir: str) -> dict[str, Any]:
+        """t2t's one vocabulary, or the SentencePiece model of each side (trained or
+        loaded)."""
+        if self.vocab_type != text_problems.VocabType.SENTENCEPIECE:
+            return super()._sample_encoders(data_dir, tmp_dir)
+        return self._sentencepiece_encoders(data_dir, tmp_dir, force_get=False)
 
     def generate_encoded_samples(self, data_dir: str, tmp_dir: str, dataset_split: str):
         if self.vocab_type != text_problems.VocabType.SENTENCEPIECE:

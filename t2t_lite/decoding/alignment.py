@@ -12,7 +12,7 @@ target words, space-separated, as fast_align and Marian write them.
 Which piece belongs to which word comes from the encoder alone: piece k is in word
 `len(words(decode(ids[:k + 1]))) - 1` (a piece that only adds whitespace joins the word
 before it), so any encoder that decodes prefixes of its ids works (SubwordTextEncoder,
-t2t's numeric TextEncoder, ...). `serving.export` computes the same in the graph.
+t2t's numeric TextEncoder, ...). `export.export` computes the same in the graph.
 
 Pure numpy: importable before TensorFlow.
 """
@@ -155,7 +155,7 @@ def alignment_lines(inputs: np.ndarray, outputs: np.ndarray, attention: np.ndarr
     if outputs.ndim == 3:
         outputs = outputs[:, 0]
     # The source up to its EOS (then padding); the target as the decodes file has it
-    # (`decoding.save_until_eos`).
+    # (`text_batches.save_until_eos`).
     return [alignment_line(attention[row], _until(source, (eos_id, 0)),
                            _until(target, (eos_id,)), inputs_encoder, targets_encoder)
             for row, (source, target) in enumerate(zip(inputs, outputs))]

@@ -26,9 +26,7 @@ Three sources, as in t2t:
   lines to `--decode_to_file`.
 
 The decode length of a batch is its padded input length plus `extra_length` (t2t's rule, in
-`Transformer.infer`). Every t2t decode hparam exists under its name; those that do not apply to
-text decoding are refused by name when set (`UNSUPPORTED_DECODE_HPARAMS`), as are settings t2t
-would silently ignore (force_decode_length or sampling_method=random with beam search).
+`Transformer.infer`). The decode hparams and their checks are `decode_hparams`'s.
 
 The model, its hparams and its checkpoint come from the training run (`runs`):
 `<output_dir>/hparams.json` (over `--hparams_set`, under `--hparams`), the latest checkpoint of
@@ -36,14 +34,14 @@ The model, its hparams and its checkpoint come from the training run (`runs`):
 problem's vocabulary in `--data_dir`. `--problem`, `--hparams_set`, `--data_dir` default to
 the run's `flags.json`.
 
-The pure steps (`read_inputs`, `sort_inputs`, `batch_inputs`, `format_decodes`,
-`decode_lines`, ...) take an `infer_fn(inputs int32 [B, L]) -> (outputs, scores)` so that they
-work with any model.
+The drivers (`decode_lines`, `decode_from_file`, `decode_examples`, ...) take an
+`infer_fn(inputs int32 [B, L]) -> (outputs, scores)` (`make_infer_fn` wraps a model's `infer`),
+so that they work with any model; the text batching they use is `text_batches`'s. Decoding the
+dev set during training, with its BLEU, is `t2t_lite.training.dev_decode`.
 """
 from __future__ import annotations
 
 import os
-import re
 import sys
 import time
 from collections import deque
@@ -54,382 +52,28 @@ from typing import Any, TextIO
 import numpy as np
 from absl import logging
 
-from t2t_lite import file_io, hparams_support
-from t2t_lite.data_generators.text_encoder import EOS_ID
+from t2t_lite import file_io
 from t2t_lite.decoding import alignment
 from t2t_lite.decoding.input_files import read_inputs, read_prefixes
-from t2t_lite.errors import UserError, one_line
+from t2t_lite.decoding.text_batches import (
+    batch_inputs,
+    beam_texts,
+    check_id_inputs,
+    encode_input,
+    follow_sort,
+    format_decodes,
+    format_options,
+    nbest_lines,
+    pad_batch,
+    save_until_eos,
+    sort_inputs,
+)
+from t2t_lite.errors import UserError
 from t2t_lite.hparams import HParams
 from t2t_lite.utils import progress
 
 # outputs [B, T] or [B, K, T] int, scores [B] or [B, K] float, as numpy arrays.
 InferFn = Callable[[np.ndarray], "tuple[np.ndarray, np.ndarray]"]
-
-
-# t2t's decode hparams that do not apply to text decoding with t2t_lite: name -> why. Each is
-# refused (one line naming it) when set to anything but t2t's default.
-UNSUPPORTED_DECODE_HPARAMS = {
-    "save_images": "image problems only",
-    "min_length_ratio": "t2t declares it but never reads it",
-    "eos_penalty": "t2t declares it but never reads it",
-    "block_size": "blockwise parallel decoding models only",
-    "guess_and_check_top_k": "blockwise parallel decoding models only",
-    "guess_and_check_epsilon": "blockwise parallel decoding models only",
-    "insertion_parallel": "insertion models only",
-    "decode_timeout_mins": "continuous decoding of new checkpoints is not implemented",
-    "display_decoded_images": "image problems only",
-    "multiproblem_task_id": "multi-problem models only",
-    "frames_per_second": "video problems only",
-    "border_percent": "video problems only",
-    "max_display_outputs": "video problems only",
-    "max_display_decodes": "video problems only",
-    "vgg_ckpt_path": "video problems only",
-    "mlperf_decode_step": "MLPerf compliance logging only",
-    "mlperf_threshold": "MLPerf compliance logging only",
-    "mlperf_success": "MLPerf compliance logging only",
-    "export_extra_infer_outputs": "t2t-exporter's extra infer() outputs are not exported",
-}
-
-
-def _t2t_decode_hparams() -> HParams:
-    """t2t's `decoding.decode_hparams()` defaults, every one of them."""
-    return HParams(
-        save_images=False,
-        log_results=True,
-        extra_length=100,
-        min_length_ratio=0.0,
-        batch_size=0,
-        beam_size=4,
-        alpha=0.6,
-        eos_penalty=0.0,
-        block_size=0,
-        guess_and_check_top_k=0,
-        guess_and_check_epsilon=-1,
-        insertion_parallel=False,
-        return_beams=False,
-        write_beam_scores=False,
-        max_input_size=-1,
-        identity_output=False,
-        num_samples=-1,
-        delimiter="\n",
-        decode_to_file="",
-        decode_reference="",
-        decode_in_memory=False,
-        decode_timeout_mins=240,
-        summaries_log_dir="decode",
-        shards=1,
-        shard_id=0,
-        shards_start_offset=0,
-        shard_google_format=False,
-        num_decodes=1,
-        force_decode_length=False,
-        display_decoded_images=False,
-        multiproblem_task_id=-1,
-        frames_per_second=10,
-        skip_eos_postprocess=False,
-        border_percent=2,
-        max_display_outputs=10,
-        max_display_decodes=5,
-        vgg_ckpt_path="",
-        mlperf_decode_step=0.0,
-        mlperf_threshold=25.0,
-        mlperf_success=False,
-        export_extra_infer_outputs="",
-    )
-
-
-def decode_hparams(overrides: str = "") -> HParams:
-    """t2t's decode hparams (T2T reference §7.1) with `--decode_hparams` applied.
-
-    Every t2t decode hparam exists under its name. Those that apply to text decoding have
-    t2t's meaning: beam_size, alpha, extra_length, batch_size, return_beams,
-    write_beam_scores, max_input_size, num_samples, delimiter, decode_to_file,
-    decode_reference, shards, shard_id, shards_start_offset, shard_google_format,
-    log_results, num_decodes, force_decode_length, skip_eos_postprocess, identity_output,
-    summaries_log_dir, and decode_in_memory (t2t_lite always decodes in memory, the only
-    thing t2t's flag changes for text). The others (`UNSUPPORTED_DECODE_HPARAMS`) are refused
-    when set to anything but their default. t2t_lite's own `return_alignment` and
-    `alignment_layer` (`alignment.DECODE_HPARAMS`) join the set when `overrides` sets them.
-
-    Args:
-      overrides: "beam_size=4,alpha=0.6,..." (t2t's override syntax).
-
-    Returns:
-      HParams.
-
-    Raises:
-      ValueError: one line naming a bad, unknown or unsupported decode hparam.
-    """
-    hp = _t2t_decode_hparams()
-    if overrides:
-        alignment.parse_decode_hparams(hp, overrides)
-    defaults = _t2t_decode_hparams()
-    for name, reason in UNSUPPORTED_DECODE_HPARAMS.items():
-        if hp.get(name) != defaults.get(name):
-            raise ValueError(
-                f"--decode_hparams: {name}={hp.get(name)!r} is not supported ({reason}); "
-                f"leave it at {defaults.get(name)!r}")
-    for name, low in (("beam_size", 1), ("extra_length", 0), ("num_decodes", 1),
-                      ("batch_size", 0), ("shards", 1), ("shard_id", 0),
-                      ("shards_start_offset", 0), ("num_samples", -1)):
-        if hp.get(name) < low:
-            raise ValueError(f"--decode_hparams: {name}={hp.get(name)} must be >= {low}")
-    if hp.shard_id >= hp.shards:
-        raise ValueError(f"--decode_hparams: shard_id={hp.shard_id} must be < shards="
-                         f"{hp.shards}")
-    if hp.num_samples == 0:
-        raise ValueError("--decode_hparams: num_samples=0 decodes nothing; use -1 (all) or a "
-                         "positive count")
-    if hp.force_decode_length and hp.beam_size > 1:
-        raise ValueError("--decode_hparams: force_decode_length=True applies to greedy decoding "
-                         f"(beam_size=1), as in t2t; beam_size={hp.beam_size} ignores it")
-    return hp
-
-
-def check_sampling(model_hparams: HParams, decode_hp: HParams) -> None:
-    """Refuses sampling settings that would have no effect (t2t's beam search ignores them).
-
-    Args:
-      model_hparams: with sampling_method, sampling_temp, sampling_keep_top_k,
-        sampling_keep_top_p.
-      decode_hp: decode hparams (beam_size).
-
-    Raises:
-      ValueError: one line naming the setting.
-    """
-    method = hparams_support.hparam(model_hparams, "sampling_method")
-    if method not in ("argmax", "random"):
-        raise ValueError(f"hparams.sampling_method={method!r} is not supported; use 'argmax' "
-                         "or 'random' ('random_per_example' reads temperatures from the input "
-                         "examples, which text decoding does not have)")
-    top_k = hparams_support.hparam(model_hparams, "sampling_keep_top_k")
-    if top_k != -1 and top_k <= 0:
-        raise ValueError(f"hparams.sampling_keep_top_k={top_k} must be -1 (all) or positive")
-    top_p = hparams_support.hparam(model_hparams, "sampling_keep_top_p")
-    if not 0.0 < top_p <= 1.0:
-        raise ValueError(f"hparams.sampling_keep_top_p={top_p} must be in (0, 1] (1: all)")
-    if method == "random" and decode_hp.beam_size > 1:
-        raise ValueError("hparams.sampling_method=random applies to greedy decoding: set "
-                         f"beam_size=1 in --decode_hparams (beam_size={decode_hp.beam_size} "
-                         "ignores sampling, as in t2t)")
-
-
-# ------------------------------------------------------------------------------ pure steps
-def check_id_inputs(records: Sequence[str], encoder: Any, source: str,
-                    delimiter: str = "\n", first_line: int = 1) -> None:
-    """Refuses a record holding a token that is not an integer id, when the problem's input
-    encoder reads ids (t2t's plain `TextEncoder`, e.g. the algorithmic problems).
-
-    Args:
-      records: the records of `read_inputs`.
-      encoder: the problem's input encoder (other encoders accept any text).
-      source: where they come from, for the message: "--decode_from_file=F", "stdin".
-      delimiter: the record separator (records are lines when it is "\n").
-      first_line: the line number of the first record.
-
-    Raises:
-      UserError: "--decode_from_file=F:2: 'x' is not a token id; ...".
-    """
-    from t2t_lite.data_generators import text_encoder
-
-    if type(encoder).encode is not text_encoder.TextEncoder.encode:
-        return
-    for number, record in enumerate(records, start=first_line):
-        for token in record.split():
-            try:
-                int(token)
-            except ValueError:
-                where = f"{number}" if delimiter == "\n" else f" record {number}"
-                raise UserError(
-                    f"{source}:{where}: {token!r} is not a token id; "
-                    "this problem's inputs are integer ids separated by spaces") from None
-
-
-def sort_inputs(inputs: Sequence[str]) -> tuple[list[str], list[int]]:
-    """Stable sort by number of whitespace-separated words, longest first (t2t's order).
-
-    Args:
-      inputs: records in file order.
-
-    Returns:
-      (sorted_inputs, sorted_keys): sorted_keys[i] = position of input i in sorted_inputs.
-    """
-    order = sorted(range(len(inputs)), key=lambda i: -len(inputs[i].split()))
-    sorted_keys = [0] * len(inputs)
-    for position, index in enumerate(order):
-        sorted_keys[index] = position
-    return [inputs[i] for i in order], sorted_keys
-
-
-def follow_sort(items: Sequence | None, sorted_keys: Sequence[int]) -> list | None:
-    """`items` parallel to the inputs, put in the inputs' sorted order (`sort_inputs`'s
-    `sorted_keys`); None stays None."""
-    if items is None:
-        return None
-    ordered = [None] * len(items)
-    for index, position in enumerate(sorted_keys):
-        ordered[position] = items[index]
-    return ordered
-
-
-def input_length_limit(decode_hp: HParams) -> int | None:
-    """The one input-length rule of decode mode and export (t2t's `max_input_size`).
-
-    Args:
-      decode_hp: decode hparams.
-
-    Returns:
-      `max_input_size` when > 0: an input longer than that is cut to its first
-      `max_input_size - 1` ids plus EOS; else None: inputs are never cut (t2t's default).
-    """
-    return int(decode_hp.max_input_size) if decode_hp.max_input_size > 0 else None
-
-
-def longest_input(records: Sequence[str], encoder: Any, max_input_size: int = -1,
-                  candidates: int = 64) -> tuple[int, int]:
-    """The record that encodes longest and its length in ids with EOS, as decoded (cut by
-    `max_input_size` when > 0), for the memory estimate before the model loads.
-
-    Only the `candidates` records longest in characters are encoded (a subword or id never
-    spans less than one character), so a large file is not encoded twice.
-
-    Args:
-      records: the records of `read_inputs`.
-      encoder: the problem's input encoder.
-      max_input_size: see `encode_input`.
-      candidates: how many records to encode.
-
-    Returns:
-      (record number from 1, length); (0, 0) for no records.
-    """
-    longest = sorted(range(len(records)), key=lambda i: -len(records[i]))[:candidates]
-    best = (0, 0)
-    for index in longest:
-        length = len(encode_input(records[index], encoder, max_input_size))
-        if length > best[1]:
-            best = (index + 1, length)
-    return best
-
-
-def encode_input(text: str, encoder: Any, max_input_size: int = -1) -> list[int]:
-    """`encoder.encode(text)`, truncated to `max_input_size - 1` ids when > 0, plus EOS."""
-    ids = list(encoder.encode(text))
-    if max_input_size > 0:
-        ids = ids[: max_input_size - 1]
-    return ids + [EOS_ID]
-
-
-def pad_batch(id_lists: Sequence[Sequence[int]]) -> np.ndarray:
-    """int32 [B, max length] with each list right-padded with 0."""
-    length = max(len(ids) for ids in id_lists)
-    batch = np.zeros((len(id_lists), length), np.int32)
-    for row, ids in enumerate(id_lists):
-        batch[row, : len(ids)] = ids
-    return batch
-
-
-def batch_inputs(sorted_inputs: Sequence[str], encoder: Any, batch_size: int,
-                 max_input_size: int = -1) -> Iterator[np.ndarray]:
-    """Yields the encoded batches of t2t's `_decode_batch_input_fn`, in order.
-
-    Args:
-      sorted_inputs: records, already sorted.
-      encoder: the problem's input encoder (`.encode(str) -> list[int]`).
-      batch_size: records per batch.
-      max_input_size: see `encode_input`.
-
-    Yields:
-      int32 [B, L] batches (B = batch_size except possibly the last), each row ending in EOS
-      before its padding.
-    """
-    for start in range(0, len(sorted_inputs), batch_size):
-        chunk = sorted_inputs[start: start + batch_size]
-        yield pad_batch([encode_input(text, encoder, max_input_size) for text in chunk])
-
-
-def save_until_eos(ids: np.ndarray) -> np.ndarray:
-    """The ids before the first EOS (all of them when there is none), flattened."""
-    ids = np.asarray(ids).reshape(-1)
-    eos = np.flatnonzero(ids == EOS_ID)
-    return ids[: eos[0]] if eos.size else ids
-
-
-def beam_texts(outputs: np.ndarray, scores: np.ndarray | None, targets_encoder: Any,
-               skip_eos_postprocess: bool = False,
-               identity_output: bool = False) -> list[list[tuple[str, float | None]]]:
-    """The (text, score) of every beam of every batch row, best first.
-
-    Args:
-      outputs: int [B, T] (one beam per row) or [B, K, T].
-      scores: float [B] or [B, K], or None (scores then None).
-      targets_encoder, skip_eos_postprocess, identity_output: as `format_decodes`.
-
-    Returns:
-      B lists of K (text, score) pairs.
-    """
-
-    def text(ids) -> str:
-        if identity_output:
-            return " ".join(str(i) for i in np.asarray(ids).reshape(-1))
-        ids = np.asarray(ids).reshape(-1) if skip_eos_postprocess else save_until_eos(ids)
-        return targets_encoder.decode(ids)
-
-    outputs = np.asarray(outputs)
-    if outputs.ndim == 2:  # beam_size 1: one beam per row
-        outputs = outputs[:, None, :]
-    if scores is not None:
-        scores = np.asarray(scores).reshape(outputs.shape[:2])
-    return [[(text(beam), None if scores is None else float(scores[row][k]))
-             for k, beam in enumerate(beams)] for row, beams in enumerate(outputs)]
-
-
-def format_decodes(outputs: np.ndarray, scores: np.ndarray | None, targets_encoder: Any,
-                   return_beams: bool = False, write_beam_scores: bool = False,
-                   skip_eos_postprocess: bool = False,
-                   identity_output: bool = False) -> list[str]:
-    """One output record per batch row, as t2t writes them.
-
-    Args:
-      outputs: int [B, T], or [B, K, T] for several beams (best first).
-      scores: float [B] or [B, K] (needed with write_beam_scores).
-      targets_encoder: `.decode(ids) -> str`.
-      return_beams: tab-join the K beams of a row.
-      write_beam_scores: with return_beams, follow each beam by "\\t%.2f" of its score.
-      skip_eos_postprocess: decode every id, not only those before the first EOS.
-      identity_output: write the ids as space-separated numbers instead of text (all of
-        them, as t2t's identity_output does).
-
-    Returns:
-      B strings.
-    """
-    outputs = np.asarray(outputs)
-    if not return_beams and outputs.ndim == 3:  # several beams but only the best is wanted
-        outputs, scores = outputs[:, 0], None
-    if not return_beams:
-        scores = None
-    rows = beam_texts(outputs, scores, targets_encoder, skip_eos_postprocess, identity_output)
-    if not return_beams:
-        return [beams[0][0] for beams in rows]
-    if write_beam_scores and scores is None:
-        raise ValueError("write_beam_scores needs the model's scores")
-    if write_beam_scores:
-        return ["\t".join(f"{t}\t{score:.2f}" for t, score in beams) for beams in rows]
-    return ["\t".join(t for t, _ in beams) for beams in rows]
-
-
-def nbest_lines(beams_by_line: Sequence[Sequence[tuple[str, float]]]) -> list[str]:
-    """fairseq's and Marian's n-best lines: `index ||| text ||| score` for every beam of
-    every input line (index 0-based, in input order, beams best first)."""
-    return [f"{index} ||| {text} ||| {score:.6f}"
-            for index, beams in enumerate(beams_by_line) for text, score in beams]
-
-
-def format_options(decode_hp: HParams) -> dict:
-    """The `format_decodes` keyword arguments that the decode hparams select."""
-    return {"return_beams": decode_hp.return_beams,
-            "write_beam_scores": decode_hp.write_beam_scores,
-            "skip_eos_postprocess": decode_hp.skip_eos_postprocess,
-            "identity_output": decode_hp.identity_output}
 
 
 # Measured on 2 cores (bench/bench_parallel_decode.py); more batches at once only add
@@ -741,13 +385,15 @@ def decode_from_dataset(infer_fn: InferFn, examples: Iterable[dict], encoders: d
     for decode_id in range(decode_hp.num_decodes):
         if decode_hp.num_decodes > 1:
             logging.info("Decoding pass %d of %d", decode_id + 1, decode_hp.num_decodes)
-        output = _decode_dataset_once(infer_fn, examples, encoders, decode_hp, base, name_parts)
+        output = decode_dataset_once(infer_fn, examples, encoders, decode_hp, base, name_parts)
     return output
 
 
-def _decode_dataset_once(infer_fn: InferFn, examples: list[dict], encoders: dict,
-                         decode_hp: HParams, base: str,
-                         name_parts: tuple[str, str, str]) -> str:
+def decode_dataset_once(infer_fn: InferFn, examples: list[dict], encoders: dict,
+                        decode_hp: HParams, base: str,
+                        name_parts: tuple[str, str, str]) -> str:
+    """Decodes `examples` once (`decode_examples`) and writes t2t's `.decodes`, `.targets`
+    and `.inputs` files under `decode_filename(base, ...)`; returns the `.decodes` path."""
     decodes, targets, inputs = decode_examples(infer_fn, examples, encoders, decode_hp)
     output = decode_filename(base, *name_parts, decode_hp)
     parts = output.split(".")
@@ -772,91 +418,6 @@ def unpacked_problem(problem: Any) -> Any:
         if unpacked in registry.list_problems():
             return registry.problem(unpacked)
     return problem
-
-
-def decode_dev_and_bleu(model: Any, problem: Any, hparams: HParams, data_dir: str,
-                        decode_hp: HParams, output_dir: str, step: int,
-                        name_parts: tuple[str, str, str],
-                        reference: str | None = None) -> float | None:
-    """`decode_dev_and_score` with t2t's BLEU alone; returns BLEU x 100 or None."""
-    return decode_dev_and_score(model, problem, hparams, data_dir, decode_hp, output_dir, step,
-                                name_parts, reference).get("BLEU")
-
-
-def decode_dev_and_score(model: Any, problem: Any, hparams: HParams, data_dir: str,
-                         decode_hp: HParams, output_dir: str, step: int,
-                         name_parts: tuple[str, str, str], reference: str | None = None,
-                         metrics: Sequence[str] = ("bleu",)) -> dict[str, float]:
-    """Decodes the dev set with the current weights and logs its BLEU: what t2t's
-    `train_eval_and_decode` schedule does after each evaluation.
-
-    The dev examples of `problem` (its unpacked problem for a `*_packed` one, as t2t swaps
-    them; never packed by `pack_dataset`) are decoded with `decode_hp` and written as
-    `<output_dir>/decode_eval/dev-<step>` + t2t's suffix (`.decodes`, `.targets`,
-    `.inputs`). BLEU (t2t's uncased `bleu_wrapper`, x 100) compares the decodes with
-    `reference` when given (t2t's decode_reference), else with the `.targets` file (the dev
-    targets as text); it is logged and written as the `BLEU` scalar at `step` to
-    `<output_dir>/decode_eval` (t2t's `<summaries_log_dir>_eval`), with sacreBLEU's other
-    `metrics` (chrF2, chrF2++, TER; `mt_metrics.SCALAR_NAMES`) beside it, and to the run
-    card's "bleu" section.
-
-    Args:
-      model: a model with `infer` (the Transformer).
-      problem: the training problem.
-      hparams: model hparams.
-      data_dir: the problem's data.
-      decode_hp: decode hparams (--decode_hparams).
-      output_dir: the training run's directory.
-      step: global step of the weights.
-      name_parts: (model name, hparams_set, problem name) for the file names.
-      reference: optional reference file, one line per dev example.
-      metrics: `mt_metrics.METRICS` names besides t2t's BLEU (logged always).
-
-    Returns:
-      {"BLEU": BLEU x 100, "chrF2": ..., ...}; {} when the problem has no inputs to decode or
-      the scores cannot be computed (logged).
-    """
-    import tensorflow as tf
-
-    from t2t_lite.data_generators.problem import ModeKeys
-    from t2t_lite.evaluation import bleu_hook, mt_metrics
-
-    problem = unpacked_problem(problem)
-    if not getattr(problem, "has_inputs", True):
-        logging.info("train_eval_and_decode: %s has no inputs to decode", problem.name)
-        return {}
-    problem_hparams = problem.get_hparams(hparams, data_dir=data_dir)
-    examples = problem.dataset(ModeKeys.PREDICT, data_dir, hparams, batch=False,
-                               max_records=decode_hp.num_samples)
-    infer_fn = make_infer_fn(model, decode_hp, int(problem_hparams.get("target_space_id", 0)))
-    directory = os.path.join(output_dir, f"{decode_hp.summaries_log_dir}_eval")
-    tf.io.gfile.makedirs(directory)
-    output = _decode_dataset_once(infer_fn, list(examples.as_numpy_iterator()),
-                                  problem_hparams.vocabulary, decode_hp,
-                                  os.path.join(directory, f"dev-{step}"), name_parts)
-    reference = reference or output[: -len("decodes")] + "targets"
-    try:
-        scores = {"BLEU": 100 * float(bleu_hook.bleu_wrapper(reference, output))}
-        others = mt_metrics.corpus_scores(bleu_hook.read_lines(reference),
-                                          bleu_hook.read_lines(output),
-                                          [m for m in metrics if m != "bleu"])
-    except ValueError as e:
-        logging.warning("No BLEU at step %d: %s", step, e)
-        return {}
-    scores.update(mt_metrics.scalars(others))
-    from t2t_lite.training import run_card
-
-    run_card.record_bleu(output_dir, step, reference, output,
-                         [f"BLEU_uncased = {scores['BLEU']:6.2f}",
-                          *mt_metrics.score_lines(others)])
-    logging.info("Decode at step %d: %s (%s against %s)", step,
-                 ", ".join(f"{k} = {v:.2f}" for k, v in scores.items()), output, reference)
-    writer = tf.summary.create_file_writer(directory)
-    with writer.as_default():
-        for name, value in scores.items():
-            tf.summary.scalar(name, value, step=step)
-    writer.close()
-    return scores
 
 
 # ------------------------------------------------------------------------------ the model
@@ -894,11 +455,6 @@ def make_infer_fn(model: Any, decode_hp: HParams, target_space_id: int = 0,
     return infer_fn
 
 
-def _checkpoint_step(path: str) -> int:
-    match = re.search(r"-(\d+)$", path)
-    return int(match.group(1)) if match else 0
-
-
 def check_reference(reference: str, records: int | None, source: str) -> None:
     """Refuses `--decode_reference` before anything is decoded: a missing file, or one whose
     line count differs from the number of records to decode (t2t's `bleu_wrapper` asserts
@@ -923,42 +479,3 @@ def check_reference(reference: str, records: int | None, source: str) -> None:
         raise UserError(f"--decode_reference={reference} has {lines} lines but {source} has "
                         f"{records} records to decode: give the reference of that input, one "
                         "line per record")
-
-
-def report_bleu(reference: str, decodes_file: str, output_dir: str | None,
-                checkpoint: str, summaries_log_dir: str = "decode",
-                metrics: Sequence[str] = ("bleu",)) -> None:
-    """Prints BLEU of the decodes (and sacreBLEU's other `metrics`), writes t2t's decode-hook
-    `BLEU` summary (and chrF2 / chrF2++ / TER) and the run card's "bleu" section.
-
-    Raises:
-      UserError: the reference and the decodes differ in line count (t2t asserts).
-    """
-    from t2t_lite.evaluation import bleu_hook, mt_metrics
-
-    try:
-        lines = bleu_hook.bleu_report(reference, decodes_file, metrics=metrics)
-    except ValueError as e:
-        raise UserError(f"{one_line(e)} (the decodes are kept in {decodes_file})") from e
-    for line in lines:
-        print(line)
-    if output_dir:
-        from t2t_lite.training import run_card
-        run_card.record_bleu(output_dir, _checkpoint_step(checkpoint), reference, decodes_file,
-                             lines)
-        import tensorflow as tf
-
-        scores = {}
-        if "bleu" in metrics:
-            scores["BLEU"] = 100 * float(bleu_hook.bleu_wrapper(reference, decodes_file))
-        others = [m for m in metrics if m != "bleu"]
-        if others:
-            scores.update(mt_metrics.scalars(mt_metrics.corpus_scores(
-                bleu_hook.read_lines(reference), bleu_hook.read_lines(decodes_file), others)))
-        writer = tf.summary.create_file_writer(os.path.join(output_dir, summaries_log_dir))
-        with writer.as_default():
-            for name, value in scores.items():
-                # The reference named in the summary: `--mode=plot` says which file was scored.
-                tf.summary.scalar(name, value, step=_checkpoint_step(checkpoint),
-                                  description=reference)
-        writer.close()

@@ -8,6 +8,14 @@ from t2t_lite import file_io
 from t2t_lite.errors import UserError
 
 
+def normalize_record(record: str) -> str:
+    """A decode input as decoding reads it: without surrounding whitespace (a CRLF line's
+    "\r" included). Every record of `--decode_from_file` (after the file's leading
+    byte-order mark is dropped) and every sentence sent to the server (`--mode=serve`) goes
+    through it, so that a sentence gets the same translation either way."""
+    return record.strip()
+
+
 def read_inputs(filename: str, delimiter: str = "\n") -> list[str]:
     """The records of `filename` as t2t reads them.
 
@@ -16,7 +24,8 @@ def read_inputs(filename: str, delimiter: str = "\n") -> list[str]:
       delimiter: record separator.
 
     Returns:
-      Records split on `delimiter`, each stripped, a final empty record dropped.
+      Records split on `delimiter`, each normalised (`normalize_record`), a final empty
+      record dropped.
 
     Raises:
       UserError: the file is not UTF-8, naming file:line.
@@ -30,7 +39,7 @@ def read_inputs(filename: str, delimiter: str = "\n") -> list[str]:
         column = e.start - (data.rfind(b"\n", 0, e.start) + 1) + 1
         raise UserError(f"{filename}:{line}: invalid UTF-8 (byte 0x{data[e.start]:02x} at "
                         f"column {column}); decode input must be UTF-8 text") from e
-    records = [record.strip() for record in text.split(delimiter)]
+    records = [normalize_record(record) for record in text.split(delimiter)]
     if records and not records[-1]:
         records.pop()
     return records

@@ -126,7 +126,7 @@ def load_hparams(output_dir: str | None, hparams_set: str | None, overrides: str
       ValueError: neither a set nor an hparams.json is available.
       UserError: hparams.json is damaged (one line naming it).
     """
-    from t2t_lite.hparams import create_hparams
+    from t2t_lite.hparams_lib import create_hparams
     from t2t_lite.utils.run_metadata import read_hparams_json
 
     json_path = os.path.join(output_dir, "hparams.json") if output_dir else None
@@ -186,10 +186,10 @@ def checkpoint_to_restore(checkpoint_path: str | None, output_dir: str | None) -
 
     if checkpoint_path:
         if tf.io.gfile.isdir(checkpoint_path):
-            from t2t_lite.training import keep_best
+            from t2t_lite.utils import best_checkpoints
 
             # A keep-best folder (output_dir/best): its best checkpoint, not its newest.
-            best = keep_best.ranked(checkpoint_path)
+            best = best_checkpoints.ranked(checkpoint_path)
             if best:
                 return checkpoint_guard.check_readable(best[0])
             path = checkpoint_guard.newest_good_checkpoint(checkpoint_path)

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from t2t_lite import file_io
-from t2t_lite.decoding.decoding import encode_input, pad_batch
+from t2t_lite.decoding.text_batches import encode_input, pad_batch
 
 
 def read_score_file(filename: str) -> list[tuple[str, str]]:

@@ -205,7 +205,7 @@ def layer_norm(x: tf.Tensor, scale: tf.Tensor, bias: tf.Tensor, epsilon: float) 
 
         @_grad_scope("layer_norm_grad")
         def grad(dy):
-            native = native_kernels.layer_norm_grad(dy.dtype)
+            native = native_kernels.layer_norm_grad(dy.dtype, placed_on=norm_x)
             if native is not None:
                 # One pass over dy and norm_x instead of the eleven ops below.
                 return native(dy, norm_x, rstd, scale)
@@ -292,7 +292,7 @@ def softmax_dropout_matmul(logits: tf.Tensor, v: tf.Tensor, mask: tf.Tensor) -> 
                 dropped = weights * mask
             d_dropped = tf.matmul(dout, v, adjoint_b=True)
             d_v = tf.matmul(dropped, dout, adjoint_a=True)
-            native = native_kernels.softmax_dropout_grad(weights.dtype)
+            native = native_kernels.softmax_dropout_grad(weights.dtype, placed_on=weights)
             if native is not None:
                 # One pass instead of the four ops below. A mask of the weights' shape is
                 # passed as it is (broadcast_to forwards it); a noise_shape mask is expanded.

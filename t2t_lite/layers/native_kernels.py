@@ -25,9 +25,12 @@ Kernels (bench/README.md, "Two backward passes as C++ ops"):
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import functools
 import hashlib
+import json
 import os
+import platform
 import shutil
 import subprocess
 import tempfile
@@ -104,17 +107,41 @@ def compiler(environ=os.environ) -> str | None:
     return None
 
 
-def march_flag(environ=os.environ) -> str:
-    """The compiler's target flag: `-march=native`, or `-march=$T2T_LITE_KERNEL_MARCH`.
+def march(environ=os.environ) -> str:
+    """The compiler target: `native`, or `$T2T_LITE_KERNEL_MARCH`.
 
     Raises:
       BuildError: the variable holds more than a target's name (letters, digits, `-_.`).
     """
-    march = environ.get(MARCH_ENV, "").strip() or "native"
-    if not all(c.isalnum() or c in "-_." for c in march):
-        raise BuildError(f"{MARCH_ENV}={march!r} is not a compiler target name "
+    target = environ.get(MARCH_ENV, "").strip() or "native"
+    if not all(c.isalnum() or c in "-_." for c in target):
+        raise BuildError(f"{MARCH_ENV}={target!r} is not a compiler target name "
                          "(e.g. native, haswell, skylake-avx512)")
-    return f"-march={march}"
+    return target
+
+
+def march_flag(environ=os.environ) -> str:
+    """The compiler's target flag: `-march=native`, or `-march=$T2T_LITE_KERNEL_MARCH`."""
+    return f"-march={march(environ)}"
+
+
+def target_flag_sets(target: str, cpu_flags: set[str], machine: str = platform.machine()
+                     ) -> list[list[str]]:
+    """The target flags to try, in order, until one set compiles.
+
+    On x86, first the target without AVX512-FP16: TensorFlow 2.21's Eigen headers do not
+    compile with it under GCC 12 (`PacketMathFP16.h: expected initializer`), and the
+    kernels use no half-precision code, so leaving it out costs nothing where it works. Then
+    the target as it is (a compiler too old to know `-mno-avx512fp16` rejects the flag at
+    once), and for `native` last a generic target this CPU runs (`x86-64-v3` with AVX2 and
+    FMA, else `x86-64-v2`). Elsewhere just the target.
+    """
+    if machine not in ("x86_64", "AMD64", "i686", "i386"):
+        return [[f"-march={target}"]]
+    sets = [[f"-march={target}", "-mno-avx512fp16"], [f"-march={target}"]]
+    if target == "native":
+        sets.append(["-march=x86-64-v3" if {"avx2", "fma"} <= cpu_flags else "-march=x86-64-v2"])
+    return sets
 
 
 def sources() -> list[str]:
@@ -142,48 +169,160 @@ def library_name(sources: list[str], cxx: str, flags: list[str]) -> str:
     return f"{LIBRARY}-{key}.so"
 
 
+def failure_path(library: str) -> str:
+    """Where a failed build of `library` is remembered (JSON: the error line, the flags
+    tried), so that no other process pays for it again."""
+    return library + ".failed"
+
+
+def _remembered_failure(library: str) -> str | None:
+    """The error line of an earlier failed build of `library`, or None. A damaged record
+    is ignored with one warning (and rewritten by the build that follows)."""
+    path = failure_path(library)
+    try:
+        with open(path, encoding="utf-8") as f:
+            record = json.load(f)
+        return str(record["error"])
+    except OSError:
+        return None  # none, or an unreadable cache: the build says which in its own line
+    except (ValueError, KeyError, TypeError) as e:
+        logging.warning("Ignoring the damaged native-kernel build record %s (%s): building "
+                        "again", path, type(e).__name__)
+        return None
+
+
+@contextlib.contextmanager
+def _build_lock(out_dir: str) -> Iterator[None]:
+    """Holds an exclusive lock on the cache folder while a library is built: processes
+    starting at once build once, the others wait here and then find the library or the
+    failure record. The folder itself is locked (flock), so nothing is left behind."""
+    fd = os.open(out_dir, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def _compile(cmd_head: list[str], target_sets: list[list[str]], tail: list[str], cxx: str,
+             timeout: float) -> str | None:
+    """Runs the compiler with each target flag set in turn until one succeeds; returns None
+    on success, else the first error line of the first attempt whose failure is not about a
+    flag (the one a user can act on)."""
+    errors_seen = []
+    for target_flags in target_sets:
+        cmd = [*cmd_head, *target_flags, *tail]
+        try:
+            result = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            errors_seen.append(f"{os.path.basename(cxx)} took over {timeout:.0f} s")
+            continue
+        if result.returncode == 0:
+            return None
+        error_lines = [line for line in result.stderr.splitlines() if "error" in line]
+        first = (error_lines or result.stderr.strip().splitlines() or ["no output"])[0]
+        errors_seen.append(f"{os.path.basename(cxx)} {' '.join(target_flags)} failed "
+                           f"(exit {result.returncode}): {first.strip()}")
+    return errors_seen[0] if errors_seen else "no target to try"
+
+
+def library_path(sources: list[str], out_dir: str, cxx: str, environ=os.environ) -> str:
+    """Where `build` puts (or finds) the library of `sources` for `cxx` and the target of
+    `march(environ)` in the cache folder `out_dir`."""
+    flags = [f"-march={march(environ)}", *tf.sysconfig.get_compile_flags(),
+             *tf.sysconfig.get_link_flags()]
+    return os.path.join(out_dir, library_name(sources, cxx, flags))
+
+
 def build(sources: list[str], out_dir: str, cxx: str, timeout: float = BUILD_TIMEOUT_S,
           environ=os.environ) -> str:
-    """Compiles `sources` into one library in `out_dir` for the target of `march_flag()`
-    unless it is there already; returns the library's path.
+    """Compiles `sources` into one library in `out_dir` for the target of `march()` unless
+    it is there already; returns the library's path.
 
-    Concurrent processes may build at once: each writes its own temporary file and renames
-    it into place (atomic), so a reader never sees half a library.
+    The target's flag sets (`target_flag_sets`) are tried in order. A failure is remembered
+    beside the library's name (`failure_path`) under the same key (sources, compiler,
+    flags, TensorFlow, CPU), so no process compiles again until one of those changes;
+    processes starting at once build once (`_build_lock`), the others wait for its result.
+    The library is written to a temporary file and renamed into place (atomic).
 
     Raises:
-      BuildError: the compiler failed or timed out (its first error line), `out_dir`
-        cannot be written, or the target's name is malformed.
+      BuildError: the compiler failed or timed out (its first error line), now or in an
+        earlier build, `out_dir` cannot be written, or the target's name is malformed.
     """
-    compile_flags = [march_flag(environ), *tf.sysconfig.get_compile_flags()]
+    target = march(environ)
     link_flags = list(tf.sysconfig.get_link_flags())
-    path = os.path.join(out_dir, library_name(sources, cxx, compile_flags + link_flags))
+    path = library_path(sources, out_dir, cxx, environ)
     if os.path.exists(path):
         return path
+    remembered = _remembered_failure(path)
+    if remembered:
+        raise BuildError(f"{remembered} (remembered; delete {failure_path(path)} to retry)")
     try:
         os.makedirs(out_dir, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(suffix=".so.tmp", dir=out_dir)
-        os.close(fd)
     except OSError as e:
         raise BuildError(f"cannot write the kernel cache {out_dir}: {e.strerror or e}") from e
-    cmd = [cxx, "-std=c++17", "-shared", "-fPIC", "-O3", "-w", *compile_flags, *sources,
-           "-o", tmp, *link_flags]
+    with _build_lock(out_dir):
+        if os.path.exists(path):  # built by the process that held the lock
+            return path
+        remembered = _remembered_failure(path)
+        if remembered:
+            raise BuildError(f"{remembered} (remembered; delete {failure_path(path)} to "
+                             "retry)")
+        try:
+            fd, tmp = tempfile.mkstemp(suffix=".so.tmp", dir=out_dir)
+            os.close(fd)
+        except OSError as e:
+            raise BuildError(f"cannot write the kernel cache {out_dir}: "
+                             f"{e.strerror or e}") from e
+        _, cpu_flags = onednn.cpu_info(onednn.read_cpuinfo())
+        target_sets = target_flag_sets(target, cpu_flags)
+        head = [cxx, "-std=c++17", "-shared", "-fPIC", "-O3", "-w"]
+        tail = [*tf.sysconfig.get_compile_flags(), *sources, "-o", tmp, *link_flags]
+        try:
+            error = _compile(head, target_sets, tail, cxx, timeout)
+            if error is None:
+                os.replace(tmp, path)
+                return path
+        except OSError as e:
+            error = f"cannot run {cxx}: {e.strerror or e}"
+        finally:
+            if os.path.exists(tmp):
+                os.remove(tmp)
+        record = {"error": error, "tried": [" ".join(s) for s in target_sets]}
+        try:
+            # Renamed into place: a process reading it without the lock sees all or nothing.
+            fd, record_tmp = tempfile.mkstemp(suffix=".failed.tmp", dir=out_dir)
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                json.dump(record, f)
+            os.replace(record_tmp, failure_path(path))
+        except OSError:
+            pass  # not remembered: the next process tries again, nothing else is lost
+        raise BuildError(error)
+
+
+# The ops the library must hold; a library under the cache's name without them is not ours.
+OPS = ("t2t_lite_layer_norm_grad", "t2t_lite_softmax_dropout_grad")
+
+
+def _load_library(path: str):
+    """`tf.load_op_library(path)`, or None with one warning where the file does not load or
+    lacks an op of `OPS` (a damaged or foreign file under the cache's name: removed, so
+    the next build writes it anew)."""
     try:
-        result = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-        if result.returncode != 0:
-            error_lines = [line for line in result.stderr.splitlines() if "error" in line]
-            first = (error_lines or result.stderr.strip().splitlines() or ["no output"])[0]
-            raise BuildError(f"{os.path.basename(cxx)} failed (exit {result.returncode}): "
-                             f"{first.strip()}")
-        os.replace(tmp, path)
-    except subprocess.TimeoutExpired as e:
-        raise BuildError(f"{os.path.basename(cxx)} took over {timeout:.0f} s on "
-                         f"{', '.join(os.path.basename(s) for s in sources)}") from e
-    except OSError as e:
-        raise BuildError(f"cannot run {cxx}: {e.strerror or e}") from e
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-    return path
+        module = tf.load_op_library(path)
+    except Exception as e:  # noqa: BLE001 - a file that will not load is any error of dlopen's
+        reason = str(e).splitlines()[0] if str(e) else type(e).__name__
+    else:
+        missing = [op for op in OPS if not hasattr(module, op)]
+        if not missing:
+            return module
+        reason = f"it lacks {', '.join(missing)}"
+    logging.warning("Native kernels unavailable, TensorFlow ops instead: the cached library "
+                    "%s does not load (%s); removed, the next process builds it again",
+                    path, reason)
+    with contextlib.suppress(OSError):
+        os.remove(path)
+    return None
 
 
 @functools.lru_cache(maxsize=None)
@@ -201,45 +340,60 @@ def _load():
     started = time.time()
     try:
         path = build(sources(), cache_dir(), cxx)
-        module = tf.load_op_library(path)
-    except (BuildError, tf.errors.NotFoundError) as e:
+    except BuildError as e:
         logging.warning("Native kernels unavailable, TensorFlow ops instead (the same "
                         "results, a slower step): %s", str(e).splitlines()[0])
         return None
-    if time.time() - started > 1:
+    module = _load_library(path)
+    if module is not None and time.time() - started > 1:
         logging.info("Built t2t_lite's native kernels in %.1f s: %s", time.time() - started,
                      path)
     return module
 
 
-def _op(name: str, dtype: tf.DType) -> Callable | None:
+def placed_on_cpu(tensor: tf.Tensor) -> bool:
+    """Whether `tensor`'s op runs on a CPU device: its device string names a CPU, or names
+    no device type while no GPU is visible (then TensorFlow places it on the CPU). The
+    kernels are registered for CPU only; anywhere else TensorFlow ops run."""
+    device = getattr(tensor, "device", "") or ""
+    device_type = tf.DeviceSpec.from_string(device).device_type if device else None
+    if device_type:
+        return device_type.upper() == "CPU"
+    return not tf.config.list_logical_devices("GPU")
+
+
+def _op(name: str, dtype: tf.DType, placed_on: tf.Tensor | None = None) -> Callable | None:
     """The library's op `name` for tensors of `dtype`, or None where TensorFlow ops must run
-    instead (inside `disabled()`, a dtype the kernels are not built for, no library)."""
+    instead (inside `disabled()`, a dtype the kernels are not built for, a computation
+    placed on another device than a CPU, no library)."""
     if _disabled_depth or dtype not in DTYPES:
+        return None
+    if placed_on is not None and not placed_on_cpu(placed_on):
         return None
     module = _load()
     return None if module is None else getattr(module, name)
 
 
-def layer_norm_grad(dtype: tf.DType = tf.float32
+def layer_norm_grad(dtype: tf.DType = tf.float32, placed_on: tf.Tensor | None = None
                     ) -> Callable[..., tuple[tf.Tensor, tf.Tensor, tf.Tensor]] | None:
     """The `T2tLiteLayerNormGrad` op for `dtype` tensors, or None where TensorFlow ops must
-    run instead.
+    run instead (`placed_on`: a tensor of the computation; not on a CPU device: None).
 
     The op: (dy [..., D], norm_x [..., D], rstd [..., 1], scale [D]) ->
     (dx [..., D], d_scale [D], d_bias [D]), float32 or float64, with
     dx = rstd * (g - mean(g) - norm_x * mean(g * norm_x)) for g = dy * scale,
     d_scale = sum(dy * norm_x) and d_bias = sum(dy) over all rows.
     """
-    return _op("t2t_lite_layer_norm_grad", dtype)
+    return _op("t2t_lite_layer_norm_grad", dtype, placed_on)
 
 
-def softmax_dropout_grad(dtype: tf.DType = tf.float32) -> Callable[..., tf.Tensor] | None:
+def softmax_dropout_grad(dtype: tf.DType = tf.float32, placed_on: tf.Tensor | None = None
+                         ) -> Callable[..., tf.Tensor] | None:
     """The `T2tLiteSoftmaxDropoutGrad` op for `dtype` tensors, or None where TensorFlow ops
-    must run instead.
+    must run instead (`placed_on`: a tensor of the computation; not on a CPU device: None).
 
     The op: (d_dropped, weights, mask), one shape [..., K], float32 or float64 ->
     d_logits [..., K] = (d_dropped * mask - sum(d_dropped * mask * weights)) * weights,
     the sum over the last axis: the logits' gradient of softmax(logits) * mask.
     """
-    return _op("t2t_lite_softmax_dropout_grad", dtype)
+    return _op("t2t_lite_softmax_dropout_grad", dtype, placed_on)

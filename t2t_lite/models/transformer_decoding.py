@@ -34,9 +34,17 @@ BEAM_SLOT_BLOCK = 12
 
 def sampling_from_hparams(hparams) -> Sampling:
     """The sampling settings of model `hparams` (t2t's sampling_method, sampling_temp,
-    sampling_keep_top_k and sampling_keep_top_p; defaults for those a set lacks)."""
-    return Sampling(*(hparams_support.hparam(hparams, f"sampling_{name}")
-                      for name in ("method", "temp", "keep_top_k", "keep_top_p")))
+    sampling_keep_top_k and sampling_keep_top_p; defaults for those a set lacks).
+
+    Raises:
+      HParamsError: a Python sampling_keep_top_p outside (0, 1] (a tensor, the SavedModel's
+        input, is checked by its signature).
+    """
+    values = [hparams_support.hparam(hparams, f"sampling_{name}")
+              for name in ("method", "temp", "keep_top_k", "keep_top_p")]
+    if isinstance(values[3], (int, float)):
+        hparams_support.check_range("sampling_keep_top_p", values[3])
+    return Sampling(*values)
 
 
 def self_attention_zeros(model, shape_fn) -> dict[str, dict[str, tf.Tensor]]:

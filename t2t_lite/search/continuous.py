@@ -78,7 +78,8 @@ class SlotSearch:
       target_space_id: the problem's.
       eos_id: the id that ends a hypothesis.
       steps_per_call: steps run by one `run` (fewer: every row stopped).
-      functions: a dict shared by the searches of one model (their traced functions).
+      functions: a dict shared by the searches of one model (their traced functions; alpha
+        is an input of them, so searches with any alpha share them).
     """
 
     def __init__(self, model, beam_size: int, alpha: float, extra_length: int,
@@ -94,19 +95,15 @@ class SlotSearch:
         self.top_beams = int(top_beams)
         self.target_space_id = int(target_space_id)
         self.steps_per_call = int(steps_per_call)
-        if self.beam_size == 1:
-            self.strategy = greedy.Greedy(
-                lambda logits, t: sampling.sample(logits, sampling.Sampling()), int(eos_id),
-                rows_alone=True)
-        else:
-            # n-best lists compare a sentence's lowest finished score, as a search of that
-            # sentence alone does.
-            self.strategy = beam_search.BeamSearch(
-                self.beam_size, model.vocab_size, float(alpha), int(eos_id),
-                "best" if self.top_beams == 1 else "row_worst", rows_alone=True)
+        self.vocab_size = model.vocab_size
+        self.eos_id = int(eos_id)
+        self.alpha = float(alpha)
+        # The host's strategy (start, result); a compiled run builds its own from its alpha
+        # input, so that searches differing only in alpha share the traced functions.
+        self.strategy = self._strategy(self.alpha)
         self._functions = {} if functions is None else functions
-        self._key = (self.beam_size, float(alpha), self.top_beams == 1, int(eos_id),
-                     self.buffer)
+        self._key = (self.beam_size, self.top_beams == 1, self.eos_id, self.buffer,
+                     self.extra_length)
         self._state: dict | None = None  # the search's tensors of the live sentences
         self._cache = None  # the model's
         self._steps = np.zeros([0], np.int32)  # each sentence's own step t
@@ -161,10 +158,10 @@ class SlotSearch:
         self._cache = self.slots.make_room(self._cache, self._steps, self.steps_per_call)
         run = self._function("run", self._run_graph, [
             self._state_spec(), self.slots.spec(self._cache), tf.TensorSpec([None], tf.int32),
-            tf.TensorSpec([], tf.int32)])
+            tf.TensorSpec([], tf.int32), tf.TensorSpec([], tf.float32)])
         self._state, self._cache, steps, stopped = run(
             self._state, self._cache, tf.constant(self._steps),
-            tf.constant(self.steps_per_call, tf.int32))
+            tf.constant(self.steps_per_call, tf.int32), tf.constant(self.alpha, tf.float32))
         self.last_steps = int(steps)
         self._steps = self._steps + self.last_steps
         stopped = np.asarray(stopped)
@@ -205,6 +202,18 @@ class SlotSearch:
         return self._functions[key]
 
     # ---------------------------------------------------------------------------- graphs
+    def _strategy(self, alpha):
+        """Greedy (argmax) or beam search with the length penalty's exponent `alpha` (a
+        float, or a float32 scalar tensor inside a compiled run)."""
+        if self.beam_size == 1:
+            return greedy.Greedy(lambda logits, t: sampling.sample(logits, sampling.Sampling()),
+                                 self.eos_id, rows_alone=True)
+        # n-best lists compare a sentence's lowest finished score, as a search of that
+        # sentence alone does.
+        return beam_search.BeamSearch(
+            self.beam_size, self.vocab_size, alpha, self.eos_id,
+            "best" if self.top_beams == 1 else "row_worst", rows_alone=True)
+
     def _start(self, rows, limit) -> dict:
         """The search's state of `rows` new sentences (start id 0)."""
         return self.strategy.start(tf.zeros([rows], tf.int32), self.buffer, limit)
@@ -222,9 +231,10 @@ class SlotSearch:
         state = tf.nest.map_structure(lambda a, b: tf.concat([a, b], axis=0), state, new)
         return state, self.slots.admit(cache, inputs, target_space_id)
 
-    def _run_graph(self, state, cache, t, steps):
+    def _run_graph(self, state, cache, t, steps, alpha):
         # The sentences' own steps stay below max(t) + steps + 1 in this call.
         decoder = self.slots.decoder(cache, tf.reduce_max(t) + steps + 1,
                                      float32_logits=self.beam_size == 1)
-        state, t, cache, steps_run = loop.run_steps(self.strategy, state, decoder, t, steps)
-        return state, cache, steps_run, self.strategy.stopped(state, t)
+        strategy = self._strategy(alpha)
+        state, t, cache, steps_run = loop.run_steps(strategy, state, decoder, t, steps)
+        return state, cache, steps_run, strategy.stopped(state, t)

@@ -74,7 +74,7 @@ def sample(logits: tf.Tensor, sampling: Sampling, step=0) -> tf.Tensor:
       int32 [N].
 
     Raises:
-      ValueError: keep_top_k not -1 or positive, keep_top_p outside (0, 1].
+      ValueError: keep_top_k not -1 or positive.
     """
     if sampling.method != "random" or sampling.temp == 0.0:
         return tf.argmax(logits, axis=-1, output_type=tf.int32)
@@ -87,9 +87,7 @@ def sample(logits: tf.Tensor, sampling: Sampling, step=0) -> tf.Tensor:
     p = sampling.keep_top_p
     if isinstance(p, tf.Tensor):  # chosen at run time (the SavedModel's input)
         scaled = tf.cond(p < 1.0, lambda: keep_top_p(scaled, p), lambda: scaled)
-    elif not 0.0 < p <= 1.0:
-        raise ValueError(f"hparams.sampling_keep_top_p={p} must be in (0, 1]")
-    elif p < 1.0:
+    elif p < 1.0:  # the caller checked (0, 1] (hparams_support.check_range)
         scaled = keep_top_p(scaled, p)
     return _draw(scaled, sampling.seed, step)
 

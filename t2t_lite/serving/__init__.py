@@ -1,7 +1,7 @@
-"""Serving t2t_lite (and original tensor2tensor) models outside TensorFlow.
-
-`ct2`: export to a CTranslate2 model directory and translate raw text with it.
-`server` (`run.py --mode=serve`): the HTTP translation server with dynamic batching
-(`batching`), its engines (`engines`), request models (`api`), Prometheus metrics (`metrics`)
+"""The HTTP translation server (`run.py --mode=serve`): `server` with dynamic batching
+(`batching`, `continuous_batching`), its engines (`engines`: t2t_lite, a SavedModel or
+CTranslate2), request models (`api`), Prometheus metrics (`metrics`), its limits (`config`)
 and the Insights page (`static/`); `client`: its Python client (`run.py --mode=query`).
+
+What it serves is written by `t2t_lite.export` (SavedModels, CTranslate2 directories).
 """

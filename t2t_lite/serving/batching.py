@@ -59,14 +59,77 @@ class Row:
     depends_on_batch: bool = False
 
 
+class Unsupported(ValueError):
+    """A request option the loaded engine does not offer (the message says which); 422."""
+
+
 class Engine(Protocol):
-    """What the worker needs of an engine (`t2t_lite.serving.engines`)."""
+    """Every member the server and its batchers use of an engine (`t2t_lite.serving.engines`;
+    the server reaches for nothing else). An engine may subclass this class to take the
+    defaults of the members that have one.
+
+    Attributes:
+      description: what GET /v1/models shows of the loaded model (its "engine" key names
+        the engine); `describe` adds what may change while the server runs.
+      has_attention: whether `attention` works (return_attention).
+      default_workers: decode workers when --serve_decode_workers is 0.
+      default_batch_timeout_ms: the batch timeout when --batch_timeout_ms is not given.
+      max_compiled_decoders: how many compiled decoders the engine keeps at most (0: it
+        compiles none per request option).
+    """
+
+    description: dict
+    has_attention: bool = False
+    default_workers: int = 1
+    default_batch_timeout_ms: float = 5.0
+    max_compiled_decoders: int = 0
+
+    def encode(self, text: str) -> list[int]:
+        """The input ids of a sentence, EOS last.
+
+        Raises:
+          engines.SentenceError: what is wrong with the sentence (422).
+        """
+        raise NotImplementedError
+
+    def check_options(self, options: Options) -> None:
+        """Refuses decode options the engine does not offer (default: all offered).
+
+        Raises:
+          Unsupported: naming the option (422).
+        """
 
     def decode(self, id_lists: Sequence[Sequence[int]], options: Options) -> list[Row]:
         """Decodes one batch: id_lists[i] are input ids ending in EOS; one Row per list."""
+        raise NotImplementedError
 
     def attention(self, input_ids: Sequence[int], output_ids: Sequence[int]) -> dict:
-        """Encoder-decoder attention of one (input, output) pair."""
+        """Encoder-decoder attention of one (input, output) pair: {"source_pieces": [L],
+        "target_pieces": [T], "weights": [N][H][T][L]}."""
+        raise Unsupported("return_attention is not offered by this engine")
+
+    def attention_cells(self, input_length: int) -> int:
+        """The most attention weights (N x H x T x L) `attention` returns for an input of
+        `input_length` ids: what a request's return_attention budget counts."""
+        return 0
+
+    def continuous_refusal(self) -> str | None:
+        """Why the engine cannot batch continuously, or None when it can (`slot_search`)."""
+        return "not offered by this engine"
+
+    def slot_search(self, options: Options, max_input_length: int, steps_per_call: int) -> Any:
+        """A continuous search with `options` (`continuous_batching`), where
+        `continuous_refusal` is None."""
+        raise Unsupported(self.continuous_refusal() or "no continuous search")
+
+    def compiled_decoders(self) -> int:
+        """How many compiled decoders the engine holds now (<= max_compiled_decoders)."""
+        return 0
+
+    def describe(self) -> dict:
+        """What GET /v1/models shows now: `description`, and whether the loaded files are
+        still on disk where the engine can tell."""
+        return dict(self.description)
 
 
 @dataclasses.dataclass

@@ -11,6 +11,7 @@ import json
 import queue
 import threading
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -29,6 +30,29 @@ class ServerError(UserError):
         self.message = message
 
 
+def check_url(url: str) -> str:
+    """Returns `url` if it names an HTTP server ("http://host:port", "https://...").
+
+    Raises:
+      ServerError: one line saying what is wrong with it.
+    """
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise ServerError(f"{url!r} is not the URL of a server; give one like "
+                          "http://127.0.0.1:8080")
+    try:
+        _ = parts.port  # raises on a port that is not a number
+    except ValueError as e:
+        raise ServerError(f"{url!r} is not the URL of a server ({e})") from None
+    return url
+
+
+def _content_type(response: Any) -> str:
+    """The answer's Content-Type, without its parameters ("no Content-Type" if none)."""
+    value = response.headers.get("Content-Type") if response.headers else None
+    return value.split(";")[0].strip() if value else "no Content-Type"
+
+
 class Translator:
     """Sends sentences to a translation server.
 
@@ -40,7 +64,7 @@ class Translator:
     """
 
     def __init__(self, url: str, timeout: float = 120.0, batch_size: int = 32, **options: Any):
-        self.url = url.rstrip("/")
+        self.url = check_url(url).rstrip("/")
         self.timeout = timeout
         self.batch_size = batch_size
         self.options = {k: v for k, v in options.items() if v is not None}
@@ -52,14 +76,26 @@ class Translator:
             headers={"Content-Type": "application/json"} if data is not None else {})
         try:
             with urllib.request.urlopen(request, timeout=self.timeout) as response:
-                return json.loads(response.read().decode("utf-8"))
+                body = response.read()
+                try:
+                    answer = json.loads(body.decode("utf-8"))
+                except ValueError:  # a proxy's or another server's page
+                    answer = None
+                if not isinstance(answer, dict):
+                    raise ServerError(f"the answer is not a JSON object of a translation "
+                                      f"server ({_content_type(response)}, {len(body)} "
+                                      "bytes)", response.status)
+                return answer
         except urllib.error.HTTPError as e:
             body = e.read().decode("utf-8", "replace")
             try:
                 message = json.loads(body)["error"]
             except (ValueError, KeyError, TypeError):
-                message = body.strip() or e.reason
-            raise ServerError(str(message), e.code) from None
+                # Not this server's JSON error (an HTML page of a proxy, ...): its status
+                # and reason, not the page.
+                message = f"{e.reason or 'error'} ({_content_type(e)}, not this server's " \
+                          "JSON error)"
+            raise ServerError(" ".join(str(message).split()), e.code) from None
         except (urllib.error.URLError, OSError) as e:
             reason = getattr(e, "reason", e)
             raise ServerError(f"cannot reach {self.url}: {reason}") from None
@@ -68,7 +104,12 @@ class Translator:
         """One POST /v1/translate of `lines` (the server's whole JSON answer)."""
         payload = dict(self.options, **{k: v for k, v in options.items() if v is not None})
         payload["inputs"] = list(lines)
-        return self._call("POST", "/v1/translate", payload)
+        answer = self._call("POST", "/v1/translate", payload)
+        outputs = answer.get("outputs")
+        if not isinstance(outputs, list) or len(outputs) != len(payload["inputs"]):
+            raise ServerError("the answer has no translation of each line (no \"outputs\" "
+                              "list of that length): not a t2t_lite translation server?")
+        return answer
 
     def translate(self, lines: Sequence[str], **options: Any) -> list[str]:
         """The translations of `lines`, in order (sent `batch_size` at a time).

@@ -25,6 +25,14 @@ class ServerConfig:
       max_input_tokens: subwords per sentence, EOS included, at most (413).
       max_beam_size: largest beam a request may ask for (422).
       max_n_best: most hypotheses a request may ask for (422).
+      max_body_bytes: bytes of a request body at most (413), checked on Content-Length
+        and while reading.
+      read_timeout_secs: a request body not received whole by then gets 408.
+      max_attention_cells: attention weights a return_attention request may answer with at
+        most (layers x heads x output x input positions of each sentence, the output at
+        its longest, summed over the sentences; 413).
+      max_compiled_decoders: compiled decoders kept at most (least recently used dropped):
+        one per beam size and n-best > 1 (alpha is an input of the compiled decoder).
       beam_size, alpha: the defaults (the server's --decode_hparams).
       batching: "batch" (a batch is decoded to its end before the next) or "continuous"
         (sentences join and leave a running search between decode steps, where the engine
@@ -41,6 +49,10 @@ class ServerConfig:
     max_input_tokens: int = 256
     max_beam_size: int = 16
     max_n_best: int = 16
+    max_body_bytes: int = 4 * 1024 * 1024
+    read_timeout_secs: float = 30.0
+    max_attention_cells: int = 2_000_000
+    max_compiled_decoders: int = 8
     beam_size: int = 4
     alpha: float = 0.6
     batching: str = "batch"
@@ -52,4 +64,7 @@ FLAGS = {"max_batch_size": "max_batch_size", "max_batch_tokens": "max_batch_toke
          "request_timeout_secs": "request_timeout_secs",
          "max_queue_sentences": "serve_max_queue", "max_sentences": "serve_max_sentences",
          "max_input_tokens": "serve_max_input_tokens", "max_beam_size": "serve_max_beam_size",
-         "max_n_best": "serve_max_n_best", "batching": "serve_batching"}
+         "max_n_best": "serve_max_n_best", "max_body_bytes": "serve_max_body_bytes",
+         "read_timeout_secs": "serve_read_timeout_secs",
+         "max_attention_cells": "serve_max_attention_cells",
+         "max_compiled_decoders": "serve_max_compiled_decoders", "batching": "serve_batching"}

@@ -1,9 +1,10 @@
 """The translation server's engines: what turns input ids into hypotheses.
 
 * `T2tLiteEngine`: a model loaded by `decoding.runs` (a run, a checkpoint, an ensemble),
-  decoded through the public decode API (`decoding.make_infer_fn`, `pad_batch`,
-  `format_decodes`), one infer function per (beam_size, alpha, return_beams).
-* `CTranslate2Engine`: `serving.ct2.Translator` on a `--export_format=ctranslate2` directory.
+  decoded by `Transformer.infer`'s search with the decode API's batching and formatting
+  (`pad_batch`, `format_decodes`): one compiled decoder per (beam_size, n-best > 1), alpha
+  an input, at most --serve_max_compiled_decoders of them (`compiled_decoders`).
+* `CTranslate2Engine`: `export.ct2.Translator` on a `--export_format=ctranslate2` directory.
 * `SavedModelEngine`: a `--mode=export` SavedModel (`tf.saved_model.load`), through its
   `encode`, `encode_decode_ids` and `decode` signatures; beam size and alpha are the export's.
 
@@ -15,24 +16,21 @@ than it would alone; the t2t_lite engine gives each row its own decode length in
 """
 from __future__ import annotations
 
-import threading
+import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
 from t2t_lite.data_generators.text_encoder import EOS_ID, PAD_ID
-from t2t_lite.decoding import decoding
+from t2t_lite.decoding import decoding, text_batches
 from t2t_lite.errors import UserError
-from t2t_lite.serving.batching import Hypothesis, Options, Row
+from t2t_lite.serving.batching import Engine, Hypothesis, Options, Row, Unsupported
+from t2t_lite.serving.compiled_decoders import CompiledSearches, LruCache
 
 
 class SentenceError(UserError):
     """A sentence the engine cannot decode (the message says why); its request gets 422."""
-
-
-class Unsupported(ValueError):
-    """A request option the loaded engine does not offer (the message says which); 422."""
 
 
 NO_ATTENTION = ("return_attention needs a single t2t_lite model (not an ensemble, a SavedModel "
@@ -45,20 +43,22 @@ def _ended_within(ids: np.ndarray, limit: int) -> bool:
     return bool(eos.size) and int(eos[0]) < limit
 
 
-class T2tLiteEngine:
-    """A t2t_lite model (or ensemble) decoded with `decoding.make_infer_fn`.
+class T2tLiteEngine(Engine):
+    """A t2t_lite model (or ensemble) decoded by `Transformer.infer`'s search, compiled per
+    (beam_size, n-best > 1) with alpha an input (`compiled_decoders.CompiledSearches`).
 
     Args:
       model: from `runs.restore_model`.
       encoders: the run's {"inputs", "targets"} text encoders.
       target_space_id: the problem's.
-      decode_hp: the server's decode hparams (`decoding.decode_hparams`); requests may
+      decode_hp: the server's decode hparams (`decode_hparams.decode_hparams`); requests may
         change beam_size, alpha and the number of hypotheses.
       input_vocab_size: ids at or above it are refused per sentence.
       description: what /v1/models shows (hparams set, problem, checkpoint, step).
       attention_fn: `fn(model, input_ids, output_ids, target_space_id) -> {"encoder_decoder":
         [N, H, T, L]}` (`visualization.attention_viz.attention_weights`), None: no attention.
       labels_fn: `fn(encoder, ids) -> [str]`, the subword pieces on the attention axes.
+      max_compiled_decoders: compiled decoders kept at most (`compiled_decoders.LruCache`).
     """
 
     name = "t2t_lite"
@@ -66,7 +66,8 @@ class T2tLiteEngine:
 
     def __init__(self, model: Any, encoders: dict, target_space_id: int, decode_hp: Any,
                  input_vocab_size: int, description: dict,
-                 attention_fn: Callable | None = None, labels_fn: Callable | None = None):
+                 attention_fn: Callable | None = None, labels_fn: Callable | None = None,
+                 max_compiled_decoders: int = 8):
         self.model = model
         self.inputs_encoder = encoders.get("inputs", encoders["targets"])
         self.targets_encoder = encoders["targets"]
@@ -77,9 +78,12 @@ class T2tLiteEngine:
         self.description = dict(description, engine=self.name)
         self.attention_fn = attention_fn
         self.labels_fn = labels_fn or (lambda encoder, ids: [encoder.decode([i]) for i in ids])
-        self._infer_fns: dict[tuple, Callable] = {}
-        self._slot_functions: dict = {}  # the continuous searches' traced functions
-        self._lock = threading.Lock()  # the batcher's workers decode at the same time
+        self.max_compiled_decoders = int(max_compiled_decoders)
+        self._searches = CompiledSearches(model, target_space_id, self.extra_length, EOS_ID,
+                                          bool(decode_hp.force_decode_length),
+                                          self.max_compiled_decoders)
+        # The continuous searches' traced functions, one dict per search configuration.
+        self._slot_functions = LruCache(self.max_compiled_decoders)
 
     @property
     def default_workers(self) -> int:
@@ -93,33 +97,38 @@ class T2tLiteEngine:
         return self.attention_fn is not None
 
     def encode(self, text: str) -> list[int]:
-        """The input ids of a sentence, EOS last (`decoding.encode_input`).
+        """The input ids of a sentence, EOS last (`text_batches.encode_input`).
 
         Raises:
           SentenceError: a token the input encoder cannot read, or an id outside the vocab.
         """
         try:
-            decoding.check_id_inputs([text], self.inputs_encoder, "input")
+            text_batches.check_id_inputs([text], self.inputs_encoder, "input")
         except UserError as e:
             raise SentenceError(str(e).removeprefix("input:1: ")) from None
-        ids = decoding.encode_input(text, self.inputs_encoder, self.decode_hp.max_input_size)
+        ids = text_batches.encode_input(text, self.inputs_encoder, self.decode_hp.max_input_size)
         bad = [i for i in ids if not 0 <= i < self.input_vocab_size]
         if bad:
             raise SentenceError(f"id {bad[0]} is outside the input vocabulary (0 to "
                                 f"{self.input_vocab_size - 1})")
         return ids
 
-    def _infer_fn(self, options: Options) -> Callable:
-        key = (options.beam_size, options.alpha, options.n_best > 1)
-        with self._lock:
-            if key not in self._infer_fns:
-                hp = self.decode_hp.copy()
-                hp.set_hparam("beam_size", options.beam_size)
-                hp.set_hparam("alpha", options.alpha)
-                hp.set_hparam("return_beams", options.n_best > 1)
-                self._infer_fns[key] = decoding.make_infer_fn(self.model, hp,
-                                                              self.target_space_id)
-            return self._infer_fns[key]
+    def compiled_decoders(self) -> int:
+        """The compiled decoders held now (batch and continuous searches)."""
+        return len(self._searches) + len(self._slot_functions)
+
+    def describe(self) -> dict:
+        """The description, with whether the checkpoint loaded (each member's, for an
+        ensemble) is still whole on disk: training beside the server rotates old ones away,
+        the weights served stay those loaded."""
+        from t2t_lite.utils import checkpoint_guard
+
+        described = dict(self.description)
+        checkpoint = described.get("checkpoint")
+        if checkpoint:
+            described["checkpoint_on_disk"] = all(
+                checkpoint_guard.is_complete(path) for path in str(checkpoint).split(","))
+        return described
 
     def decode(self, id_lists: Sequence[Sequence[int]], options: Options) -> list[Row]:
         """Decodes one batch (see `batching.Engine`); outputs as `--mode=decode` formats them.
@@ -128,10 +137,11 @@ class T2tLiteEngine:
         search's `input_lengths`) and stops where it would alone, so no row depends on its
         batch, except with force_decode_length, skip_eos_postprocess or identity_output
         (the tokens after EOS are then part of the output and follow the batch's steps)."""
-        batch = decoding.pad_batch(id_lists)
+        batch = text_batches.pad_batch(id_lists)
         lengths = np.array([len(ids) for ids in id_lists], np.int32)
-        outputs, scores = self._infer_fn(options)(batch, input_lengths=lengths)
-        outputs = np.asarray(outputs)
+        outputs, scores = self._searches(
+            batch, lengths, options.beam_size, options.alpha,
+            options.beam_size if options.n_best > 1 else 1)
         if outputs.ndim == 2:
             outputs = outputs[:, None, :]
         scores = np.asarray(scores).reshape(len(id_lists), -1)
@@ -149,11 +159,11 @@ class T2tLiteEngine:
         hp = self.decode_hp
         hypotheses = []
         for k in range(min(n_best, outputs.shape[0])):
-            text = decoding.format_decodes(
+            text = text_batches.format_decodes(
                 outputs[k: k + 1], None, self.targets_encoder,
                 skip_eos_postprocess=hp.skip_eos_postprocess,
                 identity_output=hp.identity_output)[0]
-            target = [int(i) for i in decoding.save_until_eos(outputs[k])]
+            target = [int(i) for i in text_batches.save_until_eos(outputs[k])]
             hypotheses.append(Hypothesis(text, float(scores[k]), target))
         return hypotheses
 
@@ -185,9 +195,22 @@ class T2tLiteEngine:
             self.model, options.beam_size, options.alpha, self.extra_length,
             max_input_length, top_beams=options.beam_size if options.n_best > 1 else 1,
             target_space_id=self.target_space_id, steps_per_call=steps_per_call,
-            functions=self._slot_functions)
+            # The search's traced functions depend on these options (alpha is their
+            # input), at most max_compiled_decoders.
+            functions=self._slot_functions.get_or_make(
+                (options.beam_size, options.n_best > 1), dict))
         return SlotRows(search, lambda finished: Row(self._hypotheses(
             finished.outputs, finished.scores, options.n_best)))
+
+    def attention_cells(self, input_length: int) -> int:
+        """The most encoder-decoder attention weights of a sentence of `input_length` ids:
+        decoder layers x heads x (its decode length + EOS) x input_length."""
+        if self.attention_fn is None:
+            return 0
+        hparams = self.model.hparams
+        layers = int(hparams.get("num_decoder_layers") or hparams.num_hidden_layers)
+        outputs = input_length + self.extra_length + 1
+        return layers * int(hparams.num_heads) * outputs * input_length
 
     def attention(self, input_ids: Sequence[int], output_ids: Sequence[int]) -> dict:
         """The encoder-decoder attention of the pair, teacher-forced as `--mode=attention`.
@@ -241,7 +264,7 @@ class SlotRows:
         return self.search.last_steps
 
 
-class _ExportEngine:
+class _ExportEngine(Engine):
     """What the engines of exported models share: no attention, the server's decode hparams.
 
     Args:
@@ -267,7 +290,7 @@ class CTranslate2Engine(_ExportEngine):
     """`ct2.Translator` on an exported CTranslate2 directory.
 
     Args:
-      translator: a `t2t_lite.serving.ct2.Translator`.
+      translator: a `t2t_lite.export.ct2.Translator`.
       decode_hp: the server's decode hparams (extra_length, max_input_size, defaults).
       description: what /v1/models shows.
       workers: the server's decode workers (0: `default_workers`, one per replica).
@@ -284,6 +307,12 @@ class CTranslate2Engine(_ExportEngine):
         self.translator = translator
         self.workers = workers or self.default_workers
 
+    def describe(self) -> dict:
+        """The description, with whether the export folder is still on disk."""
+        model_dir = self.description.get("model_dir")
+        return dict(self.description, **({"model_dir_on_disk": os.path.isdir(model_dir)}
+                                         if model_dir else {}))
+
     @property
     def default_workers(self) -> int:
         """One decode worker per CTranslate2 replica (`inter_threads`): each batch runs on a
@@ -296,8 +325,8 @@ class CTranslate2Engine(_ExportEngine):
         Raises:
           SentenceError: longer than the positions the export serves.
         """
-        ids = decoding.encode_input(text, self.translator.inputs_encoder,
-                                    self.decode_hp.max_input_size)
+        ids = text_batches.encode_input(text, self.translator.inputs_encoder,
+                                        self.decode_hp.max_input_size)
         if len(ids) > self.translator.max_position:
             raise SentenceError(f"{len(ids)} subwords (EOS included) is longer than the "
                                 f"{self.translator.max_position} positions this export serves")
@@ -350,6 +379,12 @@ class SavedModelEngine(_ExportEngine):
         self.loaded = loaded
         self.top_beams = int(decode_hp.beam_size) if decode_hp.return_beams else 1
 
+    def describe(self) -> dict:
+        """The description, with whether the SavedModel is still on disk."""
+        path = self.description.get("saved_model")
+        on_disk = {"saved_model_on_disk": os.path.isfile(os.path.join(path, "saved_model.pb"))}
+        return dict(self.description, **(on_disk if path else {}))
+
     def check_options(self, options: Options) -> None:
         """Refuses options other than the export's.
 
@@ -378,7 +413,7 @@ class SavedModelEngine(_ExportEngine):
         import tensorflow as tf
 
         self.check_options(options)
-        batch = decoding.pad_batch(id_lists)
+        batch = text_batches.pad_batch(id_lists)
         result = self.loaded.signatures["encode_decode_ids"](inputs=tf.constant(batch))
         outputs = np.asarray(result["outputs"])
         if outputs.ndim == 2:
@@ -390,7 +425,7 @@ class SavedModelEngine(_ExportEngine):
         rows = []
         for r, ids in enumerate(id_lists):
             hypotheses = [Hypothesis(texts[r * outputs.shape[1] + k], float(scores[r, k]),
-                                     [int(i) for i in decoding.save_until_eos(outputs[r, k])])
+                                     [int(i) for i in text_batches.save_until_eos(outputs[r, k])])
                           for k in range(options.n_best)]
             limit = len(ids) + self.extra_length
             depends = len(ids) < batch.shape[1] and not all(

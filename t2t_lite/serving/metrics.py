@@ -11,13 +11,16 @@ PREFIX = "t2t_lite_serving"
 
 class Metrics:
     """Requests by status, errors, sentences, latency, batch sizes, queue waits, decode
-    times, queue depth.
+    times, queue depth, compiled decoders.
 
     Args:
       queue_depth: returns the sentences waiting or being decoded (read at each scrape).
+      compiled_decoders: returns the compiled decoders the engine holds (read at each
+        scrape; at most --serve_max_compiled_decoders).
     """
 
-    def __init__(self, queue_depth: Callable[[], int]):
+    def __init__(self, queue_depth: Callable[[], int],
+                 compiled_decoders: Callable[[], int] = lambda: 0):
         self.registry = CollectorRegistry()
         self.requests = Counter(f"{PREFIX}_requests", "Translation requests answered, by "
                                 "HTTP status.", ["status"], registry=self.registry)
@@ -58,6 +61,11 @@ class Metrics:
         self.queue_depth = Gauge(f"{PREFIX}_queue_depth", "Sentences waiting or being "
                                  "decoded.", registry=self.registry)
         self.queue_depth.set_function(queue_depth)
+        self.compiled_decoders = Gauge(
+            f"{PREFIX}_compiled_decoders", "Compiled decoders the engine holds (one per beam "
+            "size and n-best > 1 in use; at most --serve_max_compiled_decoders).",
+            registry=self.registry)
+        self.compiled_decoders.set_function(compiled_decoders)
 
     def decoded(self, seconds: float, sentences: int) -> None:
         """Counts one decoded batch of `sentences` that took `seconds`."""

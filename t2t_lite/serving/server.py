@@ -10,18 +10,20 @@
 The HTTP server starts first; the engine is built (`engine_factory`, the slow part: TensorFlow,
 the checkpoint) and warmed up with one decode on a background thread, so /healthz answers
 at once and /readyz says when translations will. Every error is `{"error": "<sentence>"}`
-with its status: 400 body not UTF-8 JSON, 422 wrong fields or types, an empty list, a bad
-sentence or option, 413 a limit passed (naming the flag), 503 loading, draining or a full
-queue (with Retry-After), 504 past --request_timeout_secs, 500 anything else (the server
-keeps serving). SIGTERM / SIGINT: uvicorn stops accepting, requests in flight finish, the
-workers drain the queue, the process exits 0.
+with its status: 400 body not UTF-8 JSON (or nested too deep; or not HTTP at all), 415 not
+sent as application/json, 408 a body not received whole within --serve_read_timeout_secs,
+413 a limit passed (naming the flag: body bytes, sentences, subwords, attention weights),
+422 wrong fields or types, an empty list, a bad sentence or option, 503 loading, draining
+or a full queue (with Retry-After), 504 past --request_timeout_secs, 500 anything else (the
+server keeps serving). A client that leaves before its answer is counted as 499. SIGTERM,
+SIGINT or SIGHUP: uvicorn stops accepting, requests in flight finish, the workers drain the
+queue, the process exits 0.
 """
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import dataclasses
-import json
 import math
 import os
 import socket
@@ -36,28 +38,20 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-from pydantic import ValidationError
 from starlette.exceptions import HTTPException
 
-from t2t_lite.serving import api, batching
+from t2t_lite.decoding import input_files
+from t2t_lite.serving import api, batching, http_input
+from t2t_lite.serving.batching import Unsupported
 from t2t_lite.serving.config import ServerConfig
 from t2t_lite.serving.continuous_batching import ContinuousBatcher
-from t2t_lite.serving.engines import SentenceError, Unsupported
+from t2t_lite.serving.engines import SentenceError
+from t2t_lite.serving.http_input import CLIENT_LEFT, ClientLeft, RequestRefused
 from t2t_lite.serving.metrics import Metrics
 
 STATIC_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "static")
 # How often a waiting request checks that its client is still connected.
 DISCONNECT_POLL_SECS = 0.25
-
-
-class RequestRefused(Exception):
-    """A request answered with an error status and one sentence (an HTTP answer, caught by
-    the handlers: never a run.py error line)."""
-
-    def __init__(self, status: int, message: str, headers: dict | None = None):
-        super().__init__(message)
-        self.status = status
-        self.headers = headers
 
 
 def error_response(status: int, message: str, headers: dict | None = None) -> JSONResponse:
@@ -71,18 +65,20 @@ class State:
     def __init__(self, config: ServerConfig, metrics: Metrics):
         self.config = config
         self.metrics = metrics
-        self.engine: Any = None
+        self.engine: batching.Engine | None = None
         self.batcher: batching.Batcher | None = None
         self.ready = False
         self.draining = False
         self.load_error: BaseException | None = None
+        self.stop_signal: str | None = None  # "SIGTERM", ... once one asked the server to stop
 
     def depth(self) -> int:
         """Sentences waiting or being decoded (0 before the engine is loaded)."""
         return self.batcher.depth() if self.batcher else 0
 
 
-def _load(state: State, engine_factory: Callable[[], Any], on_failure: Callable[[], None]):
+def _load(state: State, engine_factory: Callable[[], batching.Engine],
+          on_failure: Callable[[], None]):
     """Builds the engine, starts the workers and warms it up (one decode of an empty line with
     the default options); then the server is ready. On failure, asks the server to stop."""
     try:
@@ -95,7 +91,7 @@ def _load(state: State, engine_factory: Callable[[], Any], on_failure: Callable[
             "max_queue": config.max_queue_sentences,
             "on_batch": state.metrics.batch_size.observe,
             "on_redecode": state.metrics.redecoded.inc,
-            "workers": config.decode_workers or getattr(engine, "default_workers", 1),
+            "workers": config.decode_workers or engine.default_workers,
             "on_wait": state.metrics.queue_wait.observe, "on_decode": state.metrics.decoded}
         if continuous(engine, config):
             batcher = ContinuousBatcher(engine, config.max_input_tokens,
@@ -116,20 +112,20 @@ def _load(state: State, engine_factory: Callable[[], Any], on_failure: Callable[
         on_failure()
 
 
-def batch_timeout_ms(engine: Any, config: ServerConfig) -> float:
+def batch_timeout_ms(engine: batching.Engine, config: ServerConfig) -> float:
     """The batch timeout in use: the flag's, else the engine's choice."""
     if config.batch_timeout_ms is not None:
         return config.batch_timeout_ms
-    return getattr(engine, "default_batch_timeout_ms", 5.0)
+    return engine.default_batch_timeout_ms
 
 
-def continuous(engine: Any, config: ServerConfig) -> bool:
+def continuous(engine: batching.Engine, config: ServerConfig) -> bool:
     """Whether the server batches continuously: `--serve_batching=continuous` and an
     engine that can (the t2t_lite engine's `continuous_refusal` is None; otherwise the
     per-batch path, with a log line saying why)."""
     if config.batching != "continuous":
         return False
-    refusal = getattr(engine, "continuous_refusal", lambda: "not offered by this engine")()
+    refusal = engine.continuous_refusal()
     if refusal:
         logging.info("batching: per batch, not continuous: %s", refusal)
     return refusal is None
@@ -156,33 +152,6 @@ def _options(body: api.TranslateRequest, config: ServerConfig) -> batching.Optio
     return batching.Options(beam_size, alpha, n_best)
 
 
-def _parse(raw: bytes) -> api.TranslateRequest:
-    """The request body as a TranslateRequest.
-
-    Raises:
-      RequestRefused: 400 (not UTF-8, not JSON) or 422 (fields, types, empty list).
-    """
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise RequestRefused(400, f"the request body is not UTF-8 (byte 0x{raw[e.start]:02x} at "
-                                f"offset {e.start})") from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise RequestRefused(400, f"malformed JSON: {e.msg} at line {e.lineno} column "
-                                f"{e.colno}") from None
-    if not isinstance(data, dict):
-        raise RequestRefused(422, 'the body must be a JSON object like {"inputs": ["..."]}')
-    try:
-        body = api.TranslateRequest.model_validate(data)
-    except ValidationError as e:
-        raise RequestRefused(422, api.validation_message(e.errors())) from None
-    if not body.inputs:
-        raise RequestRefused(422, "inputs: the list is empty; give at least one sentence")
-    return body
-
-
 def _encode(state: State, body: api.TranslateRequest) -> list[list[int]]:
     """The input ids of every sentence of a request.
 
@@ -195,7 +164,9 @@ def _encode(state: State, body: api.TranslateRequest) -> list[list[int]]:
         raise RequestRefused(413, f"{len(body.inputs)} sentences in one request; the limit is "
                                 f"{config.max_sentences} (--serve_max_sentences)")
     id_lists = []
-    for index, text in enumerate(body.inputs):
+    for index, sent in enumerate(body.inputs):
+        # As --decode_from_file reads its lines: the same sentence, the same translation.
+        text = input_files.normalize_record(sent)
         # A sentence far longer in characters than any limit in subwords is not encoded.
         if len(text) > 64 * config.max_input_tokens:
             raise RequestRefused(413, f"inputs[{index}]: {len(text)} characters; the limit is "
@@ -211,6 +182,24 @@ def _encode(state: State, body: api.TranslateRequest) -> list[list[int]]:
                                     "(--serve_max_input_tokens)")
         id_lists.append(ids)
     return id_lists
+
+
+def _check_attention_budget(state: State, id_lists: list[list[int]]) -> None:
+    """Refuses a return_attention request whose answer could hold more attention weights
+    than --serve_max_attention_cells (each sentence's output counted at its longest): its
+    JSON would be tens of megabytes, and its weights held in memory while it is written.
+
+    Raises:
+      RequestRefused: 413 naming the count and the limit.
+    """
+    limit = state.config.max_attention_cells
+    cells = sum(state.engine.attention_cells(len(ids)) for ids in id_lists)
+    if cells > limit:
+        raise RequestRefused(413, f"return_attention: the attention of these {len(id_lists)} "
+                                  f"sentences may hold {cells} weights (layers x heads x "
+                                  "output x input positions); the limit is "
+                                  f"{limit} (--serve_max_attention_cells): send fewer or "
+                                  "shorter sentences, or leave return_attention out")
 
 
 async def _wait(request: Request, jobs: list[batching.Job], deadline: float) -> bool:
@@ -264,7 +253,7 @@ def _response(body: api.TranslateRequest, jobs: list[batching.Job]) -> dict:
     return answer
 
 
-def create_app(engine_factory: Callable[[], Any], config: ServerConfig,
+def create_app(engine_factory: Callable[[], batching.Engine], config: ServerConfig,
                on_load_failure: Callable[[], None] = lambda: None) -> FastAPI:
     """The FastAPI application.
 
@@ -274,7 +263,8 @@ def create_app(engine_factory: Callable[[], Any], config: ServerConfig,
       on_load_failure: called when the engine cannot be built or warmed up (the caller stops
         the server and reports `app.state.serving.load_error`).
     """
-    metrics = Metrics(lambda: state.depth())
+    metrics = Metrics(lambda: state.depth(),
+                      lambda: state.engine.compiled_decoders() if state.engine else 0)
     state = State(config, metrics)
 
     @contextlib.asynccontextmanager
@@ -300,7 +290,7 @@ def create_app(engine_factory: Callable[[], Any], config: ServerConfig,
 
     @app.post("/v1/translate", response_model=api.TranslateResponse,
               responses={code: {"model": api.ErrorResponse} for code in
-                         (400, 413, 422, 500, 503, 504)},
+                         (400, 408, 413, 415, 422, 500, 503, 504)},
               openapi_extra={"requestBody": {"required": True, "content": {
                   "application/json": {"schema": api.TranslateRequest.model_json_schema()}}}})
     async def translate(request: Request):
@@ -308,23 +298,25 @@ def create_app(engine_factory: Callable[[], Any], config: ServerConfig,
         start = time.monotonic()
         status = 200
         try:
-            body = _parse(await request.body())
+            http_input.check_content_type(request)
+            body = http_input.parse(await http_input.read_body(request, config))
             if state.draining:
                 raise RequestRefused(503, "the server is shutting down", {"Retry-After": "1"})
             if not state.ready:
                 raise RequestRefused(503, "the model is still loading; GET /readyz says when it "
                                         "is ready", {"Retry-After": "5"})
             options = _options(body, config)
-            check = getattr(state.engine, "check_options", None)
-            if check is not None:
-                try:
-                    check(options)
-                except Unsupported as e:
-                    raise RequestRefused(422, str(e)) from None
+            try:
+                state.engine.check_options(options)
+            except Unsupported as e:
+                raise RequestRefused(422, str(e)) from None
             if body.return_attention and not state.engine.has_attention:
                 raise RequestRefused(422, "return_attention needs a single t2t_lite model (this "
                                         f"server runs {state.engine.description.get('engine')})")
-            jobs = batching.jobs_for(_encode(state, body), options, body.return_attention)
+            id_lists = _encode(state, body)
+            if body.return_attention:
+                _check_attention_budget(state, id_lists)
+            jobs = batching.jobs_for(id_lists, options, body.return_attention)
             try:
                 state.batcher.submit(jobs)
             except batching.QueueFull as e:
@@ -332,11 +324,15 @@ def create_app(engine_factory: Callable[[], Any], config: ServerConfig,
             except batching.Closed as e:
                 raise RequestRefused(503, str(e), {"Retry-After": "1"}) from None
             if not await _wait(request, jobs, start + config.request_timeout_secs):
-                status = 499  # nginx's "client closed request": counted, never sent
-                return Response(status_code=status)
+                raise ClientLeft
             answer = _response(body, jobs)
+            if await request.is_disconnected():
+                raise ClientLeft  # gone while its last sentence was decoded
             metrics.sentences.inc(len(jobs))
             return JSONResponse(answer)
+        except ClientLeft:
+            status = CLIENT_LEFT
+            return Response(status_code=status)
         except RequestRefused as e:
             status = e.status
             return error_response(e.status, str(e), e.headers)
@@ -375,11 +371,13 @@ def create_app(engine_factory: Callable[[], Any], config: ServerConfig,
         # the engine's choice; an engine that cannot batch continuously batches per batch).
         batching_in_use = ("continuous" if isinstance(state.batcher, ContinuousBatcher)
                            else "batch")
+        engine = state.engine
         limits = dict(dataclasses.asdict(config), decode_workers=state.batcher.workers,
                       batching=batching_in_use,
-                      batch_timeout_ms=batch_timeout_ms(state.engine, config))
-        return {"models": [dict(state.engine.description,
-                                attention=bool(state.engine.has_attention),
+                      batch_timeout_ms=batch_timeout_ms(engine, config),
+                      max_compiled_decoders=engine.max_compiled_decoders)
+        return {"models": [dict(engine.describe(), attention=bool(engine.has_attention),
+                                compiled_decoders=engine.compiled_decoders(),
                                 limits=limits)]}
 
     @app.get("/", include_in_schema=False)
@@ -405,10 +403,11 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
-def serve(engine_factory: Callable[[], Any], config: ServerConfig, sock: socket.socket,
+def serve(engine_factory: Callable[[], batching.Engine], config: ServerConfig,
+          sock: socket.socket,
           log_level: str = "warning") -> State:
-    """Serves on `sock` until SIGTERM / SIGINT, then drains and returns (the signal is not
-    re-raised: the process exits 0).
+    """Serves on `sock` until SIGTERM, SIGINT or SIGHUP, then drains and returns (the signal
+    is not re-raised: the process exits 0; `State.stop_signal` names it).
 
     Returns:
       The server's State (`load_error` set when the engine could not be loaded).
@@ -429,16 +428,29 @@ def serve(engine_factory: Callable[[], Any], config: ServerConfig, sock: socket.
     class DrainingServer(uvicorn.Server):
         def handle_exit(self, sig, frame) -> None:
             state.draining = True  # /readyz says 503 at once, before the listener closes
+            if state.stop_signal is None:
+                state.stop_signal = signal.Signals(sig).name
             super().handle_exit(sig, frame)
 
+        @contextlib.contextmanager
+        def capture_signals(self):
+            # SIGHUP (a closed terminal, a supervisor's reload) drains as SIGTERM does;
+            # uvicorn takes only SIGINT and SIGTERM.
+            previous = signal.signal(signal.SIGHUP, self.handle_exit)
+            try:
+                with super().capture_signals():
+                    yield
+            finally:
+                signal.signal(signal.SIGHUP, previous)
+
     uvicorn_config = uvicorn.Config(
-        app, log_level=log_level, access_log=False, lifespan="on",
+        app, log_level=log_level, access_log=False, lifespan="on", http=http_input.http_protocol(),
         timeout_graceful_shutdown=int(config.request_timeout_secs) + 5)
     server = DrainingServer(uvicorn_config)
     # uvicorn re-raises the stop signal after its graceful shutdown; these handlers take it,
     # so that a drained server exits 0.
     previous = {sig: signal.signal(sig, lambda signum, frame: None)
-                for sig in (signal.SIGTERM, signal.SIGINT)}
+                for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
     try:
         server.run(sockets=[sock])
     finally:

@@ -26,12 +26,14 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Iterable
 
 import numpy as np
 import tensorflow as tf
 from absl import logging
 
 from t2t_lite import file_io
+from t2t_lite.errors import one_line
 from t2t_lite.utils import checkpoint_guard, progress
 
 OBJECT_GRAPH_KEY = "_CHECKPOINTABLE_OBJECT_GRAPH"
@@ -62,26 +64,47 @@ def last_checkpoints(model_dir: str, n: int) -> list[str]:
     return paths[::-1]
 
 
-def last_readable_checkpoints(model_dir: str, n: int,
-                              newest_step: int | None = None) -> list[str]:
+def last_readable_checkpoints(model_dir: str, n: int, newest_step: int | None = None,
+                              flag: str | None = None) -> list[str]:
     """The last `n` complete checkpoints of `model_dir` whose every tensor reads, oldest
     first: damaged ones (a save cut short) are skipped with one warning, as decode, export
-    and eval fall back to the newest readable checkpoint.
+    and eval fall back to the newest readable checkpoint (`first_readable`).
 
     Args:
       model_dir: a training run's directory.
-      n: how many to take (fewer when fewer read).
+      n: how many to take (fewer when fewer read, with a warning).
       newest_step: leave out checkpoints of a higher step (None: none left out).
+      flag: the flag that asked for `n`, for the warning (default "--n=<n>").
 
     Raises:
       ValueError: `n` < 1, no checkpoint, or none of them reads (naming the newest damaged).
     """
     if n < 1:
         raise ValueError(f"--n={n}: the number of checkpoints to average must be >= 1")
-    found, damaged = [], []
-    for path in checkpoint_guard.checkpoints_newest_first(model_dir):
-        if newest_step is not None and checkpoint_guard.step_of(path) > newest_step:
-            continue
+    candidates = (path for path in checkpoint_guard.checkpoints_newest_first(model_dir)
+                  if newest_step is None or checkpoint_guard.step_of(path) <= newest_step)
+    return first_readable(candidates, n, model_dir, flag or f"--n={n}")[::-1]
+
+
+def first_readable(candidates: Iterable[str], n: int, model_dir: str, flag: str) -> list[str]:
+    """The first `n` of `candidates` whose every tensor reads, in their order.
+
+    Damaged ones are skipped with one warning naming them; ones no longer complete (rotated
+    or removed while this runs) are passed over. Fewer than `n` readable is one warning
+    naming `flag` and what is averaged: the average of fewer checkpoints is another model.
+
+    Args:
+      candidates: checkpoint prefixes in order of preference (newest first, best first).
+      n: how many to take.
+      model_dir: where they are, for the messages.
+      flag: the flag that asked for `n` ("--n=5", "--average_best=2").
+
+    Raises:
+      ValueError: none of them reads (naming the first damaged one, or the incomplete
+        ones), or there is none.
+    """
+    found, damaged, incomplete = [], [], []
+    for path in candidates:
         reason = checkpoint_guard.damage(path)
         if reason is None:
             found.append(path)
@@ -89,22 +112,32 @@ def last_readable_checkpoints(model_dir: str, n: int,
                 break
         elif checkpoint_guard.is_complete(path):  # not one rotated away meanwhile
             damaged.append((path, reason))
+        else:
+            incomplete.append(path)
     if damaged and found:
-        logging.warning("Checkpoint(s) %s damaged (%s): averaging the newest readable ones, "
-                        "%s", ", ".join(os.path.basename(p) for p, _ in damaged),
-                        damaged[0][1], ", ".join(os.path.basename(p) for p in found[::-1]))
+        logging.warning("Checkpoint(s) %s damaged (%s): averaging the readable ones, %s",
+                        ", ".join(os.path.basename(p) for p, _ in damaged), damaged[0][1],
+                        ", ".join(os.path.basename(p) for p in found))
     elif damaged:
         path, reason = damaged[0]
         raise ValueError(f"checkpoint {path} is damaged ({reason}) and no other checkpoint "
                          f"of {model_dir} reads; restore them from a backup")
+    if not found and incomplete:
+        raise ValueError(f"{flag}: no checkpoint of {model_dir} is whole (files of "
+                         f"{', '.join(os.path.basename(p) for p in incomplete)} are missing); "
+                         "restore them from a backup")
     if not found:
         raise ValueError(f"No checkpoints in {model_dir}; point --output_dir at a training "
                          "run's directory")
-    return found[::-1]
+    if len(found) < n:
+        logging.warning("%s: only %d readable checkpoint(s) in %s, averaging %s (an average "
+                        "of fewer checkpoints than asked for)", flag, len(found), model_dir,
+                        ", ".join(os.path.basename(p) for p in found))
+    return found
 
 
-def average_newest(model_dir: str, n: int,
-                   newest_step: int | None = None) -> tuple[list[str], dict[str, np.ndarray]]:
+def average_newest(model_dir: str, n: int, newest_step: int | None = None,
+                   flag: str | None = None) -> tuple[list[str], dict[str, np.ndarray]]:
     """Averages the last `n` readable checkpoints of `model_dir` (`last_readable_checkpoints`),
     beside a training run that rotates them: when one vanishes while it is read, the
     then-newest `n` are read instead.
@@ -113,6 +146,7 @@ def average_newest(model_dir: str, n: int,
       model_dir: a training run's directory.
       n: how many checkpoints to average.
       newest_step: average none of a higher step (a --checkpoint_path naming one).
+      flag: the flag that asked for `n`, for the warning when fewer read.
 
     Returns:
       (the checkpoint prefixes averaged, oldest first; `average_tensors`' values).
@@ -124,7 +158,7 @@ def average_newest(model_dir: str, n: int,
     paths: list[str] = []
 
     def discover() -> str:
-        paths[:] = last_readable_checkpoints(model_dir, n, newest_step)
+        paths[:] = last_readable_checkpoints(model_dir, n, newest_step, flag)
         return paths[0]  # the oldest: the first that rotation removes
 
     def read(_) -> dict[str, np.ndarray]:
@@ -138,6 +172,35 @@ def average_newest(model_dir: str, n: int,
 
     _, values = checkpoint_guard.retry_if_vanished(discover, read)
     return list(paths), values
+
+
+def average_ranked(ranked: list[str], n: int, model_dir: str,
+                   flag: str) -> tuple[list[str], dict[str, np.ndarray]]:
+    """Averages the `n` best readable checkpoints of a keep-best folder, as `average_newest`
+    averages the newest: damaged ones are skipped with a warning (`first_readable`); one
+    that vanishes while it is read (training beside this replaces it) is one line.
+
+    Args:
+      ranked: the folder's checkpoint prefixes, best first (`best_checkpoints.ranked`).
+      n: how many to average.
+      model_dir: the keep-best folder, for the messages.
+      flag: the flag that asked for `n` ("--average_best=2").
+
+    Returns:
+      (the checkpoint prefixes averaged, oldest first; `average_tensors`' values).
+
+    Raises:
+      ValueError: as `first_readable`, or the checkpoints differ.
+    """
+    paths = sorted(first_readable(ranked, n, model_dir, flag), key=checkpoint_guard.step_of)
+    try:
+        return paths, average_tensors(paths)
+    except tf.errors.OpError as e:  # one vanished after its check
+        gone = [p for p in paths if not checkpoint_guard.is_complete(p)]
+        if gone:
+            raise ValueError(f"{gone[0]} vanished while it was read (replaced by a training "
+                             "run beside this one?); run the same command again") from e
+        raise ValueError(f"reading {', '.join(paths)}: {one_line(e)}") from e
 
 
 def average_tensors(checkpoint_paths: list[str]) -> dict[str, np.ndarray]:

@@ -32,6 +32,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from t2t_lite import file_io
+from t2t_lite.errors import UserError, one_line
 
 STATE_FILE = "early_stopping.json"
 # Decoding metrics of train_eval_and_decode, by their --metrics / lower-case names.
@@ -98,6 +99,37 @@ def lower_is_better(metric: str) -> bool:
     return "loss" in metric.lower() or metric in ("TER", "ter")
 
 
+def read_state(output_dir: str) -> dict[str, Any]:
+    """The early-stopping state of a run, `output_dir/early_stopping.json` ({"history": {}}
+    when there is none).
+
+    Returns:
+      {"history": {metric: [[step, value], ...]}, ...}.
+
+    Raises:
+      UserError: the file does not parse (junk bytes, cut short) or is not such a state,
+        naming the file.
+    """
+    path = os.path.join(output_dir, STATE_FILE)
+    if not os.path.isfile(path):
+        return {"history": {}}
+    advice = "remove it to start the early-stopping history afresh"
+    try:
+        with open(path, encoding="utf-8") as f:
+            state = json.load(f)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise UserError(f"{path} does not parse ({one_line(e)}); {advice}") from e
+    history = state.setdefault("history", {}) if isinstance(state, dict) else None
+    if not isinstance(history, dict) or not all(
+            isinstance(entries, list) and all(
+                isinstance(entry, list) and len(entry) == 2
+                and all(isinstance(x, int | float) for x in entry) for entry in entries)
+            for entries in history.values()):
+        raise UserError(f"{path} is not an early-stopping history ({{\"history\": {{metric: "
+                        f"[[step, value], ...]}}}}); {advice}")
+    return state
+
+
 class EarlyStopping:
     """The early-stopping rule of one run, its state in `output_dir/early_stopping.json`.
 
@@ -121,16 +153,7 @@ class EarlyStopping:
         self.stop_message: str | None = None
 
     def _read(self) -> dict[str, Any]:
-        if not os.path.isfile(self.path):
-            return {"history": {}}
-        with open(self.path, encoding="utf-8") as f:
-            try:
-                state = json.load(f)
-            except json.JSONDecodeError as e:
-                raise ValueError(f"{self.path} does not parse ({e}); remove it to start the "
-                                 "early-stopping history afresh") from e
-        state.setdefault("history", {})
-        return state
+        return read_state(self.output_dir)
 
     @property
     def history(self) -> list[tuple[int, float]]:

@@ -21,38 +21,10 @@ from collections.abc import Callable
 from typing import Any
 
 from t2t_lite import file_io
+from t2t_lite.utils.best_checkpoints import BEST_DIR, INDEX_FILE, PREFIX, ranked, read_index
 
-BEST_DIR = "best"
-INDEX_FILE = "best_checkpoints.json"
-PREFIX = "ckpt"
 # What a later use of the folder checks the run by (run_metadata), copied along.
 RUN_FILES = ("hparams.json", "flags.json", "run_inputs.json")
-
-
-def read_index(best_dir: str) -> dict[str, Any] | None:
-    """`best_checkpoints.json` of a keep-best folder, or None when `best_dir` is not one."""
-    path = os.path.join(best_dir, INDEX_FILE)
-    if not os.path.isfile(path):
-        return None
-    with open(path, encoding="utf-8") as f:
-        try:
-            return json.load(f)
-        except json.JSONDecodeError as e:
-            raise ValueError(f"{path} does not parse ({e}); it is rewritten at the next "
-                             "evaluation, or remove the folder") from e
-
-
-def ranked(best_dir: str) -> list[str]:
-    """The checkpoint prefixes of a keep-best folder, best first (equal values: earlier step
-    first); [] when `best_dir` is not one. Only those whose files are there are listed."""
-    index = read_index(best_dir)
-    if not index:
-        return []
-    sign = 1 if index["minimize"] else -1
-    entries = sorted(((int(s), float(v)) for s, v in index["checkpoints"].items()),
-                     key=lambda sv: (sign * sv[1], sv[0]))
-    paths = [os.path.join(best_dir, f"{PREFIX}-{s}") for s, _ in entries]
-    return [p for p in paths if os.path.exists(p + ".index")]
 
 
 class BestCheckpoints:

@@ -13,7 +13,7 @@
 * "history" (by `trainer_lib.create_trainer` when a training run resumes): one entry per
   resume, the checkpoint step and the settings it changed (`run_metadata.check_resume`);
 * "eval" (each `Trainer.evaluate`): the step and every dev metric;
-* "bleu" (`decoding.report_bleu`): the decodes and reference files, the checkpoint step,
+* "bleu" (`dev_decode.report_bleu`): the decodes and reference files, the checkpoint step,
   sacreBLEU's score with its signature and t2t's tokenized BLEU lines (and chrF2 / chrF2++ /
   TER with --metrics);
 * "selection" (train_and_eval with `--eval_early_stopping_steps` or
@@ -265,11 +265,19 @@ def with_replicas_change(output_dir: str, problem: Any, hparams: Any, replicas: 
 def record_resume(output_dir: str, step: int, changes: list[str]) -> None:
     """Adds a "history" entry: a training run resumed from checkpoint `step` with `changes`.
 
+    Data made again since the run's last session ("data <marker> sha256 old -> new", from
+    `run_metadata.check_inputs`) is also said in one warning: the run trains on other data.
+
     Args:
       output_dir: the run's directory.
       step: the global step of the checkpoint it resumed from.
       changes: the settings it changed, "name old -> new" (`run_metadata.check_resume`).
     """
+    data = [change for change in changes if change.startswith("data ")]
+    if data:
+        logging.warning("This resume trains on data made again since the run's last session "
+                        "(%s): the run card's History records it", "; ".join(data))
+
     def add(history: dict[str, Any]) -> dict[str, Any]:
         entry = f"{len(history) + 1}. resumed at step {step}"
         return dict(history, **{entry: "; ".join(changes) or "(no setting changed)"})

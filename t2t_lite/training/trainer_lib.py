@@ -43,7 +43,8 @@ from t2t_lite.data_generators import data_marker
 from t2t_lite.data_generators.text_encoder import decode_until_stop
 from t2t_lite.errors import RunStopped, UserError, storage_problem
 from t2t_lite.evaluation import metrics as metrics_lib
-from t2t_lite.hparams import HParams, create_hparams
+from t2t_lite.hparams import HParams
+from t2t_lite.hparams_lib import create_hparams
 from t2t_lite.layers import common_layers, native_kernels
 from t2t_lite.training import divergence_guard, optimize, run_card, summaries, warm_start
 from t2t_lite.training.cluster_agreement import hparams_fingerprint
@@ -922,10 +923,8 @@ def create_trainer(
         what output_dir was trained with, a damaged hparams.json / flags.json, output_dir
         locked by a live run.
     """
-    hparams = create_hparams(
-        hparams_set, hparams_overrides,
-        hparams_json_path=os.path.join(config.output_dir, "hparams.json"),
-    )
+    hparams = create_hparams(hparams_set, hparams_overrides,
+                             hparams_json_path=os.path.join(config.output_dir, "hparams.json"))
     validation.check_hparams(hparams)
     resume_from = checkpoint_guard.checkpoints_newest_first(config.output_dir) if lock else None
     changes = None
@@ -977,8 +976,9 @@ def create_trainer(
         # as they were (train restores it, with the input pipeline).
         trainer.check_resume()
     trainer.run_lock = run_lock.acquire(config.output_dir)
-    # Held until exit: datagen --overwrite_data refuses to replace the data meanwhile.
-    trainer.data_dir_lock = run_lock.hold_data_dir(data_dir)
+    trainer.data_dir_lock = run_lock.hold_data_dir(data_dir)  # no --overwrite_data meanwhile
+    if resume_from and trainer.step >= config.train_steps:
+        return trainer  # nothing to train (`train` says so): the run's files stay as they are
     checkpoint_guard.remove_temp_folders(config.output_dir, CHECKPOINT_PREFIX)
     run_metadata.save_hparams(config.output_dir, hparams)
     run_metadata.save_inputs(config.output_dir, inputs)

@@ -23,12 +23,17 @@ import dataclasses
 import datetime
 import importlib.metadata
 import json
+import logging
+import math
 import os
 import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Callable, Mapping, MutableMapping
+
+# Standard logging (absl's handler, once run.py installs it, prints these lines).
+_log = logging.getLogger(__name__)
 
 ENV = "TF_ENABLE_ONEDNN_OPTS"
 SETTINGS = ("auto", "on", "off")
@@ -123,20 +128,44 @@ def cache_key(model: str, tf_version: str, hidden_size: int, filter_size: int) -
     return f"{model} | tensorflow {tf_version} | hidden {hidden_size} filter {filter_size}"
 
 
-def read_cache(path: str) -> dict:
-    """The cache file's entries ({} when it is absent or unreadable)."""
+def read_cache(path: str, warn: bool = True) -> dict:
+    """The cache file's entries: {} when it is absent, and when it is damaged (not JSON,
+    not an object, unreadable) with one warning where `warn`: the next measurement
+    rewrites it."""
     try:
         with open(path, encoding="utf-8") as f:
             entries = json.load(f)
-    except (OSError, ValueError):
+    except FileNotFoundError:
         return {}
-    return entries if isinstance(entries, dict) else {}
+    except (OSError, ValueError) as e:
+        if warn:
+            _log.warning("Ignoring the damaged oneDNN cache %s (%s): measuring again",
+                         path, type(e).__name__)
+        return {}
+    if not isinstance(entries, dict):
+        if warn:
+            _log.warning("Ignoring the damaged oneDNN cache %s (a JSON %s, not an object): "
+                         "measuring again", path, type(entries).__name__)
+        return {}
+    return entries
+
+
+def _timings(entry) -> tuple[float, float] | None:
+    """(Eigen seconds, oneDNN seconds) of a cache entry, or None where the entry lacks
+    them or holds anything but two positive finite numbers."""
+    if not isinstance(entry, dict):
+        return None
+    values = entry.get("eigen_s"), entry.get("onednn_s")
+    if not all(isinstance(v, (int, float)) and not isinstance(v, bool)
+               and math.isfinite(v) and v > 0 for v in values):
+        return None
+    return float(values[0]), float(values[1])
 
 
 def write_cache(path: str, key: str, entry: dict) -> None:
     """Adds `entry` under `key` (the file written whole, then renamed: never half-written).
     A cache that cannot be written only costs a measurement next time: OSError is ignored."""
-    entries = read_cache(path)
+    entries = read_cache(path, warn=False)
     entries[key] = entry
     try:
         os.makedirs(os.path.dirname(path), exist_ok=True)
@@ -189,9 +218,13 @@ def decide(setting: str, environ: Mapping[str, str], cpuinfo: str, tf_version: s
         present = ", ".join(sorted(set(TF_DEFAULT_ON_FLAGS) & flags))
         return Choice(None, f"on: the CPU has {present}")
     key = cache_key(model, tf_version, hidden_size, filter_size)
-    entry = read_cache(cache_file).get(key)
-    if isinstance(entry, dict) and {"eigen_s", "onednn_s"} <= set(entry):
-        eigen_s, onednn_s = float(entry["eigen_s"]), float(entry["onednn_s"])
+    entries = read_cache(cache_file)
+    cached = _timings(entries.get(key))
+    if key in entries and cached is None:
+        _log.warning("Ignoring the damaged entry of the oneDNN cache %s for %s: measuring "
+                     "again", cache_file, model)
+    if cached is not None:
+        eigen_s, onednn_s = cached
         return Choice(choose(eigen_s, onednn_s),
                       _measured_reason(eigen_s, onednn_s, f"measured before, {cache_file}"))
     timings = measure(hidden_size, filter_size)

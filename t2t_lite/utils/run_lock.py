@@ -3,7 +3,8 @@
 A training run (the chief, in a multi-worker run) creates `output_dir/run.lock` holding its
 host, pid and start time before it writes anything else there, and removes it at exit. A
 second run into the same directory refuses with one line naming the holder. A lock whose pid
-no longer runs on this host (the run was killed) is stale: it is taken over with a warning,
+no longer runs on this host (the run was killed; a zombie, exited but not yet reaped, counts
+as gone) is stale: it is taken over with a warning,
 under a flock of the directory, so that of several processes taking it over at once exactly
 one wins and the others refuse naming it.
 A lock held by another host is never taken over (its process cannot be checked from here).
@@ -72,15 +73,33 @@ def _makedirs(directory: str) -> None:
         _tf().io.gfile.makedirs(directory)
 
 
+def _zombie(pid: int) -> bool:
+    """Whether process `pid` has exited but not been reaped yet: state Z (or X) in
+    /proc/<pid>/stat. False where there is no /proc (not Linux) or no such process."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return False
+    # "pid (comm) state ...": comm may hold spaces and parentheses, the state follows the last ')'.
+    fields = stat.rpartition(b")")[2].split()
+    return bool(fields) and fields[0] in (b"Z", b"X")
+
+
 def pid_alive(pid: int) -> bool:
-    """Whether process `pid` runs on this host (another user's counts as running)."""
+    """Whether process `pid` runs on this host (another user's counts as running).
+
+    A zombie (killed, not yet reaped by its parent) is dead: a killed trainer stays one for
+    a second or more, and forever under a PID 1 that does not reap, yet it still answers
+    `kill(pid, 0)`.
+    """
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
-        return True  # another user's live process
-    return True
+        pass  # another user's process: live unless a zombie
+    return not _zombie(pid)
 
 
 def _describe(holder: dict) -> str:

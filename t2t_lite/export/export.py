@@ -2,7 +2,7 @@
 
 t2t's exporter took serialized `tf.Example`s of ids, so every client had to run t2t's Python
 SubwordTextEncoder in front of TensorFlow Serving. Here the encoder and decoder are part of the
-graph (`t2t_lite.serving.subword_graph`, core TensorFlow string ops only), and the SavedModel
+graph (`t2t_lite.export.subword_graph`, core TensorFlow string ops only), and the SavedModel
 needs nothing but TensorFlow.
 
     python run.py --mode=export --problem=translate_ende_wmt32k --data_dir=DATA \
@@ -36,7 +36,7 @@ version folder is the layout TensorFlow Serving's `--model_base_path` expects) w
 
 Beam size, alpha, extra decode length and return_beams are fixed at export time from
 `--decode_hparams`; the target space id from the problem. Input length follows the same rule
-as decode mode (`decoding.input_length_limit`, t2t's `max_input_size`): with max_input_size > 0
+as decode mode (`text_batches.input_length_limit`, t2t's `max_input_size`): with max_input_size > 0
 longer inputs are cut to `max_input_size - 1` subtokens plus EOS, otherwise they are decoded
 whole, as t2t-decoder decodes them, so both modes give the same output. Invalid UTF-8
 bytes are read as U+FFFD, and an empty string is translated like an empty line (EOS only).
@@ -65,12 +65,13 @@ from collections.abc import Iterator
 
 import tensorflow as tf
 
+from t2t_lite import hparams_support
 from t2t_lite.data_generators import sentencepiece_encoder, text_encoder
 from t2t_lite.decoding import alignment
-from t2t_lite.search import sampling as sampling_lib
+from t2t_lite.export import alignment_graph, sentencepiece_graph, subword_graph
 from t2t_lite.hparams import HParams
 from t2t_lite.layers import native_kernels
-from t2t_lite.serving import alignment_graph, sentencepiece_graph, subword_graph
+from t2t_lite.search import sampling as sampling_lib
 from t2t_lite.utils import checkpoint_guard
 
 EOS_ID = text_encoder.EOS_ID
@@ -119,6 +120,13 @@ def limit_input_ids(inputs: tf.Tensor, limit: int | None) -> tf.Tensor:
     return tf.cond(tf.shape(inputs)[1] > limit, cut, lambda: inputs)
 
 
+def _in_interval(value: tf.Tensor, interval: hparams_support.Interval) -> tf.Tensor:
+    """bool scalar: whether the scalar `value` lies in `interval` (its ends open or closed)."""
+    above = value >= interval.low if interval.low_closed else value > interval.low
+    below = value <= interval.high if interval.high_closed else value < interval.high
+    return tf.logical_and(above, below)
+
+
 class ServingModule(tf.Module):
     """What the SavedModel holds: the model's variables, the graph encoders, the signatures.
 
@@ -128,9 +136,9 @@ class ServingModule(tf.Module):
       inputs_vocab, targets_vocab: `graph_vocabulary` of the input / target encoder: the
         subtoken strings of a SubwordTextEncoder (`all_subtoken_strings`), a
         `SentencePieceVocab`, or None to export the id signature only.
-      decode_hparams: from `decoding.decode_hparams` (beam_size, alpha, extra_length,
+      decode_hparams: from `decode_hparams.decode_hparams` (beam_size, alpha, extra_length,
         return_beams).
-      max_input_length: from `decoding.input_length_limit` (None: no limit).
+      max_input_length: from `text_batches.input_length_limit` (None: no limit).
       target_space_id: the problem's target space id.
       subword_segmenter: the graph encoders' segmenter, `subword_graph.SEGMENTERS`: "core"
         (the SavedModel loads in any TensorFlow) or "tensorflow_text" (faster encoding; the
@@ -213,8 +221,12 @@ class ServingModule(tf.Module):
                                 "export): pass 0")
             with tf.control_dependencies([check]):
                 return self._texts(ids, self._infer(ids, prefix_ids))
-        check = tf.debugging.assert_less_equal(
-            p, 1.0, message="translate_options: sampling_keep_top_p must be <= 1 (1: all)")
+        # p > 0 asks for nucleus sampling: p must then lie in the hparam's declared interval.
+        declared = hparams_support.HPARAMS["sampling_keep_top_p"].check
+        check = tf.debugging.Assert(
+            tf.logical_or(p <= 0.0, _in_interval(p, declared)),
+            [(f"translate_options: sampling_keep_top_p {declared.rule} (<= 0: decode as "
+              "exported), got"), p])
         with tf.control_dependencies([check]):
             p = tf.identity(p)
         nucleus = dataclasses.replace(self._sampling, method="random",

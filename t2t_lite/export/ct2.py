@@ -55,7 +55,7 @@ import numpy as np
 from t2t_lite.data_generators import sentencepiece_encoder
 from t2t_lite.data_generators.text_encoder import EOS_ID, PAD_ID
 from t2t_lite.errors import UserError
-from t2t_lite.serving.ct2_options import (  # noqa: F401 (ct2's API)
+from t2t_lite.export.ct2_options import (  # noqa: F401 (ct2's API)
     SEARCH_OPTIONS,
     default_model_dir,
     gnmt_score,
@@ -571,16 +571,17 @@ class Translator:
         Returns:
           One list of `num_hypotheses` Hypothesis per line, in input order.
         """
-        from t2t_lite.decoding import decoding
+        from t2t_lite.decoding import text_batches
 
         options = dict(SEARCH_OPTIONS)
         unknown = set(search_options) - set(options)
         if unknown:
             raise TypeError(f"translate: unknown search options {sorted(unknown)}")
         options.update(search_options)
-        sorted_lines, sorted_keys = decoding.sort_inputs(lines)
+        sorted_lines, sorted_keys = text_batches.sort_inputs(lines)
         encoded = None if prefixes is None else [
-            self.targets_encoder.encode(text) for text in decoding.follow_sort(prefixes, sorted_keys)]
+            self.targets_encoder.encode(text)
+            for text in text_batches.follow_sort(prefixes, sorted_keys)]
         starts = range(0, len(sorted_lines), batch_size)
         batches = [[ids[:max_input_size - 1] if max_input_size > 0 else ids
                     for ids in map(self.inputs_encoder.encode,
