@@ -1,7 +1,7 @@
 """Two checkouts of t2t_lite decode the same lines: are their outputs byte-identical?
 
     python bench/compare_search_trees.py --old /path/to/old/checkout --new . \
-        --work /tmp/search-trees [--lines 500] [--models toy,fixture] [--skip xla]
+        --work /tmp/search-trees [--lines 500] [--models toy,fixture] [--keep_old]
 
 For a change that must not change any result (e.g. the search's code): each checkout decodes,
 in its own processes (`PYTHONPATH` = the checkout), the first `--lines` lines of the toy
@@ -178,6 +178,9 @@ def main() -> None:
     parser.add_argument("--lines", type=int, default=500)
     parser.add_argument("--models", default="toy,fixture")
     parser.add_argument("--train_steps", type=int, default=1200)
+    parser.add_argument("--keep_old", action="store_true",
+                        help="reuse the old checkout's outputs of an earlier run in --work "
+                             "(its seconds then print as -)")
     parser.add_argument("--decodes", default=",".join(
         list(RUN_PY_DECODES) + ["infer_greedy", "infer_beam4", "xla_greedy", "xla_beam4",
                                 "slots_greedy", "slots_beam4", "slots_beam4_nbest"]))
@@ -200,6 +203,9 @@ def main() -> None:
             for side, tree in trees.items():
                 out = work / model / side / name
                 out.parent.mkdir(parents=True, exist_ok=True)
+                if side == "old" and args.keep_old and _outputs(out):
+                    seconds[side], files[side] = float("nan"), _outputs(out)
+                    continue
                 for stale in _outputs(out):
                     stale.unlink()
                 seconds[side] = decode(name, tree, flags, source, args.lines, out)
@@ -210,7 +216,8 @@ def main() -> None:
             count = sum(len(p.read_text(encoding="utf-8").splitlines()) for p in files["new"])
             different += not same
             print(f"| {model} | {name} | {'yes' if same else '**NO**'} | {count} | "
-                  f"{seconds['old']:.0f} | {seconds['new']:.0f} |", flush=True)
+                  f"{'-' if seconds['old'] != seconds['old'] else round(seconds['old'])} | "
+                  f"{seconds['new']:.0f} |", flush=True)
     sys.exit(1 if different else 0)
 
 
