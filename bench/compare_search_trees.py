@@ -166,8 +166,10 @@ def decode(name: str, tree: pathlib.Path, flags: dict, source: pathlib.Path, lin
 
 
 def _outputs(out: pathlib.Path) -> list[pathlib.Path]:
-    """The files a decode wrote (run.py's decodes file and its .nbest)."""
-    return sorted(p for p in out.parent.glob(out.name + "*") if p.is_file())
+    """The files a decode wrote (run.py's decodes file and its .nbest; not those of a decode
+    whose name starts with this one's)."""
+    return sorted(p for p in out.parent.glob(out.name + "*")
+                  if p.is_file() and (p.name == out.name or p.name.startswith(out.name + ".")))
 
 
 def main() -> None:
