@@ -2,7 +2,8 @@
 
     python bench/compare_search_speed.py --old /path/to/old/checkout --new . \
         --work /tmp/search-trees [--lines 500] [--rounds 4] \
-        [--decodes infer_greedy,infer_beam4,slots_greedy,slots_beam4]
+        [--decodes infer_greedy,infer_beam4,slots_greedy,slots_beam4] \
+        [--bench_decoding_sets transformer_tiny]
 
 For a change to the search's code (`compare_search_trees.py` checks that its results are
 byte-identical; this says what it costs). The model is `compare_search_trees.py`'s "toy" run
@@ -13,6 +14,9 @@ first `--lines` of the toy WMT dev set. Each decode:
   (what `--serve_batching=batch` and `--mode=decode` run), beam 4 with alpha 0.6;
 * slots_greedy, slots_beam4: the continuous search (`search.continuous.SlotSearch`, what
   `--serve_batching=continuous` runs), 8 sentences joining before every call of 4 steps.
+
+and, with `--bench_decoding_sets`, each checkout's own `bench/bench_decoding.py` on those
+hparams sets (random weights, a random batch of 8; its rows' ms per batch and CPU ms).
 
 Each checkout runs in its own process (`PYTHONPATH` = the checkout), decodes the lines once
 (tracing), then times a second pass (wall and process CPU seconds). The checkouts alternate
@@ -92,6 +96,32 @@ def timed(tree: pathlib.Path, kind: str, source: pathlib.Path, lines: int,
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
+def bench_decoding(tree: pathlib.Path, sets: str) -> dict:
+    """{(set, decode, mode): {"wall", "cpu"}}: ms per batch of `tree`'s bench_decoding.py."""
+    env = dict(os.environ, PYTHONPATH=str(tree), TF_CPP_MIN_LOG_LEVEL="2")
+    result = subprocess.run([sys.executable, "bench/bench_decoding.py", "--hparams_sets", sets,
+                             "--repeats", "3"], cwd=tree, env=env, capture_output=True,
+                            text=True, check=False)
+    if result.returncode:
+        sys.exit(f"{tree} bench_decoding.py failed:\n{result.stderr[-3000:]}")
+    rows = {}
+    for line in result.stdout.splitlines():
+        fields = line.split()
+        if len(fields) >= 5 and fields[0] in sets.split(","):
+            rows[tuple(fields[:3])] = {"wall": float(fields[3]), "cpu": float(fields[4])}
+    return rows
+
+
+def _row(name: str, runs: dict[str, list[dict]], digits: int = 2) -> str:
+    """A table row: each side's median wall and CPU figures and new / old."""
+    median = {side: {key: statistics.median(r[key] for r in results)
+                     for key in ("wall", "cpu")} for side, results in runs.items()}
+    return (f"| {name} | {median['old']['wall']:.{digits}f} | {median['new']['wall']:.{digits}f} "
+            f"| {median['new']['wall'] / median['old']['wall']:.3f} | "
+            f"{median['old']['cpu']:.{digits}f} | {median['new']['cpu']:.{digits}f} | "
+            f"{median['new']['cpu'] / median['old']['cpu']:.3f} |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--old", required=True, help="the checkout before the change")
@@ -101,7 +131,10 @@ def main() -> None:
     parser.add_argument("--lines", type=int, default=500)
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--train_steps", type=int, default=1200)
-    parser.add_argument("--decodes", default=",".join(DECODES))
+    parser.add_argument("--decodes", default=",".join(DECODES),
+                        help="comma-separated; empty: none")
+    parser.add_argument("--bench_decoding_sets", default="",
+                        help="also bench/bench_decoding.py on these hparams sets")
     args = parser.parse_args()
     work = pathlib.Path(args.work).resolve()
     trees = {"old": pathlib.Path(args.old).resolve(), "new": pathlib.Path(args.new).resolve()}
@@ -116,19 +149,27 @@ def main() -> None:
     print("| decode | old wall s | new wall s | new/old wall | old cpu s | new cpu s | "
           "new/old cpu |")
     print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
-    for kind in args.decodes.split(","):
+    for kind in filter(None, args.decodes.split(",")):
         runs: dict[str, list[dict]] = {"old": [], "new": []}
         for round_ in range(args.rounds):
             order = ("old", "new") if round_ % 2 == 0 else ("new", "old")
             for side in order:
                 runs[side].append(timed(trees[side], kind, source, args.lines,
                                         flags["output_dir"]))
-        median = {side: {key: statistics.median(r[key] for r in results)
-                         for key in ("wall", "cpu")} for side, results in runs.items()}
-        print(f"| {kind} | {median['old']['wall']:.2f} | {median['new']['wall']:.2f} | "
-              f"{median['new']['wall'] / median['old']['wall']:.3f} | "
-              f"{median['old']['cpu']:.2f} | {median['new']['cpu']:.2f} | "
-              f"{median['new']['cpu'] / median['old']['cpu']:.3f} |", flush=True)
+        print(_row(kind, runs), flush=True)
+    if args.bench_decoding_sets:
+        print("\nbench/bench_decoding.py, ms per batch (median of the rounds' best of 3):")
+        print("| set decode mode | old wall ms | new wall ms | new/old wall | old cpu ms | "
+              "new cpu ms | new/old cpu |")
+        print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+        tables: dict[str, list[dict]] = {"old": [], "new": []}
+        for round_ in range(args.rounds):
+            order = ("old", "new") if round_ % 2 == 0 else ("new", "old")
+            for side in order:
+                tables[side].append(bench_decoding(trees[side], args.bench_decoding_sets))
+        for key in tables["old"][0]:
+            print(_row(" ".join(key), {side: [table[key] for table in results]
+                                       for side, results in tables.items()}, 1), flush=True)
     print(f"load average (1 min): {load_before:.1f} before, {os.getloadavg()[0]:.1f} after")
 
 
