@@ -57,8 +57,6 @@ def test_nucleus_at_one_draws_as_plain_sampling_and_near_zero_as_argmax():
     # p just below 1: the filter runs and keeps every token of these rows, the same draws.
     np.testing.assert_array_equal(draws(1 - 1e-7), plain)
     np.testing.assert_array_equal(draws(1e-6), tf.argmax(logits, -1).numpy())
-    with pytest.raises(ValueError, match="sampling_keep_top_p=0.0 must be in"):
-        sampling.sample(logits, sampling.Sampling("random", 1.0, -1, 0.0))
     # Seeded: TensorFlow's stateless draws, seeded by (seed, step), whatever the global seed;
     # p = 1 (also as a run-time tensor, the SavedModel's input) draws as plain sampling.
     def seeded(top_p, seed, step=3):

@@ -276,8 +276,25 @@ def test_compiled_searches_take_alpha_as_an_input_and_decode_as_infer(copy_model
     engine = engines.T2tLiteEngine(model, {"targets": copy_model[1]}, 0,
                                    decode_hparams("extra_length=4"),
                                    copy_task.VOCAB_SIZE, {}, max_compiled_decoders=2)
-    for alpha in (0.2, 0.4, 0.6):
-        engine.slot_search(batching.Options(2, alpha, 1), 16, 4)
+    # Alpha is an input of the continuous search too: every alpha runs the same traced
+    # functions, and each sentence gets the scores of its batch search with that alpha.
+    for alpha in (0.0, 0.6, 2.0):
+        search = engine.slot_search(batching.Options(3, alpha, 3), 16, 2).search
+        search.admit([list(batch[0]), list(batch[1][:4])], ["a", "b"])
+        finished = {}
+        while len(search):
+            finished.update((row.token, row) for row in search.run())
+        expected = model.infer({"inputs": batch, "input_lengths": lengths}, decode_length=4,
+                               beam_size=3, alpha=alpha, top_beams=3)
+        for b, token in enumerate("ab"):
+            width = min(finished[token].outputs.shape[1], expected["outputs"].shape[2])
+            np.testing.assert_array_equal(finished[token].outputs[:, :width],
+                                          expected["outputs"][b, :, :width])
+            np.testing.assert_allclose(finished[token].scores, expected["scores"][b],
+                                       rtol=1e-5)
+    assert engine.compiled_decoders() == 1
+    for beam_size in (2, 4):
+        engine.slot_search(batching.Options(beam_size, 0.6, 1), 16, 4)
     assert engine.compiled_decoders() == 2 == engine.max_compiled_decoders
 
 

@@ -167,7 +167,7 @@ class ServingModule(tf.Module):
         self._target_space_id = int(target_space_id)
         self._alignment_layer = alignment.layer(decode_hparams)
         # The nucleus draws of `translate_options` use the model's temperature and top-k.
-        self._sampling = sampling_lib.Sampling.from_hparams(model.hparams)
+        self._sampling = model.sampling
         self.text = inputs_vocab is not None and targets_vocab is not None
         if self.text:
             self.inputs_encoder = _graph_encoder(inputs_vocab, subword_segmenter)

@@ -20,6 +20,7 @@ import tensorflow as tf
 
 from t2t_lite.search import beam_search, driver
 from t2t_lite.search.interface import Decoder, StepOptions
+from t2t_lite.search.sampling import Sampling
 from t2t_lite.models.transformer import Transformer
 
 
@@ -28,7 +29,8 @@ class TransformerEnsemble(tf.Module):
 
     Attributes:
       members: the models, in order.
-      hparams: the first member's hparams (its sampling settings drive greedy sampling).
+      hparams: the first member's hparams (its sampling settings drive greedy sampling:
+        `sampling`).
       input_vocab_size / vocab_size: the shared vocabulary sizes.
     """
 
@@ -53,35 +55,37 @@ class TransformerEnsemble(tf.Module):
         which the SavedModel export tracks through their `.value`)."""
         return [v for member in self.members for v in member.variables]
 
+    @property
+    def sampling(self) -> Sampling:
+        """How greedy decoding chooses a token: the first member's sampling settings."""
+        return self.members[0].sampling
+
     def start_decoding(self, inputs, target_space_id, options: StepOptions) -> Decoder:
         """The search's interface (`search/interface.py`): every member's encoder
         runs once; the step returns log(mean_k p_k) [N, V] of the members' probabilities.
 
-        States and storage are the tuples of the members' ({} for a member without
-        storage); each member gets the cache layout the search asks for.
+        The cache is the tuple of the members' caches, each with the layout the search asks
+        for, each reordered (and shaped) by its member.
         """
         # The mean is taken over float32 probabilities.
         options = dataclasses.replace(options, float32_logits=True)
         decoders = [member.start_decoding(inputs, target_space_id, options)
                     for member in self.members]
-        has_storage = any(d.storage is not None for d in decoders)
         log_members = math.log(len(self.members))
 
-        def step(ids, i, states, storage):
-            if storage is None:
-                storage = (None,) * len(decoders)
-            outputs = [d.step(ids, i, member_states, member_storage or None)
-                       for d, member_states, member_storage in zip(decoders, states, storage)]
-            log_probs = tf.stack([tf.nn.log_softmax(logits) for logits, _, _ in outputs])
+        def step(ids, t, caches):
+            outputs = [d.step(ids, t, cache) for d, cache in zip(decoders, caches)]
+            log_probs = tf.stack([tf.nn.log_softmax(logits) for logits, _ in outputs])
             mean = tf.reduce_logsumexp(log_probs, axis=0) - log_members
-            new_storage = tuple({} if s is None else s for _, _, s in outputs)
-            return (mean, tuple(s for _, s, _ in outputs),
-                    new_storage if has_storage else None)
+            return mean, tuple(cache for _, cache in outputs)
 
-        storage = None
-        if has_storage:
-            storage = tuple({} if d.storage is None else d.storage for d in decoders)
-        return Decoder(step, tuple(d.states for d in decoders), storage)
+        def reorder(caches, rows):
+            return tuple(cache if d.reorder is None else d.reorder(cache, rows)
+                         for d, cache in zip(decoders, caches))
+
+        return Decoder(step, tuple(d.cache for d in decoders), reorder,
+                       lambda caches: tuple(d.shape_invariants(cache)
+                                            for d, cache in zip(decoders, caches)))
 
     def encdec_attention(self, inputs, targets, layer: int = -1,
                          target_space_id=0) -> tf.Tensor:

@@ -18,13 +18,12 @@ Differences from t2t, none of which changes the logits:
 * Fast decoding concatenates each step's keys/values to the caches, as t2t does. Beam search
   does not copy the caches to their new beams after each step (t2t gathers them): they
   stay in the beam slot that computed them and a slot-id table, reordered instead, picks
-  each hypothesis' history (`init_beam_slot_storage`; new positions gather in a small
-  recent part that moves into the settled part every `BEAM_SLOT_BLOCK` steps, so a step
-  does not copy all earlier positions); the K beams of a sentence also read
-  its encoder output untiled. Only the XLA-compiled decoder (`infer(..., jit_compile=True)`),
-  which needs static shapes, writes the keys/values into preallocated caches `[B, H,
-  max_len, D/H]`; attention over the not-yet-written slots gets -1e9, i.e. exactly zero
-  weight.
+  each hypothesis' history; the K beams of a sentence also read its encoder output
+  untiled. Only the XLA-compiled decoder (`infer(..., jit_compile=True)`), which needs
+  static shapes, writes the keys/values into preallocated caches `[B, H, max_len, D/H]`;
+  attention over the not-yet-written slots gets -1e9, i.e. exactly zero weight. The
+  decoding side (caches, steps) is `transformer_decoding`; continuous batching's is
+  `transformer_slots`.
 """
 from __future__ import annotations
 
@@ -36,23 +35,19 @@ from t2t_lite.search import beam_search, driver
 
 # The XLA input buckets, importable from here as before the search had its own room.
 from t2t_lite.search.driver import xla_batch_bucket, xla_length_bucket  # noqa: F401
-from t2t_lite.search.interface import Decoder, SlotDecoding, StepOptions
+from t2t_lite.search.interface import Decoder, StepOptions
 from t2t_lite.search.interface import ids_2d as _ids_2d
+from t2t_lite.search.sampling import Sampling
 from t2t_lite.hparams import HParams
 from t2t_lite.layers import common_attention, common_layers, fused_ops, modalities
+from t2t_lite.models import transformer_decoding
+from t2t_lite.models.transformer_decoding import BEAM_SLOT_BLOCK  # noqa: F401
 from t2t_lite.models.transformer_layers import TransformerBody, layer_args
-from t2t_lite.utils import precision, validation
+from t2t_lite.utils import validation
 
 # The features of packed examples (t2t's generator_utils.pack_examples / pack_dataset).
 PACKED_FEATURES = ("inputs_segmentation", "inputs_position", "targets_segmentation",
                    "targets_position")
-
-
-# Beam-slot storage moves its recent keys/values into the settled part every this many
-# steps (`common_attention.settle_beam_slots`): a step copies < 12 positions instead of
-# all, plus all once per 12 steps (about sqrt(2 T) minimises the copies of T-step outputs;
-# 4, 8, 12, 16 and 32 measured alike, within noise, on 500 dev lines of ~40 subwords).
-BEAM_SLOT_BLOCK = 12
 
 
 def get_variable_initializer(hparams) -> keras.initializers.Initializer:
@@ -375,135 +370,29 @@ class Transformer(keras.Model):
     # ----------------------------------------------------------------------------------------
     # Decoding.
 
-    def _self_attention_zeros(self, shape_fn) -> dict[str, dict[str, tf.Tensor]]:
-        """{"layer_{l}": {"k", "v"}} zeros of shape `shape_fn(heads, depth per head)` in each
-        decoder self-attention's compute dtype (bfloat16/float16 under a mixed policy)."""
-        zeros = {}
-        for layer in self.body.decoder.layers_:
-            attention = layer.self_attention
-            heads = attention.num_heads
-            zeros[layer.name] = {
-                name: tf.zeros(shape_fn(heads, depth // heads), attention.compute_dtype)
-                for name, depth in (("k", attention.key_depth), ("v", attention.value_depth))
-            }
-        return zeros
-
     def init_decode_cache(self, batch_size, max_length) -> dict[str, dict[str, tf.Tensor]]:
-        """Preallocated, zero self-attention caches for fast decoding.
+        """Zero self-attention caches for fast decoding (`transformer_decoding`).
 
         Args:
-          batch_size: B (int or scalar tensor).
+          batch_size: N rows (int or scalar tensor).
           max_length: M, the number of decode steps (int or scalar tensor) for fixed-size
             caches; 0 for the empty caches that decoding grows by a position per step.
 
         Returns:
-          {"layer_{l}": {"k": [B, H, M, Dk/H], "v": [B, H, M, Dv/H]}} zeros of the attention
+          {"layer_{l}": {"k": [N, H, M, Dk/H], "v": [N, H, M, Dv/H]}} zeros of the attention
           layers' compute dtype.
         """
-        return self._self_attention_zeros(
-            lambda heads, depth: [batch_size, heads, max_length, depth])
+        return transformer_decoding.self_attention_zeros(
+            self, lambda heads, depth: [batch_size, heads, max_length, depth])
 
-    def init_beam_slot_storage(self, batch_size, beam_size: int) -> dict[str, dict[str, tf.Tensor]]:
-        """Empty per-slot key/value storage for beam search (see `_fast_symbols_to_logits_fn`).
-
-        Returns:
-          {"layer_{l}": {"k", "k_recent": [B, H, K, 0, Dk/H], "v", "v_recent": [B, H, K, 0,
-          Dv/H]}}: the settled and recent parts of `_attend_beam_slots`.
-        """
-        zeros = self._self_attention_zeros(
-            lambda heads, depth: [batch_size, heads, beam_size, 0, depth])
-        return {name: dict(layer, k_recent=layer["k"], v_recent=layer["v"])
-                for name, layer in zeros.items()}
-
-    def _fast_symbols_to_logits_fn(self, memory_kv, encdec_bias, max_length, matrices,
-                                   fixed_cache: bool = False, beam_slots: int | None = None,
-                                   float32_logits: bool = True):
-        """`fn(ids [N, *], i, cache) -> (logits [N, V], cache)`: one decoder position from the
-        last id, reusing the caches (t2t's `symbols_to_logits_fn` of `_fast_decode`).
-
-        The caches grow by the new position (t2t's way), or with `fixed_cache` have
-        `max_length` slots and get position i written (static shapes, for XLA). With
-        `beam_slots` = K (beam search's `unordered_states`), `cache` is the pair
-        ({"slots": int32 [N, i, 1]}, `init_beam_slot_storage` grown by i positions): the keys
-        and values stay in the slot of the hypothesis that computed them and `slots`, which
-        beam search reorders, records where each hypothesis' history is (the same attention
-        without copying the caches to their new beams every step). The logits are float32,
-        or with `float32_logits=False` in the decoder's compute dtype (beam search casts
-        what it reads of them: `beam_search.best_extensions`)."""
-        timing = common_attention.get_timing_signal_1d(max_length + 1, self.hidden_size)
-        slots = tf.range(max_length)
-        # Weights read (and cast to the compute dtype) once, outside the decoding loop; the
-        # softmax matrix too (the embedding gathers its few rows in float32, as training).
-        decoder_weights = precision.weights_read_once(self.body.decoder)
-        matrices = dict(matrices, softmax=tf.cast(matrices["softmax"],
-                                                  self.body.decoder.compute_dtype))
-
-        def symbols_to_logits_fn(ids, i, cache):
-            x = self.modality.bottom(ids[:, -1:], "targets", matrices)
-            # Step 0 sees the zero vector ("GO"), as t2t's `preprocess_targets`.
-            x *= tf.cast(i > 0, x.dtype)
-            if self.hparams.pos == "timing":
-                # A static-size slice (not timing[:, i:i + 1]) keeps the step XLA-compilable.
-                x += tf.cast(tf.slice(timing, [0, i, 0], [1, 1, self.hidden_size]), x.dtype)
-            if fixed_cache:
-                bias = tf.where(slots <= i, 0.0, common_attention.LARGE_NEGATIVE)
-                bias = tf.reshape(bias, [1, 1, 1, max_length])
-            else:
-                bias = None  # a growing cache holds exactly the positions 0..i
-            if beam_slots:
-                states, storage = cache
-                rows = tf.shape(states["slots"])[0]
-                # Row b * K + j writes its step into slot j.
-                own_slot = tf.reshape(tf.range(rows, dtype=tf.int32) % beam_slots, [rows, 1, 1])
-                slot_ids = tf.concat([states["slots"], own_slot], axis=1)
-                slot_mask = common_attention.beam_slot_mask(slot_ids, beam_slots, x.dtype)
-                cache = {name: dict(layer_storage, slot_mask=slot_mask)
-                         for name, layer_storage in storage.items()}
-            with decoder_weights():
-                x, cache = self.body.decoder(
-                    x, None, bias, encdec_bias, memory_kv=memory_kv, cache=cache,
-                    decode_step=i if fixed_cache else None, training=False,
-                )
-            if beam_slots:
-                storage = {name: {part: c[part] for part in ("k", "v", "k_recent", "v_recent")}
-                           for name, c in cache.items()}
-                cache = ({"slots": slot_ids},
-                         common_attention.settle_beam_slots(storage, BEAM_SLOT_BLOCK))
-            logits = self.modality.top(x, matrices)[:, 0, :]
-            return (tf.cast(logits, tf.float32) if float32_logits else logits), cache
-
-        return symbols_to_logits_fn
-
-    def _slow_symbols_to_logits_fn(self, encoder_output, encdec_bias, matrices):
-        """`fn(ids [N, i+1], i, states) -> (logits [N, V], states)`: recomputes the whole
-        decoder on the prefix (t2t's slow path); the reference for the cached decoder."""
-
-        def symbols_to_logits_fn(ids, i, states):
-            x = self._decoder_input(ids, False, matrices)
-            bias = common_attention.attention_bias_lower_triangle(tf.shape(ids)[1])
-            x = self.body.decoder(x, encoder_output, bias, encdec_bias, training=False)
-            logits = self.modality.top(x[:, -1:, :], matrices)[:, 0, :]
-            return tf.cast(logits, tf.float32), states
-
-        return symbols_to_logits_fn
-
-
-    def slot_decoding(self, max_positions=None) -> SlotDecoding | None:
-        """The encoder and step of continuous batching (`transformer_slots.slot_decoding`),
-        or None when this model cannot decode in slots. Call inside a traced function."""
-        from t2t_lite.models import transformer_slots
-
-        return transformer_slots.slot_decoding(self, max_positions)
-
-    def slot_decoding_refusal(self) -> str | None:
-        """Why this model cannot decode in slots (`slot_decoding`), or None when it can."""
-        from t2t_lite.models import transformer_slots
-
-        return transformer_slots.refusal(self.hparams)
+    @property
+    def sampling(self) -> Sampling:
+        """How greedy decoding chooses a token: the sampling settings of the hparams."""
+        return transformer_decoding.sampling_from_hparams(self.hparams)
 
     def start_decoding(self, inputs, target_space_id, options: StepOptions) -> Decoder:
-        """The search's interface (`search/interface.py`): runs the encoder once
-        and returns the decoding step with its initial states.
+        """The search's interface (`search/interface.py`): runs the encoder once and returns
+        the decoder of the rows the search asks for (`transformer_decoding.start_decoding`).
 
         Args:
           inputs: int32 [B, L] source ids.
@@ -511,46 +400,24 @@ class Transformer(keras.Model):
           options: the beams, cache layout, length and logits dtype the search asks for.
 
         Returns:
-          a `Decoder`: `step(ids, i, states, storage) -> (logits [N, V], states, storage)`.
+          a `Decoder`: `step(ids, t, cache) -> (logits [N, V], cache)`, its cache, and how
+          the cache follows the beams.
         """
-        batch_size = tf.shape(inputs)[0]
-        # The embedding matrices are concatenated once, not at every step.
-        matrices = self.modality.matrices()
-        encoder_output, encdec_bias = self.encode(
-            inputs, target_space_id, training=False, matrices=matrices
-        )
-        if options.cache == "recompute":
-            if options.beam_size > 1:
-                # The encoder-side tensors never change across steps: tile them once to the
-                # [B * K] beam layout and close over them instead of carrying them as states.
-                # (The cached decoder's attention reads them untiled, the K beams of a batch
-                # element together.)
-                encoder_output = beam_search.tile_to_beams(encoder_output, options.beam_size)
-                encdec_bias = beam_search.tile_to_beams(encdec_bias, options.beam_size)
-            fn = self._slow_symbols_to_logits_fn(encoder_output, encdec_bias, matrices)
-            return Decoder(lambda ids, i, states, storage: fn(ids, i, states) + (storage,), {})
-        memory_kv = self.body.decoder.encdec_memory_kv(encoder_output)
-        fixed = options.cache == "fixed"
-        # `_attend_beam_slots` has no relative-position terms: beam search of relative
-        # models reorders growing caches (t2t's way).
-        relative = hparams_support.hparam(self.hparams, "self_attention_type") != "dot_product"
-        slots = options.beam_size if options.cache == "beam_slots" and not relative else None
-        fn = self._fast_symbols_to_logits_fn(memory_kv, encdec_bias, options.max_length,
-                                             matrices, fixed_cache=fixed, beam_slots=slots,
-                                             float32_logits=options.float32_logits)
-        if not slots:
-            # Growing caches (t2t's) cost about half of fixed-size ones, which XLA needs.
-            states = self.init_decode_cache(batch_size, options.max_length if fixed else 0)
-            return Decoder(lambda ids, i, states, storage: fn(ids, i, states) + (storage,),
-                           states)
+        return transformer_decoding.start_decoding(self, inputs, target_space_id, options)
 
-        def step(ids, i, states, storage):
-            logits, (states, storage) = fn(ids, i, (states, storage))
-            return logits, states, storage
+    def slot_decoding(self, beam_size: int = 1):
+        """The model's side of continuous batching (`transformer_slots.TransformerSlots`, a
+        `search.interface.SlotDecoding` of `beam_size` rows per sentence), or None when this
+        model cannot decode in slots."""
+        from t2t_lite.models import transformer_slots
 
-        # [B, T, 1]: states may grow along every axis but the last (t2t's invariant).
-        return Decoder(step, {"slots": tf.zeros([batch_size, 0, 1], tf.int32)},
-                       self.init_beam_slot_storage(batch_size, options.beam_size))
+        return transformer_slots.slot_decoding(self, beam_size)
+
+    def slot_decoding_refusal(self) -> str | None:
+        """Why this model cannot decode in slots (`slot_decoding`), or None when it can."""
+        from t2t_lite.models import transformer_slots
+
+        return transformer_slots.refusal(self.hparams)
 
     def infer(
         self,

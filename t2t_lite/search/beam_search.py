@@ -12,20 +12,26 @@ same order):
   become the new alive set (with their raw log-probs); the ones that did end in EOS compete
   with the old finished set for its K places (by normalised score).
 * Stop after `decode_length` steps, or earlier when no alive hypothesis can still beat the
-  finished ones (`bound_met`, see `_is_not_finished`).
+  finished ones (`bound_met`, `BeamSearch.stopped`).
 * A batch element that never finished a hypothesis returns its alive hypotheses and their raw
   log-probabilities.
 
+The step is written once, `BeamSearch.step` (`interface.Strategy`), for a step t that is
+one scalar for the whole batch or each sentence's own; `search` runs it over a model's
+decoder in `loop.run_steps` (the continuous search, `continuous.py`, runs the same step).
+
 Implementation choices (results unchanged): the sequences live in fixed `[B, K, decode_length
 + 1]` buffers written at column i + 1 (t2t concatenates a column per step, its TPU path uses
-the same buffer); the decoder states are kept merged as `[B * K, ...]` and gathered once per
-step by the parent beam of each new alive hypothesis (t2t gathers them twice, to the 2K
-candidates and then to the K survivors, which selects the same rows). The states may grow
-along every axis but the last, as in t2t (its shape invariants), e.g. key/value caches that
-append a position per step; `unordered_states` are carried without reordering (for storage
-that the step function indexes itself). The top 2K of the `[B, K * V]` scores come from
-`best_extensions` (the same values and indices as `tf.math.top_k` over all scores, computing
-the scores of a few chunks only). The output
+the same buffer); the model's cache is merged as `[B * K, ...]` rows and reordered once per
+step by the parent row of each new alive hypothesis (t2t gathers them twice, to the 2K
+candidates and then to the K survivors, which selects the same rows), by the model
+(`interface.Decoder.reorder`): t2t's `states` convention (tensors with the batch on axis 0,
+tiled to the beams and gathered by the search) is `beam_search`'s and `beam_search_buffers`'
+way of giving one. The states may grow along every axis but the last, as in t2t (its shape
+invariants), e.g. key/value caches that append a position per step; `unordered_states` are
+carried without reordering (for storage that the step function indexes itself). The top 2K
+of the `[B, K * V]` scores come from `best_extensions` (the same values and indices as
+`tf.math.top_k` over all scores, computing the scores of a few chunks only). The output
 keeps t2t's length: the number of steps actually run.
 `beam_search_buffers` is the same search with every shape static, for XLA.
 """
@@ -36,6 +42,9 @@ from collections.abc import Callable
 from typing import Any
 
 import tensorflow as tf
+
+from t2t_lite.search import loop, rows
+from t2t_lite.search.interface import Decoder, any_shape_but_the_last, own_shapes
 
 # t2t's beam_search.EOS_ID (= text_encoder.EOS_ID): the search imports no data_generators, so
 # the id is stated here.
@@ -91,9 +100,10 @@ def log_prob_from_logits(logits: tf.Tensor) -> tf.Tensor:
 
 
 def _set_column(seq: tf.Tensor, column: tf.Tensor, values: tf.Tensor) -> tf.Tensor:
-    """Returns `seq` [B, N, T] with `seq[:, :, column] = values` ([B, N])."""
-    is_column = tf.equal(tf.range(tf.shape(seq)[2]), column)
-    return tf.where(is_column[None, None, :], values[:, :, None], seq)
+    """Returns `seq` [B, N, T] with `seq[b, :, column] = values[b]` ([B, N]); `column` an
+    int32 scalar or [B] (a column per batch element)."""
+    is_column = rows.step_mask(column, tf.shape(seq)[2])  # [1 or B, T]
+    return tf.where(is_column[:, None, :], values[:, :, None], seq)
 
 
 def beam_search(
@@ -172,6 +182,192 @@ def beam_search(
     return seq, scores, (None if states is None else out_states)
 
 
+class BeamSearch:
+    """t2t's beam-search step (its `inner_loop`: grow_topk, grow_alive, grow_finished), for
+    the batch search (`search`) and the continuous one (`continuous.SlotSearch`).
+
+    State (B sentences, K beams, T steps of buffer): "alive_seq" int32 [B, K, T + 1] (column
+    0 the start id, step t's token in column t + 1), "alive_log_probs" float32 [B, K],
+    "finished_seq" int32 [B, K, T + 1], "finished_scores" float32 [B, K] (length-normalised,
+    -INF in empty slots), "finished_flags" bool [B, K], "parents" int32 [B, K] (the beam
+    each alive hypothesis extended at the last step), "limit" int32 (scalar or [B]: the
+    steps a sentence may run), optional "prefixes", "prefix_lengths" (`rows.with_prefixes`).
+
+    Args:
+      beam_size: K >= 1.
+      vocab_size: V, the size of the logits' last axis.
+      alpha: the length-penalty exponent.
+      eos_id: the id that finishes a hypothesis.
+      finished_bound: the finished score `bound_met` compares ("best": t2t's stop_early;
+        "row_worst"; "batch_worst": t2t without stop_early).
+      rows_alone: a sentence that has stopped (`stopped`: its limit or its bound met) keeps
+        its hypotheses, so that its result is that of its search alone; False: t2t's batch
+        search, where every sentence steps until the loop ends.
+    """
+
+    def __init__(self, beam_size: int, vocab_size: int | tf.Tensor, alpha: float | tf.Tensor,
+                 eos_id: int = EOS_ID, finished_bound: str = "best", rows_alone: bool = False):
+        if not isinstance(beam_size, int) or beam_size < 1:
+            raise ValueError(f"beam_search: beam_size must be an int >= 1, got {beam_size!r}")
+        if isinstance(vocab_size, int) and vocab_size < 2:
+            raise ValueError(f"beam_search: vocab_size must be >= 2, got {vocab_size!r}")
+        self.beams = beam_size
+        self.vocab_size = vocab_size
+        self.alpha = tf.cast(alpha, tf.float32)
+        self.eos_id = eos_id
+        self.finished_bound = finished_bound
+        self.rows_alone = rows_alone
+
+    def start(self, initial_ids: tf.Tensor, buffer_length, limit, prefixes=None) -> dict:
+        """See `interface.Strategy.start`: beam 0 of each sentence at log-prob 0, the others
+        at -INF (only one copy of the start id is extended at step 0)."""
+        k = self.beams
+        initial_ids = tf.convert_to_tensor(initial_ids, tf.int32)
+        batch_size = tf.shape(initial_ids)[0]
+        alive_seq = tf.zeros([batch_size, k, buffer_length + 1], tf.int32)
+        alive_seq = _set_column(alive_seq, 0, expand_to_beam_size(initial_ids, k))
+        state = {"alive_seq": alive_seq,
+                 "alive_log_probs": tf.tile(tf.constant([[0.0] + [-INF] * (k - 1)]),
+                                            [batch_size, 1]),
+                 "finished_seq": tf.zeros_like(alive_seq),
+                 "finished_scores": tf.ones([batch_size, k]) * -INF,
+                 "finished_flags": tf.zeros([batch_size, k], tf.bool),
+                 "parents": tf.zeros([batch_size, k], tf.int32),
+                 "limit": tf.convert_to_tensor(limit, tf.int32)}
+        return rows.with_prefixes(state, prefixes)
+
+    def ids(self, state: dict, t, whole_prefix: bool = False) -> tf.Tensor:
+        """See `interface.Strategy.ids`: [B * K, 1] or [B * K, t + 1]."""
+        alive_seq = state["alive_seq"]
+        batch_size, k = tf.shape(alive_seq)[0], self.beams
+        if whole_prefix:
+            return tf.reshape(alive_seq[:, :, : t + 1], [batch_size * k, t + 1])
+        if t.shape.rank == 0:
+            last = tf.slice(alive_seq, [0, 0, t], [batch_size, k, 1])
+        else:  # a stopped row's step may pass its buffer: any column will do
+            column = tf.clip_by_value(t, 0, tf.shape(alive_seq)[2] - 1)
+            last = tf.gather(alive_seq, column[:, tf.newaxis], axis=2, batch_dims=1)
+        return tf.reshape(last, [batch_size * k, 1])
+
+    def step(self, state: dict, logits: tf.Tensor, t) -> dict:
+        """See `interface.Strategy.step`; `logits` [B * K, V], float32 or half precision
+        (`best_extensions` casts what it scores)."""
+        k, vocab_size = self.beams, self.vocab_size
+        alive_seq, alive_log_probs = state["alive_seq"], state["alive_log_probs"]
+        batch_size = tf.shape(alive_seq)[0]
+        # grow_topk: score every one-token extension of every alive hypothesis.
+        logits = tf.reshape(logits, [batch_size, k, vocab_size])
+        penalty = length_penalty(t + 1, self.alpha)  # scalar, or [B]
+        if penalty.shape.rank:
+            penalty = penalty[:, tf.newaxis]
+        if "prefixes" in state:
+            forced, is_forced = rows.forced_tokens(state, t)
+            topk_scores, topk_flat_ids = _forced_extensions(
+                logits, alive_log_probs, _per_beam(penalty), 2 * k, forced, is_forced)
+        else:
+            topk_scores, topk_flat_ids = best_extensions(logits, alive_log_probs,
+                                                         _per_beam(penalty), 2 * k)
+        topk_log_probs, topk_beam_index, topk_ids, topk_finished = split_extensions(
+            topk_scores, topk_flat_ids, penalty, vocab_size, self.eos_id)
+        topk_seq = _set_column(tf.gather(alive_seq, topk_beam_index, batch_dims=1), t + 1,
+                               topk_ids)
+        new_alive_seq, new_alive_log_probs, parents = grow_alive(
+            topk_seq, topk_scores, topk_log_probs, topk_beam_index, topk_finished, k)
+        new_finished = grow_finished(state["finished_seq"], state["finished_scores"],
+                                     state["finished_flags"], topk_seq, topk_scores,
+                                     topk_finished, k)
+        new = dict(zip(("alive_seq", "alive_log_probs", "finished_seq", "finished_scores",
+                        "finished_flags"),
+                       (new_alive_seq, new_alive_log_probs) + tuple(new_finished)))
+        if self.rows_alone:
+            # Sentences that have stopped keep their hypotheses (what follows them in the
+            # model's cache is not read again for their results).
+            stopped = self.stopped(state, t)
+            new = {name: tf.where(tf.reshape(stopped, [-1] + [1] * (value.shape.rank - 1)),
+                                  state[name], value)
+                   for name, value in new.items()}
+        return dict(state, parents=parents, **new)
+
+    def stopped(self, state: dict, t) -> tf.Tensor:
+        """See `interface.Strategy.stopped`: the limit reached, or no alive hypothesis can
+        beat the finished ones any more (`bound_met` at the limit)."""
+        limit = state["limit"]
+        return tf.logical_or(tf.greater_equal(t, limit),
+                             bound_met(state["alive_log_probs"], state["finished_scores"],
+                                       limit, self.alpha, self.finished_bound))
+
+    def parent_rows(self, state: dict) -> tf.Tensor:
+        """int32 [B * K]: the model row (b * K + parent beam) each alive hypothesis extended."""
+        parents = state["parents"]
+        offsets = tf.range(tf.shape(parents)[0])[:, tf.newaxis] * self.beams
+        return tf.reshape(parents + offsets, [-1])
+
+    def result(self, state: dict) -> tuple[tf.Tensor, tf.Tensor]:
+        """(ids int32 [B, K, T + 1] with the start column, scores float32 [B, K]): the
+        finished hypotheses, best first, 0-padded after their EOS, with their
+        length-normalised scores (-INF in empty slots); a sentence without any finished
+        hypothesis gets its alive ones with their raw log-probs."""
+        has_finished = tf.reduce_any(state["finished_flags"], axis=1)
+        seq = tf.where(has_finished[:, None, None], state["finished_seq"], state["alive_seq"])
+        scores = tf.where(has_finished[:, None], state["finished_scores"],
+                          state["alive_log_probs"])
+        return seq, scores
+
+
+def _per_beam(penalty: tf.Tensor) -> tf.Tensor:
+    """A scalar penalty as it is, a per-sentence one [B, 1] as [B, 1, 1]."""
+    return penalty if not penalty.shape.rank else penalty[:, :, tf.newaxis]
+
+
+def search(decoder: Decoder, initial_ids: tf.Tensor, beam_size: int,
+           decode_length: int | tf.Tensor, vocab_size: int, alpha: float | tf.Tensor,
+           eos_id: int = EOS_ID, stop_early: bool = True, max_decode_length: int | None = None,
+           prefixes: tf.Tensor | None = None, row_decode_lengths: tf.Tensor | None = None,
+           whole_prefix: bool = False) -> tuple[tf.Tensor, tf.Tensor, Any, tf.Tensor]:
+    """t2t's beam search over a model's decoder (`interface.Decoder` of B * K rows, which
+    reorders its own cache): `beam_search_buffers` without t2t's states convention.
+
+    Args:
+      decoder: the model's decoder; its step gets the last id of each alive hypothesis,
+        [B * K, 1], or with `whole_prefix` the hypotheses so far, [B * K, i + 1].
+      initial_ids, beam_size, decode_length, vocab_size, alpha, eos_id, stop_early,
+        max_decode_length, prefixes, row_decode_lengths: as `beam_search_buffers`.
+      whole_prefix: pass the whole prefix to the step.
+
+    Returns:
+      (ids, scores, cache, steps): ids, scores and steps as `beam_search_buffers`, the
+      decoder's final cache.
+    """
+    strategy = _strategy(beam_size, vocab_size, alpha, eos_id, stop_early,
+                         row_decode_lengths is not None)
+    return _search(strategy, decoder, initial_ids, decode_length, max_decode_length, prefixes,
+                   row_decode_lengths, whole_prefix)
+
+
+def _strategy(beam_size: int, vocab_size, alpha, eos_id: int, stop_early: bool,
+              per_row: bool) -> BeamSearch:
+    """The step of t2t's beam search with these arguments (see `beam_search_buffers`)."""
+    if stop_early:
+        finished_bound = "best"
+    elif per_row:
+        finished_bound = "row_worst"  # alone, the whole batch is the element
+    else:
+        finished_bound = "batch_worst"  # t2t's choice
+    return BeamSearch(beam_size, vocab_size, alpha, eos_id, finished_bound, rows_alone=per_row)
+
+
+def _search(strategy: BeamSearch, decoder: Decoder, initial_ids, decode_length,
+            max_decode_length, prefixes, row_decode_lengths, whole_prefix: bool):
+    """`search` with its strategy."""
+    buffer_length = decode_length if max_decode_length is None else max_decode_length
+    limit = decode_length if row_decode_lengths is None else row_decode_lengths
+    state = strategy.start(initial_ids, buffer_length, limit, prefixes)
+    state, _, cache, steps = loop.run_steps(strategy, state, decoder, 0, decode_length,
+                                            whole_prefix)
+    ids, scores = strategy.result(state)
+    return ids, scores, cache, steps
+
+
 def beam_search_buffers(
     symbols_to_logits_fn: SymbolsToLogitsFn,
     initial_ids: tf.Tensor,
@@ -229,150 +425,47 @@ def beam_search_buffers(
       column, the steps' tokens in columns 1..steps and zeros after; scores float32 [B, K]
       and states [B, K, ...] as `beam_search`; steps the int32 scalar number of steps run.
     """
-    if not isinstance(beam_size, int) or beam_size < 1:
-        raise ValueError(f"beam_search: beam_size must be an int >= 1, got {beam_size!r}")
-    if isinstance(vocab_size, int) and vocab_size < 2:
-        raise ValueError(f"beam_search: vocab_size must be >= 2, got {vocab_size!r}")
+    strategy = _strategy(beam_size, vocab_size, alpha, eos_id, stop_early,
+                         row_decode_lengths is not None)
     initial_ids = tf.convert_to_tensor(initial_ids, tf.int32)
-    buffer_length = decode_length if max_decode_length is None else max_decode_length
-    decode_length = tf.convert_to_tensor(decode_length, tf.int32)
-    alpha = tf.cast(alpha, tf.float32)
-    batch_size = tf.shape(initial_ids)[0]
-    k = beam_size
+    decoder = _states_decoder(symbols_to_logits_fn, states, unordered_states, beam_size,
+                              static_states=max_decode_length is not None)
     # Only the last ids are passed when a static shape is asked for: `beam_search`'s callers
     # get t2t's growing prefix.
-    last_id_only = max_decode_length is not None
-
-    alive_log_probs = tf.tile(tf.constant([[0.0] + [-INF] * (k - 1)]), [batch_size, 1])
-    alive_seq = tf.zeros(tf.stack([batch_size, k, buffer_length + 1]), tf.int32)
-    alive_seq = _set_column(alive_seq, 0, expand_to_beam_size(initial_ids, k))
-    finished_seq = tf.zeros_like(alive_seq)
-    finished_scores = tf.ones([batch_size, k]) * -INF
-    finished_flags = tf.zeros([batch_size, k], tf.bool)
-    flat_states = tf.nest.map_structure(
-        lambda s: tile_to_beams(tf.convert_to_tensor(s), k), {} if states is None else states
-    )
-    # Row b of the merged [B * K] layout starts at b * K: offsets to turn per-element beam
-    # indices into merged row indices.
-    row_offsets = tf.range(batch_size)[:, None] * k
-    has_unordered = unordered_states is not None
-    if prefixes is not None:
-        prefixes = tf.convert_to_tensor(prefixes, tf.int32)
-        prefixes = tf.pad(prefixes, [[0, 0], [0, 1]])  # a column to read past the end
-        prefix_lengths = tf.reduce_sum(tf.cast(tf.not_equal(prefixes, 0), tf.int32), axis=1)
-    if has_unordered:
-        unordered_states = tf.nest.map_structure(tf.convert_to_tensor, unordered_states)
-    per_row = row_decode_lengths is not None
-    if per_row:
-        row_decode_lengths = tf.convert_to_tensor(row_decode_lengths, tf.int32)
-
-    if stop_early:
-        finished_bound = "best"
-    elif per_row:
-        finished_bound = "row_worst"  # alone, the whole batch is the element
-    else:
-        finished_bound = "batch_worst"  # t2t's choice
-
-    def bound_met_at(alive_log_probs, finished_scores, lengths):
-        return bound_met(alive_log_probs, finished_scores, lengths, alpha, finished_bound)
-
-    def rows_stopped(i, alive_log_probs, finished_scores):
-        # [B] bool: the elements whose own search would have ended before step i.
-        return tf.logical_or(tf.greater_equal(i, row_decode_lengths),
-                             bound_met_at(alive_log_probs, finished_scores,
-                                          row_decode_lengths))
-
-    def inner_loop(i, alive_seq, alive_log_probs, finished_seq, finished_scores,
-                   finished_flags, flat_states, unordered):
-        # grow_topk: score every one-token extension of every alive hypothesis.
-        if last_id_only:
-            flat_ids = tf.reshape(
-                tf.slice(alive_seq, [0, 0, i], [batch_size, k, 1]), [batch_size * k, 1])
-        else:
-            flat_ids = tf.reshape(alive_seq[:, :, : i + 1], [batch_size * k, i + 1])
-        if has_unordered:
-            flat_logits, (new_states, unordered) = symbols_to_logits_fn(
-                flat_ids, i, (flat_states, unordered))
-        else:
-            flat_logits, new_states = symbols_to_logits_fn(flat_ids, i, flat_states)
-        # Half-precision logits stay so: `best_extensions` casts what it scores.
-        logits = tf.reshape(flat_logits, [batch_size, k, vocab_size])
-        penalty = length_penalty(i + 1, alpha)
-        if prefixes is None:
-            topk_scores, topk_flat_ids = best_extensions(logits, alive_log_probs, penalty,
-                                                         2 * k)
-        else:
-            topk_scores, topk_flat_ids = _forced_extensions(
-                logits, alive_log_probs, penalty, 2 * k,
-                tf.gather(prefixes, tf.minimum(i, tf.shape(prefixes)[1] - 1), axis=1),
-                i < prefix_lengths)
-        topk_log_probs, topk_beam_index, topk_ids, topk_finished = split_extensions(
-            topk_scores, topk_flat_ids, penalty, vocab_size, eos_id)
-        topk_seq = _set_column(
-            tf.gather(alive_seq, topk_beam_index, batch_dims=1), i + 1, topk_ids
-        )
-        new_alive_seq, new_alive_log_probs, parent_beams = grow_alive(
-            topk_seq, topk_scores, topk_log_probs, topk_beam_index, topk_finished, k)
-        parent_rows = tf.reshape(parent_beams + row_offsets, [-1])
-        new_states = tf.nest.map_structure(
-            lambda s: tf.gather(s, parent_rows, axis=0), new_states
-        )
-
-        new_finished_seq, new_finished_scores, new_finished_flags = grow_finished(
-            finished_seq, finished_scores, finished_flags, topk_seq, topk_scores,
-            topk_finished, k)
-        if per_row:
-            # Elements that have stopped keep their hypotheses (their states are not read
-            # again for their results).
-            stopped = rows_stopped(i, alive_log_probs, finished_scores)
-            new_alive_seq = tf.where(stopped[:, None, None], alive_seq, new_alive_seq)
-            new_alive_log_probs = tf.where(stopped[:, None], alive_log_probs,
-                                           new_alive_log_probs)
-            new_finished_seq = tf.where(stopped[:, None, None], finished_seq, new_finished_seq)
-            new_finished_scores = tf.where(stopped[:, None], finished_scores,
-                                           new_finished_scores)
-            new_finished_flags = tf.where(stopped[:, None], finished_flags, new_finished_flags)
-        outputs = (new_alive_seq, new_alive_log_probs, new_finished_seq,
-                   new_finished_scores, new_finished_flags, new_states)
-        inputs = (alive_seq, alive_log_probs, finished_seq, finished_scores,
-                  finished_flags, flat_states)
-        # Gathers lose the static batch size; restore every static dim so the loop
-        # variables keep their shapes (the states' only where they must: XLA).
-        tf.nest.map_structure(lambda new, old: new.set_shape(old.shape), outputs[:-1],
-                              inputs[:-1])
-        if last_id_only:
-            tf.nest.map_structure(lambda new, old: new.set_shape(old.shape), new_states,
-                                  flat_states)
-        return (i + 1,) + outputs + (unordered,)
-
-    def _is_not_finished(i, alive_seq, alive_log_probs, finished_seq, finished_scores,
-                         finished_flags, flat_states, unordered):
-        if per_row:
-            done = tf.reduce_all(rows_stopped(i, alive_log_probs, finished_scores))
-        else:
-            done = tf.reduce_all(bound_met_at(alive_log_probs, finished_scores,
-                                              decode_length))
-        return tf.logical_and(tf.less(i, decode_length), tf.logical_not(done))
-
-    loop_vars = [tf.constant(0), alive_seq, alive_log_probs, finished_seq, finished_scores,
-                 finished_flags, flat_states, unordered_states if has_unordered else {}]
-    invariants = [v.shape for v in loop_vars[:-2]]
-    invariants.append(tf.nest.map_structure(
-        (lambda s: s.shape) if last_id_only else state_shape_invariant, flat_states))
-    invariants.append(tf.nest.map_structure(state_shape_invariant, loop_vars[-1]))
-    (steps, alive_seq, alive_log_probs, finished_seq, finished_scores, finished_flags,
-     flat_states, _) = tf.while_loop(
-        _is_not_finished, inner_loop, loop_vars, shape_invariants=invariants,
-        parallel_iterations=1,
-    )
-
-    has_finished = tf.reduce_any(finished_flags, axis=1)
-    seq = tf.where(has_finished[:, None, None], finished_seq, alive_seq)
-    scores = tf.where(has_finished[:, None], finished_scores, alive_log_probs)
+    ids, scores, cache, steps = _search(
+        strategy, decoder, initial_ids, decode_length, max_decode_length, prefixes,
+        row_decode_lengths, whole_prefix=max_decode_length is None)
+    flat_states = cache if unordered_states is None else cache[0]
+    batch_size = tf.shape(initial_ids)[0]
     out_states = tf.nest.map_structure(
-        lambda s: unmerge_beam_dim(s, batch_size, k), flat_states
-    )
-    return seq, scores, out_states, steps
+        lambda s: unmerge_beam_dim(s, batch_size, beam_size), flat_states)
+    return ids, scores, out_states, steps
+
+
+def _states_decoder(fn: SymbolsToLogitsFn, states: Any, unordered_states: Any, k: int,
+                    static_states: bool) -> Decoder:
+    """t2t's convention of `states` as a model's decoder: tensors with the batch on axis 0,
+    tiled to the [B * K] rows and gathered by parent row after every step (t2t's
+    `beam_search` does both itself); `unordered_states` carried beside them untouched."""
+    flat_states = tf.nest.map_structure(
+        lambda s: tile_to_beams(tf.convert_to_tensor(s), k), {} if states is None else states)
+
+    def gather(flat_states, rows):
+        return tf.nest.map_structure(lambda s: tf.gather(s, rows, axis=0), flat_states)
+
+    def ordered_invariants(flat_states):
+        if static_states:
+            return own_shapes(flat_states)
+        return tf.nest.map_structure(any_shape_but_the_last, flat_states)
+
+    if unordered_states is None:
+        return Decoder(fn, flat_states, gather, ordered_invariants)
+    unordered = tf.nest.map_structure(tf.convert_to_tensor, unordered_states)
+    return Decoder(
+        fn, (flat_states, unordered),
+        lambda cache, rows: (gather(cache[0], rows), cache[1]),
+        lambda cache: (ordered_invariants(cache[0]),
+                       tf.nest.map_structure(any_shape_but_the_last, cache[1])))
 
 
 def length_penalty(length: tf.Tensor | int, alpha: tf.Tensor | float) -> tf.Tensor:
@@ -622,14 +715,6 @@ def _forced_extensions(logits: tf.Tensor, alive_log_probs: tf.Tensor,
         tf.equal(tf.range(vocab)[None, None, :], forced_ids[:, None, None]))
     log_probs += (1.0 - tf.cast(allowed, tf.float32)) * FORBIDDEN
     return top_k_exact(tf.reshape(log_probs / length_penalty, [batch, beams * vocab]), count)
-
-
-def state_shape_invariant(tensor: tf.Tensor) -> tf.TensorShape:
-    """t2t's `get_state_shape_invariants`: every dimension may change but the last."""
-    shape = tensor.shape
-    if not shape.rank:
-        return shape
-    return tf.TensorShape([None] * (shape.rank - 1) + [shape[-1]])
 
 
 def _accept_t2t_convention(fn: Callable, states: Any, use_tpu: bool) -> SymbolsToLogitsFn:

@@ -1,5 +1,6 @@
-"""Decoding a `SearchModel` (interface.py): the cache layout, greedy or beam search, the
-traced / XLA-compiled decoders and their input buckets.
+"""Decoding a model that implements `start_decoding` (interface.py): the cache layout,
+greedy or beam search over its `Decoder`, the traced / XLA-compiled decoders and their
+input buckets.
 
 `infer` is `Transformer.infer` and `TransformerEnsemble.infer`: the models hold a
 `CompiledDecoders` and pass it with themselves.
@@ -98,43 +99,25 @@ def infer_graph(model, inputs, target_space_id, decode_length, beam_size: int,
                           _cache(beam_size, use_cache, buffer_length is not None, beam_slots),
                           float32_logits=beam_size == 1)
     decoder = model.start_decoding(inputs, target_space_id, options)
-    if decoder.storage is None:
-        def step(ids, i, states):
-            logits, states, _ = decoder.step(ids, i, states, None)
-            return logits, states
-    else:
-        def step(ids, i, states_and_storage):
-            logits, states, storage = decoder.step(ids, i, *states_and_storage)
-            return logits, (states, storage)
     if beam_size == 1:
-        choice = sampling or sampling_lib.Sampling.from_hparams(model.hparams)
-        outputs, scores, steps = greedy.greedy(
-            step, batch_size, max_length, decoder.states,
-            lambda logits, i: sampling_lib.sample(logits, choice, i), full_ids=not use_cache,
-            eos_id=eos_id, force_decode_length=force_decode_length,
+        choice = sampling or model.sampling
+        outputs, scores, steps = greedy.search(
+            decoder, batch_size, max_length,
+            lambda logits, t: sampling_lib.sample(logits, choice, t), eos_id,
+            whole_prefix=not use_cache, force_decode_length=force_decode_length,
             buffer_length=buffer_length, prefixes=prefixes, row_lengths=row_lengths,
         )
         if buffer_length is not None:
             return {"outputs": outputs, "scores": scores, "steps": steps}
         return {"outputs": outputs[:, :steps], "scores": scores}
-    initial_ids = tf.zeros([batch_size], tf.int32)
-    if use_cache or prefixes is not None:
-        ids, scores, _, steps = beam_search.beam_search_buffers(
-            step, initial_ids, beam_size, max_length, model.vocab_size, alpha,
-            states=decoder.states, eos_id=eos_id, stop_early=top_beams == 1,
-            max_decode_length=buffer_length, unordered_states=decoder.storage,
-            prefixes=prefixes, row_decode_lengths=row_lengths,
-        )
-        # Without the start column; t2t's length (the steps run) unless the caller
-        # wants the static buffer (XLA).
-        ids = ids[:, :, 1:] if buffer_length is not None else ids[:, :, 1: steps + 1]
-    else:
-        if row_lengths is not None:
-            raise ValueError("input_lengths needs the cached decoder (use_cache=True)")
-        ids, scores, _ = beam_search.beam_search(
-            step, initial_ids, beam_size, max_length, model.vocab_size,
-            alpha, states=decoder.states, eos_id=eos_id, stop_early=top_beams == 1,
-        )
+    ids, scores, _, steps = beam_search.search(
+        decoder, tf.zeros([batch_size], tf.int32), beam_size, max_length, model.vocab_size,
+        alpha, eos_id=eos_id, stop_early=top_beams == 1, max_decode_length=buffer_length,
+        prefixes=prefixes, row_decode_lengths=row_lengths, whole_prefix=not use_cache,
+    )
+    # Without the start column; t2t's length (the steps run) unless the caller wants the
+    # static buffer (XLA).
+    ids = ids[:, :, 1:] if buffer_length is not None else ids[:, :, 1: steps + 1]
     result = {"outputs": ids[:, :top_beams], "scores": scores[:, :top_beams]}
     if top_beams == 1:
         result = {"outputs": ids[:, 0], "scores": scores[:, 0]}
@@ -203,7 +186,7 @@ def infer(model, functions: CompiledDecoders, features: dict, decode_length=50,
     that graph.
 
     Args:
-      model: a `SearchModel` (interface.py).
+      model: a model with `start_decoding`, `vocab_size` and `sampling` (interface.py).
       functions: the model's compiled decoders.
       features: {"inputs": int [B, L_in], optional "target_space_id": int scalar,
         optional "prefixes": int [B, P]: target prefixes, 0-padded subword ids without

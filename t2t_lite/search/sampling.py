@@ -12,15 +12,14 @@ from typing import Any
 
 import tensorflow as tf
 
-from t2t_lite import hparams_support
-
 # t2t's value for logits taken out of the draw (top-k): exp(-1e6 - max) is exactly 0.
 REMOVED_LOGIT = -1e6
 
 
 @dataclasses.dataclass(frozen=True)
 class Sampling:
-    """The model hparams that choose a token (t2t's names; keep_top_p is t2t_lite's own).
+    """The model hparams that choose a token (t2t's names; keep_top_p is t2t_lite's own),
+    which the models read from their hparams (`Transformer.sampling`).
 
     Attributes:
       method: "argmax" or "random".
@@ -39,12 +38,6 @@ class Sampling:
     keep_top_k: int = -1
     keep_top_p: float = 1.0
     seed: Any = None
-
-    @classmethod
-    def from_hparams(cls, hparams) -> Sampling:
-        """The sampling settings of model `hparams` (defaults for those a set lacks)."""
-        return cls(*(hparams_support.hparam(hparams, f"sampling_{name}")
-                     for name in ("method", "temp", "keep_top_k", "keep_top_p")))
 
 
 def keep_top_p(logits: tf.Tensor, p: float) -> tf.Tensor:
@@ -74,13 +67,14 @@ def sample(logits: tf.Tensor, sampling: Sampling, step=0) -> tf.Tensor:
     Args:
       logits: float32 [N, V].
       sampling: the settings.
-      step: int32 scalar, the decoding step (with `sampling.seed`, the draw's second seed).
+      step: int32, the decoding step: a scalar, or [N] (each row's own; not with a
+        `sampling.seed`, which seeds one draw of all rows by (seed, step)).
 
     Returns:
       int32 [N].
 
     Raises:
-      ValueError: keep_top_k not -1 or positive, keep_top_p outside (0, 1].
+      ValueError: keep_top_k not -1 or positive.
     """
     if sampling.method != "random" or sampling.temp == 0.0:
         return tf.argmax(logits, axis=-1, output_type=tf.int32)
@@ -93,9 +87,7 @@ def sample(logits: tf.Tensor, sampling: Sampling, step=0) -> tf.Tensor:
     p = sampling.keep_top_p
     if isinstance(p, tf.Tensor):  # chosen at run time (the SavedModel's input)
         scaled = tf.cond(p < 1.0, lambda: keep_top_p(scaled, p), lambda: scaled)
-    elif not 0.0 < p <= 1.0:
-        raise ValueError(f"hparams.sampling_keep_top_p={p} must be in (0, 1]")
-    elif p < 1.0:
+    elif p < 1.0:  # the caller checked (0, 1] (hparams_support.check_range)
         scaled = keep_top_p(scaled, p)
     return _draw(scaled, sampling.seed, step)
 
@@ -105,6 +97,9 @@ def _draw(logits: tf.Tensor, seed, step) -> tf.Tensor:
     or from the stateful generator when `seed` is None or a negative tensor."""
     def stateful():
         return tf.random.categorical(logits, 1, dtype=tf.int32)[:, 0]
+
+    if seed is not None and tf.convert_to_tensor(step).shape.rank != 0:
+        raise ValueError("a seeded draw takes one step for all rows, got a step per row")
 
     def stateless():
         seeds = tf.stack([tf.cast(seed, tf.int64), tf.cast(step, tf.int64)])

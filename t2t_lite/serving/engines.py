@@ -195,10 +195,10 @@ class T2tLiteEngine(Engine):
             self.model, options.beam_size, options.alpha, self.extra_length,
             max_input_length, top_beams=options.beam_size if options.n_best > 1 else 1,
             target_space_id=self.target_space_id, steps_per_call=steps_per_call,
-            # The search's traced functions depend on these options (alpha included: the
-            # continuous search traces it as a constant), at most max_compiled_decoders.
+            # The search's traced functions depend on these options (alpha is their
+            # input), at most max_compiled_decoders.
             functions=self._slot_functions.get_or_make(
-                (options.beam_size, options.alpha, options.n_best > 1), dict))
+                (options.beam_size, options.n_best > 1), dict))
         return SlotRows(search, lambda finished: Row(self._hypotheses(
             finished.outputs, finished.scores, options.n_best)))
 
