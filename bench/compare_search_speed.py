@@ -13,7 +13,8 @@ first `--lines` of the toy WMT dev set. Each decode:
 * infer_greedy, infer_beam4: `model.infer` on batches of 32 lines with `input_lengths`
   (what `--serve_batching=batch` and `--mode=decode` run), beam 4 with alpha 0.6;
 * slots_greedy, slots_beam4: the continuous search (`search.continuous.SlotSearch`, what
-  `--serve_batching=continuous` runs), 8 sentences joining before every call of 4 steps.
+  `--serve_batching=continuous` runs), 8 sentences joining before every call of 4 steps;
+  the two passes' searches share their traced functions, as the server's do.
 
 and, with `--bench_decoding_sets`, each checkout's own `bench/bench_decoding.py` on those
 hparams sets (random weights, a random batch of 8; its rows' ms per batch and CPU ms).
@@ -65,10 +66,13 @@ def infer():
         out["outputs"].numpy()
 
 
+FUNCTIONS = {}  # the traced functions, shared by the passes' searches (as the server's)
+
+
 def slots():
     from t2t_lite.search.continuous import SlotSearch
     search = SlotSearch(model, beam, 0.6, 100, 256, target_space_id=run.target_space_id,
-                        steps_per_call=4)
+                        steps_per_call=4, functions=FUNCTIONS)
     waiting = list(range(len(ids)))
     while waiting or len(search):
         joining, waiting = waiting[:8], waiting[8:]

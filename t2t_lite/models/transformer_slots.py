@@ -57,9 +57,18 @@ def cache_span(positions: int) -> int:
 
 def _pad_axis(tensor: tf.Tensor, axis: int, size, value: float = 0) -> tf.Tensor:
     """`tensor` padded at the end of `axis` to `size` (int or int32 scalar) with `value`."""
+    known = tensor.shape[axis]
+    if isinstance(size, int) and known is not None:
+        # Known sizes (the host's calls between steps): no op for the padding's size, and
+        # none at all when there is nothing to pad.
+        if size <= known:
+            return tensor
+        extra = size - known
+    else:
+        extra = size - tf.shape(tensor)[axis]
     paddings = [[0, 0]] * tensor.shape.rank
-    paddings[axis] = [0, size - tf.shape(tensor)[axis]]
-    return tf.pad(tensor, paddings, constant_values=tf.cast(value, tensor.dtype))
+    paddings[axis] = [0, extra]
+    return tf.pad(tensor, paddings, constant_values=tf.constant(value, tensor.dtype))
 
 
 def _spec(tensor: tf.Tensor, *free: int) -> tf.TensorSpec:
@@ -192,10 +201,10 @@ class TransformerSlots:
         keys_values = tf.nest.map_structure(
             lambda c: _pad_axis(tf.gather(c, beam_rows)[:, :, shift:g], 2, capacity),
             cache["self"])
-        input_lengths = tf.gather(cache["input_lengths"], rows)
-        width = int(tf.reduce_max(input_lengths))
+        input_lengths = np.asarray(cache["input_lengths"])[rows]
+        width = int(input_lengths.max())
         memory = [{name: tf.gather(layer[name], rows)[:, :, :width] for name in layer}
                   for layer in cache["memory"]]
         encdec_bias = tf.gather(cache["encdec_bias"], rows)[..., :width]
         return {"self": keys_values, "memory": memory, "encdec_bias": encdec_bias,
-                "position": tf.constant(g - shift), "input_lengths": input_lengths}
+                "position": tf.constant(g - shift), "input_lengths": tf.constant(input_lengths)}
