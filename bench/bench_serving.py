@@ -4,7 +4,8 @@
     python bench/bench_serving.py --output_dir=RUN --source=dev.en [--lines=500] \
         [--clients=1,4,16,64] [--decode_hparams="beam_size=4,alpha=0.6"] \
         [--engine=ctranslate2 --export_dir=RUN/ctranslate2] [--soak_secs=600] [--quick] \
-        [--batching=continuous|batch] [--also_batch]
+        [--batching=continuous|batch] [--also_batch] [--compare_flags="--serve_..."] \
+        [--rounds=N] [--no_single]
 
 Offline first: what `run.py --mode=decode` runs on the same lines with the same decode
 hparams (`decoding.decode_lines`, or CTranslate2's `Translator.translate`), timed in a fresh
@@ -23,7 +24,11 @@ spent decoding, and the rest of a request's latency: HTTP, JSON, encoding). Both
 their default decode workers (one per usable core; "xN" in the table). At 16 clients: the speed-up over the `=1` server, the fraction of offline
 decoding and p99 / p50. `--soak_secs`: then 16 clients for that long on the batching server
 (after a warm minute), errors and the server's RSS (VmRSS, sampled every 10 s) growth.
-`--quick`: 24 lines, 1 and 4 clients, a 5 s soak (a smoke test of the script, not a
+`--compare_flags`: one more batching server, the same with these run.py flags, loaded in the
+same alternation (its own fraction of offline: a same-run comparison of a server setting).
+`--rounds=N`: every server loaded N times in turn, offline decoding timed again before each
+round after the first (each round's fractions against its own offline figure).
+`--no_single`: without the `=1` server. `--quick`: 24 lines, 1 and 4 clients, a 5 s soak (a smoke test of the script, not a
 measurement). A base-sized model with random weights for speed: train one step of
 `--hparams_set=transformer_base` on the same problem.
 """
@@ -345,6 +350,14 @@ def main(argv=None) -> dict:
                         help="the batching server's --serve_batching")
     parser.add_argument("--also_batch", action="store_true",
                         help="also load a --serve_batching=batch server of the same size")
+    parser.add_argument("--compare_flags", default="",
+                        help="also load the batching server with these more run.py flags, "
+                             "in the same alternation (e.g. --serve_intra_op_threads=2)")
+    parser.add_argument("--no_single", action="store_true",
+                        help="leave out the max_batch_size=1 server")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="load every server this many times, offline decoding measured "
+                             "again before each round after the first")
     parser.add_argument("--soak_secs", type=float, default=0)
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--offline_only", action="store_true",
@@ -367,18 +380,22 @@ def main(argv=None) -> dict:
     rows, results = [], {"lines": len(lines), "engine": args.engine}
     with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as f:
         f.write("\n".join(lines) + "\n")
+    source_copy = f.name
     try:
         load_before = load_average()
-        seconds = offline_decode(model_flags, f.name, args.decode_hparams, args.engine)
+        seconds = offline_decode(model_flags, source_copy, args.decode_hparams, args.engine)
         results["offline"] = {"sentences_per_sec": len(lines) / seconds, "seconds": seconds,
                               "load": f"{load_before}-{load_average()}"}
         print(f"offline: {len(lines) / seconds:.1f} sentences/s ({seconds:.2f} s, load "
               f"{results['offline']['load']})", flush=True)
         if args.offline_only:
+            os.unlink(source_copy)
             return results
-    finally:
-        os.unlink(f.name)
-    # Both servers stay loaded (an idle server takes no CPU) and each client count loads one
+    except BaseException:
+        os.unlink(source_copy)
+        raise
+    offline_rounds = [results["offline"]]
+    # The servers stay loaded (an idle server takes no CPU) and each client count loads one
     # then the other, so that the ratio comes from neighbouring minutes of the shared machine.
     servers = {}
     try:
@@ -386,25 +403,49 @@ def main(argv=None) -> dict:
                                   f"--serve_batching={args.batching}"])
         batching_name = f"{args.batching} ({args.max_batch_size}) x{batching_server.workers}"
         servers[batching_name] = batching_server
+        batching_names = [batching_name]
+        if args.compare_flags:
+            # The same server with more flags, in the same alternation (its goals too).
+            compared = Server([*common, f"--max_batch_size={args.max_batch_size}",
+                               f"--serve_batching={args.batching}",
+                               *shlex.split(args.compare_flags)])
+            compared_name = (f"{args.batching} ({args.max_batch_size}) x{compared.workers} "
+                             f"{args.compare_flags}")
+            servers[compared_name] = compared
+            batching_names.append(compared_name)
         if args.also_batch and args.batching != "batch":
             batch_server = Server([*common, f"--max_batch_size={args.max_batch_size}",
                                    "--serve_batching=batch"])
             servers[f"batch ({args.max_batch_size}) x{batch_server.workers}"] = batch_server
         # The reference: one sentence at a time, each decoded to its end.
-        single_server = Server([*common, "--max_batch_size=1", "--serve_batching=batch"])
-        single_name = f"max_batch_size=1 x{single_server.workers}"
-        servers[single_name] = single_server
-        for count in clients:
-            for name, server in servers.items():
-                r = server.load(lines, count)
-                r["load"] = load_average()
-                rows.append((name, count, r))
-                results[f"{name}/{count}"] = r
-                print(f"{name}, {count} clients: {r['sentences_per_sec']:.1f} sentences/s, "
-                      f"p50 {r['p50_ms']:.0f} ms, p99 {r['p99_ms']:.0f} ms, mean batch "
-                      f"{r['mean_batch']:.1f}, wait {r['wait_ms']:.0f} ms, decode "
-                      f"{r['decode_ms']:.0f} ms, workers busy {r['workers_busy']:.0%}, other "
-                      f"{r['other_ms']:.0f} ms, load {r['load']}", flush=True)
+        single_server = None
+        if not args.no_single:
+            single_server = Server([*common, "--max_batch_size=1", "--serve_batching=batch"])
+            single_name = f"max_batch_size=1 x{single_server.workers}"
+            servers[single_name] = single_server
+        for round_ in range(args.rounds):
+            if round_:  # offline again, in the minutes of this round's loads
+                seconds = offline_decode(model_flags, source_copy, args.decode_hparams,
+                                         args.engine)
+                offline_rounds.append({"sentences_per_sec": len(lines) / seconds,
+                                       "seconds": seconds, "load": load_average()})
+                print(f"round {round_ + 1}: offline {len(lines) / seconds:.1f} sentences/s "
+                      f"(load {load_average()})", flush=True)
+            for count in clients:
+                for name, server in servers.items():
+                    r = server.load(lines, count)
+                    r["load"] = load_average()
+                    r["round"] = round_ + 1
+                    rows.append((f"{name} (round {round_ + 1})" if args.rounds > 1 else name,
+                                 count, r))
+                    key = f"{name}/{count}" + (f"/round{round_ + 1}" if round_ else "")
+                    results[key] = r
+                    print(f"{name}, {count} clients: {r['sentences_per_sec']:.1f} "
+                          f"sentences/s, p50 {r['p50_ms']:.0f} ms, p99 {r['p99_ms']:.0f} ms, "
+                          f"mean batch {r['mean_batch']:.1f}, wait {r['wait_ms']:.0f} ms, "
+                          f"decode {r['decode_ms']:.0f} ms, workers busy "
+                          f"{r['workers_busy']:.0%}, other {r['other_ms']:.0f} ms, load "
+                          f"{r['load']}", flush=True)
         for name in [name for name in servers if name != batching_name]:
             servers.pop(name).stop()
         if args.soak_secs:
@@ -412,6 +453,7 @@ def main(argv=None) -> dict:
     finally:
         for server in servers.values():
             server.stop()
+        os.unlink(source_copy)
     reference = rows[0][2]["answers"]  # the batching server, first client count
     for name, count, r in rows:
         r.update(agreement(r.pop("answers"), reference))
@@ -419,16 +461,31 @@ def main(argv=None) -> dict:
     offline = results["offline"]
     print(f"offline --mode=decode: {offline['sentences_per_sec']:.1f} sentences/s "
           f"({len(lines)} lines in {offline['seconds']:.2f} s, load {offline['load']})")
+    if args.rounds > 1:
+        results["offline_rounds"] = offline_rounds
     if 16 in clients:
-        batched, single = results[f"{batching_name}/16"], results[f"{single_name}/16"]
-        results["goals"] = {
-            "speedup_vs_max_batch_size_1": batched["sentences_per_sec"]
-            / single["sentences_per_sec"],
-            "fraction_of_offline": batched["sentences_per_sec"] / offline["sentences_per_sec"],
-            "p99_over_p50": batched["p99_ms"] / batched["p50_ms"]}
-        print("at 16 clients: {speedup_vs_max_batch_size_1:.2f}x the max_batch_size=1 server, "
-              "{fraction_of_offline:.0%} of offline decoding, p99/p50 {p99_over_p50:.2f}"
-              .format(**results["goals"]))
+        goals = {}
+        for round_, offline_round in enumerate(offline_rounds):
+            suffix = f"/round{round_ + 1}" if round_ else ""
+            for name in batching_names:
+                batched = results[f"{name}/16{suffix}"]
+                goal = {"fraction_of_offline": batched["sentences_per_sec"]
+                        / offline_round["sentences_per_sec"],
+                        "p99_over_p50": batched["p99_ms"] / batched["p50_ms"]}
+                if single_server is not None:
+                    goal["speedup_vs_max_batch_size_1"] = (
+                        batched["sentences_per_sec"]
+                        / results[f"{single_name}/16{suffix}"]["sentences_per_sec"])
+                goals[f"{name}{suffix}"] = goal
+                speedup = (f"{goal['speedup_vs_max_batch_size_1']:.2f}x the max_batch_size=1 "
+                           "server, " if single_server is not None else "")
+                print(f"at 16 clients, {name}, round {round_ + 1}: {speedup}"
+                      f"{goal['fraction_of_offline']:.0%} of offline decoding "
+                      f"({offline_round['sentences_per_sec']:.1f}/s), p99/p50 "
+                      f"{goal['p99_over_p50']:.2f}")
+        # The first server's first round, as before (the keys scripts read).
+        results["goals"] = goals[batching_name]
+        results["goals_by_server"] = goals
     if "soak" in results:
         s = results["soak"]
         print(f"soak: {s['seconds']:.0f} s at {s['clients']} clients, {s['sentences']} "
