@@ -20,7 +20,10 @@ errors, the 1-minute load average, how many translations equal those of the firs
 (the batching server at the first client count: a sentence's translation must not depend on
 its batch), and where the time went (the servers' /metrics: mean sentences per batch, mean
 queue wait per sentence, mean decode time per batch, the share of the decode workers' time
-spent decoding, and the rest of a request's latency: HTTP, JSON, encoding). Both servers run
+spent decoding, and the rest of a request's latency: HTTP, JSON, encoding) and the server
+process's CPU ms a sentence ("CPU ms", all its threads, /proc/PID/stat; offline's too, so that
+"CPU a sentence: offline's / the server's" compares the two where the wall times of a shared
+machine move with the other jobs). Both servers run
 their default decode workers (one per usable core; "xN" in the table). At 16 clients: the speed-up over the `=1` server, the fraction of offline
 decoding and p99 / p50. `--soak_secs`: then 16 clients for that long on the batching server
 (after a warm minute), errors and the server's RSS (VmRSS, sampled every 10 s) growth.
@@ -163,6 +166,13 @@ def profile(before: dict, after: dict, seconds: float, workers: int) -> dict:
                                - decode_per_sentence)}
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a process and its threads so far (Linux /proc/PID/stat)."""
+    with open(f"/proc/{pid}/stat", encoding="utf-8") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def rss_kb(pid: int) -> int:
     """VmRSS of a process in kB (Linux)."""
     with open(f"/proc/{pid}/status", encoding="utf-8") as f:
@@ -192,11 +202,15 @@ class Server:
             self.workers = json.load(answer)["models"][0]["limits"]["decode_workers"]
 
     def load(self, lines: list[str], clients: int) -> dict:
-        """`load` on this server, with the `profile` of its time."""
+        """`load` on this server, with the `profile` of its time and the server's CPU ms a
+        sentence (all its threads: what a loaded machine disturbs less than wall time)."""
         before, start = server_counters(self.url), time.monotonic()
+        cpu = cpu_seconds(self.process.pid)
         r = load(self.url, lines, clients)
+        cpu = cpu_seconds(self.process.pid) - cpu
         r.update(profile(before, server_counters(self.url), time.monotonic() - start,
                          self.workers))
+        r["cpu_ms"] = 1000 * cpu / max(r["sentences"], 1)
         return r
 
     def stop(self) -> None:
@@ -206,10 +220,11 @@ class Server:
 
 
 def offline_decode(model_flags: list[str], source: str, decode_hparams: str,
-                   engine: str) -> float:
+                   engine: str) -> tuple[float, float | None]:
     """Seconds `--mode=decode` spends decoding `source`, loading and tracing excluded: the
     call `--mode=decode` makes (t2t_lite: `decoding.decode_lines` after one traced batch;
-    CTranslate2: `ct2.Translator.translate`), timed in a fresh process."""
+    CTranslate2: `ct2.Translator.translate`), timed in a fresh process, and the CPU seconds
+    its process spent meanwhile (t2t_lite; None for CTranslate2)."""
     if engine == "ctranslate2":
         export_dir = next(f.split("=", 1)[1] for f in model_flags
                           if f.startswith("--export_dir="))
@@ -224,7 +239,8 @@ def offline_decode(model_flags: list[str], source: str, decode_hparams: str,
         match = re.search(r"Decoded (\d+) records in ([\d.]+) s", result.stdout)
     if result.returncode or not match:
         raise SystemExit("offline decode failed: " + result.stderr[-2000:])
-    return float(match.group(2))
+    cpu = re.search(r"CPU ([\d.]+) s", result.stdout)
+    return float(match.group(2)), float(cpu.group(1)) if cpu else None
 
 
 # `--mode=decode`'s decoding (decoding.decode_lines, its default parallel batches) timed after
@@ -248,11 +264,12 @@ lines = [line.strip() for line in open(sys.argv[2], encoding="utf-8")]
 encoders = run.encoders
 decoding.decode_lines(lines[:1], infer, encoders.get("inputs", encoders["targets"]),
                       encoders["targets"], hp)
-start = time.time()
+start, cpu = time.time(), time.process_time()
 decoding.decode_lines(lines, infer, encoders.get("inputs", encoders["targets"]),
                       encoders["targets"], hp,
                       parallel_batches=decoding.default_parallel_batches())
-print(f"Decoded {len(lines)} records in {time.time() - start:.2f} s")
+print(f"Decoded {len(lines)} records in {time.time() - start:.2f} s, "
+      f"CPU {time.process_time() - cpu:.2f} s")
 """
 
 # `--mode=decode --decode_engine=ctranslate2`'s decoding, timed (it logs no time itself).
@@ -281,15 +298,16 @@ def table(rows: list[tuple[str, int, dict]]) -> str:
     """The markdown table of the results (the server's name says its decode workers: xN)."""
     out = [("| server | clients | sentences/s | p50 ms | p95 ms | p99 ms | p99/p50 | errors "
             "| identical | max score rel. diff | mean batch | wait ms | decode ms | busy "
-            "| other ms | load |"),
-           "| --- |" + " ---: |" * 15]
+            "| other ms | CPU ms | load |"),
+           "| --- |" + " ---: |" * 16]
     for name, clients, r in rows:
         out.append(f"| {name} | {clients} | {r['sentences_per_sec']:.1f} | {r['p50_ms']:.0f} | "
                    f"{r['p95_ms']:.0f} | {r['p99_ms']:.0f} | "
                    f"{r['p99_ms'] / max(r['p50_ms'], 1e-9):.1f} | {r['errors']} | "
                    f"{r['identical']}/{r['compared']} | {r['max_score_rel_diff']:.1e} | "
                    f"{r['mean_batch']:.1f} | {r['wait_ms']:.0f} | {r['decode_ms']:.0f} | "
-                   f"{r['workers_busy']:.0%} | {r['other_ms']:.0f} | {r['load']} |")
+                   f"{r['workers_busy']:.0%} | {r['other_ms']:.0f} | {r.get('cpu_ms', 0):.0f} "
+                   f"| {r['load']} |")
     return "\n".join(out)
 
 
@@ -383,11 +401,14 @@ def main(argv=None) -> dict:
     source_copy = f.name
     try:
         load_before = load_average()
-        seconds = offline_decode(model_flags, source_copy, args.decode_hparams, args.engine)
+        seconds, cpu = offline_decode(model_flags, source_copy, args.decode_hparams,
+                                      args.engine)
         results["offline"] = {"sentences_per_sec": len(lines) / seconds, "seconds": seconds,
-                              "load": f"{load_before}-{load_average()}"}
+                              "load": f"{load_before}-{load_average()}",
+                              "cpu_ms": cpu and 1000 * cpu / len(lines)}
         print(f"offline: {len(lines) / seconds:.1f} sentences/s ({seconds:.2f} s, load "
-              f"{results['offline']['load']})", flush=True)
+              f"{results['offline']['load']}" + (f", CPU {1000 * cpu / len(lines):.0f} ms a "
+                                                 "sentence" if cpu else "") + ")", flush=True)
         if args.offline_only:
             os.unlink(source_copy)
             return results
@@ -425,12 +446,15 @@ def main(argv=None) -> dict:
             servers[single_name] = single_server
         for round_ in range(args.rounds):
             if round_:  # offline again, in the minutes of this round's loads
-                seconds = offline_decode(model_flags, source_copy, args.decode_hparams,
-                                         args.engine)
+                seconds, cpu = offline_decode(model_flags, source_copy, args.decode_hparams,
+                                              args.engine)
                 offline_rounds.append({"sentences_per_sec": len(lines) / seconds,
-                                       "seconds": seconds, "load": load_average()})
+                                       "seconds": seconds, "load": load_average(),
+                                       "cpu_ms": cpu and 1000 * cpu / len(lines)})
                 print(f"round {round_ + 1}: offline {len(lines) / seconds:.1f} sentences/s "
-                      f"(load {load_average()})", flush=True)
+                      f"(load {load_average()}" + (f", CPU {1000 * cpu / len(lines):.0f} ms "
+                                                   "a sentence" if cpu else "") + ")",
+                      flush=True)
             for count in clients:
                 for name, server in servers.items():
                     r = server.load(lines, count)
@@ -444,8 +468,8 @@ def main(argv=None) -> dict:
                           f"sentences/s, p50 {r['p50_ms']:.0f} ms, p99 {r['p99_ms']:.0f} ms, "
                           f"mean batch {r['mean_batch']:.1f}, wait {r['wait_ms']:.0f} ms, "
                           f"decode {r['decode_ms']:.0f} ms, workers busy "
-                          f"{r['workers_busy']:.0%}, other {r['other_ms']:.0f} ms, load "
-                          f"{r['load']}", flush=True)
+                          f"{r['workers_busy']:.0%}, other {r['other_ms']:.0f} ms, CPU "
+                          f"{r['cpu_ms']:.0f} ms a sentence, load {r['load']}", flush=True)
         for name in [name for name in servers if name != batching_name]:
             servers.pop(name).stop()
         if args.soak_secs:
@@ -472,6 +496,10 @@ def main(argv=None) -> dict:
                 goal = {"fraction_of_offline": batched["sentences_per_sec"]
                         / offline_round["sentences_per_sec"],
                         "p99_over_p50": batched["p99_ms"] / batched["p50_ms"]}
+                if offline_round.get("cpu_ms"):
+                    # Offline's CPU a sentence over the server's (HTTP and JSON included).
+                    goal["cpu_fraction_of_offline"] = (offline_round["cpu_ms"]
+                                                       / batched["cpu_ms"])
                 if single_server is not None:
                     goal["speedup_vs_max_batch_size_1"] = (
                         batched["sentences_per_sec"]
@@ -482,7 +510,10 @@ def main(argv=None) -> dict:
                 print(f"at 16 clients, {name}, round {round_ + 1}: {speedup}"
                       f"{goal['fraction_of_offline']:.0%} of offline decoding "
                       f"({offline_round['sentences_per_sec']:.1f}/s), p99/p50 "
-                      f"{goal['p99_over_p50']:.2f}")
+                      f"{goal['p99_over_p50']:.2f}" + (
+                          f"; CPU a sentence: offline's / the server's "
+                          f"{goal['cpu_fraction_of_offline']:.0%}"
+                          if "cpu_fraction_of_offline" in goal else ""))
         # The first server's first round, as before (the keys scripts read).
         results["goals"] = goals[batching_name]
         results["goals_by_server"] = goals
