@@ -5,7 +5,7 @@
         [--clients=1,4,16,64] [--decode_hparams="beam_size=4,alpha=0.6"] \
         [--engine=ctranslate2 --export_dir=RUN/ctranslate2] [--soak_secs=600] [--quick] \
         [--batching=continuous|batch] [--also_batch] [--compare_flags="--serve_..."] \
-        [--rounds=N] [--no_single]
+        [--compare_checkout=DIR] [--rounds=N] [--no_single]
 
 Offline first: what `run.py --mode=decode` runs on the same lines with the same decode
 hparams (`decoding.decode_lines`, or CTranslate2's `Translator.translate`), timed in a fresh
@@ -27,10 +27,13 @@ machine move with the other jobs). Both servers run
 their default decode workers (one per usable core; "xN" in the table). At 16 clients: the speed-up over the `=1` server, the fraction of offline
 decoding and p99 / p50. `--soak_secs`: then 16 clients for that long on the batching server
 (after a warm minute), errors and the server's RSS (VmRSS, sampled every 10 s) growth.
-`--compare_flags`: one more batching server, the same with these run.py flags, loaded in the
-same alternation (its own fraction of offline: a same-run comparison of a server setting).
+`--compare_flags`, `--compare_checkout`: one more batching server, the same with these run.py
+flags and / or another checkout's run.py (the code before a change), loaded in the same
+alternation (its own fraction of offline: a same-run comparison).
 `--rounds=N`: every server loaded N times in turn, offline decoding timed again before each
 round after the first (each round's fractions against its own offline figure).
+`--offline_intra_op_threads=N`: offline decoding also timed with N TensorFlow intra-op threads
+each round (the server's own setting, `--serve_intra_op_threads`), its fraction too.
 `--no_single`: without the `=1` server. `--quick`: 24 lines, 1 and 4 clients, a 5 s soak (a smoke test of the script, not a
 measurement). A base-sized model with random weights for speed: train one step of
 `--hparams_set=transformer_base` on the same problem.
@@ -183,11 +186,13 @@ def rss_kb(pid: int) -> int:
 
 
 class Server:
-    """`run.py --mode=serve` with `flags` on a free port, ready when constructed."""
+    """`run.py --mode=serve` with `flags` on a free port, ready when constructed (the run.py
+    of `checkout`, this one by default: python puts its folder first on the path)."""
 
-    def __init__(self, flags: list[str]):
+    def __init__(self, flags: list[str], checkout: pathlib.Path = REPO_ROOT):
         self.process = subprocess.Popen(
-            [sys.executable, str(REPO_ROOT / "run.py"), "--mode=serve", "--port=0", *flags],
+            [sys.executable, str(pathlib.Path(checkout) / "run.py"), "--mode=serve",
+             "--port=0", *flags],
             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         match = re.search(r"http://[^/]+:(\d+)/", self.process.stdout.readline())
         if not match:
@@ -220,11 +225,15 @@ class Server:
 
 
 def offline_decode(model_flags: list[str], source: str, decode_hparams: str,
-                   engine: str) -> tuple[float, float | None]:
+                   engine: str, intra_op_threads: int = 0) -> tuple[float, float | None]:
     """Seconds `--mode=decode` spends decoding `source`, loading and tracing excluded: the
     call `--mode=decode` makes (t2t_lite: `decoding.decode_lines` after one traced batch;
     CTranslate2: `ct2.Translator.translate`), timed in a fresh process, and the CPU seconds
-    its process spent meanwhile (t2t_lite; None for CTranslate2)."""
+    its process spent meanwhile (t2t_lite; None for CTranslate2). `intra_op_threads` > 0:
+    TensorFlow's intra-op threads of that process (TF_NUM_INTRAOP_THREADS)."""
+    env = dict(os.environ)
+    if intra_op_threads:
+        env["TF_NUM_INTRAOP_THREADS"] = str(intra_op_threads)
     if engine == "ctranslate2":
         export_dir = next(f.split("=", 1)[1] for f in model_flags
                           if f.startswith("--export_dir="))
@@ -235,7 +244,7 @@ def offline_decode(model_flags: list[str], source: str, decode_hparams: str,
     else:
         result = subprocess.run(
             [sys.executable, "-c", T2T_LITE_OFFLINE, str(REPO_ROOT), source, decode_hparams,
-             *model_flags], capture_output=True, text=True, check=False)
+             *model_flags], capture_output=True, text=True, check=False, env=env)
         match = re.search(r"Decoded (\d+) records in ([\d.]+) s", result.stdout)
     if result.returncode or not match:
         raise SystemExit("offline decode failed: " + result.stderr[-2000:])
@@ -371,6 +380,12 @@ def main(argv=None) -> dict:
     parser.add_argument("--compare_flags", default="",
                         help="also load the batching server with these more run.py flags, "
                              "in the same alternation (e.g. --serve_intra_op_threads=2)")
+    parser.add_argument("--compare_checkout", default="",
+                        help="also load the batching server of this checkout's run.py (e.g. "
+                             "the code before a change), in the same alternation")
+    parser.add_argument("--offline_intra_op_threads", type=int, default=0,
+                        help="also time offline decoding with this many TensorFlow intra-op "
+                             "threads (TF_NUM_INTRAOP_THREADS), each round")
     parser.add_argument("--no_single", action="store_true",
                         help="leave out the max_batch_size=1 server")
     parser.add_argument("--rounds", type=int, default=1,
@@ -399,16 +414,26 @@ def main(argv=None) -> dict:
     with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as f:
         f.write("\n".join(lines) + "\n")
     source_copy = f.name
-    try:
+
+    def offline_round(threads: int = 0) -> dict:
+        """Offline decoding of the lines now (with `threads` intra-op threads when > 0)."""
         load_before = load_average()
         seconds, cpu = offline_decode(model_flags, source_copy, args.decode_hparams,
-                                      args.engine)
-        results["offline"] = {"sentences_per_sec": len(lines) / seconds, "seconds": seconds,
-                              "load": f"{load_before}-{load_average()}",
-                              "cpu_ms": cpu and 1000 * cpu / len(lines)}
-        print(f"offline: {len(lines) / seconds:.1f} sentences/s ({seconds:.2f} s, load "
-              f"{results['offline']['load']}" + (f", CPU {1000 * cpu / len(lines):.0f} ms a "
-                                                 "sentence" if cpu else "") + ")", flush=True)
+                                      args.engine, threads)
+        figures = {"sentences_per_sec": len(lines) / seconds, "seconds": seconds,
+                   "load": f"{load_before}-{load_average()}",
+                   "cpu_ms": cpu and 1000 * cpu / len(lines)}
+        print(f"offline{f' ({threads} intra-op threads)' if threads else ''}: "
+              f"{len(lines) / seconds:.1f} sentences/s ({seconds:.2f} s, load "
+              f"{figures['load']}" + (f", CPU {figures['cpu_ms']:.0f} ms a sentence"
+                                      if cpu else "") + ")", flush=True)
+        return figures
+
+    offline_threads_rounds = []
+    try:
+        results["offline"] = offline_round()
+        if args.offline_intra_op_threads:
+            offline_threads_rounds.append(offline_round(args.offline_intra_op_threads))
         if args.offline_only:
             os.unlink(source_copy)
             return results
@@ -425,13 +450,16 @@ def main(argv=None) -> dict:
         batching_name = f"{args.batching} ({args.max_batch_size}) x{batching_server.workers}"
         servers[batching_name] = batching_server
         batching_names = [batching_name]
-        if args.compare_flags:
-            # The same server with more flags, in the same alternation (its goals too).
+        if args.compare_flags or args.compare_checkout:
+            # The same server with more flags or another checkout's code, in the same
+            # alternation (its goals too).
             compared = Server([*common, f"--max_batch_size={args.max_batch_size}",
                                f"--serve_batching={args.batching}",
-                               *shlex.split(args.compare_flags)])
+                               *shlex.split(args.compare_flags)],
+                              checkout=args.compare_checkout or REPO_ROOT)
             compared_name = (f"{args.batching} ({args.max_batch_size}) x{compared.workers} "
-                             f"{args.compare_flags}")
+                             + " ".join(filter(None, [args.compare_flags, args.compare_checkout
+                                                      and f"of {args.compare_checkout}"])))
             servers[compared_name] = compared
             batching_names.append(compared_name)
         if args.also_batch and args.batching != "batch":
@@ -446,15 +474,10 @@ def main(argv=None) -> dict:
             servers[single_name] = single_server
         for round_ in range(args.rounds):
             if round_:  # offline again, in the minutes of this round's loads
-                seconds, cpu = offline_decode(model_flags, source_copy, args.decode_hparams,
-                                              args.engine)
-                offline_rounds.append({"sentences_per_sec": len(lines) / seconds,
-                                       "seconds": seconds, "load": load_average(),
-                                       "cpu_ms": cpu and 1000 * cpu / len(lines)})
-                print(f"round {round_ + 1}: offline {len(lines) / seconds:.1f} sentences/s "
-                      f"(load {load_average()}" + (f", CPU {1000 * cpu / len(lines):.0f} ms "
-                                                   "a sentence" if cpu else "") + ")",
-                      flush=True)
+                print(f"round {round_ + 1}:", flush=True)
+                offline_rounds.append(offline_round())
+                if args.offline_intra_op_threads:
+                    offline_threads_rounds.append(offline_round(args.offline_intra_op_threads))
             for count in clients:
                 for name, server in servers.items():
                     r = server.load(lines, count)
@@ -487,18 +510,24 @@ def main(argv=None) -> dict:
           f"({len(lines)} lines in {offline['seconds']:.2f} s, load {offline['load']})")
     if args.rounds > 1:
         results["offline_rounds"] = offline_rounds
+    if offline_threads_rounds:
+        results["offline_with_threads_rounds"] = offline_threads_rounds
     if 16 in clients:
         goals = {}
-        for round_, offline_round in enumerate(offline_rounds):
+        for round_, offline in enumerate(offline_rounds):
             suffix = f"/round{round_ + 1}" if round_ else ""
             for name in batching_names:
                 batched = results[f"{name}/16{suffix}"]
                 goal = {"fraction_of_offline": batched["sentences_per_sec"]
-                        / offline_round["sentences_per_sec"],
+                        / offline["sentences_per_sec"],
                         "p99_over_p50": batched["p99_ms"] / batched["p50_ms"]}
-                if offline_round.get("cpu_ms"):
+                if offline_threads_rounds:
+                    goal["fraction_of_offline_with_threads"] = (
+                        batched["sentences_per_sec"]
+                        / offline_threads_rounds[round_]["sentences_per_sec"])
+                if offline.get("cpu_ms"):
                     # Offline's CPU a sentence over the server's (HTTP and JSON included).
-                    goal["cpu_fraction_of_offline"] = (offline_round["cpu_ms"]
+                    goal["cpu_fraction_of_offline"] = (offline["cpu_ms"]
                                                        / batched["cpu_ms"])
                 if single_server is not None:
                     goal["speedup_vs_max_batch_size_1"] = (
@@ -509,11 +538,14 @@ def main(argv=None) -> dict:
                            "server, " if single_server is not None else "")
                 print(f"at 16 clients, {name}, round {round_ + 1}: {speedup}"
                       f"{goal['fraction_of_offline']:.0%} of offline decoding "
-                      f"({offline_round['sentences_per_sec']:.1f}/s), p99/p50 "
+                      f"({offline['sentences_per_sec']:.1f}/s), p99/p50 "
                       f"{goal['p99_over_p50']:.2f}" + (
                           f"; CPU a sentence: offline's / the server's "
                           f"{goal['cpu_fraction_of_offline']:.0%}"
-                          if "cpu_fraction_of_offline" in goal else ""))
+                          if "cpu_fraction_of_offline" in goal else "") + (
+                          f"; {goal['fraction_of_offline_with_threads']:.0%} of offline with "
+                          f"{args.offline_intra_op_threads} intra-op threads"
+                          if "fraction_of_offline_with_threads" in goal else ""))
         # The first server's first round, as before (the keys scripts read).
         results["goals"] = goals[batching_name]
         results["goals_by_server"] = goals

@@ -182,12 +182,12 @@ def main() -> None:
 def trace(model, ids, sizes, beam, target_space_id, functions, steps) -> None:
     """A profiler trace of one continuous call of `steps` steps at each size: ops a step
     and op time a step, the top op types."""
+    import collections
+
     import tensorflow as tf
     from profile_train_step import print_table, xplane_op_events
 
     from t2t_lite.search.continuous import SlotSearch
-
-    import collections
 
     for n in sizes:
         search = SlotSearch(model, beam, 0.6, 1000, 256, target_space_id=target_space_id,
