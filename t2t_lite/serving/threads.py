@@ -4,11 +4,11 @@ The server's decode workers each run their own batch (one per usable core by def
 TensorFlow's default, every op of every worker may also be split over all the cores'
 threads: on a CPU where each worker already has a core, that only adds a hand-off between
 threads to each of the step's small ops. A beam-4 step of the tiny trained model on a
-2-core AMX Xeon, two workers at once (bench/bench_step_levers.py, bench/history/
-serving.md): 1 thread an op took 0.26 CPU ms a sentence-step at 8 sentences a worker
-against 0.39-0.50 with TensorFlow's 2, and 1.0 against 2.0 at one sentence. So each worker
-gets its share of the cores: usable cores // decode workers threads, at least 1 (one
-worker: every core, TensorFlow's own default).
+2-core AMX Xeon (bench/bench_step_levers.py, bench/history/serving.md): with 1 thread an op
+two workers at 8 sentences each took 0.24-0.26 CPU ms a sentence-step against 0.35-0.40
+with TensorFlow's 2, and one sentence alone 1.0-1.2 against 1.9-2.0. So each worker gets
+its share of the cores: usable cores // decode workers threads, at least 1 (one worker:
+every core, TensorFlow's own default).
 
 TensorFlow takes the setting only before its runtime starts (the first op, or listing the
 logical devices): `configure` is called by the engine factory right after importing it.
