@@ -8,9 +8,9 @@ import sys
 
 import pytest
 
+from t2t_lite.serving import threads
 from tests.conftest import REPO_ROOT
 from tests.run_py import env
-from t2t_lite.serving import threads
 
 
 @pytest.mark.parametrize("workers, cores, expected", [
