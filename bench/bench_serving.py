@@ -4,7 +4,8 @@
     python bench/bench_serving.py --output_dir=RUN --source=dev.en [--lines=500] \
         [--clients=1,4,16,64] [--decode_hparams="beam_size=4,alpha=0.6"] \
         [--engine=ctranslate2 --export_dir=RUN/ctranslate2] [--soak_secs=600] [--quick] \
-        [--batching=continuous|batch] [--also_batch]
+        [--batching=continuous|batch] [--also_batch] [--compare_flags="--serve_..."] \
+        [--compare_checkout=DIR] [--rounds=N] [--no_single]
 
 Offline first: what `run.py --mode=decode` runs on the same lines with the same decode
 hparams (`decoding.decode_lines`, or CTranslate2's `Translator.translate`), timed in a fresh
@@ -19,11 +20,21 @@ errors, the 1-minute load average, how many translations equal those of the firs
 (the batching server at the first client count: a sentence's translation must not depend on
 its batch), and where the time went (the servers' /metrics: mean sentences per batch, mean
 queue wait per sentence, mean decode time per batch, the share of the decode workers' time
-spent decoding, and the rest of a request's latency: HTTP, JSON, encoding). Both servers run
+spent decoding, and the rest of a request's latency: HTTP, JSON, encoding) and the server
+process's CPU ms a sentence ("CPU ms", all its threads, /proc/PID/stat; offline's too, so that
+"CPU a sentence: offline's / the server's" compares the two where the wall times of a shared
+machine move with the other jobs). Both servers run
 their default decode workers (one per usable core; "xN" in the table). At 16 clients: the speed-up over the `=1` server, the fraction of offline
 decoding and p99 / p50. `--soak_secs`: then 16 clients for that long on the batching server
 (after a warm minute), errors and the server's RSS (VmRSS, sampled every 10 s) growth.
-`--quick`: 24 lines, 1 and 4 clients, a 5 s soak (a smoke test of the script, not a
+`--compare_flags`, `--compare_checkout`: one more batching server, the same with these run.py
+flags and / or another checkout's run.py (the code before a change), loaded in the same
+alternation (its own fraction of offline: a same-run comparison).
+`--rounds=N`: every server loaded N times in turn, offline decoding timed again before each
+round after the first (each round's fractions against its own offline figure).
+`--offline_intra_op_threads=N`: offline decoding also timed with N TensorFlow intra-op threads
+each round (the server's own setting, `--serve_intra_op_threads`), its fraction too.
+`--no_single`: without the `=1` server. `--quick`: 24 lines, 1 and 4 clients, a 5 s soak (a smoke test of the script, not a
 measurement). A base-sized model with random weights for speed: train one step of
 `--hparams_set=transformer_base` on the same problem.
 """
@@ -158,6 +169,13 @@ def profile(before: dict, after: dict, seconds: float, workers: int) -> dict:
                                - decode_per_sentence)}
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a process and its threads so far (Linux /proc/PID/stat)."""
+    with open(f"/proc/{pid}/stat", encoding="utf-8") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def rss_kb(pid: int) -> int:
     """VmRSS of a process in kB (Linux)."""
     with open(f"/proc/{pid}/status", encoding="utf-8") as f:
@@ -168,11 +186,13 @@ def rss_kb(pid: int) -> int:
 
 
 class Server:
-    """`run.py --mode=serve` with `flags` on a free port, ready when constructed."""
+    """`run.py --mode=serve` with `flags` on a free port, ready when constructed (the run.py
+    of `checkout`, this one by default: python puts its folder first on the path)."""
 
-    def __init__(self, flags: list[str]):
+    def __init__(self, flags: list[str], checkout: pathlib.Path = REPO_ROOT):
         self.process = subprocess.Popen(
-            [sys.executable, str(REPO_ROOT / "run.py"), "--mode=serve", "--port=0", *flags],
+            [sys.executable, str(pathlib.Path(checkout) / "run.py"), "--mode=serve",
+             "--port=0", *flags],
             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         match = re.search(r"http://[^/]+:(\d+)/", self.process.stdout.readline())
         if not match:
@@ -187,11 +207,15 @@ class Server:
             self.workers = json.load(answer)["models"][0]["limits"]["decode_workers"]
 
     def load(self, lines: list[str], clients: int) -> dict:
-        """`load` on this server, with the `profile` of its time."""
+        """`load` on this server, with the `profile` of its time and the server's CPU ms a
+        sentence (all its threads: what a loaded machine disturbs less than wall time)."""
         before, start = server_counters(self.url), time.monotonic()
+        cpu = cpu_seconds(self.process.pid)
         r = load(self.url, lines, clients)
+        cpu = cpu_seconds(self.process.pid) - cpu
         r.update(profile(before, server_counters(self.url), time.monotonic() - start,
                          self.workers))
+        r["cpu_ms"] = 1000 * cpu / max(r["sentences"], 1)
         return r
 
     def stop(self) -> None:
@@ -201,10 +225,15 @@ class Server:
 
 
 def offline_decode(model_flags: list[str], source: str, decode_hparams: str,
-                   engine: str) -> float:
+                   engine: str, intra_op_threads: int = 0) -> tuple[float, float | None]:
     """Seconds `--mode=decode` spends decoding `source`, loading and tracing excluded: the
     call `--mode=decode` makes (t2t_lite: `decoding.decode_lines` after one traced batch;
-    CTranslate2: `ct2.Translator.translate`), timed in a fresh process."""
+    CTranslate2: `ct2.Translator.translate`), timed in a fresh process, and the CPU seconds
+    its process spent meanwhile (t2t_lite; None for CTranslate2). `intra_op_threads` > 0:
+    TensorFlow's intra-op threads of that process (TF_NUM_INTRAOP_THREADS)."""
+    env = dict(os.environ)
+    if intra_op_threads:
+        env["TF_NUM_INTRAOP_THREADS"] = str(intra_op_threads)
     if engine == "ctranslate2":
         export_dir = next(f.split("=", 1)[1] for f in model_flags
                           if f.startswith("--export_dir="))
@@ -215,11 +244,12 @@ def offline_decode(model_flags: list[str], source: str, decode_hparams: str,
     else:
         result = subprocess.run(
             [sys.executable, "-c", T2T_LITE_OFFLINE, str(REPO_ROOT), source, decode_hparams,
-             *model_flags], capture_output=True, text=True, check=False)
+             *model_flags], capture_output=True, text=True, check=False, env=env)
         match = re.search(r"Decoded (\d+) records in ([\d.]+) s", result.stdout)
     if result.returncode or not match:
         raise SystemExit("offline decode failed: " + result.stderr[-2000:])
-    return float(match.group(2))
+    cpu = re.search(r"CPU ([\d.]+) s", result.stdout)
+    return float(match.group(2)), float(cpu.group(1)) if cpu else None
 
 
 # `--mode=decode`'s decoding (decoding.decode_lines, its default parallel batches) timed after
@@ -243,11 +273,12 @@ lines = [line.strip() for line in open(sys.argv[2], encoding="utf-8")]
 encoders = run.encoders
 decoding.decode_lines(lines[:1], infer, encoders.get("inputs", encoders["targets"]),
                       encoders["targets"], hp)
-start = time.time()
+start, cpu = time.time(), time.process_time()
 decoding.decode_lines(lines, infer, encoders.get("inputs", encoders["targets"]),
                       encoders["targets"], hp,
                       parallel_batches=decoding.default_parallel_batches())
-print(f"Decoded {len(lines)} records in {time.time() - start:.2f} s")
+print(f"Decoded {len(lines)} records in {time.time() - start:.2f} s, "
+      f"CPU {time.process_time() - cpu:.2f} s")
 """
 
 # `--mode=decode --decode_engine=ctranslate2`'s decoding, timed (it logs no time itself).
@@ -276,15 +307,16 @@ def table(rows: list[tuple[str, int, dict]]) -> str:
     """The markdown table of the results (the server's name says its decode workers: xN)."""
     out = [("| server | clients | sentences/s | p50 ms | p95 ms | p99 ms | p99/p50 | errors "
             "| identical | max score rel. diff | mean batch | wait ms | decode ms | busy "
-            "| other ms | load |"),
-           "| --- |" + " ---: |" * 15]
+            "| other ms | CPU ms | load |"),
+           "| --- |" + " ---: |" * 16]
     for name, clients, r in rows:
         out.append(f"| {name} | {clients} | {r['sentences_per_sec']:.1f} | {r['p50_ms']:.0f} | "
                    f"{r['p95_ms']:.0f} | {r['p99_ms']:.0f} | "
                    f"{r['p99_ms'] / max(r['p50_ms'], 1e-9):.1f} | {r['errors']} | "
                    f"{r['identical']}/{r['compared']} | {r['max_score_rel_diff']:.1e} | "
                    f"{r['mean_batch']:.1f} | {r['wait_ms']:.0f} | {r['decode_ms']:.0f} | "
-                   f"{r['workers_busy']:.0%} | {r['other_ms']:.0f} | {r['load']} |")
+                   f"{r['workers_busy']:.0%} | {r['other_ms']:.0f} | {r.get('cpu_ms', 0):.0f} "
+                   f"| {r['load']} |")
     return "\n".join(out)
 
 
@@ -345,6 +377,20 @@ def main(argv=None) -> dict:
                         help="the batching server's --serve_batching")
     parser.add_argument("--also_batch", action="store_true",
                         help="also load a --serve_batching=batch server of the same size")
+    parser.add_argument("--compare_flags", default="",
+                        help="also load the batching server with these more run.py flags, "
+                             "in the same alternation (e.g. --serve_intra_op_threads=2)")
+    parser.add_argument("--compare_checkout", default="",
+                        help="also load the batching server of this checkout's run.py (e.g. "
+                             "the code before a change), in the same alternation")
+    parser.add_argument("--offline_intra_op_threads", type=int, default=0,
+                        help="also time offline decoding with this many TensorFlow intra-op "
+                             "threads (TF_NUM_INTRAOP_THREADS), each round")
+    parser.add_argument("--no_single", action="store_true",
+                        help="leave out the max_batch_size=1 server")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="load every server this many times, offline decoding measured "
+                             "again before each round after the first")
     parser.add_argument("--soak_secs", type=float, default=0)
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--offline_only", action="store_true",
@@ -367,18 +413,35 @@ def main(argv=None) -> dict:
     rows, results = [], {"lines": len(lines), "engine": args.engine}
     with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as f:
         f.write("\n".join(lines) + "\n")
-    try:
+    source_copy = f.name
+
+    def offline_round(threads: int = 0) -> dict:
+        """Offline decoding of the lines now (with `threads` intra-op threads when > 0)."""
         load_before = load_average()
-        seconds = offline_decode(model_flags, f.name, args.decode_hparams, args.engine)
-        results["offline"] = {"sentences_per_sec": len(lines) / seconds, "seconds": seconds,
-                              "load": f"{load_before}-{load_average()}"}
-        print(f"offline: {len(lines) / seconds:.1f} sentences/s ({seconds:.2f} s, load "
-              f"{results['offline']['load']})", flush=True)
+        seconds, cpu = offline_decode(model_flags, source_copy, args.decode_hparams,
+                                      args.engine, threads)
+        figures = {"sentences_per_sec": len(lines) / seconds, "seconds": seconds,
+                   "load": f"{load_before}-{load_average()}",
+                   "cpu_ms": cpu and 1000 * cpu / len(lines)}
+        print(f"offline{f' ({threads} intra-op threads)' if threads else ''}: "
+              f"{len(lines) / seconds:.1f} sentences/s ({seconds:.2f} s, load "
+              f"{figures['load']}" + (f", CPU {figures['cpu_ms']:.0f} ms a sentence"
+                                      if cpu else "") + ")", flush=True)
+        return figures
+
+    offline_threads_rounds = []
+    try:
+        results["offline"] = offline_round()
+        if args.offline_intra_op_threads:
+            offline_threads_rounds.append(offline_round(args.offline_intra_op_threads))
         if args.offline_only:
+            os.unlink(source_copy)
             return results
-    finally:
-        os.unlink(f.name)
-    # Both servers stay loaded (an idle server takes no CPU) and each client count loads one
+    except BaseException:
+        os.unlink(source_copy)
+        raise
+    offline_rounds = [results["offline"]]
+    # The servers stay loaded (an idle server takes no CPU) and each client count loads one
     # then the other, so that the ratio comes from neighbouring minutes of the shared machine.
     servers = {}
     try:
@@ -386,25 +449,50 @@ def main(argv=None) -> dict:
                                   f"--serve_batching={args.batching}"])
         batching_name = f"{args.batching} ({args.max_batch_size}) x{batching_server.workers}"
         servers[batching_name] = batching_server
+        batching_names = [batching_name]
+        if args.compare_flags or args.compare_checkout:
+            # The same server with more flags or another checkout's code, in the same
+            # alternation (its goals too).
+            compared = Server([*common, f"--max_batch_size={args.max_batch_size}",
+                               f"--serve_batching={args.batching}",
+                               *shlex.split(args.compare_flags)],
+                              checkout=args.compare_checkout or REPO_ROOT)
+            compared_name = (f"{args.batching} ({args.max_batch_size}) x{compared.workers} "
+                             + " ".join(filter(None, [args.compare_flags, args.compare_checkout
+                                                      and f"of {args.compare_checkout}"])))
+            servers[compared_name] = compared
+            batching_names.append(compared_name)
         if args.also_batch and args.batching != "batch":
             batch_server = Server([*common, f"--max_batch_size={args.max_batch_size}",
                                    "--serve_batching=batch"])
             servers[f"batch ({args.max_batch_size}) x{batch_server.workers}"] = batch_server
         # The reference: one sentence at a time, each decoded to its end.
-        single_server = Server([*common, "--max_batch_size=1", "--serve_batching=batch"])
-        single_name = f"max_batch_size=1 x{single_server.workers}"
-        servers[single_name] = single_server
-        for count in clients:
-            for name, server in servers.items():
-                r = server.load(lines, count)
-                r["load"] = load_average()
-                rows.append((name, count, r))
-                results[f"{name}/{count}"] = r
-                print(f"{name}, {count} clients: {r['sentences_per_sec']:.1f} sentences/s, "
-                      f"p50 {r['p50_ms']:.0f} ms, p99 {r['p99_ms']:.0f} ms, mean batch "
-                      f"{r['mean_batch']:.1f}, wait {r['wait_ms']:.0f} ms, decode "
-                      f"{r['decode_ms']:.0f} ms, workers busy {r['workers_busy']:.0%}, other "
-                      f"{r['other_ms']:.0f} ms, load {r['load']}", flush=True)
+        single_server = None
+        if not args.no_single:
+            single_server = Server([*common, "--max_batch_size=1", "--serve_batching=batch"])
+            single_name = f"max_batch_size=1 x{single_server.workers}"
+            servers[single_name] = single_server
+        for round_ in range(args.rounds):
+            if round_:  # offline again, in the minutes of this round's loads
+                print(f"round {round_ + 1}:", flush=True)
+                offline_rounds.append(offline_round())
+                if args.offline_intra_op_threads:
+                    offline_threads_rounds.append(offline_round(args.offline_intra_op_threads))
+            for count in clients:
+                for name, server in servers.items():
+                    r = server.load(lines, count)
+                    r["load"] = load_average()
+                    r["round"] = round_ + 1
+                    rows.append((f"{name} (round {round_ + 1})" if args.rounds > 1 else name,
+                                 count, r))
+                    key = f"{name}/{count}" + (f"/round{round_ + 1}" if round_ else "")
+                    results[key] = r
+                    print(f"{name}, {count} clients: {r['sentences_per_sec']:.1f} "
+                          f"sentences/s, p50 {r['p50_ms']:.0f} ms, p99 {r['p99_ms']:.0f} ms, "
+                          f"mean batch {r['mean_batch']:.1f}, wait {r['wait_ms']:.0f} ms, "
+                          f"decode {r['decode_ms']:.0f} ms, workers busy "
+                          f"{r['workers_busy']:.0%}, other {r['other_ms']:.0f} ms, CPU "
+                          f"{r['cpu_ms']:.0f} ms a sentence, load {r['load']}", flush=True)
         for name in [name for name in servers if name != batching_name]:
             servers.pop(name).stop()
         if args.soak_secs:
@@ -412,6 +500,7 @@ def main(argv=None) -> dict:
     finally:
         for server in servers.values():
             server.stop()
+        os.unlink(source_copy)
     reference = rows[0][2]["answers"]  # the batching server, first client count
     for name, count, r in rows:
         r.update(agreement(r.pop("answers"), reference))
@@ -419,16 +508,47 @@ def main(argv=None) -> dict:
     offline = results["offline"]
     print(f"offline --mode=decode: {offline['sentences_per_sec']:.1f} sentences/s "
           f"({len(lines)} lines in {offline['seconds']:.2f} s, load {offline['load']})")
+    if args.rounds > 1:
+        results["offline_rounds"] = offline_rounds
+    if offline_threads_rounds:
+        results["offline_with_threads_rounds"] = offline_threads_rounds
     if 16 in clients:
-        batched, single = results[f"{batching_name}/16"], results[f"{single_name}/16"]
-        results["goals"] = {
-            "speedup_vs_max_batch_size_1": batched["sentences_per_sec"]
-            / single["sentences_per_sec"],
-            "fraction_of_offline": batched["sentences_per_sec"] / offline["sentences_per_sec"],
-            "p99_over_p50": batched["p99_ms"] / batched["p50_ms"]}
-        print("at 16 clients: {speedup_vs_max_batch_size_1:.2f}x the max_batch_size=1 server, "
-              "{fraction_of_offline:.0%} of offline decoding, p99/p50 {p99_over_p50:.2f}"
-              .format(**results["goals"]))
+        goals = {}
+        for round_, offline in enumerate(offline_rounds):
+            suffix = f"/round{round_ + 1}" if round_ else ""
+            for name in batching_names:
+                batched = results[f"{name}/16{suffix}"]
+                goal = {"fraction_of_offline": batched["sentences_per_sec"]
+                        / offline["sentences_per_sec"],
+                        "p99_over_p50": batched["p99_ms"] / batched["p50_ms"]}
+                if offline_threads_rounds:
+                    goal["fraction_of_offline_with_threads"] = (
+                        batched["sentences_per_sec"]
+                        / offline_threads_rounds[round_]["sentences_per_sec"])
+                if offline.get("cpu_ms"):
+                    # Offline's CPU a sentence over the server's (HTTP and JSON included).
+                    goal["cpu_fraction_of_offline"] = (offline["cpu_ms"]
+                                                       / batched["cpu_ms"])
+                if single_server is not None:
+                    goal["speedup_vs_max_batch_size_1"] = (
+                        batched["sentences_per_sec"]
+                        / results[f"{single_name}/16{suffix}"]["sentences_per_sec"])
+                goals[f"{name}{suffix}"] = goal
+                speedup = (f"{goal['speedup_vs_max_batch_size_1']:.2f}x the max_batch_size=1 "
+                           "server, " if single_server is not None else "")
+                print(f"at 16 clients, {name}, round {round_ + 1}: {speedup}"
+                      f"{goal['fraction_of_offline']:.0%} of offline decoding "
+                      f"({offline['sentences_per_sec']:.1f}/s), p99/p50 "
+                      f"{goal['p99_over_p50']:.2f}" + (
+                          f"; CPU a sentence: offline's / the server's "
+                          f"{goal['cpu_fraction_of_offline']:.0%}"
+                          if "cpu_fraction_of_offline" in goal else "") + (
+                          f"; {goal['fraction_of_offline_with_threads']:.0%} of offline with "
+                          f"{args.offline_intra_op_threads} intra-op threads"
+                          if "fraction_of_offline_with_threads" in goal else ""))
+        # The first server's first round, as before (the keys scripts read).
+        results["goals"] = goals[batching_name]
+        results["goals_by_server"] = goals
     if "soak" in results:
         s = results["soak"]
         print(f"soak: {s['seconds']:.0f} s at {s['clients']} clients, {s['sentences']} "

@@ -380,6 +380,11 @@ flags.DEFINE_integer(
     "--mode=serve: batches decoded at the same time, one thread each (0: one per usable CPU "
     "core with a t2t_lite model, as --decode_parallel_batches; 1 for an export).")
 flags.DEFINE_integer(
+    "serve_intra_op_threads", _SERVE.intra_op_threads,
+    "--mode=serve: threads of one decode's ops (TensorFlow's intra-op threads; a t2t_lite "
+    "model or a SavedModel). 0: the usable CPU cores / the decode workers, at least 1 (each "
+    "worker its share of the cores; GET /v1/models says the number in use).")
+flags.DEFINE_integer(
     "serve_max_body_bytes", _SERVE.max_body_bytes,
     "--mode=serve: bytes of a request body at most (by Content-Length, and while reading: "
     "never more is read); larger ones get 413.")

@@ -10,6 +10,7 @@ without TensorFlow.
 from __future__ import annotations
 
 import json
+import os
 import signal
 import socket
 import subprocess
@@ -82,6 +83,10 @@ def test_api_contract(served):
         "t2t_lite", PROBLEM, "transformer_tiny", 4)
     assert model["decode_hparams"]["beam_size"] == 1 and model["attention"] is True
     assert model["limits"]["batching"] == "continuous"  # as asked: a t2t_lite model can
+    # Chosen at start-up: each decode worker its share of the usable cores, at least 1.
+    limits = model["limits"]
+    assert limits["intra_op_threads"] == max(
+        1, len(os.sched_getaffinity(0)) // limits["decode_workers"])
     status, answer, _ = request(url + "/v1/translate", {"inputs": ["0 1 1 0", "1"]})
     assert status == 200 and set(answer) == {"outputs", "scores"}
     assert len(answer["outputs"]) == len(answer["scores"]) == 2

@@ -27,7 +27,8 @@ require_extra("fastapi", "serve")
 pytestmark = pytest.mark.slow
 
 LIMITS = ("--serve_max_body_bytes=300000", "--serve_read_timeout_secs=2",
-          "--serve_max_attention_cells=200", "--serve_max_compiled_decoders=2")
+          "--serve_max_attention_cells=200", "--serve_max_compiled_decoders=2",
+          "--serve_intra_op_threads=3")
 
 
 @pytest.fixture(scope="module")
@@ -220,6 +221,7 @@ def test_alpha_is_no_trace_key_and_compiled_decoders_stay_at_their_cap(limited):
     def compiled() -> int:
         model = request(url + "/v1/models")[1]["models"][0]
         assert model["limits"]["max_compiled_decoders"] == 2
+        assert model["limits"]["intra_op_threads"] == 3  # as asked, whatever the cores
         return model["compiled_decoders"]
 
     # Beam sizes and n-best are keys: three of them leave two compiled (the cap).
@@ -394,6 +396,8 @@ def test_start_up_checks_are_one_line_each_before_serving_and_tensorflow(
         "version folder; write one with --mode=export")
     assert serve(f"--output_dir={tiny_run_trained}", "--port=70000") == (
         "error: --port=70000: must be between 0 and 65535")
+    assert serve(f"--output_dir={tiny_run_trained}", "--serve_intra_op_threads=-1") == (
+        "error: --serve_intra_op_threads=-1: must be >= 0")
     line = serve(f"--output_dir={tiny_run_trained}", "--host=no-such-host.invalid")
     assert line.startswith("error: --host=no-such-host.invalid: not an address or a known "
                            "host name ("), line

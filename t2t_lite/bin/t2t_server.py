@@ -32,7 +32,8 @@ def _config(flags, decode_hp):
     for name, low in (("max_batch_size", 1), ("max_batch_tokens", 0), ("serve_max_queue", 1),
                       ("serve_max_sentences", 1), ("serve_max_input_tokens", 2),
                       ("serve_max_beam_size", 1), ("serve_max_n_best", 1),
-                      ("serve_decode_workers", 0), ("serve_max_body_bytes", 64),
+                      ("serve_decode_workers", 0), ("serve_intra_op_threads", 0),
+                      ("serve_max_body_bytes", 64),
                       ("serve_read_timeout_secs", 0.001), ("serve_max_attention_cells", 0),
                       ("serve_max_compiled_decoders", 1),
                       ("batch_timeout_ms", 0), ("request_timeout_secs", 0.001)):
@@ -54,7 +55,12 @@ def _t2t_lite_engine(flags, spec: runs.RunSpec, decode_hp) -> Any:
 
     quiet_start.import_tensorflow()
     from t2t_lite.decoding.decode_hparams import check_sampling
+    from t2t_lite.serving import threads
     from t2t_lite.serving.engines import T2tLiteEngine
+
+    # Before anything starts TensorFlow's runtime (it takes the setting only then).
+    intra_op_threads = threads.configure(flags.serve_intra_op_threads,
+                                         flags.serve_decode_workers)
     from t2t_lite.visualization import attention_viz
 
     run = runs.open_run(spec, flags.hparams)
@@ -72,7 +78,8 @@ def _t2t_lite_engine(flags, spec: runs.RunSpec, decode_hp) -> Any:
                          int(vocab.get("inputs", vocab["targets"])), description,
                          attention_fn=attention_viz.attention_weights if single else None,
                          labels_fn=attention_viz.token_labels,
-                         max_compiled_decoders=flags.serve_max_compiled_decoders)
+                         max_compiled_decoders=flags.serve_max_compiled_decoders,
+                         intra_op_threads=intra_op_threads)
 
 
 def _ctranslate2_engine(flags, decode_hp) -> Any:
@@ -95,16 +102,22 @@ def _saved_model_engine(flags, decode_hp) -> Any:
     from t2t_lite import quiet_start
 
     tf = quiet_start.import_tensorflow()
+    from t2t_lite.serving import threads
     from t2t_lite.serving.engines import SavedModelEngine
 
+    # A SavedModel's server has 1 decode worker by default: every core for its ops.
+    intra_op_threads = threads.configure(flags.serve_intra_op_threads,
+                                         flags.serve_decode_workers or 1)
     path = early_checks.saved_model_path(flags)
     loaded = load_saved_model(tf, path)
     for name in ("encode", "encode_decode_ids", "decode"):
         if name not in loaded.signatures:
             raise UserError(f"--saved_model_dir={path}: no '{name}' signature (an export of a "
                             "text problem by --mode=export has it)")
-    return SavedModelEngine(loaded, decode_hp, {
+    engine = SavedModelEngine(loaded, decode_hp, {
         "saved_model": path, "decode_hparams": _decode_values(decode_hp)})
+    engine.intra_op_threads = intra_op_threads
+    return engine
 
 
 def _unregistered_op(error: RuntimeError) -> str | None:

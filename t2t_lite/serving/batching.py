@@ -76,6 +76,9 @@ class Engine(Protocol):
       default_batch_timeout_ms: the batch timeout when --batch_timeout_ms is not given.
       max_compiled_decoders: how many compiled decoders the engine keeps at most (0: it
         compiles none per request option).
+      intra_op_threads: the threads of one decode's ops (TensorFlow's intra-op threads,
+        `threads.configure`); None where the server does not set them (CTranslate2 has its
+        own --ct2_intra_threads).
     """
 
     description: dict
@@ -83,6 +86,7 @@ class Engine(Protocol):
     default_workers: int = 1
     default_batch_timeout_ms: float = 5.0
     max_compiled_decoders: int = 0
+    intra_op_threads: int | None = None
 
     def encode(self, text: str) -> list[int]:
         """The input ids of a sentence, EOS last.

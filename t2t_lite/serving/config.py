@@ -19,6 +19,9 @@ class ServerConfig:
       decode_workers: batches decoded at the same time (0: the engine's choice, one per
         usable core for the t2t_lite engine, as --mode=decode's parallel batches, one
         per replica for CTranslate2).
+      intra_op_threads: threads of one decode's ops, TensorFlow's intra-op threads (a
+        t2t_lite model or a SavedModel; 0: chosen at start-up, the usable cores / the
+        decode workers, at least 1: `threads`).
       request_timeout_secs: a request not answered by then gets 504.
       max_queue_sentences: sentences waiting at most (beyond: 503).
       max_sentences: sentences per request at most (413).
@@ -43,6 +46,7 @@ class ServerConfig:
     max_batch_tokens: int = 4096
     batch_timeout_ms: float | None = None
     decode_workers: int = 0
+    intra_op_threads: int = 0
     request_timeout_secs: float = 60.0
     max_queue_sentences: int = 1024
     max_sentences: int = 64
@@ -61,6 +65,7 @@ class ServerConfig:
 # The run.py flag of each field (beam_size and alpha come from --decode_hparams).
 FLAGS = {"max_batch_size": "max_batch_size", "max_batch_tokens": "max_batch_tokens",
          "batch_timeout_ms": "batch_timeout_ms", "decode_workers": "serve_decode_workers",
+         "intra_op_threads": "serve_intra_op_threads",
          "request_timeout_secs": "request_timeout_secs",
          "max_queue_sentences": "serve_max_queue", "max_sentences": "serve_max_sentences",
          "max_input_tokens": "serve_max_input_tokens", "max_beam_size": "serve_max_beam_size",

@@ -59,6 +59,8 @@ class T2tLiteEngine(Engine):
         [N, H, T, L]}` (`visualization.attention_viz.attention_weights`), None: no attention.
       labels_fn: `fn(encoder, ids) -> [str]`, the subword pieces on the attention axes.
       max_compiled_decoders: compiled decoders kept at most (`compiled_decoders.LruCache`).
+      intra_op_threads: TensorFlow's intra-op threads in use (`threads.configure`; None:
+        not set by the server), what /v1/models shows.
     """
 
     name = "t2t_lite"
@@ -67,8 +69,9 @@ class T2tLiteEngine(Engine):
     def __init__(self, model: Any, encoders: dict, target_space_id: int, decode_hp: Any,
                  input_vocab_size: int, description: dict,
                  attention_fn: Callable | None = None, labels_fn: Callable | None = None,
-                 max_compiled_decoders: int = 8):
+                 max_compiled_decoders: int = 8, intra_op_threads: int | None = None):
         self.model = model
+        self.intra_op_threads = intra_op_threads
         self.inputs_encoder = encoders.get("inputs", encoders["targets"])
         self.targets_encoder = encoders["targets"]
         self.target_space_id = target_space_id

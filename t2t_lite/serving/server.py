@@ -367,13 +367,14 @@ def create_app(engine_factory: Callable[[], batching.Engine], config: ServerConf
         """What is loaded, its decode defaults and the request limits."""
         if state.engine is None:
             return error_response(503, "the model is still loading")
-        # The decode workers, batching and batch timeout in use (the flags' 0 and None are
-        # the engine's choice; an engine that cannot batch continuously batches per batch).
+        # The decode workers, intra-op threads, batching and batch timeout in use (the flags'
+        # 0 and None are the engine's or the start-up's choice; an engine that cannot batch
+        # continuously batches per batch).
         batching_in_use = ("continuous" if isinstance(state.batcher, ContinuousBatcher)
                            else "batch")
         engine = state.engine
         limits = dict(dataclasses.asdict(config), decode_workers=state.batcher.workers,
-                      batching=batching_in_use,
+                      intra_op_threads=engine.intra_op_threads, batching=batching_in_use,
                       batch_timeout_ms=batch_timeout_ms(engine, config),
                       max_compiled_decoders=engine.max_compiled_decoders)
         return {"models": [dict(engine.describe(), attention=bool(engine.has_attention),
