@@ -249,7 +249,7 @@ class BeamSearch:
             last = tf.gather(alive_seq, column[:, tf.newaxis], axis=2, batch_dims=1)
         return tf.reshape(last, [batch_size * k, 1])
 
-    def step(self, state: dict, logits: tf.Tensor, t) -> dict:
+    def step(self, state: dict, logits: tf.Tensor, t, stopped=None) -> dict:
         """See `interface.Strategy.step`; `logits` [B * K, V], float32 or half precision
         (`best_extensions` casts what it scores)."""
         k, vocab_size = self.beams, self.vocab_size
@@ -282,7 +282,8 @@ class BeamSearch:
         if self.rows_alone:
             # Sentences that have stopped keep their hypotheses (what follows them in the
             # model's cache is not read again for their results).
-            stopped = self.stopped(state, t)
+            if stopped is None:
+                stopped = self.stopped(state, t)
             new = {name: tf.where(tf.reshape(stopped, [-1] + [1] * (value.shape.rank - 1)),
                                   state[name], value)
                    for name, value in new.items()}

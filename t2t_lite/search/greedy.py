@@ -67,7 +67,7 @@ class Greedy:
             return tf.concat([tf.zeros([tf.shape(seq)[0], 1], tf.int32), seq[:, :t]], axis=1)
         return state["last"]
 
-    def step(self, state: dict, logits: tf.Tensor, t) -> dict:
+    def step(self, state: dict, logits: tf.Tensor, t, stopped=None) -> dict:
         """See `interface.Strategy.step`; `logits` float32 [B, V]."""
         log_probs = log_prob_from_logits(logits)
         token = self.choose(logits, t)
@@ -81,8 +81,11 @@ class Greedy:
         seq = state["seq"]
         column = step_mask(t, tf.shape(seq)[1])
         if self.rows_alone or "limit" in state:
-            writing = (tf.logical_not(self.stopped(state, t)) if self.rows_alone
-                       else t < state["limit"])
+            if self.rows_alone:
+                writing = tf.logical_not(self.stopped(state, t) if stopped is None
+                                         else stopped)
+            else:
+                writing = t < state["limit"]
             log_prob = tf.where(writing, log_prob, 0.0)
             eos = tf.logical_and(writing, eos)
             column = tf.logical_and(column, tf.reshape(writing, [-1, 1]))

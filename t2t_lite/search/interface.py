@@ -128,8 +128,9 @@ class Strategy(Protocol):
         """int32 [N, 1], the last token of each model row, or [N, t + 1] with
         `whole_prefix` (scalar t only)."""
 
-    def step(self, state: dict, logits: tf.Tensor, t) -> dict:
-        """The state after step t, given the model's logits [N, V] of that step."""
+    def step(self, state: dict, logits: tf.Tensor, t, stopped=None) -> dict:
+        """The state after step t, given the model's logits [N, V] of that step;
+        `stopped`: `stopped(state, t)` when the caller has it (the loop does), else None."""
 
     def stopped(self, state: dict, t) -> tf.Tensor:
         """bool [B]: the sentences whose search has ended before step t."""

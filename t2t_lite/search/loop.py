@@ -39,16 +39,18 @@ def run_steps(strategy: Strategy, state: dict, decoder: Decoder, t: tf.Tensor,
     counter = t.shape.rank != 0
     start, end = t, t + max_steps
 
-    def not_finished(n, t, state, cache):
+    # Whether each sentence has stopped is computed once a step, at the end of the body,
+    # and carried: the condition and the next step both read it.
+    def not_finished(n, t, state, cache, stopped):
         more = n < max_steps if counter else t < end
-        return tf.logical_and(more, tf.logical_not(tf.reduce_all(strategy.stopped(state, t))))
+        return tf.logical_and(more, tf.logical_not(tf.reduce_all(stopped)))
 
     cache_invariants = decoder.shape_invariants(decoder.cache)
 
-    def body(n, t, state, cache):
+    def body(n, t, state, cache, stopped):
         ids = strategy.ids(state, t, whole_prefix)
         logits, cache = decoder.step(ids, row_steps(t, strategy.beams), cache)
-        new_state = strategy.step(state, logits, t)
+        new_state = strategy.step(state, logits, t, stopped)
         rows = strategy.parent_rows(new_state)
         if rows is not None and decoder.reorder is not None:
             cache = decoder.reorder(cache, rows)
@@ -56,11 +58,15 @@ def run_steps(strategy: Strategy, state: dict, decoder: Decoder, t: tf.Tensor,
         # (the cache those its invariants keep: all of them for XLA's static shapes).
         tf.nest.map_structure(lambda new, old: new.set_shape(old.shape), new_state, state)
         tf.nest.map_structure(lambda new, shape: new.set_shape(shape), cache, cache_invariants)
-        return (n + 1 if counter else n), t + 1, new_state, cache
+        new_stopped = strategy.stopped(new_state, t + 1)
+        new_stopped.set_shape(stopped.shape)
+        return (n + 1 if counter else n), t + 1, new_state, cache, new_stopped
 
-    loop_vars = (tf.constant(0), t, state, decoder.cache)
+    stopped = strategy.stopped(state, t)
+    loop_vars = (tf.constant(0), t, state, decoder.cache, stopped)
     invariants = (tf.TensorShape([]), t.shape,
-                  tf.nest.map_structure(lambda tensor: tensor.shape, state), cache_invariants)
-    n, t, state, cache = tf.while_loop(not_finished, body, loop_vars,
-                                       shape_invariants=invariants, parallel_iterations=1)
+                  tf.nest.map_structure(lambda tensor: tensor.shape, state), cache_invariants,
+                  stopped.shape)
+    n, t, state, cache, _ = tf.while_loop(not_finished, body, loop_vars,
+                                          shape_invariants=invariants, parallel_iterations=1)
     return state, t, cache, (n if counter else t - start)
