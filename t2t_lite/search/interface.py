@@ -4,8 +4,9 @@ A search is a loop (`loop.run_steps`) of three calls per step:
 
     ids = strategy.ids(state, t)                      # what each model row reads next
     logits, cache = decoder.step(ids, t, cache)       # the model's side: its cache, its axes
-    state = strategy.step(state, logits, t)           # the strategy's side: the hypotheses
+    state = strategy.step(state, logits, t, stopped)  # the strategy's side: the hypotheses
     cache = decoder.reorder(cache, strategy.parent_rows(state))   # beam search only
+    stopped = strategy.stopped(state, t + 1)          # once a step, read by the next two
 
 The strategy (`greedy.Greedy`, which also samples, and `beam_search.BeamSearch`) owns its
 state: a dict of tensors whose axis 0 is the sentences (B rows), written once per strategy
