@@ -250,14 +250,23 @@ def test_vocab_from_copies_the_parents_model_and_warm_start_refuses_another(trai
     assert not output_dir.exists()
 
 
-def test_separate_models_trained_or_given_encode_each_side(corpus, tmp_path):
+SEPARATE_MODELS = [f"vocab.translate_files.{side}.sentencepiece.model"
+                   for side in ("inputs", "targets")]
+
+
+@pytest.fixture(scope="module")
+def separate_models(corpus, tmp_path_factory):
+    """A data dir made by datagen with two BPE models trained, one per side (one worker)."""
+    data_dir = tmp_path_factory.mktemp("sp_separate") / "data"
+    _datagen(data_dir, corpus, vocab_type="sentencepiece", approx_vocab_size=350,
+             sentencepiece_model_type="bpe", sentencepiece_separate=True)
+    return data_dir
+
+
+def test_separate_models_trained_or_given_encode_each_side(corpus, separate_models, tmp_path):
     from t2t_lite import registry
 
-    trained_dir = tmp_path / "separate"
-    _datagen(trained_dir, corpus, vocab_type="sentencepiece", approx_vocab_size=350,
-             sentencepiece_model_type="bpe", sentencepiece_separate=True)
-    names = [f"vocab.translate_files.{side}.sentencepiece.model" for side in ("inputs",
-                                                                              "targets")]
+    trained_dir, names = separate_models, SEPARATE_MODELS
     marker = json.loads((trained_dir / "translate_files.dev.complete.json").read_text())
     assert marker["vocab_files"] == names
     encoders = registry.problem("translate_files").feature_encoders(str(trained_dir))
@@ -279,15 +288,12 @@ def test_separate_models_trained_or_given_encode_each_side(corpus, tmp_path):
     assert _records(given_dir, "dev") == records
 
 
-def test_sentencepiece_shards_are_byte_identical_for_any_number_of_workers(corpus, tmp_path):
+def test_sentencepiece_shards_are_byte_identical_for_any_number_of_workers(
+        corpus, separate_models, tmp_path):
     from t2t_lite import registry
     from t2t_lite.data_generators import text_problems
 
-    first = tmp_path / "w1"
-    _datagen(first, corpus, vocab_type="sentencepiece", approx_vocab_size=350,
-             sentencepiece_model_type="bpe", sentencepiece_separate=True)
-    names = [f"vocab.translate_files.{side}.sentencepiece.model" for side in ("inputs",
-                                                                              "targets")]
+    first, names = separate_models, SEPARATE_MODELS
 
     def shards(data_dir) -> dict[str, bytes]:
         return {p.name: p.read_bytes() for p in sorted(data_dir.glob("translate_files-*"))}
