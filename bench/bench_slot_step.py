@@ -27,6 +27,21 @@ REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
 
+def restore_and_encode(output_dir: str, problem: str | None, data_dir: str | None,
+                       hparams: str, source: str):
+    """(the run, its restored model, the ids of each line of `source`, EOS last): a run
+    loaded as `--mode=decode` loads it (TensorFlow imported already)."""
+    from t2t_lite.decoding import runs, text_batches
+
+    spec = runs.resolve("decode", output_dir, problem, None, data_dir, None)
+    run = runs.open_run(spec, hparams)
+    _, model = runs.restore_model(run, None)
+    encoder = run.encoders.get("inputs", run.encoders["targets"])
+    with open(source, encoding="utf-8") as f:
+        lines = [line.strip() for line in f]
+    return run, model, [text_batches.encode_input(line, encoder, 0) for line in lines]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--output_dir", required=True)
@@ -43,16 +58,11 @@ def main() -> None:
     from t2t_lite import quiet_start
 
     quiet_start.import_tensorflow()
-    from t2t_lite.decoding import decode_hparams, decoding, runs, text_batches
+    from t2t_lite.decoding import decode_hparams, decoding, text_batches
     from t2t_lite.search.continuous import SlotSearch
 
-    spec = runs.resolve("decode", args.output_dir, args.problem, None, args.data_dir, None)
-    run = runs.open_run(spec, args.hparams)
-    _, model = runs.restore_model(run, None)
-    encoder = run.encoders.get("inputs", run.encoders["targets"])
-    with open(args.source, encoding="utf-8") as f:
-        lines = [line.strip() for line in f]
-    ids = [text_batches.encode_input(line, encoder, 0) for line in lines]
+    run, model, ids = restore_and_encode(args.output_dir, args.problem, args.data_dir,
+                                         args.hparams, args.source)
     sizes = [int(s) for s in args.sizes.split(",")]
     functions: dict = {}
     timings: dict[int, list[float]] = {n: [] for n in sizes}

@@ -95,16 +95,12 @@ def main() -> None:
         tf.config.threading.set_intra_op_parallelism_threads(args.intra_op_threads)
     if args.inter_op_threads:
         tf.config.threading.set_inter_op_parallelism_threads(args.inter_op_threads)
-    from t2t_lite.decoding import runs, text_batches
+    from bench_slot_step import restore_and_encode
+
     from t2t_lite.search.continuous import SlotSearch
 
-    spec = runs.resolve("decode", args.output_dir, args.problem, None, args.data_dir, None)
-    run = runs.open_run(spec, "")
-    _, model = runs.restore_model(run, None)
-    encoder = run.encoders.get("inputs", run.encoders["targets"])
-    with open(args.source, encoding="utf-8") as f:
-        lines = [line.strip() for line in f]
-    ids = [text_batches.encode_input(line, encoder, 0) for line in lines]
+    run, model, ids = restore_and_encode(args.output_dir, args.problem, args.data_dir, "",
+                                         args.source)
     sizes = [int(s) for s in args.sizes.split(",")]
     worker_counts = [int(w) for w in args.workers.split(",")]
     searches = args.searches.split(",")
