@@ -363,8 +363,8 @@ def _search(strategy: BeamSearch, decoder: Decoder, initial_ids, decode_length,
     buffer_length = decode_length if max_decode_length is None else max_decode_length
     limit = decode_length if row_decode_lengths is None else row_decode_lengths
     state = strategy.start(initial_ids, buffer_length, limit, prefixes)
-    state, _, cache, steps = loop.run_steps(strategy, state, decoder, 0, decode_length,
-                                            whole_prefix)
+    state, _, cache, steps, _ = loop.run_steps(strategy, state, decoder, 0, decode_length,
+                                               whole_prefix)
     ids, scores = strategy.result(state)
     return ids, scores, cache, steps
 

@@ -236,5 +236,6 @@ class SlotSearch:
         decoder = self.slots.decoder(cache, tf.reduce_max(t) + steps + 1,
                                      float32_logits=self.beam_size == 1)
         strategy = self._strategy(alpha)
-        state, t, cache, steps_run = loop.run_steps(strategy, state, decoder, t, steps)
-        return state, cache, steps_run, strategy.stopped(state, t)
+        state, _, cache, steps_run, stopped = loop.run_steps(strategy, state, decoder, t,
+                                                             steps)
+        return state, cache, steps_run, stopped

@@ -145,7 +145,8 @@ def search(decoder: Decoder, batch_size, max_length, choose: Callable, eos_id: i
     strategy = Greedy(choose, eos_id, force_decode_length)
     state = strategy.start(initial_ids, max_length if buffer_length is None else buffer_length,
                            row_lengths, prefixes)
-    state, _, _, steps = loop.run_steps(strategy, state, decoder, 0, max_length, whole_prefix)
+    state, _, _, steps, _ = loop.run_steps(strategy, state, decoder, 0, max_length,
+                                           whole_prefix)
     ids, scores = strategy.result(state)
     return ids, scores, steps
 

@@ -31,8 +31,9 @@ def run_steps(strategy: Strategy, state: dict, decoder: Decoder, t: tf.Tensor,
       whole_prefix: the decoder reads the whole prefix (the "recompute" cache; scalar t).
 
     Returns:
-      (state, t, cache, steps): the state, the steps after the last one run, the decoder's
-      cache and the int32 scalar number of steps run.
+      (state, t, cache, steps, stopped): the state, the steps after the last one run, the
+      decoder's cache, the int32 scalar number of steps run and bool [B], the sentences
+      stopped before step t (`strategy.stopped(state, t)`).
     """
     t = tf.convert_to_tensor(t, tf.int32)
     # A scalar t counts the steps itself; a step per sentence needs a counter, n.
@@ -67,6 +68,6 @@ def run_steps(strategy: Strategy, state: dict, decoder: Decoder, t: tf.Tensor,
     invariants = (tf.TensorShape([]), t.shape,
                   tf.nest.map_structure(lambda tensor: tensor.shape, state), cache_invariants,
                   stopped.shape)
-    n, t, state, cache, _ = tf.while_loop(not_finished, body, loop_vars,
-                                          shape_invariants=invariants, parallel_iterations=1)
-    return state, t, cache, (n if counter else t - start)
+    n, t, state, cache, stopped = tf.while_loop(
+        not_finished, body, loop_vars, shape_invariants=invariants, parallel_iterations=1)
+    return state, t, cache, (n if counter else t - start), stopped
