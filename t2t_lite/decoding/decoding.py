@@ -95,9 +95,13 @@ def default_parallel_batches() -> int:
     visible."""
     import tensorflow as tf
 
-    if tf.config.list_logical_devices("GPU"):
-        return 1
-    return min(usable_cores(), MAX_AUTO_PARALLEL_BATCHES)
+    return parallel_batches(bool(tf.config.list_logical_devices("GPU")), usable_cores())
+
+
+def parallel_batches(gpu: bool, cores: int) -> int:
+    """`default_parallel_batches` for a machine with (`gpu`) or without a GPU and `cores`
+    usable cores: 1 with a GPU, else one per core, at most `MAX_AUTO_PARALLEL_BATCHES`."""
+    return 1 if gpu else max(1, min(cores, MAX_AUTO_PARALLEL_BATCHES))
 
 
 def _decoded_batches(batches: Iterator[np.ndarray], infer_fn: InferFn,

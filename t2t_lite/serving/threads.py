@@ -19,11 +19,11 @@ from __future__ import annotations
 from t2t_lite.decoding import decoding
 
 
-def default_workers(gpu: bool, cores: int) -> int:
-    """The decode workers when --serve_decode_workers is 0, as `--mode=decode`'s parallel
-    batches (`decoding.default_parallel_batches`): one per usable core, at most
-    `decoding.MAX_AUTO_PARALLEL_BATCHES`; 1 with a GPU."""
-    return 1 if gpu else max(1, min(cores, decoding.MAX_AUTO_PARALLEL_BATCHES))
+# The decode workers when --serve_decode_workers is 0, `default_workers(gpu, cores)`: as
+# `--mode=decode`'s parallel batches, one per usable core (at most
+# `decoding.MAX_AUTO_PARALLEL_BATCHES`), 1 with a GPU. Given the GPU's presence rather than
+# asking TensorFlow, because listing the logical devices would start its runtime.
+default_workers = decoding.parallel_batches
 
 
 def choose(workers: int, cores: int) -> int:
