@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import filecmp
+import math
 import os
 import pathlib
 import shutil
@@ -218,7 +219,7 @@ def main() -> None:
             count = sum(len(p.read_text(encoding="utf-8").splitlines()) for p in files["new"])
             different += not same
             print(f"| {model} | {name} | {'yes' if same else '**NO**'} | {count} | "
-                  f"{'-' if seconds['old'] != seconds['old'] else round(seconds['old'])} | "
+                  f"{'-' if math.isnan(seconds['old']) else round(seconds['old'])} | "
                   f"{seconds['new']:.0f} |", flush=True)
     sys.exit(1 if different else 0)
 
