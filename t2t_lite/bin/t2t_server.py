@@ -55,7 +55,7 @@ def _t2t_lite_engine(flags, spec: runs.RunSpec, decode_hp) -> Any:
 
     quiet_start.import_tensorflow()
     from t2t_lite.decoding.decode_hparams import check_sampling
-    from t2t_lite.serving import threads
+    from t2t_lite.decoding import threads
     from t2t_lite.serving.engines import T2tLiteEngine
 
     # Before anything starts TensorFlow's runtime (it takes the setting only then).
@@ -102,7 +102,7 @@ def _saved_model_engine(flags, decode_hp) -> Any:
     from t2t_lite import quiet_start
 
     tf = quiet_start.import_tensorflow()
-    from t2t_lite.serving import threads
+    from t2t_lite.decoding import threads
     from t2t_lite.serving.engines import SavedModelEngine
 
     # A SavedModel's server has 1 decode worker by default: every core for its ops.

@@ -92,10 +92,11 @@ def usable_cores() -> int:
 def default_parallel_batches() -> int:
     """Batches to decode at a time by default: one per usable CPU core, at most
     `MAX_AUTO_PARALLEL_BATCHES` (each batch holds its own decoder state); 1 when a GPU is
-    visible."""
+    visible. Asks for the physical devices, which does not start TensorFlow's runtime (its
+    threads can still be set afterwards: `threads.configure`)."""
     import tensorflow as tf
 
-    return parallel_batches(bool(tf.config.list_logical_devices("GPU")), usable_cores())
+    return parallel_batches(bool(tf.config.list_physical_devices("GPU")), usable_cores())
 
 
 def parallel_batches(gpu: bool, cores: int) -> int:
