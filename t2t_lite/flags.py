@@ -216,8 +216,8 @@ flags.DEFINE_integer(
     "decode_parallel_batches", 0,
     "--decode_from_file: batches decoded at the same time, one per thread (0: one per usable "
     "CPU core, at most 4, on CPU; 1 on GPU; always 1 when sampling, whose draws follow the "
-    "batch order). "
-    "Same output; not a t2t flag.")
+    "batch order), each batch's ops on its share of the cores (the usable cores / the "
+    "batches TensorFlow intra-op threads). Same output; not a t2t flag.")
 flags.DEFINE_string(
     "checkpoint_path", None,
     "Checkpoint to use (a prefix, or a folder's newest; default: latest in output_dir). "
