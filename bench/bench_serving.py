@@ -260,8 +260,11 @@ import sys, time
 sys.path.insert(0, sys.argv[1])
 from t2t_lite import quiet_start
 quiet_start.import_tensorflow()
-from t2t_lite.decoding import decode_hparams, decoding, runs
+from t2t_lite.decoding import decode_hparams, decoding, runs, threads
 flags = dict(arg[2:].split("=", 1) for arg in sys.argv[4:])
+parallel_batches = decoding.default_parallel_batches()
+if parallel_batches > 1:  # as --mode=decode: each batch's ops on its share of the cores
+    threads.configure(0, parallel_batches)
 spec = runs.resolve("decode", flags.get("output_dir"), flags.get("problem"),
                     flags.get("hparams_set"), flags.get("data_dir"), flags.get("model"))
 run = runs.open_run(spec, flags.get("hparams", ""))
@@ -276,7 +279,7 @@ decoding.decode_lines(lines[:1], infer, encoders.get("inputs", encoders["targets
 start, cpu = time.time(), time.process_time()
 decoding.decode_lines(lines, infer, encoders.get("inputs", encoders["targets"]),
                       encoders["targets"], hp,
-                      parallel_batches=decoding.default_parallel_batches())
+                      parallel_batches=parallel_batches)
 print(f"Decoded {len(lines)} records in {time.time() - start:.2f} s, "
       f"CPU {time.process_time() - cpu:.2f} s")
 """

@@ -217,7 +217,8 @@ flags.DEFINE_integer(
     "--decode_from_file: batches decoded at the same time, one per thread (0: one per usable "
     "CPU core, at most 4, on CPU; 1 on GPU; always 1 when sampling, whose draws follow the "
     "batch order), each batch's ops on its share of the cores (the usable cores / the "
-    "batches TensorFlow intra-op threads). Same output; not a t2t flag.")
+    "batches TensorFlow intra-op threads, unless TF_NUM_INTRAOP_THREADS is set). Same "
+    "output; not a t2t flag.")
 flags.DEFINE_string(
     "checkpoint_path", None,
     "Checkpoint to use (a prefix, or a folder's newest; default: latest in output_dir). "
@@ -382,8 +383,9 @@ flags.DEFINE_integer(
 flags.DEFINE_integer(
     "serve_intra_op_threads", _SERVE.intra_op_threads,
     "--mode=serve: threads of one decode's ops (TensorFlow's intra-op threads; a t2t_lite "
-    "model or a SavedModel). 0: the usable CPU cores / the decode workers, at least 1 (each "
-    "worker its share of the cores; GET /v1/models says the number in use).")
+    "model or a SavedModel). 0: TF_NUM_INTRAOP_THREADS where set, else the usable CPU cores / "
+    "the decode workers, at least 1 (each worker its share of the cores; GET /v1/models says "
+    "the number in use).")
 flags.DEFINE_integer(
     "serve_max_body_bytes", _SERVE.max_body_bytes,
     "--mode=serve: bytes of a request body at most (by Content-Length, and while reading: "

@@ -49,9 +49,10 @@ except RuntimeError:
 """
 
 
-def _configure(requested: int, workers: int) -> list[str]:
+def _configure(requested: int, workers: int, environment: dict | None = None) -> list[str]:
     result = subprocess.run([sys.executable, "-c", CONFIGURE, str(REPO_ROOT), str(requested),
-                             str(workers)], env=env(), capture_output=True, text=True,
+                             str(workers)], env={**env(), **(environment or {})},
+                            capture_output=True, text=True,
                             timeout=300, check=False)
     assert result.returncode == 0, result.stderr[-3000:]
     return result.stdout.split("\n")
@@ -66,6 +67,9 @@ def test_configure_sets_tensorflow_before_its_runtime_starts():
     # Chosen: the usable cores over one worker, all of them.
     chosen, in_use, cores = (int(n) for n in _configure(0, 1)[0].split())
     assert chosen == in_use == cores
+    # TensorFlow's environment variable wins over the choice, not over a request.
+    assert _configure(0, 1, {"TF_NUM_INTRAOP_THREADS": "3"})[0].split()[:2] == ["3", "3"]
+    assert _configure(2, 1, {"TF_NUM_INTRAOP_THREADS": "3"})[0].split()[:2] == ["2", "2"]
 
 
 @pytest.mark.slow

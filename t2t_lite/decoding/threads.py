@@ -19,7 +19,12 @@ imports TensorFlow at module level.
 """
 from __future__ import annotations
 
+import os
+
 from t2t_lite.decoding import decoding
+
+# TensorFlow's own setting of its intra-op threads.
+ENVIRONMENT = "TF_NUM_INTRAOP_THREADS"
 
 
 # The server's decode workers when --serve_decode_workers is 0, `default_workers(gpu,
@@ -40,8 +45,9 @@ def configure(requested: int, workers: int) -> int:
     batches (`--mode=decode`'s) before its runtime starts.
 
     Args:
-      requested: threads asked for (--serve_intra_op_threads; 0: `choose` from the workers
-        and the usable cores).
+      requested: threads asked for (--serve_intra_op_threads; 0: TensorFlow's own
+        TF_NUM_INTRAOP_THREADS where it is set, else `choose` from the workers and the
+        usable cores).
       workers: decode workers or parallel batches (0: `default_workers`).
 
     Returns:
@@ -55,6 +61,11 @@ def configure(requested: int, workers: int) -> int:
     cores = decoding.usable_cores()
     # Physical devices: listing the logical ones would start the runtime.
     gpu = bool(tf.config.list_physical_devices("GPU"))
+    # The environment variable is the user's word for every TensorFlow program: it wins
+    # over the choice (not over a flag).
+    from_environment = os.environ.get(ENVIRONMENT, "").strip()
+    if not requested and from_environment.isdigit() and int(from_environment) > 0:
+        requested = int(from_environment)
     threads = requested or choose(workers or default_workers(gpu, cores), cores)
     if tf.config.threading.get_intra_op_parallelism_threads() != threads:
         tf.config.threading.set_intra_op_parallelism_threads(threads)
