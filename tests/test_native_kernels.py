@@ -121,6 +121,48 @@ def test_softmax_dropout_grad_op_equals_tensorflows_softmax_gradient(keys, share
 
 
 @needs_compiler
+@pytest.mark.parametrize("shape", [(3, 37), (2, 5, 130), (1, 8192), (33, 1)])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_exp_sums_op_equals_tensorflows_exp_and_sum(shape, dtype):
+    """Rows that fill no block or many, vocabulary widths with and without a vector
+    remainder, logits whose exp spans ~1e-26 to ~1e26."""
+    rng = np.random.default_rng(sum(shape))
+    logits = (rng.normal(size=shape) * 20).astype(dtype)
+    op = native_kernels.exp_sums(tf.as_dtype(dtype))
+    assert op is not None
+    exp, sums = op(tf.constant(logits))
+    assert exp.dtype == dtype and exp.shape == shape and sums.shape == shape[:-1] + (1,)
+    tolerance = 2e-6 if dtype == np.float32 else 1e-14
+    np.testing.assert_allclose(exp, tf.exp(logits), rtol=tolerance, atol=0)
+    want = np.exp(logits.astype(np.float64)).sum(-1, keepdims=True)
+    np.testing.assert_allclose(sums, want, rtol=tolerance * 4, atol=0)
+    # Rows are summed in a fixed order: the same result every time.
+    np.testing.assert_array_equal(op(tf.constant(logits))[1], sums)
+
+
+@needs_compiler
+def test_the_chunk_loss_with_and_without_the_exp_sums_op_agrees():
+    rng = np.random.default_rng(5)
+    x = tf.constant(rng.normal(size=(70, 16)).astype(np.float32))
+    matrix = tf.constant(rng.normal(size=(300, 16)).astype(np.float32))
+    labels = tf.constant(rng.integers(1, 300, size=70), tf.int32)
+    results = []
+    for native in (True, False):
+        with contextlib.ExitStack() as stack:
+            if not native:
+                stack.enter_context(native_kernels.disabled())
+            assert (native_kernels.exp_sums() is not None) is native
+            with tf.GradientTape() as tape:
+                tape.watch([x, matrix])
+                loss = fused_ops.softmax_cross_entropy(x, matrix, labels, 0.1, chunk_size=32,
+                                                       vocab_major=False)
+            results.append([loss, *tape.gradient(loss, [x, matrix])])
+    for got, want in zip(*results):
+        np.testing.assert_allclose(got, want, rtol=1e-5,
+                                   atol=1e-6 * float(tf.reduce_max(tf.abs(want))))
+
+
+@needs_compiler
 def test_an_xla_compiled_gradient_runs_tensorflow_ops_inside_disabled():
     x = tf.random.stateless_normal([6, 128], seed=[1, 2])
     scale, bias = tf.ones([128]), tf.zeros([128])
@@ -167,7 +209,7 @@ def fresh_build(tmp_path_factory):
 @needs_compiler
 def test_a_build_is_cached_and_a_failed_build_is_one_line(tmp_path, fresh_build):
     sources = native_kernels.sources()
-    assert [os.path.basename(s) for s in sources] == ["layer_norm_grad.cc",
+    assert [os.path.basename(s) for s in sources] == ["exp_sums.cc", "layer_norm_grad.cc",
                                                       "softmax_dropout_grad.cc"]
     cxx = native_kernels.compiler()
     cache, path = fresh_build

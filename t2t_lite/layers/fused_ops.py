@@ -384,6 +384,8 @@ def _exp_and_sums(
     lse to float rounding. The rare shifted path recomputes rather than keeps the logits so
     that the exp is their last reader and may write over them (TensorFlow forwards a
     buffer whose only reference is the op's input): one [chunk, V] tensor alive, not two.
+    Position-major chunks on a CPU take the exp and its sums in one pass
+    (`native_kernels.exp_sums`, where it can be built).
 
     Args:
       logits: float32 [positions, V] (axis 1) or [V, positions] (axis 0); read by nothing
@@ -395,8 +397,14 @@ def _exp_and_sums(
       (e, s, lse): e of the logits' shape; s and lse with `axis` kept as 1; p = e / s and
       lse = log Σ_v exp(logits).
     """
-    exp = tf.exp(logits)
-    sums = tf.reduce_sum(exp, axis=axis, keepdims=True)
+    native = (native_kernels.exp_sums(logits.dtype, placed_on=logits)
+              if axis in (-1, logits.shape.rank - 1) else None)
+    if native is not None:
+        # One pass with this CPU's vectors (TensorFlow's Exp and Sum: two passes).
+        exp, sums = native(logits)
+    else:
+        exp = tf.exp(logits)
+        sums = tf.reduce_sum(exp, axis=axis, keepdims=True)
     low, high = _UNSHIFTED_SUM_RANGE
     # NaN fails both comparisons, so a NaN position takes the shifted path too.
     in_range = tf.reduce_all(tf.logical_and(sums >= low, sums <= high))

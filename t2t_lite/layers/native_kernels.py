@@ -20,7 +20,10 @@ Kernels (bench/README.md, "Two backward passes as C++ ops"):
   - `layer_norm_grad`: the closed-form backward pass of `fused_ops.layer_norm`, one pass
     instead of eleven ops;
   - `softmax_dropout_grad`: the attention softmax + dropout's backward pass in
-    `fused_ops.softmax_dropout_matmul`, one pass instead of five ops.
+    `fused_ops.softmax_dropout_matmul`, one pass instead of five ops;
+  - `exp_sums`: exp of a chunk of the vocabulary's logits and its sums in the chunked
+    cross-entropy (`fused_ops.softmax_cross_entropy`), one pass instead of two, with this
+    CPU's vectors.
 """
 from __future__ import annotations
 
@@ -397,3 +400,14 @@ def softmax_dropout_grad(dtype: tf.DType = tf.float32, placed_on: tf.Tensor | No
     the sum over the last axis: the logits' gradient of softmax(logits) * mask.
     """
     return _op("t2t_lite_softmax_dropout_grad", dtype, placed_on)
+
+
+def exp_sums(dtype: tf.DType = tf.float32, placed_on: tf.Tensor | None = None
+             ) -> Callable[..., tuple[tf.Tensor, tf.Tensor]] | None:
+    """The `T2tLiteExpSums` op for `dtype` tensors, or None where TensorFlow ops must run
+    instead (`placed_on`: a tensor of the computation; not on a CPU device: None).
+
+    The op: logits [..., K], float32 or float64 -> (exp(logits) [..., K], their sums over the
+    last axis [..., 1]); the exp may take over the logits' buffer.
+    """
+    return _op("t2t_lite_exp_sums", dtype, placed_on)
