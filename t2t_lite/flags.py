@@ -387,6 +387,10 @@ flags.DEFINE_integer(
     "the decode workers, at least 1 (each worker its share of the cores; GET /v1/models says "
     "the number in use).")
 flags.DEFINE_integer(
+    "serve_steps_per_call", _SERVE.steps_per_call,
+    "--mode=serve with --serve_batching=continuous: decode steps between two chances for "
+    "waiting sentences to join the running search (fewer when every sentence ended).")
+flags.DEFINE_integer(
     "serve_max_body_bytes", _SERVE.max_body_bytes,
     "--mode=serve: bytes of a request body at most (by Content-Length, and while reading: "
     "never more is read); larger ones get 413.")

@@ -33,6 +33,7 @@ def _config(flags, decode_hp):
                       ("serve_max_sentences", 1), ("serve_max_input_tokens", 2),
                       ("serve_max_beam_size", 1), ("serve_max_n_best", 1),
                       ("serve_decode_workers", 0), ("serve_intra_op_threads", 0),
+                      ("serve_steps_per_call", 1),
                       ("serve_max_body_bytes", 64),
                       ("serve_read_timeout_secs", 0.001), ("serve_max_attention_cells", 0),
                       ("serve_max_compiled_decoders", 1),

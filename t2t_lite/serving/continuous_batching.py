@@ -21,6 +21,7 @@ import time
 from typing import Any
 
 from t2t_lite.serving.batching import Batcher, Job
+from t2t_lite.serving.config import ServerConfig
 
 
 class ContinuousBatcher(Batcher):
@@ -35,7 +36,8 @@ class ContinuousBatcher(Batcher):
         max_batch_tokens and batch_timeout_secs are not used).
     """
 
-    def __init__(self, engine: Any, max_input_length: int, steps_per_call: int = 4,
+    def __init__(self, engine: Any, max_input_length: int,
+                 steps_per_call: int = ServerConfig.steps_per_call,
                  on_steps: Any = None, **kwargs):
         super().__init__(engine, **kwargs)
         self._on_steps = on_steps or (lambda steps: None)

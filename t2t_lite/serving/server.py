@@ -95,6 +95,7 @@ def _load(state: State, engine_factory: Callable[[], batching.Engine],
             "on_wait": state.metrics.queue_wait.observe, "on_decode": state.metrics.decoded}
         if continuous(engine, config):
             batcher = ContinuousBatcher(engine, config.max_input_tokens,
+                                        steps_per_call=config.steps_per_call,
                                         on_steps=state.metrics.decode_steps.inc, **settings)
         else:
             batcher = batching.Batcher(engine, **settings)
