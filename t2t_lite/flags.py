@@ -407,9 +407,9 @@ flags.DEFINE_integer(
     "kept at most; the least recently used one is dropped beyond.")
 flags.DEFINE_enum(
     "serve_batching", _SERVE.batching, ["batch", "continuous"],
-    "--mode=serve: batch: each batch is decoded to its end before the next; continuous: "
-    "sentences join and leave a running search between decode steps (a t2t_lite model; "
-    "other engines batch per batch; slower than batch on CPU so far: docs/serving.md).")
+    "--mode=serve: continuous: sentences join and leave a running search between decode "
+    "steps (a single t2t_lite model decoded by beam search or argmax; other engines and "
+    "options batch per batch); batch: each batch is decoded to its end before the next.")
 flags.DEFINE_string(
     "server_url", "http://127.0.0.1:8080",
     "--mode=query: the translation server (--mode=serve) to send --decode_from_file (or "
