@@ -41,7 +41,6 @@ def served(tiny_run_trained, tmp_path_factory):
     """(the server, the `--mode=decode` outputs of LINES, each line decoded alone)."""
     work = tmp_path_factory.mktemp("served")
     process = ServerProcess(tiny_run_trained, "--max_batch_size=8", "--batch_timeout_ms=50",
-                            "--serve_batching=continuous",
                             "--serve_max_sentences=10", "--serve_max_input_tokens=20",
                             "--serve_max_beam_size=4", cwd=work)
     try:
@@ -82,7 +81,9 @@ def test_api_contract(served):
     assert (model["engine"], model["problem"], model["hparams_set"], model["step"]) == (
         "t2t_lite", PROBLEM, "transformer_tiny", 4)
     assert model["decode_hparams"]["beam_size"] == 1 and model["attention"] is True
-    assert model["limits"]["batching"] == "continuous"  # as asked: a t2t_lite model can
+    # The default: a t2t_lite model batches continuously, 32 steps between admissions.
+    assert model["limits"]["batching"] == "continuous"
+    assert model["limits"]["steps_per_call"] == 32
     # Chosen at start-up: each decode worker its share of the usable cores, at least 1.
     limits = model["limits"]
     assert limits["intra_op_threads"] == max(

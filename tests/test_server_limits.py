@@ -398,6 +398,8 @@ def test_start_up_checks_are_one_line_each_before_serving_and_tensorflow(
         "error: --port=70000: must be between 0 and 65535")
     assert serve(f"--output_dir={tiny_run_trained}", "--serve_intra_op_threads=-1") == (
         "error: --serve_intra_op_threads=-1: must be >= 0")
+    assert serve(f"--output_dir={tiny_run_trained}", "--serve_steps_per_call=0") == (
+        "error: --serve_steps_per_call=0: must be >= 1")
     line = serve(f"--output_dir={tiny_run_trained}", "--host=no-such-host.invalid")
     assert line.startswith("error: --host=no-such-host.invalid: not an address or a known "
                            "host name ("), line
