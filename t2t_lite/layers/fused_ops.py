@@ -515,8 +515,8 @@ def softmax_cross_entropy(
             # p = e / s. In float32, 1 / s scales the [size, D] sides, not the [size, V] e,
             # as a product with the reciprocals (a division costs ~6x a product); in half
             # precision p itself is formed and cast for the matmuls.
-            inverse_sums = tf.math.reciprocal(tf.reshape(sums, [-1, 1]))  # [size, 1]
             if x.dtype == tf.float32:
+                inverse_sums = tf.math.reciprocal(tf.reshape(sums, [-1, 1]))  # [size, 1]
                 scores, x_side = exp, x_chunk * inverse_sums
             else:
                 scores, x_side = tf.cast(exp * tf.math.reciprocal(sums), x.dtype), x_chunk
