@@ -58,15 +58,18 @@ def configure(requested: int, workers: int) -> int:
     """
     import tensorflow as tf
 
-    cores = decoding.usable_cores()
-    # Physical devices: listing the logical ones would start the runtime.
-    gpu = bool(tf.config.list_physical_devices("GPU"))
     # The environment variable is the user's word for every TensorFlow program: it wins
     # over the choice (not over a flag).
     from_environment = os.environ.get(ENVIRONMENT, "").strip()
     if not requested and from_environment.isdigit() and int(from_environment) > 0:
         requested = int(from_environment)
-    threads = requested or choose(workers or default_workers(gpu, cores), cores)
+    threads = requested
+    if not threads:
+        cores = decoding.usable_cores()
+        if not workers:
+            # Physical devices: listing the logical ones would start the runtime.
+            workers = default_workers(bool(tf.config.list_physical_devices("GPU")), cores)
+        threads = choose(workers, cores)
     if tf.config.threading.get_intra_op_parallelism_threads() != threads:
         tf.config.threading.set_intra_op_parallelism_threads(threads)
     return threads
