@@ -8,6 +8,7 @@ import platform
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 
 import numpy as np
 import pytest
@@ -31,6 +32,19 @@ def _reference_grad(dy, x, scale, epsilon=1e-6):
     dx = rstd * (g - g.mean(-1, keepdims=True) - n * (g * n).mean(-1, keepdims=True))
     axes = tuple(range(dy.ndim - 1))
     return dx, (dy * n).sum(axes), dy.sum(axes)
+
+
+def _with_and_without(op: Callable, compute: Callable) -> list:
+    """[compute() with the native kernels, compute() inside `native_kernels.disabled()`],
+    checking that `op()` (one of native_kernels' op getters) is had in the first only."""
+    results = []
+    for native in (True, False):
+        with contextlib.ExitStack() as stack:
+            if not native:
+                stack.enter_context(native_kernels.disabled())
+            assert (op() is not None) is native
+            results.append(compute())
+    return results
 
 
 def _norm_grads(x, scale, bias, dy):
@@ -97,16 +111,14 @@ def test_softmax_dropout_grad_op_equals_tensorflows_softmax_gradient(keys, share
     upstream = tf.cast(tf.random.stateless_normal([2, 3, 5, 4], seed=[3, 3]), dtype)
     mask = fused_ops.stateless_scaled_mask(
         [2, 1 if shared_over_heads else 3, 5, keys], 0.3, tf.constant([7, 8]), dtype)
-    results = []
-    for native in (True, False):
-        with contextlib.ExitStack() as stack:
-            if not native:
-                stack.enter_context(native_kernels.disabled())
-            assert (native_kernels.softmax_dropout_grad() is not None) is native
-            with tf.GradientTape() as tape:
-                tape.watch([logits, v])
-                out = fused_ops.softmax_dropout_matmul(logits, v, mask)
-            results.append(tape.gradient(out, [logits, v], output_gradients=upstream))
+
+    def grads():
+        with tf.GradientTape() as tape:
+            tape.watch([logits, v])
+            out = fused_ops.softmax_dropout_matmul(logits, v, mask)
+        return tape.gradient(out, [logits, v], output_gradients=upstream)
+
+    results = _with_and_without(native_kernels.softmax_dropout_grad, grads)
     tolerance = 1e-6 if dtype == tf.float32 else 1e-14
     for got, want in zip(*results):
         np.testing.assert_allclose(got, want, rtol=tolerance, atol=tolerance)
@@ -146,17 +158,15 @@ def test_the_chunk_loss_with_and_without_the_exp_sums_op_agrees():
     x = tf.constant(rng.normal(size=(70, 16)).astype(np.float32))
     matrix = tf.constant(rng.normal(size=(300, 16)).astype(np.float32))
     labels = tf.constant(rng.integers(1, 300, size=70), tf.int32)
-    results = []
-    for native in (True, False):
-        with contextlib.ExitStack() as stack:
-            if not native:
-                stack.enter_context(native_kernels.disabled())
-            assert (native_kernels.exp_sums() is not None) is native
-            with tf.GradientTape() as tape:
-                tape.watch([x, matrix])
-                loss = fused_ops.softmax_cross_entropy(x, matrix, labels, 0.1, chunk_size=32,
-                                                       vocab_major=False)
-            results.append([loss, *tape.gradient(loss, [x, matrix])])
+
+    def loss_and_grads():
+        with tf.GradientTape() as tape:
+            tape.watch([x, matrix])
+            loss = fused_ops.softmax_cross_entropy(x, matrix, labels, 0.1, chunk_size=32,
+                                                   vocab_major=False)
+        return [loss, *tape.gradient(loss, [x, matrix])]
+
+    results = _with_and_without(native_kernels.exp_sums, loss_and_grads)
     for got, want in zip(*results):
         np.testing.assert_allclose(got, want, rtol=1e-5,
                                    atol=1e-6 * float(tf.reduce_max(tf.abs(want))))

@@ -143,7 +143,8 @@ def test_one_thread_an_op_decodes_the_same_ids_and_scores(t2t_fixtures, wmt_toy_
         out = tmp_path / f"threads{count}.npz"
         result = subprocess.run(
             [sys.executable, "-c", DECODE_FIXTURE, str(REPO_ROOT), str(out), str(t2t_fixtures),
-             str(count), str(wmt_toy_dir / "dev.en")], env=env(), capture_output=True, text=True, timeout=600, check=False)
+             str(count), str(wmt_toy_dir / "dev.en")],
+            env=env(), capture_output=True, text=True, timeout=600, check=False)
         assert result.returncode == 0, result.stderr[-3000:]
         with np.load(out) as saved:
             results[count] = [saved[f"arr_{i}"] for i in range(len(saved.files))]
